@@ -1,0 +1,54 @@
+// Package nic moves complete Ethernet frames between goroce and a network,
+// in batches. It knows nothing of RoCE transport: a backend only carries
+// frames (for the raw backends: Ethernet + IP + UDP 4791 + BTH ... + ICRC).
+//
+// Backends: the in-memory link in this package (tests, demo, deterministic
+// simulation), and the real ones in subpackages (afpacket, afxdp, udp).
+package nic
+
+import (
+	"errors"
+	"net"
+)
+
+// ErrClosed is returned by a Link's blocking calls after Close.
+var ErrClosed = errors.New("nic: link closed")
+
+// Link is the batch interface every backend implements (modelled on
+// wireguard-go's conn.Bind). Frames are complete Ethernet frames.
+//
+// ReadBatch blocks until at least one frame is available or the link is
+// closed (ErrClosed). It copies up to len(bufs) frames into bufs, stores each
+// frame's length in sizes[i] and returns the count. A frame larger than its
+// buffer is dropped and counted.
+//
+// WriteBatch transmits frames in order and returns how many were accepted;
+// the caller may reuse the buffers as soon as it returns.
+//
+// ReadBatch and WriteBatch may be called concurrently with each other, but
+// each by one goroutine at a time.
+type Link interface {
+	ReadBatch(bufs [][]byte, sizes []int) (int, error)
+	WriteBatch(frames [][]byte) (int, error)
+	// BatchSize is the preferred number of frames per call.
+	BatchSize() int
+	// MTU is the IP MTU of the link (1500, 9000, ...): the largest frame is
+	// MTU + 14 (+4 with a VLAN tag).
+	MTU() int
+	// HardwareAddr is the link's MAC address.
+	HardwareAddr() net.HardwareAddr
+	// Stats returns the backend's counters.
+	Stats() Stats
+	// Close stops the link and wakes every blocked call.
+	Close() error
+}
+
+// Stats are per-backend counters. Backends fill what applies to them.
+type Stats struct {
+	RxFrames, RxBytes uint64
+	TxFrames, TxBytes uint64
+	RxDrops           uint64 // frames lost on receive (too big, ring overrun, filtered by a fault)
+	TxDrops           uint64 // frames not sent (ring full, fault injection)
+	RingFull          uint64
+	Wakeups           uint64
+}
