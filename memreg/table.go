@@ -31,7 +31,8 @@ var (
 	// ErrBadAccess: REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE, or an
 	// unsupported flag. ibv_reg_mr fails with EINVAL (kernel ib_check_mr_access).
 	ErrBadAccess = errors.New("memreg: invalid access flags (REMOTE_WRITE/REMOTE_ATOMIC require LOCAL_WRITE)")
-	// ErrBadIOVA: iova+len(buf) overflows 64 bits (EINVAL).
+	// ErrBadIOVA: iova+len(buf) does not fit in 64 bits, i.e. the end
+	// address is not representable (EINVAL).
 	ErrBadIOVA = errors.New("memreg: iova + length overflows")
 	// ErrTableFull: all MaxMRs indices are in use (ENOMEM).
 	ErrTableFull = errors.New("memreg: no free MR index")
@@ -187,7 +188,7 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 	if access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
 		return nil, ErrBadAccess
 	}
-	if iova+uint64(len(buf)) < iova {
+	if len(buf) > 0 && iova+uint64(len(buf)) <= iova {
 		return nil, ErrBadIOVA
 	}
 	t := pd.t
