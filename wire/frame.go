@@ -48,6 +48,7 @@ type Packet struct {
 	ImmDt        ImmDt
 	IETH         IETH
 	DETH         DETH
+	CNPPad       CNPPad // the 16 reserved bytes of a CNP
 	Payload      []byte // without pad bytes
 	Pad          int    // BTH PadCnt, 0..3
 	ICRC         uint32 // as read from the trailer (little-endian on the wire)
