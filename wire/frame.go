@@ -148,3 +148,50 @@ type DETHFields struct {
 	QKey  uint32
 	SrcQP uint32
 }
+
+// FillFrame sets f to the headers of p, so that Build(buf, f, len(p.Payload))
+// with the same payload reproduces the parsed frame (given DF set, no IPv4
+// options and zero reserved bits, as every RoCE sender does). Useful to
+// answer or re-send a packet with the same addressing.
+func (p *Packet) FillFrame(f *Frame) {
+	*f = Frame{}
+	if p.Eth != nil {
+		f.DstMAC, f.SrcMAC = p.Eth.Dst(), p.Eth.Src()
+	}
+	f.HasVLAN, f.VLAN = p.HasVLAN, p.VLAN
+	switch {
+	case p.IPv4 != nil:
+		f.SrcIP, f.DstIP = p.IPv4.Src(), p.IPv4.Dst()
+		f.TrafficClass, f.HopLimit, f.IPID = p.IPv4.TOS(), p.IPv4.TTL(), p.IPv4.ID()
+	case p.IPv6 != nil:
+		f.SrcIP, f.DstIP = p.IPv6.Src(), p.IPv6.Dst()
+		f.TrafficClass, f.HopLimit, f.FlowLabel = p.IPv6.TrafficClass(), p.IPv6.HopLimit(), p.IPv6.FlowLabel()
+	}
+	if p.UDP != nil {
+		f.SrcPort = p.UDP.SrcPort()
+	}
+	if p.BTH != nil {
+		f.BTH = p.BTH.Fields()
+	}
+	if p.RETH != nil {
+		f.RETH = p.RETH.Fields()
+	}
+	if p.AETH != nil {
+		f.AETH = p.AETH.Fields()
+	}
+	if p.AtomicETH != nil {
+		f.AtomicETH = p.AtomicETH.Fields()
+	}
+	if p.AtomicAckETH != nil {
+		f.AtomicAckETH = p.AtomicAckETH.OrigValue()
+	}
+	if p.ImmDt != nil {
+		f.ImmDt = p.ImmDt.Imm()
+	}
+	if p.IETH != nil {
+		f.IETH = p.IETH.RKey()
+	}
+	if p.DETH != nil {
+		f.DETH = p.DETH.Fields()
+	}
+}
