@@ -168,10 +168,21 @@ type Rec struct {
 // matches rxe's responder resource ring (a duplicate older than that is
 // silently dropped). A History belongs to one QP's responder and is not safe
 // for concurrent use. It does not allocate after NewHistory.
+//
+// A responder executes requests in PSN order, so records normally arrive
+// with increasing PSNs. History then keeps each record's PSN extended to 64
+// bits (the 24-bit PSN plus the wraps seen so far) and Lookup binary-searches
+// it: O(log N), 7 steps for rxe's 128. If records ever arrive out of order
+// (Record with a PSN not after the newest), Lookup scans linearly, newest
+// first, until that record has left the ring.
 type History struct {
 	recs []Rec
-	next int // slot of the next Record
-	n    int // valid records, ≤ len(recs)
+	ext  []uint64 // ext[i]: recs[i].PSN extended to 64 bits; increasing in logical order when ordered
+	next int      // slot of the next Record
+	n    int      // valid records, ≤ len(recs)
+	// unordered counts the Records left before an out-of-order pair has
+	// left the ring; 0 means the ring is in PSN order.
+	unordered int
 }
 
 // NewHistory returns a History of n records. n ≤ 0 (max_dest_rd_atomic 0:
@@ -180,7 +191,7 @@ func NewHistory(n int) *History {
 	if n < 0 {
 		n = 0
 	}
-	return &History{recs: make([]Rec, n)}
+	return &History{recs: make([]Rec, n), ext: make([]uint64, n)}
 }
 
 // Len returns how many records are held.
@@ -191,7 +202,25 @@ func (h *History) Record(psn wire.PSN, va uint64, rkey uint32, orig uint64) {
 	if len(h.recs) == 0 {
 		return
 	}
+	var ext uint64
+	if h.n > 0 {
+		last := h.slot(h.n - 1)
+		d := psn.Diff(h.recs[last].PSN)
+		ext = h.ext[last] + uint64(d) // may step back when d ≤ 0; only used when ordered
+		switch {
+		case d <= 0:
+			// The previous record and this one are out of order until
+			// the previous one leaves the ring, len-1 Records from now.
+			h.unordered = len(h.recs) - 1
+		case h.unordered > 0:
+			h.unordered--
+		}
+	} else {
+		ext = 1 << 32 // any base; keeps ext far from 0 so it never underflows in Lookup
+		h.unordered = 0
+	}
 	h.recs[h.next] = Rec{PSN: psn, VA: va, RKey: rkey, Orig: orig}
+	h.ext[h.next] = ext
 	h.next++
 	if h.next == len(h.recs) {
 		h.next = 0
@@ -204,22 +233,58 @@ func (h *History) Record(psn wire.PSN, va uint64, rkey uint32, orig uint64) {
 // Lookup returns the most recent record with this PSN. The caller should also
 // compare VA and RKey with the duplicate request: a mismatch means the
 // "duplicate" is not the same operation (IBTA: treat as invalid request).
+// Only PSNs within 2^23 before the newest record can match (the PSN
+// comparison window, PROTOCOL.md §3.1).
 func (h *History) Lookup(psn wire.PSN) (Rec, bool) {
-	i := h.next
-	for k := 0; k < h.n; k++ {
-		i--
-		if i < 0 {
-			i = len(h.recs) - 1
+	if h.n == 0 {
+		return Rec{}, false
+	}
+	newest := h.slot(h.n - 1)
+	back := h.recs[newest].PSN.Diff(psn)
+	if back < 0 {
+		return Rec{}, false
+	}
+	if h.unordered > 0 {
+		i := newest
+		for k := 0; k < h.n; k++ {
+			if h.recs[i].PSN == psn {
+				return h.recs[i], true
+			}
+			if i--; i < 0 {
+				i = len(h.recs) - 1
+			}
 		}
-		if h.recs[i].PSN == psn {
+		return Rec{}, false
+	}
+	want := h.ext[newest] - uint64(back)
+	lo, hi := 0, h.n-1
+	for lo <= hi {
+		mid := int(uint(lo+hi) >> 1)
+		i := h.slot(mid)
+		switch e := h.ext[i]; {
+		case e == want:
 			return h.recs[i], true
+		case e < want:
+			lo = mid + 1
+		default:
+			hi = mid - 1
 		}
 	}
 	return Rec{}, false
 }
 
+// slot returns the ring index of logical index j (0 = oldest, n-1 = newest).
+func (h *History) slot(j int) int {
+	i := h.next - h.n + j
+	if i < 0 {
+		i += len(h.recs)
+	}
+	return i
+}
+
 // Reset forgets every record (QP reset or re-connection).
 func (h *History) Reset() {
 	clear(h.recs)
-	h.next, h.n = 0, 0
+	clear(h.ext)
+	h.next, h.n, h.unordered = 0, 0, 0
 }

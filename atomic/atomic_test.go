@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"unsafe"
@@ -352,5 +353,86 @@ func BenchmarkHistoryLookup(b *testing.B) {
 		if _, ok := h.Lookup(0); !ok { // oldest: worst case
 			b.Fatal()
 		}
+	}
+}
+
+// TestHistoryModel compares History with a naive model (newest record with
+// the PSN among the last N, only PSNs not after the newest) over random
+// record sequences: in order with gaps, across the 2^24 wrap, with
+// occasional out-of-order records that switch Lookup to its scan path and
+// back.
+func TestHistoryModel(t *testing.T) {
+	seed := uint64(rand.Int64())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 1))
+	for _, n := range []int{1, 2, 3, 16, 128} {
+		h := NewHistory(n)
+		var model []Rec
+		psn := wire.PSN(wire.PSNMask - 500) // wraps early
+		for i := range 3000 {
+			switch {
+			case r.IntN(50) == 0:
+				psn = psn.Sub(uint32(r.IntN(300))) // out of order (or a repeat)
+			default:
+				psn = psn.Add(1 + uint32(r.IntN(200)))
+			}
+			rec := Rec{PSN: psn, VA: uint64(i) * 8, RKey: uint32(n), Orig: uint64(i)}
+			h.Record(rec.PSN, rec.VA, rec.RKey, rec.Orig)
+			model = append(model, rec)
+			if len(model) > n {
+				model = model[1:]
+			}
+			// Probe recorded PSNs, their neighbours and random ones.
+			for range 4 {
+				var q wire.PSN
+				switch r.IntN(3) {
+				case 0:
+					q = model[r.IntN(len(model))].PSN
+				case 1:
+					q = model[r.IntN(len(model))].PSN.Add(1)
+				default:
+					q = psn.Sub(uint32(r.IntN(30000)))
+				}
+				got, ok := h.Lookup(q)
+				var want Rec
+				wok := false
+				if model[len(model)-1].PSN.Diff(q) >= 0 {
+					for j := len(model) - 1; j >= 0; j-- {
+						if model[j].PSN == q {
+							want, wok = model[j], true
+							break
+						}
+					}
+				}
+				if ok != wok || got != want {
+					t.Fatalf("seed %d n %d step %d: Lookup(%#x) = %+v,%v; model %+v,%v", seed, n, i, q, got, ok, want, wok)
+				}
+			}
+		}
+	}
+}
+
+// TestHistoryLongSpan: in-order records spanning more than 2^24 PSNs; a
+// PSN that aliases a record older than the comparison window must not
+// match it.
+func TestHistoryLongSpan(t *testing.T) {
+	h := NewHistory(8)
+	p := wire.PSN(10)
+	for range 5 {
+		h.Record(p, 0, 0, uint64(p))
+		p = p.Add(1 << 22) // 4 records = 2^24 = one full PSN cycle
+	}
+	// Records: 10, 10+2^22, 10+2^23, 10+3·2^22, 10 (after one cycle, newest).
+	if r, ok := h.Lookup(10); !ok || r.Orig != 10 {
+		t.Fatalf("newest: %+v %v", r, ok)
+	}
+	// 10+2^22 is 3·2^22 behind the newest: outside the ±2^23 window, a
+	// "future" PSN: no match although a record carries that PSN.
+	if r, ok := h.Lookup(wire.PSN(10).Add(1 << 22)); ok {
+		t.Fatalf("matched a record outside the PSN window: %+v", r)
+	}
+	// 10+3·2^22 is 2^22 behind the newest: found.
+	if r, ok := h.Lookup(wire.PSN(10).Add(3 << 22)); !ok || r.PSN != wire.PSN(10).Add(3<<22) {
+		t.Fatalf("record 2^22 behind: %+v %v", r, ok)
 	}
 }
