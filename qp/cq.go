@@ -1,0 +1,108 @@
+package qp
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/goroce/goroce/transport"
+)
+
+// ErrCQOverrun is returned by Poll after completions were lost because the
+// CQ was full (IBV_EVENT_CQ_ERR).
+var ErrCQOverrun = errors.New("qp: completion queue overrun")
+
+// CQ is a completion queue. Poll never blocks; Wait blocks until a
+// completion is available or the context ends.
+type CQ struct {
+	mu      sync.Mutex
+	ring    []WC
+	head, n int
+	overrun bool
+
+	armed         bool // ReqNotify was called and no event fired yet
+	solicitedOnly bool
+	event         chan struct{}
+}
+
+// CreateCQ creates a completion queue of at least cqe entries.
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	if cqe <= 0 || cqe > 1<<20 {
+		return nil, errors.New("qp: create CQ: cqe must be 1..1048576")
+	}
+	return &CQ{ring: make([]WC, cqe), event: make(chan struct{}, 1)}, nil
+}
+
+// Complete adds a completion (called by the engines, with the device lock held).
+func (cq *CQ) Complete(wc *WC) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.n == len(cq.ring) {
+		cq.overrun = true
+		return
+	}
+	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
+	cq.n++
+	if cq.armed && (!cq.solicitedOnly || wc.Flags&transport.WCSolicited != 0 || wc.Status != 0) {
+		cq.armed = false
+		select {
+		case cq.event <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Poll moves up to len(wcs) completions into wcs (ibv_poll_cq).
+func (cq *CQ) Poll(wcs []WC) (int, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	k := 0
+	for k < len(wcs) && cq.n > 0 {
+		wcs[k] = cq.ring[cq.head]
+		cq.head = (cq.head + 1) % len(cq.ring)
+		cq.n--
+		k++
+	}
+	if cq.overrun {
+		return k, ErrCQOverrun
+	}
+	return k, nil
+}
+
+// ReqNotify arms the CQ for one event (ibv_req_notify_cq): the next
+// completion (or, with solicitedOnly, the next solicited or error receive
+// completion) signals WaitEvent.
+func (cq *CQ) ReqNotify(solicitedOnly bool) {
+	cq.mu.Lock()
+	cq.armed, cq.solicitedOnly = true, solicitedOnly
+	cq.mu.Unlock()
+}
+
+// WaitEvent blocks until an armed notification fires (ibv_get_cq_event).
+func (cq *CQ) WaitEvent(ctx context.Context) error {
+	select {
+	case <-cq.event:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait polls, and when the CQ is empty arms it and sleeps until a completion
+// arrives; it returns at least one completion or the context's error.
+func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	for {
+		n, err := cq.Poll(wcs)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		cq.ReqNotify(false)
+		// A completion may have arrived between Poll and ReqNotify.
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		if err := cq.WaitEvent(ctx); err != nil {
+			return 0, err
+		}
+	}
+}

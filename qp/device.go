@@ -1,0 +1,405 @@
+// Package qp is goroce's verbs-like API: devices, protection domains, memory
+// regions, completion queues and RC queue pairs, in the shape of
+// libibverbs (ibv_open_device, ibv_alloc_pd, ibv_reg_mr, ibv_create_cq,
+// ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_post_recv, ibv_poll_cq).
+//
+// Model. A Device owns one nic.Link, one memory-registration table and the
+// RC engines (transport.QP) of its queue pairs. The engines are
+// deterministic state machines without goroutines or timers; the Device
+// serialises every call into them under one mutex and provides the two
+// things they need from the outside world: a receive goroutine that reads
+// frame batches from the link, parses them (wire.Parse, ICRC checked) and
+// hands each packet to the QP it is addressed to, and a timer goroutine that
+// calls the engines' Tick at their deadlines. Frames the engines produce are
+// collected into a batch and written to the link once per call.
+//
+// Completions are delivered into CQs, which applications poll (Poll) or
+// wait on (Wait, with solicited-only notification like ibv_req_notify_cq).
+package qp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/atomic"
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+// Re-exported engine types, so applications import only this package.
+type (
+	SendWR    = transport.SendWR
+	RecvWR    = transport.RecvWR
+	SGE       = transport.SGE
+	WC        = transport.WC
+	Attr      = transport.Attr
+	AttrMask  = transport.AttrMask
+	AV        = transport.AV
+	Caps      = transport.Caps
+	State     = transport.State
+	MTU       = transport.MTU
+	Access    = memreg.Access
+	MR        = memreg.MR
+	Counters  = transport.Counters
+	WCStatus  = transport.WCStatus
+	WROpcode  = transport.WROpcode
+	SendFlags = transport.SendFlags
+)
+
+// ErrClosed is returned after a Device was closed.
+var ErrClosed = errors.New("qp: device closed")
+
+// GID is a 16-byte RoCE global identifier (an IPv6 address; IPv4 as
+// ::ffff:a.b.c.d).
+type GID = netip.Addr
+
+// Config describes a Device.
+type Config struct {
+	Name string
+	Link nic.Link
+	// IP is the device's address; the GID table is built from it (index 0 the
+	// IPv6 link-local GID from the MAC, index 1 ::ffff:IP for IPv4, as rxe).
+	IP netip.Addr
+	// Resolve finds the MAC of a peer IP (neighbour table). When nil,
+	// Neighbors is consulted.
+	Resolve   func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
+	Neighbors map[netip.Addr]net.HardwareAddr
+	// Seed makes memory keys deterministic (0: random).
+	Seed int64
+	// RetryCnt7Infinite selects rxe's retry_cnt == 7 semantics (see transport.Config).
+	RetryCnt7Infinite bool
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Device is one RoCE device bound to a link.
+type Device struct {
+	cfg     Config
+	mu      sync.Mutex // serialises every engine call
+	mac     [6]byte
+	gids    []GID
+	maxMTU  transport.MTU
+	mrs     *memreg.Table
+	atomics *atomic.Executor
+	qps     map[uint32]*QP
+	nextQPN uint32
+	tx      txBatch
+	now     func() time.Time
+
+	counters transport.Counters
+	rxStats  RxStats
+
+	wake   chan struct{}
+	done   chan struct{}
+	wg     sync.WaitGroup
+	closed bool
+}
+
+// RxStats count frames the device dropped before any QP saw them.
+type RxStats struct {
+	Frames      uint64
+	ParseErrors uint64 // truncated, bad lengths, unknown opcode, bad pad
+	BadICRC     uint64
+	NotRoCE     uint64
+	WrongDst    uint64 // destination IP is not one of our GIDs
+	NoQP        uint64 // destination QP does not exist
+}
+
+// Open starts a device on cfg.Link.
+func Open(cfg Config) (*Device, error) {
+	if cfg.Link == nil {
+		return nil, fmt.Errorf("qp: open device: no link")
+	}
+	if !cfg.IP.IsValid() {
+		return nil, fmt.Errorf("qp: open device: no IP address")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Name == "" {
+		cfg.Name = "goroce0"
+	}
+	d := &Device{
+		cfg: cfg, mrs: memreg.NewTable(cfg.Seed), atomics: atomic.NewExecutor(),
+		qps: map[uint32]*QP{}, nextQPN: 0x11, now: cfg.Now,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	copy(d.mac[:], cfg.Link.HardwareAddr())
+	d.gids = []GID{linkLocal(d.mac)}
+	ip := cfg.IP.Unmap()
+	if ip.Is4() {
+		d.gids = append(d.gids, netip.AddrFrom16(ip.As16()))
+	} else {
+		d.gids = append(d.gids, ip)
+	}
+	d.maxMTU = PathMTU(cfg.Link.MTU())
+	d.tx.init(cfg.Link, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	d.wg.Add(2)
+	go d.rxLoop()
+	go d.timerLoop()
+	return d, nil
+}
+
+// PathMTU is the largest IB MTU ≤ netdev MTU − 80 (rxe's RXE_MAX_HDR_LENGTH):
+// 1500 gives 1024, 9000 gives 4096.
+func PathMTU(netdevMTU int) transport.MTU {
+	m := transport.MTU4096
+	for ; m > transport.MTU256; m-- {
+		if m.Bytes() <= netdevMTU-80 {
+			break
+		}
+	}
+	return m
+}
+
+func linkLocal(mac [6]byte) GID {
+	var b [16]byte
+	b[0], b[1] = 0xfe, 0x80
+	b[8], b[9], b[10] = mac[0]^2, mac[1], mac[2]
+	b[11], b[12] = 0xff, 0xfe
+	b[13], b[14], b[15] = mac[3], mac[4], mac[5]
+	return netip.AddrFrom16(b)
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.cfg.Name }
+
+// GIDs returns the GID table.
+func (d *Device) GIDs() []GID { return append([]GID(nil), d.gids...) }
+
+// GID returns GID index i.
+func (d *Device) GID(i int) (GID, error) {
+	if i < 0 || i >= len(d.gids) {
+		return GID{}, fmt.Errorf("qp: GID index %d out of range (table has %d)", i, len(d.gids))
+	}
+	return d.gids[i], nil
+}
+
+// ActiveMTU is the port's path MTU.
+func (d *Device) ActiveMTU() transport.MTU { return d.maxMTU }
+
+// MAC returns the link's MAC address.
+func (d *Device) MAC() [6]byte { return d.mac }
+
+// Counters returns the device-wide transport counters.
+func (d *Device) Counters() transport.Counters {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.counters
+}
+
+// RxStats returns the receive-path drop counters.
+func (d *Device) RxStats() RxStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rxStats
+}
+
+// Close stops the device's goroutines and closes the link.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.done)
+	d.mu.Unlock()
+	err := d.cfg.Link.Close()
+	d.wg.Wait()
+	return err
+}
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() *PD { return &PD{dev: d, pd: d.mrs.AllocPD()} }
+
+// PD is a protection domain.
+type PD struct {
+	dev *Device
+	pd  *memreg.PD
+}
+
+// RegMR registers buf (ibv_reg_mr). The IOVA is buf's address. While it is
+// registered, the remote peer may read or write buf at any time the access
+// flags allow: the application should touch it only when a completion says
+// the data it needs is there.
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) { return pd.pd.Register(buf, access) }
+
+// RegMRIOVA registers buf with a chosen IOVA (ibv_reg_mr_iova).
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	return pd.pd.RegisterIOVA(buf, iova, access)
+}
+
+// Dealloc frees the PD (fails while MRs remain).
+func (pd *PD) Dealloc() error { return pd.pd.Dealloc() }
+
+// Device returns the PD's device.
+func (pd *PD) Device() *Device { return pd.dev }
+
+// rxLoop reads frame batches and dispatches them.
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	link := d.cfg.Link
+	n := link.BatchSize()
+	if n <= 0 {
+		n = 32
+	}
+	bufs := make([][]byte, n)
+	sizes := make([]int, n)
+	for i := range bufs {
+		bufs[i] = make([]byte, link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	}
+	var pkt wire.Packet
+	for {
+		cnt, err := link.ReadBatch(bufs, sizes)
+		if err != nil {
+			return
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return
+		}
+		now := d.now()
+		for i := 0; i < cnt; i++ {
+			d.input(bufs[i][:sizes[i]], &pkt, now)
+		}
+		d.tx.flush()
+		d.mu.Unlock()
+		d.kick()
+	}
+}
+
+// input parses one frame and hands it to its QP. Called with d.mu held.
+func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
+	d.rxStats.Frames++
+	if err := wire.Parse(frame, pkt); err != nil {
+		switch {
+		case errors.Is(err, wire.ErrBadICRC):
+			d.rxStats.BadICRC++
+		case errors.Is(err, wire.ErrNotRoCE), errors.Is(err, wire.ErrNotIP):
+			d.rxStats.NotRoCE++
+		default:
+			d.rxStats.ParseErrors++
+		}
+		return
+	}
+	dst := pkt.DstIP()
+	if dst != d.gids[1].Unmap() && netip.AddrFrom16(dst.As16()) != d.gids[1] {
+		d.rxStats.WrongDst++
+		return
+	}
+	q := d.qps[pkt.BTH.DestQP()]
+	if q == nil {
+		d.rxStats.NoQP++
+		return
+	}
+	q.eng.Receive(pkt, now)
+}
+
+// kick wakes the timer goroutine to recompute the earliest deadline.
+func (d *Device) kick() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// timerLoop calls the engines' Tick at their deadlines.
+func (d *Device) timerLoop() {
+	defer d.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		d.mu.Lock()
+		now := d.now()
+		var next time.Time
+		for _, q := range d.qps {
+			dl, ok := q.eng.Deadline()
+			if !ok {
+				continue
+			}
+			if !dl.After(now) {
+				q.eng.Tick(now)
+				dl, ok = q.eng.Deadline()
+				if !ok {
+					continue
+				}
+			}
+			if next.IsZero() || dl.Before(next) {
+				next = dl
+			}
+		}
+		d.tx.flush()
+		d.mu.Unlock()
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(next.Sub(now), 0)
+		}
+		t.Reset(wait)
+		select {
+		case <-d.done:
+			return
+		case <-d.wake:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		case <-t.C:
+		}
+	}
+}
+
+// txBatch collects the frames the engines produce during one call and
+// writes them to the link in one batch (it implements transport.Output).
+type txBatch struct {
+	link   nic.Link
+	bufs   [][]byte
+	frames [][]byte
+	n      int
+}
+
+func (b *txBatch) init(link nic.Link, frameLen int) {
+	size := link.BatchSize()
+	if size <= 0 {
+		size = 32
+	}
+	size = max(size, 64)
+	b.link = link
+	b.bufs = make([][]byte, size)
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, frameLen)
+	}
+	b.frames = make([][]byte, 0, size)
+}
+
+func (b *txBatch) Frame() []byte {
+	if len(b.frames) == len(b.bufs) {
+		b.flush()
+	}
+	return b.bufs[len(b.frames)]
+}
+
+func (b *txBatch) Send(n int) {
+	b.frames = append(b.frames, b.bufs[len(b.frames)][:n])
+}
+
+func (b *txBatch) flush() {
+	for off := 0; off < len(b.frames); {
+		n, err := b.link.WriteBatch(b.frames[off:])
+		if err != nil || n == 0 {
+			break // the link counted the loss; RC recovers by retransmission
+		}
+		off += n
+	}
+	b.frames = b.frames[:0]
+}

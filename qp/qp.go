@@ -1,0 +1,234 @@
+package qp
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+// InitAttr are the creation attributes of a QP (struct ibv_qp_init_attr).
+type InitAttr struct {
+	SendCQ, RecvCQ *CQ
+	Cap            Caps
+	SQSigAll       bool
+}
+
+// QP is a reliable-connected queue pair.
+type QP struct {
+	dev *Device
+	pd  *PD
+	eng *transport.QP
+}
+
+// CreateQP creates an RC QP in the RESET state (ibv_create_qp).
+func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
+	d := pd.dev
+	if ia.SendCQ == nil || ia.RecvCQ == nil {
+		return nil, fmt.Errorf("qp: create QP: send and receive CQs are required")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	qpn := d.nextQPN
+	for d.qps[qpn] != nil {
+		qpn++
+	}
+	eng, err := transport.New(transport.Config{
+		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
+		SendCQ: ia.SendCQ, RecvCQ: ia.RecvCQ, Out: &d.tx, PortMaxMTU: d.maxMTU,
+		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("qp: create QP: %w", err)
+	}
+	d.nextQPN = qpn + 1
+	q := &QP{dev: d, pd: pd, eng: eng}
+	d.qps[qpn] = q
+	return q, nil
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.eng.QPN() }
+
+// State returns the current state.
+func (q *QP) State() State {
+	q.dev.mu.Lock()
+	defer q.dev.mu.Unlock()
+	return q.eng.State()
+}
+
+// Query returns the attributes (ibv_query_qp).
+func (q *QP) Query() Attr {
+	q.dev.mu.Lock()
+	defer q.dev.mu.Unlock()
+	return q.eng.Attr()
+}
+
+// Counters returns this QP's counters.
+func (q *QP) Counters() Counters {
+	q.dev.mu.Lock()
+	defer q.dev.mu.Unlock()
+	return q.eng.Counters
+}
+
+// Modify changes state and attributes (ibv_modify_qp). With AttrAV, the
+// source GID is taken from the device's table at AV.SGIDIndex and the
+// destination MAC is resolved from AV.DGID.
+func (q *QP) Modify(a *Attr, mask AttrMask) error {
+	d := q.dev
+	if mask&transport.AttrAV != 0 {
+		sgid, err := d.GID(int(a.AV.SGIDIndex))
+		if err != nil {
+			return fmt.Errorf("qp: modify: %w: %w", err, transport.ErrInvalidArgument)
+		}
+		if sgid.Unmap().Is6() && sgid.IsLinkLocalUnicast() {
+			return fmt.Errorf("qp: modify: GID index %d is the link-local RoCE v1 style GID; use index 1 (%v): %w",
+				a.AV.SGIDIndex, d.gids[1], transport.ErrInvalidArgument)
+		}
+		a.AV.SGID = sgid
+		mac, err := d.resolve(a.AV.DGID)
+		if err != nil {
+			return err
+		}
+		copy(a.AV.DMAC[:], mac)
+		a.AV.SMAC = d.mac
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := q.eng.Modify(a, mask, d.now())
+	d.tx.flush()
+	d.kick()
+	return err
+}
+
+func (d *Device) resolve(ip GID) (net.HardwareAddr, error) {
+	ip = ip.Unmap()
+	if d.cfg.Resolve != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		mac, err := d.cfg.Resolve(ctx, ip)
+		if err != nil {
+			return nil, fmt.Errorf("qp: resolving the MAC of %v: %w", ip, err)
+		}
+		return mac, nil
+	}
+	if mac, ok := d.cfg.Neighbors[ip]; ok {
+		return mac, nil
+	}
+	return nil, fmt.Errorf("qp: no neighbour entry for %v (wrong GID or peer address?)", ip)
+}
+
+// PostSend posts a send work request (ibv_post_send).
+func (q *QP) PostSend(wr *SendWR) error {
+	d := q.dev
+	d.mu.Lock()
+	err := q.eng.PostSend(wr, d.now())
+	d.tx.flush()
+	d.mu.Unlock()
+	d.kick()
+	return err
+}
+
+// PostRecv posts a receive work request (ibv_post_recv).
+func (q *QP) PostRecv(wr *RecvWR) error {
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return q.eng.PostRecv(wr)
+}
+
+// Destroy removes the QP (ibv_destroy_qp).
+func (q *QP) Destroy() error {
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.qps, q.QPN())
+	return nil
+}
+
+// Remote describes the peer of a connection, as exchanged out of band by
+// rc_pingpong / perftest (QPN, PSN, GID) plus the path MTU to use.
+type Remote struct {
+	QPN uint32
+	PSN uint32
+	GID GID
+	MTU MTU
+}
+
+// ConnectOptions are the local choices for Connect; zero values take the
+// defaults perftest uses (PROTOCOL.md §4).
+type ConnectOptions struct {
+	SGIDIndex       uint8
+	SQPSN           uint32
+	Access          Access // QP access flags; default REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC
+	MaxRdAtomic     uint8  // default 16
+	MaxDestRdAtomic uint8  // default 16
+	Timeout         uint8  // default 14 (≈67 ms)
+	RetryCnt        uint8  // default 7
+	RNRRetry        uint8  // default 7 (infinite)
+	MinRNRTimer     uint8  // default 12 (640 µs)
+	HopLimit        uint8  // default 64
+	TrafficClass    uint8
+	SetRetry        bool // use RetryCnt/RNRRetry/Timeout even when zero
+}
+
+// Connect moves the QP from RESET (or INIT) through INIT and RTR to RTS,
+// the way rc_pingpong and perftest do with explicit ibv_modify_qp calls.
+func (q *QP) Connect(r Remote, o ConnectOptions) error {
+	if o.Access == 0 {
+		o.Access = memreg.RemoteWrite | memreg.RemoteRead | memreg.RemoteAtomic
+	}
+	if o.MaxRdAtomic == 0 {
+		o.MaxRdAtomic = 16
+	}
+	if o.MaxDestRdAtomic == 0 {
+		o.MaxDestRdAtomic = 16
+	}
+	if !o.SetRetry {
+		if o.Timeout == 0 {
+			o.Timeout = 14
+		}
+		if o.RetryCnt == 0 {
+			o.RetryCnt = 7
+		}
+		if o.RNRRetry == 0 {
+			o.RNRRetry = 7
+		}
+	}
+	if o.MinRNRTimer == 0 {
+		o.MinRNRTimer = 12
+	}
+	if o.SGIDIndex == 0 {
+		o.SGIDIndex = 1 // the RoCEv2 IPv4-mapped (or IPv6) GID; index 0 is link-local
+	}
+	if o.HopLimit == 0 {
+		o.HopLimit = 64
+	}
+	if r.MTU == 0 {
+		r.MTU = q.dev.maxMTU
+	}
+	if q.State() == transport.StateReset {
+		if err := q.Modify(&Attr{State: transport.StateInit, Port: 1, AccessFlags: o.Access},
+			transport.AttrState|transport.AttrPKeyIndex|transport.AttrPort|transport.AttrAccessFlags); err != nil {
+			return err
+		}
+	}
+	if err := q.Modify(&Attr{State: transport.StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
+		MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer,
+		AV: AV{DGID: r.GID, SGIDIndex: o.SGIDIndex, HopLimit: o.HopLimit, TrafficClass: o.TrafficClass}},
+		transport.AttrState|transport.AttrAV|transport.AttrPathMTU|transport.AttrDestQPN|transport.AttrRQPSN|
+			transport.AttrMaxDestRdAtomic|transport.AttrMinRNRTimer); err != nil {
+		return err
+	}
+	return q.Modify(&Attr{State: transport.StateRTS, Timeout: o.Timeout, RetryCnt: o.RetryCnt, RNRRetry: o.RNRRetry,
+		SQPSN: wire.PSN(o.SQPSN), MaxRdAtomic: o.MaxRdAtomic},
+		transport.AttrState|transport.AttrTimeout|transport.AttrRetryCnt|transport.AttrRNRRetry|transport.AttrSQPSN|
+			transport.AttrMaxQPRdAtomic)
+}

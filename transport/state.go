@@ -1,0 +1,105 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrInvalidArgument is the errno-like class of every rejected Modify or
+// Post call (ibv_modify_qp / ibv_post_send return EINVAL).
+var ErrInvalidArgument = errors.New("invalid argument")
+
+// ModifyError explains why a Modify call was rejected.
+type ModifyError struct {
+	From, To State
+	Missing  AttrMask // required attributes that were not given
+	Extra    AttrMask // attributes that this transition does not accept
+	Reason   string
+}
+
+func (e *ModifyError) Error() string {
+	s := fmt.Sprintf("modify QP %v->%v", e.From, e.To)
+	if e.Missing != 0 {
+		s += fmt.Sprintf(": missing attributes %v", e.Missing)
+	}
+	if e.Extra != 0 {
+		s += fmt.Sprintf(": attributes not allowed in this transition %v", e.Extra)
+	}
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s
+}
+
+func (e *ModifyError) Unwrap() error { return ErrInvalidArgument }
+
+var attrMaskNames = []string{"STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCESS_FLAGS", "PKEY_INDEX",
+	"PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC",
+	"ALT_PATH", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "PATH_MIG_STATE", "CAP", "DEST_QPN"}
+
+func (m AttrMask) String() string {
+	s := ""
+	for i, n := range attrMaskNames {
+		if m&(1<<i) != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n
+		}
+	}
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+// transition lists the required and optional attributes of one RC state
+// transition, as ib_modify_qp_is_ok's qp_state_table does
+// (drivers/infiniband/core/verbs.c).
+type transition struct {
+	ok            bool
+	req, optional AttrMask
+}
+
+var rcTransitions = func() (t [7][7]transition) {
+	for from := range t {
+		t[from][StateReset] = transition{ok: true}
+		t[from][StateErr] = transition{ok: true}
+	}
+	t[StateReset][StateInit] = transition{ok: true, req: AttrPKeyIndex | AttrPort | AttrAccessFlags}
+	t[StateInit][StateInit] = transition{ok: true, optional: AttrPKeyIndex | AttrPort | AttrAccessFlags}
+	t[StateInit][StateRTR] = transition{ok: true,
+		req:      AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer,
+		optional: AttrAltPath | AttrAccessFlags | AttrPKeyIndex}
+	t[StateRTR][StateRTS] = transition{ok: true,
+		req:      AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrSQPSN | AttrMaxQPRdAtomic,
+		optional: AttrCurState | AttrAltPath | AttrAccessFlags | AttrMinRNRTimer | AttrPathMigState}
+	t[StateRTS][StateRTS] = transition{ok: true,
+		optional: AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState | AttrMinRNRTimer}
+	t[StateRTS][StateSQD] = transition{ok: true, optional: AttrEnSQDAsyncNotify}
+	t[StateSQD][StateRTS] = transition{ok: true,
+		optional: AttrCurState | AttrAltPath | AttrAccessFlags | AttrMinRNRTimer | AttrPathMigState}
+	t[StateSQD][StateSQD] = transition{ok: true,
+		optional: AttrAV | AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer | AttrPathMigState |
+			AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic | AttrMaxDestRdAtomic}
+	return t
+}()
+
+// checkTransition validates mask for cur→next like ib_modify_qp_is_ok.
+func checkTransition(cur, next State, mask AttrMask) error {
+	if cur > StateErr || next > StateErr || cur == StateSQE || next == StateSQE {
+		return &ModifyError{From: cur, To: next, Reason: "state not used by RC QPs"}
+	}
+	tr := rcTransitions[cur][next]
+	if !tr.ok {
+		return &ModifyError{From: cur, To: next, Reason: "transition not allowed"}
+	}
+	m := mask &^ (AttrState | AttrCap)
+	if missing := tr.req &^ m; missing != 0 {
+		return &ModifyError{From: cur, To: next, Missing: missing}
+	}
+	if extra := m &^ (tr.req | tr.optional); extra != 0 {
+		return &ModifyError{From: cur, To: next, Extra: extra}
+	}
+	return nil
+}
