@@ -1,0 +1,694 @@
+//go:build linux
+
+package afxdp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"net"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/goroce/goroce/nic"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Mode chooses how the XDP program is attached.
+type Mode int
+
+const (
+	// ModeAuto tries native (driver) mode and falls back to generic mode.
+	ModeAuto Mode = iota
+	// ModeNative requires native (driver) mode.
+	ModeNative
+	// ModeGeneric uses generic (SKB) mode, which every device has.
+	ModeGeneric
+)
+
+// Options configure Open. The zero value is a good default.
+type Options struct {
+	// FrameSize is the UMEM chunk size: 4096 (default) or 2048. A received
+	// frame must fit in FrameSize-256 bytes (XDP_PACKET_HEADROOM).
+	FrameSize int
+	// NumFrames is the number of UMEM chunks, a power of two >= 64
+	// (default 4096). Half receive, half transmit; every ring has
+	// NumFrames/2 descriptors.
+	NumFrames int
+	// BatchSize is what BatchSize reports (default 64).
+	BatchSize int
+	// Mode selects native or generic XDP (default ModeAuto).
+	Mode Mode
+	// ZeroCopy requires a zero-copy socket (XDP_ZEROCOPY); bind fails where
+	// the driver has none (veth). By default the kernel picks zero copy
+	// when it can, else copy mode; generic mode always binds in copy mode.
+	ZeroCopy bool
+	// TxBudget is XDP_MAX_TX_SKB_BUDGET, the number of frames one kick sends
+	// in copy mode (default 256; negative leaves the kernel default, 32).
+	// Kernels without the option keep their default, with a log line.
+	TxBudget int
+	// Logger receives one line about the attach mode and fallbacks
+	// (default slog.Default()).
+	Logger *slog.Logger
+}
+
+const (
+	defaultFrameSize = 4096
+	defaultNumFrames = 4096
+	defaultBatchSize = 64
+	defaultTxBudget  = 256
+	// xdpPacketHeadroom is what the kernel keeps in front of a received
+	// frame inside its chunk (XDP_PACKET_HEADROOM).
+	xdpPacketHeadroom = unix.XDP_PACKET_HEADROOM
+	ethHeaderLen      = 14
+	vlanTagLen        = 4
+	xskMapEntries     = 64
+)
+
+// Link is an AF_XDP socket on one queue of one interface, with the steering
+// program attached. It implements nic.Link.
+type Link struct {
+	ifname  string
+	ifindex int
+	queue   int
+	mtu     int
+	hw      net.HardwareAddr
+	mode    string
+	batch   int
+
+	fd   int // AF_XDP socket
+	efd  int // eventfd: written once by Close, wakes poll(2)
+	umem []byte
+	// frameSize is the chunk size; frameMask clears the offset inside a
+	// chunk from a UMEM address.
+	frameSize uint32
+	frameMask uint64
+
+	ringMem [4][]byte
+
+	// Receive side, owned by ReadBatch (rxMu).
+	rxMu   sync.Mutex
+	rx     descRing
+	fill   addrRing
+	rxPoll [2]unix.PollFd
+
+	// Transmit side, owned by WriteBatch (txMu).
+	txMu   sync.Mutex
+	tx     descRing
+	comp   addrRing
+	txFree []uint64 // free transmit chunks (a stack)
+	txPoll [2]unix.PollFd
+
+	needWakeup bool // bound with XDP_USE_NEED_WAKEUP
+	zeroCopy   bool
+
+	// fdMu orders Close's release of the socket against KernelStats.
+	fdMu sync.Mutex
+
+	xsks *ebpf.Map
+	prog *ebpf.Program
+	lnk  link.Link
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	rxFrames, rxBytes, rxTooBig atomic.Uint64
+	txFrames, txBytes, txTooBig atomic.Uint64
+	txRingFull, wakeups         atomic.Uint64
+	lastXDPStats                unix.XDPStatistics // after Close
+}
+
+var _ nic.Link = (*Link)(nil)
+
+// Open creates an AF_XDP socket on queue queue of the interface ifname,
+// attaches the steering program (see the package doc) and returns the link.
+// It acts in the calling thread's network namespace. It needs root (or
+// CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF); missing kernel features and
+// privileges give a *NotSupportedError.
+func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
+	if opts.FrameSize == 0 {
+		opts.FrameSize = defaultFrameSize
+	}
+	if opts.FrameSize != 2048 && opts.FrameSize != 4096 {
+		return nil, fmt.Errorf("afxdp: frame size %d: must be 2048 or 4096", opts.FrameSize)
+	}
+	if opts.NumFrames == 0 {
+		opts.NumFrames = defaultNumFrames
+	}
+	if opts.NumFrames < 64 || opts.NumFrames > 1<<20 || bits.OnesCount(uint(opts.NumFrames)) != 1 {
+		return nil, fmt.Errorf("afxdp: %d frames: must be a power of two in [64, 2^20]", opts.NumFrames)
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = defaultBatchSize
+	}
+	if opts.TxBudget == 0 {
+		opts.TxBudget = defaultTxBudget
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if queue < 0 || queue >= xskMapEntries {
+		return nil, fmt.Errorf("afxdp: queue %d out of range [0, %d)", queue, xskMapEntries)
+	}
+
+	ifi, err := interfaceByName(ifname)
+	if err != nil {
+		return nil, err
+	}
+	attrs := ifi
+	l := &Link{
+		ifname:    ifname,
+		ifindex:   attrs.Index,
+		queue:     queue,
+		hw:        append(net.HardwareAddr(nil), attrs.HardwareAddr...),
+		batch:     opts.BatchSize,
+		fd:        -1,
+		efd:       -1,
+		frameSize: uint32(opts.FrameSize),
+		frameMask: ^uint64(opts.FrameSize - 1),
+	}
+	// The IP MTU a frame can carry: the interface's, capped by one chunk
+	// minus the kernel's headroom, an Ethernet header and a VLAN tag.
+	l.mtu = min(attrs.MTU, opts.FrameSize-xdpPacketHeadroom-ethHeaderLen-vlanTagLen)
+	defer func() {
+		if err != nil {
+			l.release()
+		}
+	}()
+
+	if err := l.setupSocket(opts); err != nil {
+		return nil, err
+	}
+	if err := removeStaleProgram(attrs); err != nil {
+		return nil, err
+	}
+	if l.xsks, err = newXSKMap(xskMapEntries); err != nil {
+		return nil, err
+	}
+	if l.prog, err = loadRedirectProgram(l.xsks, xdpPass); err != nil {
+		return nil, err
+	}
+	var nativeErr error
+	l.lnk, l.mode, nativeErr, err = attachXDP(l.prog, l.ifindex, opts.Mode)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.bind(opts); err != nil {
+		return nil, err
+	}
+	l.zeroCopy = l.readZeroCopy()
+	if err := l.xsks.Put(uint32(queue), uint32(l.fd)); err != nil {
+		return nil, opError("XSKMAP update", err)
+	}
+	if l.mtu < attrs.MTU {
+		opts.Logger.Warn("afxdp: interface MTU larger than a UMEM chunk carries; reporting the smaller MTU",
+			"ifname", ifname, "if_mtu", attrs.MTU, "mtu", l.mtu, "frame_size", opts.FrameSize)
+	}
+	logAttrs := []any{"ifname", ifname, "queue", queue, "mode", l.mode, "zerocopy", l.ZeroCopy(), "mtu", l.mtu}
+	if nativeErr != nil {
+		logAttrs = append(logAttrs, "native_error", nativeErr.Error())
+	}
+	opts.Logger.Info("afxdp: XDP program attached", logAttrs...)
+	return l, nil
+}
+
+// interfaceByName looks the interface up through netlink, which also
+// reports an attached XDP program.
+func interfaceByName(ifname string) (*netlink.LinkAttrs, error) {
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return nil, opError("interface "+ifname, err)
+	}
+	return nl.Attrs(), nil
+}
+
+// removeStaleProgram deals with an XDP program already on the interface.
+// Programs attached through a bpf_link (as Open does) vanish with their
+// process, so a crashed goroce leaves nothing behind that way; a program
+// attached through netlink (IFLA_XDP) stays. If it is one of ours (by name)
+// it is detached through netlink; if it is foreign, or held by a live
+// bpf_link (netlink then answers EBUSY), Open fails rather than take the
+// interface from its owner.
+func removeStaleProgram(attrs *netlink.LinkAttrs) error {
+	x := attrs.Xdp
+	if x == nil || !x.Attached || x.ProgId == 0 {
+		return nil
+	}
+	name := "?"
+	if p, err := ebpf.NewProgramFromID(ebpf.ProgramID(x.ProgId)); err == nil {
+		if info, err := p.Info(); err == nil {
+			name = info.Name
+		}
+		p.Close()
+	}
+	if name != redirectProgName && name != passProgName {
+		return opError("attach XDP", fmt.Errorf("%s already has XDP program %q (id %d); remove it first (ip link set dev %s xdp off)",
+			attrs.Name, name, x.ProgId, attrs.Name))
+	}
+	// XDP_ATTACHED_DRV = 1, XDP_ATTACHED_SKB = 2 (include/uapi/linux/if_link.h).
+	var flags int
+	switch x.AttachMode {
+	case 1:
+		flags = unix.XDP_FLAGS_DRV_MODE
+	case 2:
+		flags = unix.XDP_FLAGS_SKB_MODE
+	}
+	nl, err := netlink.LinkByIndex(attrs.Index)
+	if err == nil {
+		err = netlink.LinkSetXdpFdWithFlags(nl, -1, flags)
+	}
+	if err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return opError("attach XDP", fmt.Errorf("%s: goroce XDP program %q (id %d) is held by a live bpf_link: another process is using this interface",
+				attrs.Name, name, x.ProgId))
+		}
+		return opError("remove stale XDP program", err)
+	}
+	return nil
+}
+
+// setupSocket creates the socket and the UMEM and maps the four rings.
+func (l *Link) setupSocket(opts Options) error {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.EAFNOSUPPORT), errors.Is(err, unix.EPROTONOSUPPORT):
+			return notSupported("AF_XDP socket", "CONFIG_XDP_SOCKETS and kernel >= 5.4", err)
+		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+			return notSupported("AF_XDP socket", "CAP_NET_RAW (root)", err)
+		}
+		return opError("AF_XDP socket", err)
+	}
+	l.fd = fd
+	l.efd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return opError("eventfd", err)
+	}
+
+	n := uint32(opts.NumFrames)
+	half := n / 2
+	l.umem, err = unix.Mmap(-1, 0, int(n)*opts.FrameSize, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return opError("mmap UMEM", err)
+	}
+	reg := unix.XDPUmemReg{
+		Addr: uint64(uintptr(unsafe.Pointer(&l.umem[0]))),
+		Len:  uint64(len(l.umem)),
+		Size: uint32(opts.FrameSize),
+	}
+	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
+		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) {
+			return notSupported("AF_XDP UMEM registration", "RLIMIT_MEMLOCK >= UMEM size or CAP_IPC_LOCK", err)
+		}
+		return opError("XDP_UMEM_REG", err)
+	}
+	for _, o := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, o, int(half)); err != nil {
+			return opError("ring size", err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	optlen := uint32(unsafe.Sizeof(off))
+	if err := getsockopt(fd, unix.XDP_MMAP_OFFSETS, unsafe.Pointer(&off), &optlen); err != nil {
+		return opError("XDP_MMAP_OFFSETS", err)
+	}
+	if optlen != uint32(unsafe.Sizeof(off)) {
+		// Kernels before 5.4 have no flags word (no need_wakeup).
+		return notSupported("AF_XDP ring flags", "kernel >= 5.4", unix.EINVAL)
+	}
+	maps := []struct {
+		pgoff    int64
+		off      unix.XDPRingOffset
+		descSize uint32
+	}{
+		{unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, 8},
+		{unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, 8},
+		{unix.XDP_PGOFF_RX_RING, off.Rx, uint32(unsafe.Sizeof(unix.XDPDesc{}))},
+		{unix.XDP_PGOFF_TX_RING, off.Tx, uint32(unsafe.Sizeof(unix.XDPDesc{}))},
+	}
+	for i, m := range maps {
+		mem, err := unix.Mmap(fd, m.pgoff, ringBytes(m.off, half, m.descSize),
+			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+		if err != nil {
+			return opError("mmap ring", err)
+		}
+		l.ringMem[i] = mem
+	}
+	l.fill.initAddr(l.ringMem[0], off.Fr, half)
+	l.comp.initAddr(l.ringMem[1], off.Cr, half)
+	l.rx.initDesc(l.ringMem[2], off.Rx, half)
+	l.tx.initDesc(l.ringMem[3], off.Tx, half)
+
+	// Chunks [0, half) receive: all of them start on the fill ring.
+	// Chunks [half, n) transmit: all of them start free.
+	for i := range half {
+		l.fill.descs[i&l.fill.mask] = uint64(i) * uint64(opts.FrameSize)
+	}
+	l.fill.submit(l.fill.free(half))
+	l.txFree = make([]uint64, 0, half)
+	for i := n - 1; i >= half; i-- {
+		l.txFree = append(l.txFree, uint64(i)*uint64(opts.FrameSize))
+	}
+
+	if opts.TxBudget > 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, opts.TxBudget); err != nil {
+			opts.Logger.Info("afxdp: XDP_MAX_TX_SKB_BUDGET not available; copy-mode kicks send 32 frames",
+				"ifname", l.ifname, "error", err)
+		}
+	}
+	l.rxPoll = [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(l.efd), Events: unix.POLLIN}}
+	l.txPoll = [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}, {Fd: int32(l.efd), Events: unix.POLLIN}}
+	return nil
+}
+
+// bind binds the socket to the queue, with need_wakeup; copy mode in
+// generic XDP mode, zero copy only when asked.
+func (l *Link) bind(opts Options) error {
+	flags := uint16(unix.XDP_USE_NEED_WAKEUP)
+	switch {
+	case opts.ZeroCopy:
+		flags |= unix.XDP_ZEROCOPY
+	case l.mode == "generic":
+		flags |= unix.XDP_COPY
+	}
+	err := unix.Bind(l.fd, &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(l.ifindex), QueueID: uint32(l.queue)})
+	if err != nil {
+		switch {
+		case opts.ZeroCopy && errors.Is(err, unix.EOPNOTSUPP):
+			return notSupported("AF_XDP zero copy", "a driver with AF_XDP zero-copy support", err)
+		case errors.Is(err, unix.EBUSY):
+			return opError("bind", fmt.Errorf("%s queue %d already has an AF_XDP socket: %w", l.ifname, l.queue, err))
+		case errors.Is(err, unix.EINVAL):
+			return opError("bind", fmt.Errorf("%s queue %d (does the queue exist? need_wakeup needs kernel >= 5.4): %w", l.ifname, l.queue, err))
+		}
+		return opError("bind", err)
+	}
+	l.needWakeup = true
+	return nil
+}
+
+// ZeroCopy reports whether the socket runs in zero-copy mode (XDP_OPTIONS
+// at Open); false means copy mode.
+func (l *Link) ZeroCopy() bool { return l.zeroCopy }
+
+func (l *Link) readZeroCopy() bool {
+	var o struct{ flags uint32 }
+	optlen := uint32(unsafe.Sizeof(o))
+	if err := getsockopt(l.fd, unix.XDP_OPTIONS, unsafe.Pointer(&o), &optlen); err != nil {
+		return false
+	}
+	return o.flags&unix.XDP_OPTIONS_ZEROCOPY != 0
+}
+
+// Mode says how the XDP program is attached: "native" or "generic".
+func (l *Link) Mode() string { return l.mode }
+
+// BatchSize implements nic.Link.
+func (l *Link) BatchSize() int { return l.batch }
+
+// MTU implements nic.Link: the interface MTU, capped by what one UMEM chunk
+// carries (FrameSize - 256 - 18).
+func (l *Link) MTU() int { return l.mtu }
+
+// HardwareAddr implements nic.Link.
+func (l *Link) HardwareAddr() net.HardwareAddr { return l.hw }
+
+// ReadBatch implements nic.Link. It copies frames out of the UMEM and gives
+// their chunks straight back to the fill ring; it sleeps in poll(2) only
+// when the RX ring is empty.
+func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	want := uint32(min(len(bufs), len(sizes)))
+	for {
+		if l.closed.Load() {
+			return 0, nic.ErrClosed
+		}
+		if want == 0 {
+			return 0, nil
+		}
+		if n := l.rx.available(want); n > 0 {
+			if got := l.receive(n, bufs, sizes); got > 0 {
+				return got, nil
+			}
+			continue // all of them were too big for their buffers
+		}
+		_, err := unix.Poll(l.rxPoll[:], -1)
+		if err != nil && err != unix.EINTR {
+			return 0, opError("poll", err)
+		}
+	}
+}
+
+// receive consumes n descriptors from the RX ring.
+func (l *Link) receive(n uint32, bufs [][]byte, sizes []int) int {
+	// The fill ring has as many slots as there are receive chunks, so the
+	// n chunks in hand always fit; free is only a safety net.
+	fn := l.fill.free(n)
+	got, bytes, tooBig := 0, 0, uint64(0)
+	for i := range n {
+		d := l.rx.descs[(l.rx.cons+i)&l.rx.mask]
+		end := d.Addr + uint64(d.Len)
+		if end <= uint64(len(l.umem)) && int(d.Len) <= len(bufs[got]) {
+			sizes[got] = copy(bufs[got], l.umem[d.Addr:end])
+			bytes += sizes[got]
+			got++
+		} else {
+			tooBig++
+		}
+		if i < fn {
+			l.fill.descs[(l.fill.prod+i)&l.fill.mask] = d.Addr & l.frameMask
+		}
+	}
+	l.rx.release(n)
+	l.fill.submit(fn)
+	if l.needWakeup && l.fill.needWakeup() {
+		// Zero-copy drivers stop receiving when the fill ring ran dry and
+		// ask to be woken (af_xdp.rst, "XDP_USE_NEED_WAKEUP").
+		unix.Recvfrom(l.fd, nil, unix.MSG_DONTWAIT)
+		l.wakeups.Add(1)
+	}
+	l.rxFrames.Add(uint64(got))
+	l.rxBytes.Add(uint64(bytes))
+	if tooBig > 0 {
+		l.rxTooBig.Add(tooBig)
+	}
+	return got
+}
+
+// WriteBatch implements nic.Link. Each frame is copied into a free transmit
+// chunk and posted on the TX ring; the batch is then kicked with one
+// sendto(2) if the kernel asks for it. When the ring or the transmit chunks
+// run out it reaps completions, kicks and waits (back-pressure) until every
+// frame is queued or the link is closed. A frame larger than FrameSize, or
+// empty, is dropped and counted (TxDrops) and still counts as accepted.
+func (l *Link) WriteBatch(frames [][]byte) (int, error) {
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	done, posted := 0, false
+	for done < len(frames) {
+		if l.closed.Load() {
+			return done, nic.ErrClosed
+		}
+		l.reap()
+		room := l.tx.free(uint32(min(len(frames)-done, len(l.txFree))))
+		if room == 0 {
+			l.txRingFull.Add(1)
+			l.kick()
+			l.reap()
+			if len(l.txFree) == 0 || l.tx.free(1) == 0 {
+				if _, err := unix.Poll(l.txPoll[:], 1); err != nil && err != unix.EINTR {
+					return done, opError("poll", err)
+				}
+			}
+			continue
+		}
+		var k uint32
+		bytes := 0
+		for k < room && done < len(frames) {
+			f := frames[done]
+			done++
+			if len(f) == 0 || len(f) > int(l.frameSize) {
+				l.txTooBig.Add(1)
+				continue
+			}
+			addr := l.txFree[len(l.txFree)-1]
+			l.txFree = l.txFree[:len(l.txFree)-1]
+			copy(l.umem[addr:addr+uint64(l.frameSize)], f)
+			l.tx.descs[(l.tx.prod+k)&l.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(len(f))}
+			k++
+			bytes += len(f)
+		}
+		if k > 0 {
+			posted = true
+			l.tx.submit(k)
+			l.txFrames.Add(uint64(k))
+			l.txBytes.Add(uint64(bytes))
+		}
+	}
+	if posted {
+		l.kick()
+	}
+	return done, nil
+}
+
+// maxKicks bounds the sendto calls of one kick: in copy mode each sends at
+// most the TX budget and answers EAGAIN while descriptors remain.
+const maxKicks = 16
+
+// kick asks the kernel to send what is on the TX ring, if it needs asking.
+func (l *Link) kick() {
+	if l.needWakeup && !l.tx.needWakeup() {
+		return
+	}
+	for range maxKicks {
+		l.wakeups.Add(1)
+		err := unix.Sendto(l.fd, nil, unix.MSG_DONTWAIT, nil)
+		if err != unix.EAGAIN {
+			// nil, or a transient condition (EBUSY, ENOBUFS, ENETDOWN):
+			// the frames stay on the ring for the next kick.
+			return
+		}
+		if l.tx.consumer.Load() == l.tx.prod {
+			return
+		}
+	}
+}
+
+// reap moves completed transmit chunks back to the free list.
+func (l *Link) reap() {
+	n := l.comp.available(l.comp.size)
+	for i := range n {
+		l.txFree = append(l.txFree, l.comp.descs[(l.comp.cons+i)&l.comp.mask]&l.frameMask)
+	}
+	if n > 0 {
+		l.comp.release(n)
+	}
+}
+
+// XDPStats are the kernel's per-socket counters (XDP_STATISTICS).
+type XDPStats = unix.XDPStatistics
+
+// KernelStats returns the socket's XDP_STATISTICS (the last values after
+// Close).
+func (l *Link) KernelStats() XDPStats {
+	l.fdMu.Lock()
+	defer l.fdMu.Unlock()
+	if l.fd < 0 {
+		return l.lastXDPStats
+	}
+	return l.readXDPStats()
+}
+
+func (l *Link) readXDPStats() XDPStats {
+	var s unix.XDPStatistics
+	optlen := uint32(unsafe.Sizeof(s))
+	if l.fd >= 0 {
+		getsockopt(l.fd, unix.XDP_STATISTICS, unsafe.Pointer(&s), &optlen)
+	}
+	return s
+}
+
+// Stats implements nic.Link. RxDrops adds frames too big for the caller's
+// buffer to the kernel's rx_dropped (no fill chunk, frame larger than a
+// chunk) and rx_ring_full; TxDrops adds oversized frames to
+// tx_invalid_descs; RingFull counts the times WriteBatch found the TX ring
+// or the transmit chunks exhausted; Wakeups counts sendto/recvfrom kicks.
+func (l *Link) Stats() nic.Stats {
+	k := l.KernelStats()
+	return nic.Stats{
+		RxFrames: l.rxFrames.Load(),
+		RxBytes:  l.rxBytes.Load(),
+		TxFrames: l.txFrames.Load(),
+		TxBytes:  l.txBytes.Load(),
+		RxDrops:  l.rxTooBig.Load() + k.Rx_dropped + k.Rx_ring_full,
+		TxDrops:  l.txTooBig.Load() + k.Tx_invalid_descs,
+		RingFull: l.txRingFull.Load(),
+		Wakeups:  l.wakeups.Load(),
+	}
+}
+
+// Close detaches and unloads the XDP program, wakes every blocked
+// ReadBatch and WriteBatch (they return nic.ErrClosed), waits for them to
+// leave, then closes the socket and unmaps its memory.
+func (l *Link) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		var one [8]byte
+		one[0] = 1 // eventfd counters are host-endian; any non-zero value wakes
+		unix.Write(l.efd, one[:])
+		l.rxMu.Lock()
+		l.txMu.Lock()
+		l.fdMu.Lock()
+		l.lastXDPStats = l.readXDPStats()
+		l.closeErr = l.release()
+		l.fdMu.Unlock()
+		l.txMu.Unlock()
+		l.rxMu.Unlock()
+	})
+	return l.closeErr
+}
+
+// release frees everything Open acquired, in reverse order.
+func (l *Link) release() error {
+	var errs []error
+	if l.lnk != nil {
+		if err := l.lnk.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("detach XDP: %w", err))
+		}
+		l.lnk = nil
+	}
+	if l.prog != nil {
+		l.prog.Close()
+		l.prog = nil
+	}
+	if l.xsks != nil {
+		l.xsks.Close()
+		l.xsks = nil
+	}
+	for i, m := range l.ringMem {
+		if m != nil {
+			unix.Munmap(m)
+			l.ringMem[i] = nil
+		}
+	}
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
+	if l.umem != nil {
+		unix.Munmap(l.umem)
+		l.umem = nil
+	}
+	if l.efd >= 0 {
+		unix.Close(l.efd)
+		l.efd = -1
+	}
+	if len(errs) > 0 {
+		return opError("close", errors.Join(errs...))
+	}
+	return nil
+}
+
+func setsockopt(fd, name int, p unsafe.Pointer, n uintptr) error {
+	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(name), uintptr(p), n, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func getsockopt(fd, name int, p unsafe.Pointer, n *uint32) error {
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(name), uintptr(p), uintptr(unsafe.Pointer(n)), 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+// Package afxdp is goroce's AF_XDP backend for nic.Link: it moves whole
+// Ethernet frames between goroce and one queue of a Linux interface through
+// an AF_XDP socket, with an XDP program that steers only RoCEv2 (UDP port
+// 4791) to the socket and leaves everything else to the kernel.
+//
+// # Model
+//
+// An AF_XDP socket shares one memory area, the UMEM, with the kernel. The
+// UMEM is cut into equal frames (chunks) of Options.FrameSize bytes (4096 by
+// default, or 2048). Four single-producer/single-consumer rings of
+// descriptors, each mmapped from the socket, move frames between the two
+// sides (see Documentation/networking/af_xdp.rst in the kernel):
+//
+//	fill ring        user → kernel  UMEM addresses the kernel may receive into
+//	RX ring          kernel → user  {addr, len} of received frames
+//	TX ring          user → kernel  {addr, len} of frames to send
+//	completion ring  kernel → user  UMEM addresses whose transmission is done
+//
+// Each ring has a producer and a consumer index in shared memory. The
+// producer writes descriptors, then publishes them with a release store of
+// its index; the consumer reads the other side's index with an acquire load,
+// reads the descriptors, then releases them with a release store of its own
+// index. This is the order libxdp's xsk.h uses (__atomic_load_n with
+// __ATOMIC_ACQUIRE, __atomic_store_n with __ATOMIC_RELEASE); Go's sync/atomic
+// loads and stores are sequentially consistent, which is stronger. Each side
+// caches the other side's index and only reloads it when the cache says the
+// ring is empty (consumer) or full (producer), so a batch costs two atomic
+// operations, not two per frame.
+//
+// The UMEM is split in two fixed halves: the receive half circulates between
+// the fill ring and the RX ring (ReadBatch copies a frame out and gives its
+// chunk straight back to the fill ring), the transmit half is a free list
+// owned by WriteBatch (a frame is copied into a free chunk, posted on the TX
+// ring, and the chunk returns to the free list when the completion ring hands
+// it back). The receive side is owned by the ReadBatch goroutine and the
+// transmit side by the WriteBatch goroutine, so neither needs a lock on the
+// data path.
+//
+// # Syscalls
+//
+// Receiving costs no syscall while frames are waiting; ReadBatch sleeps in
+// poll(2) on the socket and an eventfd only when the RX ring is empty. Close
+// writes the eventfd, which wakes every sleeper. Transmitting costs one
+// sendto(2) "kick" per batch, and only when the kernel asks for one
+// (XDP_RING_NEED_WAKEUP on the TX ring; in copy mode it always does). The
+// socket sets XDP_MAX_TX_SKB_BUDGET to 256 when the kernel has it, so one kick
+// sends a whole batch in copy mode (the default budget of 32 halves the rate,
+// see PERF-FACTS.md).
+//
+// # The XDP program
+//
+// The program is assembled at run time with cilium/ebpf/asm (no C compiler):
+// it parses Ethernet (with at most one 802.1Q/802.1ad tag), IPv4 (honouring
+// IHL, only unfragmented datagrams) or IPv6 (fixed header only, no extension
+// headers) and UDP, and redirects UDP destination port 4791 (RoCEv2, IBTA
+// Annex A17.2.1) into the XSKMAP at the frame's rx_queue_index with
+// XDP_PASS as the fallback action (bpf_redirect_map's flags, kernel >= 5.3).
+// Everything else (ARP, ICMP, TCP, other UDP) gets XDP_PASS and goes through
+// the kernel stack as before.
+//
+// The program is attached with a bpf_link (link.AttachXDP, kernel >= 5.9),
+// in native (driver) mode when the driver accepts it and in generic (SKB)
+// mode otherwise; Link.Mode says which. A bpf_link is owned by a file
+// descriptor, so when the process dies the kernel detaches the program by
+// itself: a crashed run cannot leave a goroce program behind through the
+// link. A program attached the legacy way (netlink IFLA_XDP, e.g. by `ip
+// link set dev X xdp ...` or by an older goroce) does survive its process;
+// Open finds it through netlink and, if it is a goroce program (by name),
+// detaches it before attaching its own. A foreign program, or one held by a
+// live bpf_link (another running process), makes Open fail instead of
+// silently taking over the interface.
+//
+// # veth and MTU
+//
+// On a veth pair, native XDP only delivers redirected frames when the peer
+// end has an XDP program too (veth runs its NAPI/XDP path only then). When
+// both ends are opened with this package that holds already; when the other
+// end is a plain socket, put a trivial program on it with AttachPassProgram.
+// veth has no zero-copy support: the socket runs in copy mode.
+//
+// A single-buffer XDP program cannot be attached in native mode to a device
+// whose MTU exceeds one page minus headroom (veth with MTU 9000 answers
+// ERANGE): Open then falls back to generic mode and logs why. A received
+// frame must also fit one UMEM chunk minus XDP_PACKET_HEADROOM (256 bytes),
+// so Link.MTU reports the smaller of the interface MTU and what the chunk
+// carries (3822 bytes of IP MTU for 4096-byte chunks). Multi-buffer AF_XDP
+// (XDP_USE_SG, xdp.frags) is not implemented.
+//
+// # Fallback
+//
+// Open probes what it needs and returns a *NotSupportedError (which matches
+// errors.ErrUnsupported) naming the missing feature, so a caller can fall back
+// to AF_PACKET or UDP mode.
+package afxdp
