@@ -63,9 +63,6 @@ type Options struct {
 	// so the fe80:: link-local addresses are usable at once instead of after
 	// about a second.
 	NoDAD bool
-	// NoARP makes the veth ends not answer ARP (nothing is resolved
-	// automatically); for neighbour-resolution failure tests.
-	NoARP bool
 }
 
 // End describes one end of the pair.
@@ -231,11 +228,6 @@ func (e *End) configure(opts Options) error {
 	}
 	e.Ifindex = l.Attrs().Index
 	e.MAC = l.Attrs().HardwareAddr
-	if opts.NoARP {
-		if err := h.LinkSetARPOff(l); err != nil {
-			return err
-		}
-	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: e.Addr.AsSlice(), Mask: net.CIDRMask(24, 32)}}
 	if err := h.AddrAdd(l, addr); err != nil {
 		return err
