@@ -108,7 +108,7 @@ type RxStats struct {
 	ParseErrors uint64 // truncated, bad lengths, unknown opcode, bad pad
 	BadICRC     uint64
 	NotRoCE     uint64
-	WrongDst    uint64 // destination IP is not one of our GIDs
+	WrongDst    uint64 // destination MAC or IP is not ours
 	NoQP        uint64 // destination QP does not exist
 }
 
@@ -289,6 +289,10 @@ func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
 		default:
 			d.rxStats.ParseErrors++
 		}
+		return
+	}
+	if pkt.Eth != nil && pkt.Eth.Dst() != d.mac {
+		d.rxStats.WrongDst++
 		return
 	}
 	dst := pkt.DstIP()

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/transport"
+)
+
+func init() {
+	register("demo", "two endpoints in one process run every RC operation over an in-memory link", runDemo)
+}
+
+type demoEnd struct {
+	name string
+	dev  *qp.Device
+	pd   *qp.PD
+	scq  *qp.CQ
+	rcq  *qp.CQ
+	qp   *qp.QP
+	buf  []byte // registered: [0, half) local source/sink, [half, 2*half) remote target
+	mr   *qp.MR
+	inv  []byte // a separate region whose rkey the SEND_WITH_INV invalidates
+}
+
+func runDemo(args []string) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	pcapPath := fs.String("pcap", "", "write every frame to this pcap file")
+	count := fs.Int("n", 20, "messages per operation")
+	loss := fs.Float64("loss", 0, "drop probability per frame (each direction)")
+	dup := fs.Float64("dup", 0, "duplicate probability per frame")
+	reorder := fs.Float64("reorder", 0, "reorder probability per frame")
+	corrupt := fs.Float64("corrupt", 0, "corrupt-one-bit probability per frame")
+	seed := fs.Int64("seed", 1, "seed of the fault injection")
+	mtu := fs.Int("mtu", 1500, "link MTU (1500 gives path MTU 1024, 9000 gives 4096)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	faulty := *loss > 0 || *dup > 0 || *reorder > 0 || *corrupt > 0
+	var tap io.Writer
+	if *pcapPath != "" {
+		f, err := os.Create(*pcapPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "goroce demo:", err)
+			return 1
+		}
+		defer f.Close()
+		tap = f
+	}
+	faults := nic.Faults{Drop: *loss, Duplicate: *dup, Reorder: *reorder, Corrupt: *corrupt}
+	la, lb := nic.NewMemPair(nic.MemConfig{MTU: *mtu, Seed: *seed, AtoB: faults, BtoA: faults, Tap: tap})
+	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+	a, err := newDemoEnd("A", la, ipA, ipB, lb.HardwareAddr())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goroce demo:", err)
+		return 1
+	}
+	defer a.dev.Close()
+	b, err := newDemoEnd("B", lb, ipB, ipA, la.HardwareAddr())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goroce demo:", err)
+		return 1
+	}
+	defer b.dev.Close()
+	opts := qp.ConnectOptions{Timeout: 12} // 16.8 ms local ACK timeout: quick recovery on the in-memory link
+	optsA, optsB := opts, opts
+	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0 // B's PSNs wrap around 2^24 during the run
+	if err := a.qp.Connect(qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB}, optsA); err != nil {
+		fmt.Fprintln(os.Stderr, "goroce demo: connect:", err)
+		return 1
+	}
+	if err := b.qp.Connect(qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA}, optsB); err != nil {
+		fmt.Fprintln(os.Stderr, "goroce demo: connect:", err)
+		return 1
+	}
+	mtuBytes := a.dev.ActiveMTU().Bytes()
+	fmt.Printf("goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, in-memory link (MTU %d)\n",
+		ipA, a.qp.QPN(), ipB, b.qp.QPN(), mtuBytes, *mtu)
+	if faulty {
+		fmt.Printf("faults per frame, each direction: loss %.3g dup %.3g reorder %.3g corrupt %.3g, seed %d\n",
+			*loss, *dup, *reorder, *corrupt, *seed)
+	}
+	rng := rand.New(rand.NewPCG(uint64(*seed), 7))
+	sizes := []int{0, 1, mtuBytes - 1, mtuBytes, mtuBytes + 1, 3 * mtuBytes, 64 << 10}
+	ops := []struct {
+		name string
+		run  func(a, b *demoEnd, i, size int) (int, error)
+	}{
+		{"SEND", func(a, b *demoEnd, i, size int) (int, error) { return demoSend(a, b, i, size, transport.WRSend, rng) }},
+		{"SEND_WITH_IMM", func(a, b *demoEnd, i, size int) (int, error) {
+			return demoSend(a, b, i, size, transport.WRSendWithImm, rng)
+		}},
+		{"SEND_WITH_INV", func(a, b *demoEnd, i, size int) (int, error) {
+			return demoSend(a, b, i, size, transport.WRSendWithInv, rng)
+		}},
+		{"RDMA_WRITE", func(a, b *demoEnd, i, size int) (int, error) {
+			return demoWrite(a, b, i, size, transport.WRRDMAWrite, rng)
+		}},
+		{"RDMA_WRITE_WITH_IMM", func(a, b *demoEnd, i, size int) (int, error) {
+			return demoWrite(a, b, i, size, transport.WRRDMAWriteWithImm, rng)
+		}},
+		{"RDMA_READ", func(a, b *demoEnd, i, size int) (int, error) { return demoRead(a, b, i, size, rng) }},
+		{"ATOMIC_FETCH_ADD", func(a, b *demoEnd, i, size int) (int, error) { return demoFetchAdd(a, b, i) }},
+		{"ATOMIC_CMP_SWAP", func(a, b *demoEnd, i, size int) (int, error) { return demoCmpSwap(a, b, i) }},
+	}
+	start := time.Now()
+	fmt.Printf("\n%-22s %8s %12s  %s\n", "operation", "messages", "bytes", "result")
+	ok := true
+	for _, op := range ops {
+		var total int
+		var failure error
+		for i := 0; i < *count && failure == nil; i++ {
+			size := sizes[i%len(sizes)]
+			// Alternate directions so both ends act as requester and responder.
+			src, dst := a, b
+			if i%2 == 1 {
+				src, dst = b, a
+			}
+			n, err := op.run(src, dst, i, size)
+			total += n
+			failure = err
+		}
+		result := "ok"
+		if failure != nil {
+			result = "FAILED: " + failure.Error()
+			ok = false
+		}
+		fmt.Printf("%-22s %8d %12d  %s\n", op.name, *count, total, result)
+	}
+	fmt.Printf("\nelapsed %v\n", time.Since(start).Round(time.Millisecond))
+	if faulty || !ok {
+		printDemoCounters(a, b, la, lb)
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+func printDemoCounters(a, b *demoEnd, la, lb *nic.MemLink) {
+	ca, cb := a.dev.Counters(), b.dev.Counters()
+	fmt.Printf("\n%-24s %10s %10s\n", "counter", "A", "B")
+	ca.Each(func(name string, v uint64) {
+		var vb uint64
+		cb.Each(func(n string, x uint64) {
+			if n == name {
+				vb = x
+			}
+		})
+		if v != 0 || vb != 0 {
+			fmt.Printf("%-24s %10d %10d\n", name, v, vb)
+		}
+	})
+	ra, rb := a.dev.RxStats(), b.dev.RxStats()
+	fmt.Printf("%-24s %10d %10d\n", "rx_bad_icrc_dropped", ra.BadICRC, rb.BadICRC)
+	fmt.Printf("%-24s %10d %10d\n", "rx_malformed_dropped", ra.ParseErrors+ra.NotRoCE, rb.ParseErrors+rb.NotRoCE)
+	ma, mb := la.MemStats(), lb.MemStats()
+	fmt.Printf("%-24s %10d %10d\n", "link_dropped", ma.Dropped, mb.Dropped)
+	fmt.Printf("%-24s %10d %10d\n", "link_duplicated", ma.Duplicated, mb.Duplicated)
+	fmt.Printf("%-24s %10d %10d\n", "link_reordered", ma.Reordered, mb.Reordered)
+	fmt.Printf("%-24s %10d %10d\n", "link_corrupted", ma.Corrupted, mb.Corrupted)
+}
+
+const demoHalf = 1 << 20
+
+func newDemoEnd(name string, l nic.Link, ip, peer netip.Addr, peerMAC net.HardwareAddr) (*demoEnd, error) {
+	dev, err := qp.Open(qp.Config{Name: "goroce-" + name, Link: l, IP: ip,
+		Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC}})
+	if err != nil {
+		return nil, err
+	}
+	e := &demoEnd{name: name, dev: dev, pd: dev.AllocPD(), buf: make([]byte, 2*demoHalf)}
+	if e.scq, err = dev.CreateCQ(1024); err != nil {
+		return nil, err
+	}
+	if e.rcq, err = dev.CreateCQ(1024); err != nil {
+		return nil, err
+	}
+	e.qp, err = e.pd.CreateQP(qp.InitAttr{SendCQ: e.scq, RecvCQ: e.rcq,
+		Cap: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	if err != nil {
+		return nil, err
+	}
+	e.mr, err = e.pd.RegMR(e.buf, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead|memreg.RemoteAtomic)
+	return e, err
+}
+
+func (e *demoEnd) sge(off, n int) qp.SGE {
+	return qp.SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
+}
+
+func waitWC(cq *qp.CQ) (qp.WC, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wc [1]qp.WC
+	if _, err := cq.Wait(ctx, wc[:]); err != nil {
+		return qp.WC{}, fmt.Errorf("no completion: %w", err)
+	}
+	if wc[0].Status != transport.WCSuccess {
+		return wc[0], fmt.Errorf("completion %v", wc[0])
+	}
+	return wc[0], nil
+}
+
+func fill(rng *rand.Rand, b []byte) {
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+}
+
+func demoSend(a, b *demoEnd, i, size int, op transport.WROpcode, rng *rand.Rand) (int, error) {
+	src := a.buf[:size]
+	fill(rng, src)
+	// The receive buffer is split over two SGEs to exercise scatter.
+	clear(b.buf[:size+16])
+	half := (size + 16) / 2
+	if err := b.qp.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{b.sge(0, half), b.sge(half, size+16-half)}}); err != nil {
+		return 0, err
+	}
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled | transport.SendSolicited,
+		SGL: []qp.SGE{a.sge(0, size)}, Imm: 0xC0DE0000 + uint32(i)}
+	var invMR *qp.MR
+	if op == transport.WRSendWithInv {
+		// B registers a region and A's message invalidates its rkey.
+		var err error
+		invMR, err = b.pd.RegMR(make([]byte, 64), memreg.LocalWrite|memreg.RemoteWrite)
+		if err != nil {
+			return 0, err
+		}
+		defer invMR.Deregister()
+		wr.InvRKey = invMR.RKey()
+	}
+	if err := a.qp.PostSend(wr); err != nil {
+		return 0, err
+	}
+	if _, err := waitWC(a.scq); err != nil {
+		return 0, fmt.Errorf("sender: %w", err)
+	}
+	wc, err := waitWC(b.rcq)
+	if err != nil {
+		return 0, fmt.Errorf("receiver: %w", err)
+	}
+	if wc.ByteLen != uint32(size) || !bytes.Equal(b.buf[:size], src) {
+		return 0, fmt.Errorf("message %d: received %d bytes, want %d identical bytes", i, wc.ByteLen, size)
+	}
+	switch op {
+	case transport.WRSendWithImm:
+		if wc.Flags&transport.WCWithImm == 0 || wc.Imm != wr.Imm {
+			return 0, fmt.Errorf("message %d: immediate %#x flags %#x, want %#x", i, wc.Imm, wc.Flags, wr.Imm)
+		}
+	case transport.WRSendWithInv:
+		if wc.Flags&transport.WCWithInv == 0 || wc.InvRKey != wr.InvRKey || invMR.Valid() {
+			return 0, fmt.Errorf("message %d: rkey %#x not invalidated (wc %v)", i, wr.InvRKey, wc)
+		}
+	}
+	return size, nil
+}
+
+func demoWrite(a, b *demoEnd, i, size int, op transport.WROpcode, rng *rand.Rand) (int, error) {
+	src := a.buf[:size]
+	fill(rng, src)
+	dst := b.buf[demoHalf : demoHalf+size+1]
+	clear(dst)
+	if op == transport.WRRDMAWriteWithImm {
+		if err := b.qp.PostRecv(&qp.RecvWR{WRID: uint64(i)}); err != nil {
+			return 0, err
+		}
+	}
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, size)},
+		RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), Imm: 0xBEEF0000 + uint32(i)}
+	if err := a.qp.PostSend(wr); err != nil {
+		return 0, err
+	}
+	if _, err := waitWC(a.scq); err != nil {
+		return 0, err
+	}
+	if op == transport.WRRDMAWriteWithImm {
+		wc, err := waitWC(b.rcq)
+		if err != nil {
+			return 0, fmt.Errorf("receiver: %w", err)
+		}
+		if wc.Opcode != transport.WCRecvRDMAWithImm || wc.Imm != wr.Imm || wc.ByteLen != uint32(size) {
+			return 0, fmt.Errorf("message %d: receive completion %v", i, wc)
+		}
+	}
+	if !bytes.Equal(dst[:size], src) || dst[size] != 0 {
+		return 0, fmt.Errorf("message %d: remote memory differs from the %d bytes written", i, size)
+	}
+	return size, nil
+}
+
+func demoRead(a, b *demoEnd, i, size int, rng *rand.Rand) (int, error) {
+	remote := b.buf[demoHalf : demoHalf+size]
+	fill(rng, remote)
+	clear(a.buf[:size+1])
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{a.sge(0, size)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey()}
+	if err := a.qp.PostSend(wr); err != nil {
+		return 0, err
+	}
+	if _, err := waitWC(a.scq); err != nil {
+		return 0, err
+	}
+	if !bytes.Equal(a.buf[:size], remote) || a.buf[size] != 0 {
+		return 0, fmt.Errorf("read %d: local buffer differs from the %d remote bytes", i, size)
+	}
+	return size, nil
+}
+
+// The atomics work on one 8-byte counter in each end's remote half.
+func demoFetchAdd(a, b *demoEnd, i int) (int, error) {
+	target := b.buf[demoHalf : demoHalf+8]
+	before := binary.LittleEndian.Uint64(target)
+	add := uint64(i*1000 + 1)
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), CompareAdd: add}
+	if err := a.qp.PostSend(wr); err != nil {
+		return 0, err
+	}
+	if _, err := waitWC(a.scq); err != nil {
+		return 0, err
+	}
+	if got := binary.LittleEndian.Uint64(a.buf[:8]); got != before {
+		return 0, fmt.Errorf("fetch_add %d returned %d, want %d", i, got, before)
+	}
+	if after := binary.LittleEndian.Uint64(target); after != before+add {
+		return 0, fmt.Errorf("fetch_add %d: counter %d, want %d (executed twice?)", i, after, before+add)
+	}
+	return 8, nil
+}
+
+func demoCmpSwap(a, b *demoEnd, i int) (int, error) {
+	target := b.buf[demoHalf : demoHalf+8]
+	before := binary.LittleEndian.Uint64(target)
+	compare := before
+	if i%3 == 2 {
+		compare = before + 1 // must fail and leave the value alone
+	}
+	swap := uint64(0xABCD0000 + i)
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), CompareAdd: compare, Swap: swap}
+	if err := a.qp.PostSend(wr); err != nil {
+		return 0, err
+	}
+	if _, err := waitWC(a.scq); err != nil {
+		return 0, err
+	}
+	if got := binary.LittleEndian.Uint64(a.buf[:8]); got != before {
+		return 0, fmt.Errorf("cmp_swap %d returned %d, want %d", i, got, before)
+	}
+	want := before
+	if compare == before {
+		want = swap
+	}
+	if after := binary.LittleEndian.Uint64(target); after != want {
+		return 0, fmt.Errorf("cmp_swap %d: value %#x, want %#x", i, after, want)
+	}
+	return 8, nil
+}
+
