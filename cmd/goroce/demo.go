@@ -369,4 +369,3 @@ func demoCmpSwap(a, b *demoEnd, i int) (int, error) {
 	}
 	return 8, nil
 }
-
