@@ -1,0 +1,557 @@
+// Package interop runs the real Linux Soft-RoCE (rxe) as a peer for goroce's
+// wire-compatibility tests, on machines whose own kernel has no RDMA: Debian's
+// kernel with rdma_rxe boots in a qemu VM (TCG, no KVM needed) from a small
+// initramfs that build-vm.sh makes from Debian packages, with the unmodified
+// rdma-core tools (ibv_rc_pingpong, ibv_devinfo, rping, ...) and perftest.
+//
+// The model:
+//
+//	netns goroce-ix-<pid>  (the "bridge namespace"; qemu and tcpdump run here)
+//	  br0 ── tap0 ── qemu VM 0: eth0 198.18.0.11/24, rxe0 on eth0
+//	   │  ── tap1 ── qemu VM 1: eth0 198.18.0.12/24, rxe0 on eth0
+//	   └──── vbr ═══ veth ═══╗
+//	netns goroce-ix-<pid>-h  (the "host namespace": where a goroce endpoint runs)
+//	  ix0 198.18.0.1/24 (MAC 02:00:c6:12:00:01), lo; no default route
+//
+// Every link carries Config.MTU. Nothing is routed out of the namespaces and
+// only 198.18.0.0/24 is used. A harness is created by New and torn down by
+// Close, which t.Cleanup also calls: qemu and tcpdump are stopped by the PID
+// that was started and both namespaces are deleted.
+//
+// Jobs: each VM shares a host directory with the guest over 9p (mounted on
+// /jobs). The host writes new/ID/cmd (atomically, by rename); the guest's job
+// daemon (vm/jobd) moves it to run/ID, runs it with bash in its own session,
+// and leaves out, err, pid and finally rc there. Run waits for rc; a job that
+// outlives its timeout is killed (by a second job, kill -- -PGID). So several
+// jobs can run at once in one VM, and a job's output is readable while it runs.
+//
+// A goroce endpoint runs in the host namespace: HostExec prepares a command
+// to run there, HostDo runs a Go function on an OS thread switched into it
+// (sockets opened inside stay in that namespace). The endpoint talks to the
+// VMs at VMIP(i) on HostIface() with source HostIP(). A program that speaks
+// RoCEv2 itself over AF_PACKET/AF_XDP should also bind a UDP socket to
+// HostIP():4791, or the host namespace's kernel answers rxe's packets with ICMP
+// port unreachable.
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config selects what New builds.
+type Config struct {
+	// VMs is the number of rxe VMs, 1 to 4 (default 1).
+	VMs int
+	// MTU of every link and of the VMs' eth0 (default 1500). rxe's active
+	// path MTU follows it: 1500 gives 1024, 9000 gives 4096.
+	MTU int
+	// MemMB is each VM's memory (default 1024).
+	MemMB int
+	// NoRXE boots the VMs without creating rxe0.
+	NoRXE bool
+	// BootTimeout bounds the boot of all VMs to a ready job daemon (default
+	// 300 s: TCG on a busy 2-core machine is slow).
+	BootTimeout time.Duration
+	// Image is a directory holding vmlinuz and initrd.gz. Default: the
+	// environment variable GOROCE_INTEROP_IMAGE, else what build-vm.sh builds
+	// (or finds in its cache).
+	Image string
+}
+
+// Addresses of the harness network (all in 198.18.0.0/24, benchmark range).
+var (
+	hostIP  = netip.MustParseAddr("198.18.0.1")
+	hostMAC = net.HardwareAddr{0x02, 0x00, 0xc6, 0x12, 0x00, 0x01}
+)
+
+const (
+	hostIface   = "ix0"
+	bridgeIface = "br0"
+	maxVMs      = 4
+)
+
+// Harness is a running set of rxe VMs on a bridge. Its methods may be called
+// from any goroutine (and from subtests); New and Close belong to the test
+// that created it.
+type Harness struct {
+	t      testing.TB
+	cfg    Config
+	ns     string // bridge namespace
+	hostNS string
+	dir    string // per-harness scratch directory (shares, logs)
+	vms    []*vm
+
+	mu       sync.Mutex
+	captures []*Capture
+	closed   bool
+}
+
+type vm struct {
+	idx     int
+	ip      netip.Addr
+	mac     net.HardwareAddr
+	share   string
+	console string
+	qlog    string
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when qemu has exited
+	waitErr error
+	nextJob atomic.Uint32
+}
+
+var harnessCounter atomic.Uint32
+
+// New creates the namespaces and the bridge and boots cfg.VMs VMs in parallel,
+// waiting until each has rxe0 ACTIVE with its IPv4-mapped GID and a running
+// job daemon. It skips the test when not root or when qemu or the VM image
+// cannot be had, and fails it instead when CI=true.
+func New(t testing.TB, cfg Config) *Harness {
+	t.Helper()
+	if cfg.VMs == 0 {
+		cfg.VMs = 1
+	}
+	if cfg.VMs < 1 || cfg.VMs > maxVMs {
+		t.Fatalf("interop: Config.VMs = %d, want 1..%d", cfg.VMs, maxVMs)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	if cfg.MTU < 1280 || cfg.MTU > 9000 {
+		t.Fatalf("interop: Config.MTU = %d, want 1280..9000", cfg.MTU)
+	}
+	if cfg.MemMB == 0 {
+		cfg.MemMB = 1024
+	}
+	if cfg.BootTimeout == 0 {
+		cfg.BootTimeout = 300 * time.Second
+	}
+	RequireRoot(t)
+	for _, tool := range []string{"qemu-system-x86_64", "ip", "tcpdump"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			skipOrFail(t, "interop: %s not found (run interop/setup.sh): %v", tool, err)
+		}
+	}
+	if cfg.Image == "" {
+		img, err := Image()
+		if err != nil {
+			skipOrFail(t, "interop: no VM image: %v", err)
+		}
+		cfg.Image = img
+	}
+	cleanStale()
+
+	n := harnessCounter.Add(1)
+	h := &Harness{t: t, cfg: cfg}
+	h.ns = fmt.Sprintf("goroce-ix-%d", os.Getpid())
+	if n > 1 {
+		h.ns = fmt.Sprintf("goroce-ix-%d-%d", os.Getpid(), n)
+	}
+	h.hostNS = h.ns + "-h"
+	h.dir = t.TempDir()
+	t.Cleanup(h.Close)
+
+	if err := h.setupNetwork(); err != nil {
+		t.Fatalf("interop: network: %v", err)
+	}
+	t0 := time.Now()
+	for i := 0; i < cfg.VMs; i++ {
+		v, err := h.startVM(i)
+		if err != nil {
+			t.Fatalf("interop: VM %d: %v", i, err)
+		}
+		h.vms = append(h.vms, v)
+	}
+	deadline := time.Now().Add(cfg.BootTimeout)
+	for _, v := range h.vms {
+		if err := h.waitReady(v, deadline); err != nil {
+			t.Fatalf("interop: VM %d: %v\n%s", v.idx, err, h.consoleTail(v, 30))
+		}
+	}
+	t.Logf("interop: %d VM(s) ready in %.1fs (netns %s, host netns %s, MTU %d, image %s)",
+		cfg.VMs, time.Since(t0).Seconds(), h.ns, h.hostNS, cfg.MTU, cfg.Image)
+	return h
+}
+
+// RequireRoot skips the test when not running as root, and fails it when the
+// environment variable CI is "true" (privileged tests must not vanish in CI).
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "interop: needs root (network namespaces, tap devices, qemu)")
+	}
+}
+
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format+" (CI=true: not skipping)", args...)
+	}
+	t.Skipf(format, args...)
+}
+
+var (
+	imageOnce sync.Once
+	imageDir  string
+	imageErr  error
+)
+
+// Image returns the directory holding the VM's vmlinuz and initrd.gz:
+// $GOROCE_INTEROP_IMAGE if set, else the output of build-vm.sh (run once per
+// process; it takes seconds when its cache is warm, about 20 s cold).
+func Image() (string, error) {
+	imageOnce.Do(func() {
+		if d := os.Getenv("GOROCE_INTEROP_IMAGE"); d != "" {
+			imageDir = d
+		} else {
+			imageDir, imageErr = buildImage()
+		}
+		if imageErr == nil {
+			for _, f := range []string{"vmlinuz", "initrd.gz"} {
+				if _, err := os.Stat(filepath.Join(imageDir, f)); err != nil {
+					imageErr = err
+				}
+			}
+		}
+	})
+	return imageDir, imageErr
+}
+
+func buildImage() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot locate build-vm.sh")
+	}
+	script := filepath.Join(filepath.Dir(file), "build-vm.sh")
+	if _, err := os.Stat(script); err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	c := exec.Command("bash", script)
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", script, err, tail(stderr.String(), 20))
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+// ip runs the ip(8) command.
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func (h *Harness) setupNetwork() error {
+	mtu := strconv.Itoa(h.cfg.MTU)
+	for _, ns := range []string{h.ns, h.hostNS} {
+		if err := ip("netns", "add", ns); err != nil {
+			return err
+		}
+	}
+	// The bridge namespace needs no IPv6 at all (no addresses there); in the
+	// host namespace link-local IPv6 stays usable, without DAD delay.
+	if err := nsDo(h.ns, func() error {
+		return writeSysctls(map[string]string{
+			"net/ipv6/conf/all/disable_ipv6":     "1",
+			"net/ipv6/conf/default/disable_ipv6": "1",
+		})
+	}); err != nil {
+		return err
+	}
+	if err := nsDo(h.hostNS, func() error {
+		return writeSysctls(map[string]string{
+			"net/ipv6/conf/all/accept_dad":     "0",
+			"net/ipv6/conf/default/accept_dad": "0",
+		})
+	}); err != nil {
+		return err
+	}
+	cmds := [][]string{
+		{"-n", h.ns, "link", "set", "lo", "up"},
+		{"-n", h.hostNS, "link", "set", "lo", "up"},
+		{"-n", h.ns, "link", "add", bridgeIface, "mtu", mtu, "type", "bridge", "stp_state", "0", "forward_delay", "0", "mcast_snooping", "0"},
+		{"-n", h.ns, "link", "add", "vbr", "mtu", mtu, "type", "veth", "peer", "name", hostIface, "netns", h.hostNS},
+		{"-n", h.ns, "link", "set", "vbr", "master", bridgeIface, "up"},
+		{"-n", h.hostNS, "link", "set", hostIface, "address", hostMAC.String(), "mtu", mtu},
+		{"-n", h.hostNS, "addr", "add", hostIP.String() + "/24", "dev", hostIface},
+		{"-n", h.hostNS, "link", "set", hostIface, "up"},
+	}
+	for i := 0; i < h.cfg.VMs; i++ {
+		tap := fmt.Sprintf("tap%d", i)
+		cmds = append(cmds,
+			[]string{"-n", h.ns, "tuntap", "add", "dev", tap, "mode", "tap"},
+			[]string{"-n", h.ns, "link", "set", tap, "mtu", mtu, "master", bridgeIface, "up"})
+	}
+	cmds = append(cmds, []string{"-n", h.ns, "link", "set", bridgeIface, "up"})
+	for _, c := range cmds {
+		if err := ip(c...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *Harness) startVM(i int) (*vm, error) {
+	v := &vm{
+		idx:    i,
+		ip:     h.VMIP(i),
+		mac:    net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x00, byte(0x11 + i)},
+		share:  filepath.Join(h.dir, fmt.Sprintf("vm%d-share", i)),
+		exited: make(chan struct{}),
+	}
+	v.console = filepath.Join(h.dir, fmt.Sprintf("vm%d-console.log", i))
+	v.qlog = filepath.Join(h.dir, fmt.Sprintf("vm%d-qemu.log", i))
+	for _, d := range []string{filepath.Join(v.share, "new"), filepath.Join(v.share, "run")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	appendLine := fmt.Sprintf("console=ttyS0 panic=-1 quiet goroce.ip=%s/24 goroce.mtu=%d", v.ip, h.cfg.MTU)
+	if h.cfg.NoRXE {
+		appendLine += " goroce.norxe"
+	}
+	args := []string{"netns", "exec", h.ns, "qemu-system-x86_64",
+		"-machine", "q35", "-cpu", "max", "-smp", "1", "-m", strconv.Itoa(h.cfg.MemMB),
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-serial", "file:" + v.console,
+		"-kernel", filepath.Join(h.cfg.Image, "vmlinuz"),
+		"-initrd", filepath.Join(h.cfg.Image, "initrd.gz"),
+		"-append", appendLine,
+		"-netdev", fmt.Sprintf("tap,id=n0,ifname=tap%d,script=no,downscript=no", i),
+		"-device", "virtio-net-pci,netdev=n0,mac=" + v.mac.String(),
+		"-fsdev", "local,id=f0,path=" + v.share + ",security_model=none",
+		"-device", "virtio-9p-pci,fsdev=f0,mount_tag=jobs",
+	}
+	qlog, err := os.Create(v.qlog)
+	if err != nil {
+		return nil, err
+	}
+	// `ip netns exec` execs qemu, so the PID below is qemu's.
+	v.cmd = exec.Command("ip", args...)
+	v.cmd.Stdout, v.cmd.Stderr = qlog, qlog
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := v.cmd.Start(); err != nil {
+		qlog.Close()
+		return nil, err
+	}
+	go func() {
+		v.waitErr = v.cmd.Wait()
+		qlog.Close()
+		close(v.exited)
+	}()
+	return v, nil
+}
+
+func (h *Harness) waitReady(v *vm, deadline time.Time) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(filepath.Join(v.share, "ready")); err == nil {
+			return nil
+		}
+		if b, err := os.ReadFile(filepath.Join(v.share, "failed")); err == nil {
+			return fmt.Errorf("VM init failed: %s", bytes.TrimSpace(b))
+		}
+		select {
+		case <-v.exited:
+			q, _ := os.ReadFile(v.qlog)
+			return fmt.Errorf("qemu exited during boot: %v: %s", v.waitErr, bytes.TrimSpace(q))
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v", h.cfg.BootTimeout)
+		}
+	}
+}
+
+func (h *Harness) consoleTail(v *vm, n int) string {
+	b, _ := os.ReadFile(v.console)
+	return fmt.Sprintf("--- VM %d console (last %d lines) ---\n%s", v.idx, n, tail(string(b), n))
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// NumVMs is the number of VMs.
+func (h *Harness) NumVMs() int { return len(h.vms) }
+
+// MTU is the MTU of every link.
+func (h *Harness) MTU() int { return h.cfg.MTU }
+
+// BridgeNS is the namespace holding the bridge, the taps, qemu and tcpdump.
+func (h *Harness) BridgeNS() string { return h.ns }
+
+// Bridge is the bridge's interface name in BridgeNS.
+func (h *Harness) Bridge() string { return bridgeIface }
+
+// HostNS is the namespace where a goroce endpoint runs (`ip netns exec`).
+func (h *Harness) HostNS() string { return h.hostNS }
+
+// HostIface is the interface in HostNS that reaches the VMs.
+func (h *Harness) HostIface() string { return hostIface }
+
+// HostIP is HostIface's address (198.18.0.1/24).
+func (h *Harness) HostIP() netip.Addr { return hostIP }
+
+// HostMAC is HostIface's MAC address.
+func (h *Harness) HostMAC() net.HardwareAddr { return append(net.HardwareAddr(nil), hostMAC...) }
+
+// VMIP is VM i's eth0 address: 198.18.0.11 + i. rxe0's GID index 1 is its
+// IPv4-mapped form ::ffff:198.18.0.(11+i).
+func (h *Harness) VMIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, 0, byte(11 + i)}) }
+
+// VMMAC is VM i's eth0 MAC address, 52:54:00:12:00:(11+i) in hex.
+func (h *Harness) VMMAC(i int) net.HardwareAddr {
+	return net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x00, byte(0x11 + i)}
+}
+
+// ShareDir is the host directory that VM i sees as /jobs (9p): a place to
+// hand files to the VM or fetch them.
+func (h *Harness) ShareDir(i int) string { return h.vms[i].share }
+
+// HostExec returns a command that runs name with args inside HostNS.
+func (h *Harness) HostExec(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", h.hostNS, name}, args...)...)
+}
+
+// HostDo runs fn on an OS thread switched into HostNS. Sockets that fn opens
+// belong to HostNS for their whole life and may be used from any goroutine
+// afterwards; goroutines that fn starts do not run in HostNS.
+func (h *Harness) HostDo(fn func() error) error { return nsDo(h.hostNS, fn) }
+
+// nsDo runs fn on a locked OS thread inside the named network namespace.
+func nsDo(name string, fn func() error) error {
+	target, err := os.Open(filepath.Join("/run/netns", name))
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	runtime.LockOSThread()
+	origin, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer origin.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns %s: %w", name, err)
+	}
+	ferr := fn()
+	if err := unix.Setns(int(origin.Fd()), unix.CLONE_NEWNET); err != nil {
+		// The thread is stuck in the namespace: leave it locked so that the
+		// runtime discards it when this goroutine ends.
+		return errors.Join(ferr, fmt.Errorf("setns back: %w", err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+// writeSysctls writes /proc/sys entries of the calling thread's namespace.
+func writeSysctls(kv map[string]string) error {
+	for k, v := range kv {
+		if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte(v), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close stops captures, qemu (by PID) and deletes the namespaces. It is safe
+// to call more than once; New registers it with t.Cleanup.
+func (h *Harness) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	caps := h.captures
+	h.mu.Unlock()
+	for _, c := range caps {
+		c.stopProcess()
+	}
+	for _, v := range h.vms {
+		if v.cmd == nil || v.cmd.Process == nil {
+			continue
+		}
+		v.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-v.exited:
+		case <-time.After(5 * time.Second):
+			v.cmd.Process.Kill()
+			<-v.exited
+		}
+	}
+	if h.t.Failed() {
+		for _, v := range h.vms {
+			h.t.Log(h.consoleTail(v, 40))
+		}
+	}
+	for _, ns := range []string{h.ns, h.hostNS} {
+		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
+			if err := ip("netns", "del", ns); err != nil {
+				h.t.Errorf("interop: %v", err)
+			}
+		}
+	}
+}
+
+// cleanStale removes namespaces left by interop harnesses of processes that
+// no longer exist (a test binary killed before its cleanup ran), stopping the
+// processes still inside them by PID.
+func cleanStale() {
+	ents, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		rest, ok := strings.CutPrefix(name, "goroce-ix-")
+		if !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			continue // owner alive
+		}
+		out, _ := exec.Command("ip", "netns", "pids", name).Output()
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			if p, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil && p > 1 {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		ip("netns", "del", name)
+	}
+}

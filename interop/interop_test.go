@@ -1,0 +1,168 @@
+package interop
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The same filter as the fixtures in testdata/rxe: RoCEv2 plus the tools'
+// TCP exchange.
+const captureFilter = "udp port 4791 or tcp"
+
+// TestBootOneVM boots one VM and checks what a goroce peer relies on: rxe0
+// ACTIVE with GID[1] = ::ffff:198.18.0.11, path MTU 1024 at MTU 1500, netem
+// available for loss tests, and the host namespace reaching the VM.
+func TestBootOneVM(t *testing.T) {
+	h := New(t, Config{VMs: 1})
+
+	r := h.Run(0, "ibv_devinfo -v", 60*time.Second).Check(t)
+	for _, want := range []string{"rxe0", "PORT_ACTIVE", "active_mtu:\t\t1024 (3)", "GID[  1]:\t\t::ffff:198.18.0.11, RoCE v2"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+
+	r = h.Run(0, "tc qdisc add dev eth0 root netem loss 2% && tc qdisc show dev eth0 && tc qdisc del dev eth0 root", 30*time.Second).Check(t)
+	if !strings.Contains(r.Stdout, "netem") {
+		t.Errorf("netem qdisc not shown:\n%s", r.Stdout)
+	}
+
+	// Exit status, stderr and a killed job.
+	r = h.Run(0, "echo out; echo err >&2; exit 7", 30*time.Second)
+	if r.Err != nil || r.ExitCode != 7 || r.Stdout != "out\n" || r.Stderr != "err\n" {
+		t.Errorf("exit/stdout/stderr not carried:\n%s", r)
+	}
+	r = h.Run(0, "sleep 100", 2*time.Second)
+	if r.Err != ErrTimeout {
+		t.Errorf("sleep 100 with a 2s timeout: %s", r)
+	}
+
+	// A TCP connection from the host namespace (HostDo) to a listener in the VM.
+	srv := h.Start(0, "echo hello-from-vm | nc -l -p 7000")
+	if err := h.WaitListen(0, 7000, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	err := h.HostDo(func() error {
+		conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(h.VMIP(0), 7000).String(), 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(conn)
+		got = string(b)
+		return err
+	})
+	if err != nil || got != "hello-from-vm\n" {
+		t.Errorf("TCP from the host namespace to VM 0: %v, read %q", err, got)
+	}
+	srv.Wait(10 * time.Second).Check(t)
+}
+
+// TestTwoVMs runs the stock tools between two VMs: ibv_rc_pingpong, and
+// perftest's ib_write_bw / ib_read_bw with 4096-byte messages, which at path
+// MTU 1024 are multi-packet (FIRST/MIDDLE/LAST). With GOROCE_INTEROP_RECORD=DIR
+// the perftest captures and logs are also written to DIR as write_bw_4k.* and
+// read_bw_4k.* (this is how testdata/rxe got them).
+func TestTwoVMs(t *testing.T) {
+	h := New(t, Config{VMs: 2})
+	server := h.VMIP(0).String()
+
+	t.Run("rc_pingpong", func(t *testing.T) {
+		sum, _ := runPair(t, h, "rc_pingpong", 18515,
+			"ibv_rc_pingpong -g 1 -n 20", "ibv_rc_pingpong -g 1 -n 20 "+server)
+		// 20 iterations each way of a 4096-byte SEND: FIRST, MIDDLE, MIDDLE, LAST.
+		wantAtLeast(t, sum, map[byte]int{0x00: 40, 0x01: 80, 0x02: 40, 0x11: 1})
+	})
+	t.Run("write_bw", func(t *testing.T) {
+		sum, _ := runPair(t, h, "write_bw_4k", 18515,
+			"ib_write_bw -F -x 1 -s 4096 -n 20", "ib_write_bw -F -x 1 -s 4096 -n 20 "+server)
+		wantAtLeast(t, sum, map[byte]int{0x06: 20, 0x07: 40, 0x08: 20, 0x11: 1})
+	})
+	t.Run("read_bw", func(t *testing.T) {
+		sum, _ := runPair(t, h, "read_bw_4k", 18515,
+			"ib_read_bw -F -x 1 -s 4096 -n 20", "ib_read_bw -F -x 1 -s 4096 -n 20 "+server)
+		wantAtLeast(t, sum, map[byte]int{0x0c: 20, 0x0d: 20, 0x0e: 40, 0x0f: 20})
+	})
+}
+
+// runPair captures the bridge while serverCmd runs in VM 0 and clientCmd in
+// VM 1 (once the server listens on port), checks that both succeed and
+// returns the capture's summary and path.
+func runPair(t *testing.T, h *Harness, name string, port int, serverCmd, clientCmd string) (PcapSummary, string) {
+	t.Helper()
+	pcap := filepath.Join(t.TempDir(), name+".pcap")
+	c, err := h.Capture(pcap, captureFilter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	srv := h.Start(0, serverCmd)
+	if err := h.WaitListen(0, port, 60*time.Second); err != nil {
+		srv.Kill()
+		t.Fatalf("%v\n%s", err, srv.Wait(time.Second))
+	}
+	cli := h.Run(1, clientCmd, 120*time.Second)
+	sr := srv.Wait(60 * time.Second)
+	elapsed := time.Since(t0)
+	stats, err := c.Stop()
+	if err != nil {
+		t.Error(err)
+	}
+	cli.Check(t)
+	sr.Check(t)
+	sum, err := SummarizePcap(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: tools took %.1fs; capture: %s (tcpdump: %d captured, %d dropped by kernel)",
+		name, elapsed.Seconds(), sum, stats.Captured, stats.DroppedByKernel)
+	if stats.DroppedByKernel > 0 {
+		t.Errorf("tcpdump dropped %d packets", stats.DroppedByKernel)
+	}
+	if sum.Frames != stats.Captured {
+		t.Errorf("pcap holds %d frames, tcpdump says %d captured", sum.Frames, stats.Captured)
+	}
+	if dir := os.Getenv("GOROCE_INTEROP_RECORD"); dir != "" && !t.Failed() {
+		record(t, dir, name, pcap, []Result{sr, cli}, []string{"server (" + h.VMIP(0).String() + ")", "client (" + h.VMIP(1).String() + ")"})
+	}
+	return sum, pcap
+}
+
+func wantAtLeast(t *testing.T, sum PcapSummary, want map[byte]int) {
+	t.Helper()
+	for op, n := range want {
+		if got := sum.Opcodes[op]; got < n {
+			t.Errorf("capture has %d %s packets, want at least %d (%s)", got, OpcodeName(op), n, sum)
+		}
+	}
+}
+
+// record copies a capture into dir with a log of both tools' output, the
+// format of testdata/rxe/*.log.
+func record(t *testing.T, dir, name, pcap string, res []Result, roles []string) {
+	t.Helper()
+	b, err := os.ReadFile(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".pcap"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	for i, r := range res {
+		fmt.Fprintf(&log, "=== %s: %s (exit %d)\n%s%s", roles[i], r.Cmd, r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".log"), []byte(log.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded %s/%s.{pcap,log}", dir, name)
+}
