@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -368,6 +369,11 @@ func (l *Link) setupSocket(opts Options) error {
 	return nil
 }
 
+const (
+	bindRetries    = 50
+	bindRetryDelay = 20 * time.Millisecond
+)
+
 // bind binds the socket to the queue, with need_wakeup; copy mode in
 // generic XDP mode, zero copy only when asked.
 func (l *Link) bind(opts Options) error {
@@ -378,7 +384,15 @@ func (l *Link) bind(opts Options) error {
 	case l.mode == "generic":
 		flags |= unix.XDP_COPY
 	}
-	err := unix.Bind(l.fd, &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(l.ifindex), QueueID: uint32(l.queue)})
+	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(l.ifindex), QueueID: uint32(l.queue)}
+	err := unix.Bind(l.fd, sa)
+	// A socket closed just before (by this or a crashed process) holds the
+	// queue until the kernel releases its buffer pool from a work queue
+	// (xp_put_pool → xp_release_deferred): retry EBUSY for a moment.
+	for i := 0; i < bindRetries && errors.Is(err, unix.EBUSY); i++ {
+		time.Sleep(bindRetryDelay)
+		err = unix.Bind(l.fd, sa)
+	}
 	if err != nil {
 		switch {
 		case opts.ZeroCopy && errors.Is(err, unix.EOPNOTSUPP):
@@ -639,6 +653,11 @@ func (l *Link) Close() error {
 // release frees everything Open acquired, in reverse order.
 func (l *Link) release() error {
 	var errs []error
+	if l.xsks != nil && l.fd >= 0 {
+		// Drop the map's reference to the socket now rather than when the
+		// kernel frees the map after the program (RCU, then a work queue).
+		l.xsks.Delete(uint32(l.queue))
+	}
 	if l.lnk != nil {
 		if err := l.lnk.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("detach XDP: %w", err))

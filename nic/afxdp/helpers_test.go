@@ -101,7 +101,7 @@ func newVethPair(t testing.TB, mtu int) *vethPair {
 	requireRoot(t)
 	p := &vethPair{
 		nsA: newNetNS(t), nsB: newNetNS(t),
-		ifA: "xdpa", ifB: "xdpb",
+		ifA: "veth-a", ifB: "veth-b",
 		macA: net.HardwareAddr{0x02, 0, 0, 0, 0x20, 0x01},
 		macB: net.HardwareAddr{0x02, 0, 0, 0, 0x20, 0x02},
 		ipA:  net.IPv4(198, 18, 20, 1).To4(),
@@ -139,7 +139,7 @@ func (p *vethPair) open(t testing.TB, ns, ifname string, opts Options) *Link {
 // xdpShown reports whether `ip link show` lists an XDP program on ifname.
 func xdpShown(t testing.TB, ns, ifname string) bool {
 	out := run(t, "ip", "-n", ns, "link", "show", "dev", ifname)
-	return strings.Contains(out, "xdp")
+	return strings.Contains(out, "prog/xdp")
 }
 
 // buildFrame writes an Ethernet + IPv4 + UDP frame of exactly size bytes
