@@ -132,7 +132,7 @@ func runPair(t *testing.T, h *Harness, name string, port int, serverCmd, clientC
 		t.Errorf("pcap holds %d frames, tcpdump says %d captured", sum.Frames, stats.Captured)
 	}
 	if dir := os.Getenv("GOROCE_INTEROP_RECORD"); dir != "" && !t.Failed() {
-		record(t, dir, name, pcap, []Result{sr, cli}, []string{"server (" + h.VMIP(0).String() + ")", "client (" + h.VMIP(1).String() + ")"})
+		record(t, h, dir, name, pcap, sr, cli)
 	}
 	return sum, pcap
 }
@@ -146,9 +146,9 @@ func wantAtLeast(t *testing.T, sum PcapSummary, want map[byte]int) {
 	}
 }
 
-// record copies a capture into dir with a log of both tools' output, the
+// record copies a capture into dir with a log of both tools' output, in the
 // format of testdata/rxe/*.log.
-func record(t *testing.T, dir, name, pcap string, res []Result, roles []string) {
+func record(t *testing.T, h *Harness, dir, name, pcap string, srv, cli Result) {
 	t.Helper()
 	b, err := os.ReadFile(pcap)
 	if err != nil {
@@ -158,9 +158,9 @@ func record(t *testing.T, dir, name, pcap string, res []Result, roles []string) 
 		t.Fatal(err)
 	}
 	var log strings.Builder
-	for i, r := range res {
-		fmt.Fprintf(&log, "=== %s: %s (exit %d)\n%s%s", roles[i], r.Cmd, r.ExitCode, r.Stdout, r.Stderr)
-	}
+	fmt.Fprintf(&log, "### %s  (MTU %d, GID index 1, capture snaplen 262144, filter %q)\n", name, h.MTU(), captureFilter)
+	fmt.Fprintf(&log, "### server (vm0 %s): %s   -> exit %d\n%s%s\n", h.VMIP(0), srv.Cmd, srv.ExitCode, srv.Stderr, srv.Stdout)
+	fmt.Fprintf(&log, "### client (vm1 %s): %s   -> exit %d, %.1fs host wall\n%s%s", h.VMIP(1), cli.Cmd, cli.ExitCode, cli.Elapsed.Seconds(), cli.Stderr, cli.Stdout)
 	if err := os.WriteFile(filepath.Join(dir, name+".log"), []byte(log.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
