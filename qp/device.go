@@ -77,6 +77,10 @@ type Config struct {
 	RetryCnt7Infinite bool
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Manual starts no goroutines: the caller drives the device with Poll
+	// and NextDeadline, in one goroutine, with its own (fake) clock. This is
+	// how the deterministic simulator runs whole devices.
+	Manual bool
 }
 
 // Device is one RoCE device bound to a link.
@@ -89,12 +93,15 @@ type Device struct {
 	mrs     *memreg.Table
 	atomics *atomic.Executor
 	qps     map[uint32]*QP
+	qpList  []*QP // creation order: timers run in a deterministic order
 	nextQPN uint32
 	tx      txBatch
 	now     func() time.Time
 
 	counters transport.Counters
 	rxStats  RxStats
+
+	manual *manualRx
 
 	wake   chan struct{}
 	done   chan struct{}
@@ -141,6 +148,16 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.maxMTU = PathMTU(cfg.Link.MTU())
 	d.tx.init(cfg.Link, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	if cfg.Manual {
+		tr, ok := cfg.Link.(interface {
+			TryReadBatch(bufs [][]byte, sizes []int) int
+		})
+		if !ok {
+			return nil, fmt.Errorf("qp: open device: manual mode needs a link with TryReadBatch (the in-memory link)")
+		}
+		d.manual = newManualRx(tr, cfg.Link)
+		return d, nil
+	}
 	d.wg.Add(2)
 	go d.rxLoop()
 	go d.timerLoop()
@@ -212,6 +229,9 @@ func (d *Device) Close() error {
 	d.closed = true
 	close(d.done)
 	d.mu.Unlock()
+	if d.manual != nil {
+		return nil // the simulator owns the links
+	}
 	err := d.cfg.Link.Close()
 	d.wg.Wait()
 	return err
@@ -325,7 +345,7 @@ func (d *Device) timerLoop() {
 		d.mu.Lock()
 		now := d.now()
 		var next time.Time
-		for _, q := range d.qps {
+		for _, q := range d.qpList {
 			dl, ok := q.eng.Deadline()
 			if !ok {
 				continue

@@ -51,6 +51,7 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	d.nextQPN = qpn + 1
 	q := &QP{dev: d, pd: pd, eng: eng}
 	d.qps[qpn] = q
+	d.qpList = append(d.qpList, q)
 	return q, nil
 }
 
@@ -150,6 +151,12 @@ func (q *QP) Destroy() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.qps, q.QPN())
+	for i, x := range d.qpList {
+		if x == q {
+			d.qpList = append(d.qpList[:i], d.qpList[i+1:]...)
+			break
+		}
+	}
 	return nil
 }
 

@@ -123,6 +123,7 @@ type QP struct {
 	// Requester.
 	nextPSN   wire.PSN // PSN of the next packet the requester sends
 	psnEnd    wire.PSN // one past the last PSN assigned to any WQE
+	sentEnd   wire.PSN // one past the highest PSN sent so far
 	noackPkts int
 	rdAtomic  int // READ/atomic WQEs in flight
 
@@ -266,7 +267,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	}
 	if mask&AttrSQPSN != 0 {
 		q.attr.SQPSN = a.SQPSN
-		q.nextPSN, q.psnEnd, q.compPSN = a.SQPSN, a.SQPSN, a.SQPSN
+		q.nextPSN, q.psnEnd, q.compPSN, q.sentEnd = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
 	}
 	if mask&AttrMaxQPRdAtomic != 0 {
 		q.attr.MaxRdAtomic = a.MaxRdAtomic

@@ -86,7 +86,12 @@ func (q *QP) pump(now time.Time) {
 	sent := false
 	for q.sqReq < q.sqTail {
 		w := &q.sq[q.sqReq%uint64(len(q.sq))]
-		if w.state == wqeComplete { // a LOCAL_INV executed in order
+		if w.state == wqeComplete {
+			// A LOCAL_INV executed in order, or a WQE that was already
+			// acknowledged while go-back-N rewound past it.
+			if w.npkts > 0 && !q.nextPSN.After(w.lastPSN) {
+				q.nextPSN = w.lastPSN.Add(1)
+			}
 			q.sqReq++
 			continue
 		}
@@ -117,7 +122,7 @@ func (q *QP) pump(now time.Time) {
 			return // the WQE failed locally; the QP is in ERR now
 		}
 		sent = true
-		if w.state == wqeSent {
+		if q.nextPSN.After(w.lastPSN) {
 			q.sqReq++
 		}
 	}
@@ -175,9 +180,14 @@ func (q *QP) sendNext(w *sendWQE) bool {
 		return false
 	}
 	idx := uint32(psn.Diff(w.firstPSN))
-	if psn != w.firstPSN || w.state == wqeSent {
+	if psn.Before(q.sentEnd) {
 		q.inc(CntRetransmittedPkts)
 	}
+	defer func() {
+		if q.sentEnd.Before(q.nextPSN) {
+			q.sentEnd = q.nextPSN
+		}
+	}()
 	switch w.wr.Opcode {
 	case WRRDMARead:
 		q.sendReadRequest(w, idx)

@@ -1,0 +1,72 @@
+package qp
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/wire"
+)
+
+// manualRx is the receive side of a device in manual mode.
+type manualRx struct {
+	link  interface{ TryReadBatch(bufs [][]byte, sizes []int) int }
+	bufs  [][]byte
+	sizes []int
+	pkt   wire.Packet
+}
+
+func newManualRx(tr interface{ TryReadBatch([][]byte, []int) int }, l nic.Link) *manualRx {
+	m := &manualRx{link: tr, bufs: make([][]byte, 64), sizes: make([]int, 64)}
+	for i := range m.bufs {
+		m.bufs[i] = make([]byte, l.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	}
+	return m
+}
+
+// Poll (manual mode only) processes every frame that is due on the link
+// and every engine deadline that has passed at the device clock's current
+// time. It returns the number of frames and timer expiries handled, so a
+// simulator knows whether anything happened.
+func (d *Device) Poll() int {
+	m := d.manual
+	if m == nil {
+		return 0
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	events := 0
+	for {
+		n := m.link.TryReadBatch(m.bufs, m.sizes)
+		if n == 0 {
+			break
+		}
+		now := d.now()
+		for i := 0; i < n; i++ {
+			d.input(m.bufs[i][:m.sizes[i]], &m.pkt, now)
+		}
+		d.tx.flush()
+		events += n
+	}
+	now := d.now()
+	for _, q := range d.qpList {
+		if dl, ok := q.eng.Deadline(); ok && !dl.After(now) {
+			q.eng.Tick(now)
+			events++
+		}
+	}
+	d.tx.flush()
+	return events
+}
+
+// NextDeadline returns the earliest engine deadline of the device.
+func (d *Device) NextDeadline() (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var next time.Time
+	for _, q := range d.qpList {
+		if dl, ok := q.eng.Deadline(); ok && (next.IsZero() || dl.Before(next)) {
+			next = dl
+		}
+	}
+	return next, !next.IsZero()
+}
