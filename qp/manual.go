@@ -9,7 +9,9 @@ import (
 
 // manualRx is the receive side of a device in manual mode.
 type manualRx struct {
-	link  interface{ TryReadBatch(bufs [][]byte, sizes []int) int }
+	link interface {
+		TryReadBatch(bufs [][]byte, sizes []int) int
+	}
 	bufs  [][]byte
 	sizes []int
 	pkt   wire.Packet
