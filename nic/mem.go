@@ -53,6 +53,11 @@ type Faults struct {
 	// ReorderHold bounds how long a reordered frame waits for a later frame
 	// to overtake it (0 means 1 ms).
 	ReorderHold time.Duration
+	// Filter, when set, sees every frame before the random faults (which
+	// still draw their numbers, so the random sequence does not shift);
+	// returning true drops the frame (counted as Dropped). Scenario tests use
+	// it to lose exactly the frames they name.
+	Filter func(frame []byte) (drop bool)
 }
 
 // MemConfig configures NewMemPair. The zero value is a fault-free 1500-byte
@@ -246,7 +251,7 @@ func (p *memPipe) send(f []byte, now time.Time) {
 		p.txDrops++
 		return
 	}
-	if rDrop < ft.Drop {
+	if rDrop < ft.Drop || (ft.Filter != nil && ft.Filter(f)) {
 		p.dropped++
 		p.txDrops++
 		return
