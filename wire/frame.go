@@ -85,8 +85,9 @@ type Frame struct {
 	HasVLAN        bool
 	VLAN           uint16
 
-	// IP. SrcIP/DstIP choose IPv4 (both Is4) or IPv6. For IPv4 the header is
-	// 20 bytes with DF set; ID is written as given (the ICRC covers it).
+	// IP. SrcIP/DstIP choose IPv4 (both Is4, or both IPv4-mapped IPv6 as in
+	// RoCEv2 GIDs ::ffff:a.b.c.d) or IPv6. For IPv4 the header is 20 bytes
+	// with DF set; ID is written as given (the ICRC covers it).
 	SrcIP, DstIP netip.Addr
 	TrafficClass uint8  // IPv4 TOS / IPv6 traffic class
 	HopLimit     uint8  // IPv4 TTL / IPv6 hop limit
