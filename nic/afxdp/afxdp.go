@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
 	"github.com/goroce/goroce/nic"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -53,6 +55,12 @@ type Options struct {
 	// in copy mode (default 256; negative leaves the kernel default, 32).
 	// Kernels without the option keep their default, with a log line.
 	TxBudget int
+	// BusyPoll makes ReadBatch spin on the RX ring (yielding the processor
+	// between looks) for up to this long before it sleeps in poll(2). It
+	// trades a core for latency: a poll(2) wake-up costs tens of µs here
+	// (PERF-FACTS.md: 46 µs vs 5.9 µs request/response round trips). Zero
+	// (default) sleeps at once.
+	BusyPoll time.Duration
 	// Logger receives one line about the attach mode and fallbacks
 	// (default slog.Default()).
 	Logger *slog.Logger
@@ -81,6 +89,7 @@ type Link struct {
 	hw      net.HardwareAddr
 	mode    string
 	batch   int
+	busy    time.Duration
 
 	fd   int // AF_XDP socket
 	efd  int // eventfd: written once by Close, wakes poll(2)
@@ -127,6 +136,8 @@ type Link struct {
 
 var _ nic.Link = (*Link)(nil)
 
+var memlockOnce sync.Once
+
 // Open creates an AF_XDP socket on queue queue of the interface ifname,
 // attaches the steering program (see the package doc) and returns the link.
 // It acts in the calling thread's network namespace. It needs root (or
@@ -169,6 +180,7 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 		queue:     queue,
 		hw:        append(net.HardwareAddr(nil), attrs.HardwareAddr...),
 		batch:     opts.BatchSize,
+		busy:      max(opts.BusyPoll, 0),
 		fd:        -1,
 		efd:       -1,
 		frameSize: uint32(opts.FrameSize),
@@ -182,6 +194,10 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 			l.release()
 		}
 	}()
+
+	// Kernels before 5.11 charge BPF maps and programs to RLIMIT_MEMLOCK;
+	// later ones use memory cgroups and this is a no-op.
+	memlockOnce.Do(func() { rlimit.RemoveMemlock() })
 
 	if err := l.setupSocket(opts); err != nil {
 		return nil, err
@@ -441,6 +457,8 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
 	want := uint32(min(len(bufs), len(sizes)))
+	var spins uint
+	var spinUntil time.Time
 	for {
 		if l.closed.Load() {
 			return 0, nic.ErrClosed
@@ -453,6 +471,21 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 				return got, nil
 			}
 			continue // all of them were too big for their buffers
+		}
+		if l.busy > 0 {
+			if spins == 0 {
+				spinUntil = time.Now().Add(l.busy)
+			}
+			spins++
+			if spins%64 != 0 || time.Now().Before(spinUntil) {
+				if l.needWakeup && l.fill.needWakeup() {
+					unix.Recvfrom(l.fd, nil, unix.MSG_DONTWAIT)
+					l.wakeups.Add(1)
+				}
+				runtime.Gosched()
+				continue
+			}
+			spins = 0 // spun out: sleep, and spin again after the wake-up
 		}
 		_, err := unix.Poll(l.rxPoll[:], -1)
 		if err != nil && err != unix.EINTR {

@@ -39,7 +39,8 @@
 // # Syscalls
 //
 // Receiving costs no syscall while frames are waiting; ReadBatch sleeps in
-// poll(2) on the socket and an eventfd only when the RX ring is empty. Close
+// poll(2) on the socket and an eventfd only when the RX ring is empty (or,
+// with Options.BusyPoll, after spinning on the ring for that long). Close
 // writes the eventfd, which wakes every sleeper. Transmitting costs one
 // sendto(2) "kick" per batch, and only when the kernel asks for one
 // (XDP_RING_NEED_WAKEUP on the TX ring; in copy mode it always does). The
@@ -72,11 +73,17 @@
 //
 // # veth and MTU
 //
-// On a veth pair, native XDP only delivers redirected frames when the peer
-// end has an XDP program too (veth runs its NAPI/XDP path only then). When
-// both ends are opened with this package that holds already; when the other
-// end is a plain socket, put a trivial program on it with AttachPassProgram.
-// veth has no zero-copy support: the socket runs in copy mode.
+// veth has no zero-copy support: the socket runs in copy mode, and native
+// XDP is used. PERF-FACTS.md records that a native-mode XDP program on one
+// veth end only delivers redirected frames when the peer end has an XDP
+// program too. When both ends are opened with this package that holds
+// already; when the other end is a plain socket (the kernel stack, a raw
+// socket, AF_PACKET), put a trivial program on it with AttachPassProgram,
+// from a process that stays up (the program lives as long as its bpf_link).
+// On this project's Linux 6.18 machines TestVethOneSided passes both ways
+// without it as well (run it with AFXDP_NO_PEER_PROG=1), so the rule may
+// only matter on other kernels or for XDP_REDIRECT into a veth; attaching
+// it costs nothing measurable.
 //
 // A single-buffer XDP program cannot be attached in native mode to a device
 // whose MTU exceeds one page minus headroom (veth with MTU 9000 answers
@@ -85,6 +92,16 @@
 // so Link.MTU reports the smaller of the interface MTU and what the chunk
 // carries (3822 bytes of IP MTU for 4096-byte chunks). Multi-buffer AF_XDP
 // (XDP_USE_SG, xdp.frags) is not implemented.
+//
+// # Namespaces and limits
+//
+// Open and AttachPassProgram act in the network namespace of the calling
+// thread (a test switches a locked thread with setns(2)); the socket, map,
+// program and link keep that namespace and may then be used from any
+// goroutine. One Link per interface: the steering program is per interface,
+// and a second Open on any queue of the same interface fails (the XSKMAP
+// could take one socket per queue, but sharing the program between Links is
+// not implemented).
 //
 // # Fallback
 //

@@ -4,6 +4,7 @@ package afxdp
 
 import (
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,4 +113,61 @@ func BenchmarkWriteBatch(b *testing.B) {
 	frames := float64(la.Stats().TxFrames)
 	b.ReportMetric(frames/el, "txframes/s")
 	b.ReportMetric(float64(got.Load())/el, "rxframes/s")
+}
+
+// TestRoundTrip measures request/response round trips over veth (a sends
+// one 122-byte frame, b echoes it), sleeping in poll(2) and busy-polling.
+// Bounded to 1000 round trips and 1 s per mode; prints, asserts nothing
+// about time.
+func TestRoundTrip(t *testing.T) {
+	if testing.Short() {
+		t.Skip("latency measurement skipped in -short mode")
+	}
+	for _, mode := range []struct {
+		name string
+		busy time.Duration
+	}{{"poll", 0}, {"busy-poll", time.Second}} {
+		t.Run(mode.name, func(t *testing.T) {
+			p := newVethPair(t, 1500)
+			a := p.open(t, p.nsA, p.ifA, Options{BusyPoll: mode.busy})
+			b := p.open(t, p.nsB, p.ifB, Options{BusyPoll: mode.busy})
+			echoDone := make(chan struct{})
+			go func() {
+				defer close(echoDone)
+				bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+				out := [][]byte{nil}
+				for {
+					n, err := b.ReadBatch(bufs, sizes)
+					if err != nil {
+						return
+					}
+					if n == 1 {
+						out[0] = bufs[0][:sizes[0]]
+						copy(out[0][0:6], p.macA)
+						copy(out[0][6:12], p.macB)
+						b.WriteBatch(out)
+					}
+				}
+			}()
+			req := [][]byte{buildFrame(make([]byte, 122), 122, p.macB, p.macA, p.ipA, p.ipB, roceUDPPort, 0)}
+			bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+			var rtts []time.Duration
+			start := time.Now()
+			for i := 0; i < 1000 && time.Since(start) < time.Second; i++ {
+				t0 := time.Now()
+				if _, err := a.WriteBatch(req); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := a.ReadBatch(bufs, sizes); err != nil {
+					t.Fatal(err)
+				}
+				rtts = append(rtts, time.Since(t0))
+			}
+			b.Close()
+			<-echoDone
+			slices.Sort(rtts)
+			t.Logf("%s: %d round trips, p50 %v, p99 %v, min %v", mode.name, len(rtts),
+				rtts[len(rtts)/2], rtts[len(rtts)*99/100], rtts[0])
+		})
+	}
 }
