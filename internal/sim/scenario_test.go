@@ -32,7 +32,7 @@ type scen struct {
 	t      *testing.T
 	n      *Net
 	a, b   *scenEnd
-	ab, ba []sent                          // frames sent A→B and B→A
+	ab, ba []sent                         // frames sent A→B and B→A
 	dropAB func(s sent, seen []sent) bool // decides drops A→B
 	dropBA func(s sent, seen []sent) bool
 }
