@@ -112,3 +112,16 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 		t.Error("Open of a missing interface succeeded")
 	}
 }
+
+// TestOpenUnprivileged: without privileges Open answers NotSupportedError,
+// so a caller falls back. Only meaningful when not root.
+func TestOpenUnprivileged(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("runs only without root (as root Open would succeed)")
+	}
+	_, err := Open("lo", 0, Options{})
+	if !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Open as uid %d: %v, want a NotSupportedError", os.Geteuid(), err)
+	}
+	t.Log(err)
+}
