@@ -82,15 +82,16 @@ func ICRC(l3 []byte) uint32 {
 	if !ok {
 		return 0
 	}
-	switch bth {
-	case IPv4Len + UDPLen:
+	v6 := l3[0]>>4 == 6
+	switch {
+	case !v6 && bth == IPv4Len+UDPLen:
 		// IPv4 without options: IP+UDP+BTH are 40 bytes, five masked words.
 		c := ^uint32(crcPrefix)
 		for i, m := range icrcMask4 {
 			c = slicing8(c, binary.LittleEndian.Uint64(l3[8*i:])|m)
 		}
 		return crc32.Update(^c, ieee, l3[len(icrcMask4)*8:])
-	case IPv6Len + UDPLen:
+	case v6:
 		// IPv6: the first 56 of the 60 header bytes as seven masked words.
 		c := ^uint32(crcPrefix)
 		for i, m := range icrcMask6 {

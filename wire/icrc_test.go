@@ -152,19 +152,19 @@ func TestICRCReference(t *testing.T) {
 	}
 	for i := range 3000 {
 		o := ops[r.IntN(len(ops))]
-		hdr := 40 // IPv6
+		hdr, v6 := 40, true
 		switch i % 3 {
 		case 0:
-			hdr = 20
+			hdr, v6 = 20, false
 		case 1:
-			hdr = 20 + 4*(1+r.IntN(10)) // IPv4 with options
+			hdr, v6 = 20+4*(1+r.IntN(10)), false // IPv4 with options (IHL 6..15)
 		}
 		n := hdr + UDPLen + o.HeaderLen() + r.IntN(300)
 		l3 := make([]byte, n)
 		for j := range l3 {
 			l3[j] = byte(r.Uint32())
 		}
-		if hdr == 40 {
+		if v6 {
 			l3[0] = 0x60 | l3[0]&0x0F
 		} else {
 			l3[0] = 0x40 | byte(hdr/4)
