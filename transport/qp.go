@@ -27,8 +27,8 @@ type CompletionQueue interface {
 const (
 	// MaxUnackedPSNs is the requester window (RXE_MAX_UNACKED_PSNS).
 	MaxUnackedPSNs = 128
-	// MaxPktPerAck: AckReq is set at least every MaxPktPerAck+1 packets
-	// inside long messages (RXE_MAX_PKT_PER_ACK).
+	// MaxPktPerAck: inside long messages AckReq is set on every
+	// (MaxPktPerAck+2)th packet, as rxe's `noack_pkts++ > RXE_MAX_PKT_PER_ACK`.
 	MaxPktPerAck = 64
 	// MaxInlineData is the largest SendInline payload.
 	MaxInlineData = 256

@@ -215,10 +215,15 @@ func (q *QP) sendNext(w *sendWQE) bool {
 			f.BTH.SE = true
 		}
 	}
-	q.noackPkts++
+	// rxe init_req_packet: ack_req = END || (noack_pkts++ > RXE_MAX_PKT_PER_ACK).
+	// The comparison sees the count before the increment, and an END packet
+	// short-circuits it, so inside a long message AckReq falls on the 66th
+	// packet after the previous one, not the 65th.
 	if last || q.noackPkts > MaxPktPerAck {
 		f.BTH.AckReq = true
 		q.noackPkts = 0
+	} else {
+		q.noackPkts++
 	}
 	buf := q.cfg.Out.Frame()
 	hl := f.HeaderLen()
