@@ -88,17 +88,16 @@ type recvWQE struct {
 	length uint32
 }
 
-// resource is one entry of the responder's READ/atomic resource ring
-// (rxe's resp_res), kept for duplicate requests.
+// resource is one entry of the responder's READ resource ring (rxe's
+// resp_res), kept to answer duplicate READ requests. Executed atomics are
+// kept in an atomic.History.
 type resource struct {
 	valid    bool
-	atomic   bool
 	firstPSN wire.PSN
 	lastPSN  wire.PSN
 	va       uint64
 	rkey     uint32
 	length   uint32
-	orig     uint64 // atomic original value
 }
 
 // QP is the RC engine of one queue pair: requester, completer and responder.
@@ -151,8 +150,9 @@ type QP struct {
 	wrRKey     uint32
 	wrLen      uint32 // RETH length of the current WRITE
 	wrOff      uint32
-	res        []resource
+	res        []resource       // READ replay records (rxe resp_res)
 	resNext    int
+	atomicHist *atomic.History // executed atomics, for duplicate replay
 
 	Counters Counters
 }
@@ -250,6 +250,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 		q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
 		q.res = make([]resource, max(int(a.MaxDestRdAtomic), 1))
 		q.resNext = 0
+		q.atomicHist = atomic.NewHistory(max(int(a.MaxDestRdAtomic), 1))
 	}
 	if mask&AttrMinRNRTimer != 0 {
 		q.attr.MinRNRTimer = a.MinRNRTimer
@@ -377,6 +378,9 @@ func (q *QP) resetQueues() {
 	q.gapRetried = false
 	q.msn, q.nakSent, q.respOpcode, q.recvActive = 0, false, -1, false
 	clear(q.res)
+	if q.atomicHist != nil {
+		q.atomicHist.Reset()
+	}
 	a := q.attr
 	q.attr = Attr{State: StateReset, AccessFlags: a.AccessFlags}
 }

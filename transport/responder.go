@@ -354,8 +354,7 @@ func (q *QP) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		}
 		return
 	}
-	r := q.newResource()
-	*r = resource{valid: true, atomic: true, firstPSN: psn, lastPSN: psn, va: va, rkey: rkey, length: 8, orig: orig}
+	q.atomicHist.Record(psn, va, rkey, orig)
 	q.msn++
 	q.respOpcode = -1
 	q.expPSN = psn.Add(1)
@@ -387,7 +386,7 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 		va, rkey, length := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
 		for i := range q.res {
 			r := &q.res[i]
-			if !r.valid || r.atomic || psn.Before(r.firstPSN) || psn.After(r.lastPSN) {
+			if !r.valid || psn.Before(r.firstPSN) || psn.After(r.lastPSN) {
 				continue
 			}
 			// The request must be a sub-range of the original one.
@@ -399,12 +398,9 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 		}
 		// No matching resource: dropped silently (rxe).
 	case op.IsAtomic():
-		for i := range q.res {
-			r := &q.res[i]
-			if r.valid && r.atomic && r.firstPSN == psn {
-				q.sendAtomicAck(psn, r.orig)
-				return
-			}
+		// Answered from the saved original value, never executed again.
+		if rec, ok := q.atomicHist.Lookup(psn); ok && rec.VA == p.AtomicETH.VA() && rec.RKey == p.AtomicETH.RKey() {
+			q.sendAtomicAck(psn, rec.Orig)
 		}
 	}
 }
