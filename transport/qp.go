@@ -150,7 +150,7 @@ type QP struct {
 	wrRKey     uint32
 	wrLen      uint32 // RETH length of the current WRITE
 	wrOff      uint32
-	res        []resource       // READ replay records (rxe resp_res)
+	res        []resource // READ replay records (rxe resp_res)
 	resNext    int
 	atomicHist *atomic.History // executed atomics, for duplicate replay
 
