@@ -25,6 +25,14 @@
 // in front of a payload already placed in the caller's buffer, then the pad
 // and the ICRC.
 //
+// Parse does not verify the IPv4 header checksum (the kernel would; the ICRC
+// covers every IPv4 field except TOS, TTL and the checksum, so a corrupted
+// header is caught anyway unless only those changed); IPv4.ChecksumValid is
+// there for callers that want it. Opcodes FLUSH (0x1C) and ATOMIC_WRITE
+// (0x1D, Linux 6.2+) are named but not supported: Parse returns
+// ErrUnknownOpcode and Build refuses them, like the rxe peers on 6.1 kernels
+// goroce targets. RD opcodes are unassigned.
+//
 // # ICRC
 //
 // The ICRC (IBTA Annex A17.3.3, rxe_icrc.c, PROTOCOL §2) is the IEEE CRC-32
