@@ -96,9 +96,15 @@ func readAsync(l *Link, first, n int) func() error {
 }
 
 func TestVethTransfer(t *testing.T) {
+	for _, fs := range []int{4096, 2048} {
+		t.Run(fmt.Sprintf("frame%d", fs), func(t *testing.T) { testVethTransfer(t, fs) })
+	}
+}
+
+func testVethTransfer(t *testing.T, frameSize int) {
 	p := newVethPair(t, 1500)
-	a := p.open(t, p.nsA, p.ifA, Options{})
-	b := p.open(t, p.nsB, p.ifB, Options{})
+	a := p.open(t, p.nsA, p.ifA, Options{FrameSize: frameSize, NumFrames: 1024})
+	b := p.open(t, p.nsB, p.ifB, Options{FrameSize: frameSize, NumFrames: 1024})
 	t.Logf("attach mode on veth: a=%s b=%s zerocopy=%v mtu=%d", a.Mode(), b.Mode(), b.ZeroCopy(), b.MTU())
 	if b.MTU() != 1500 {
 		t.Errorf("MTU %d, want 1500", b.MTU())
@@ -136,6 +142,58 @@ func TestVethTransfer(t *testing.T) {
 	}
 	if sa.Wakeups == 0 {
 		t.Errorf("no TX kick counted (copy mode needs them)")
+	}
+	checkVLAN(t, p, a, b)
+}
+
+// checkVLAN sends 802.1Q-tagged RoCEv2 frames a → b and checks they are
+// steered to b's socket with the tag in place.
+func checkVLAN(t *testing.T, p *vethPair, a, b *Link) {
+	t.Helper()
+	const n = 10
+	frames := make([][]byte, n)
+	for i := range frames {
+		frames[i] = withVLAN(buildFrame(make([]byte, 200), 200, p.macB, p.macA, p.ipA, p.ipB, roceUDPPort, uint32(i)), 0x8100)
+	}
+	done := make(chan error, 1)
+	go func() {
+		bufs, sizes := make([][]byte, n), make([]int, n)
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		for next := 0; next < n; {
+			k, err := b.ReadBatch(bufs, sizes)
+			if err != nil {
+				done <- err
+				return
+			}
+			for i := range k {
+				f := bufs[i][:sizes[i]]
+				if len(f) != 204 || binary.BigEndian.Uint16(f[12:]) != 0x8100 || binary.BigEndian.Uint16(f[14:]) != 100 {
+					done <- fmt.Errorf("frame %d: tag lost or mangled: % x", next, f[:min(len(f), 20)])
+					return
+				}
+				seq, err := checkFrame(append(f[:12:12], f[16:]...))
+				if err != nil || int(seq) != next {
+					done <- fmt.Errorf("tagged frame %d: seq %d, %v", next, seq, err)
+					return
+				}
+				next++
+			}
+		}
+		done <- nil
+	}()
+	if m, err := a.WriteBatch(frames); m != n || err != nil {
+		t.Fatalf("WriteBatch tagged: %d, %v", m, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("802.1Q: %v", err)
+		}
+	case <-time.After(liveness):
+		b.Close()
+		t.Fatal("802.1Q-tagged RoCEv2 frames never reached AF_XDP")
 	}
 }
 
@@ -377,6 +435,16 @@ func TestCloseWakesAndDetaches(t *testing.T) {
 // and the fallback to generic mode, with the MTU capped by the chunk size.
 func TestMTU9000(t *testing.T) {
 	p := newVethPair(t, 9000)
+	err := inNS(p.nsA, func() error {
+		l, err := Open(p.ifA, 0, Options{Mode: ModeNative})
+		if err == nil {
+			l.Close()
+		}
+		return err
+	})
+	if !errors.Is(err, unix.ERANGE) {
+		t.Errorf("ModeNative at MTU 9000: %v, want ERANGE", err)
+	}
 	a := p.open(t, p.nsA, p.ifA, Options{})
 	b := p.open(t, p.nsB, p.ifB, Options{})
 	t.Logf("MTU 9000: mode %s, reported MTU %d", b.Mode(), b.MTU())
@@ -392,4 +460,5 @@ func TestMTU9000(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatalf("generic mode a→b: %v", err)
 	}
+	checkVLAN(t, p, a, b)
 }
