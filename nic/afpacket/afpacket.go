@@ -400,10 +400,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 			return done, fmt.Errorf("afpacket: sendmmsg on %s: %w", l.ifname, err)
 		}
 	}
-	// Do not keep the caller's buffers reachable.
-	for i := range l.tx.Iovs {
-		l.tx.Iovs[i].Base = nil
-	}
+	l.tx.Clear() // do not keep the caller's buffers reachable
 	return done, nil
 }
 

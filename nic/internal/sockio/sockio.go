@@ -63,24 +63,28 @@ func (s *Stopper) Wait(fd int, events int16, timeoutMs int) (ready, stopped bool
 	}
 }
 
-// Batch is a preallocated array of mmsghdrs, each with one iovec and room
-// for a socket address, for sendmmsg/recvmmsg.
+// Batch is a preallocated array of mmsghdrs, each with one or two iovecs
+// and, optionally, room for a socket address, for sendmmsg/recvmmsg.
 type Batch struct {
 	Msgs  []unix.Mmsghdr
-	Iovs  []unix.Iovec
+	Iovs  []unix.Iovec            // iovPerMsg per message
 	Names []unix.RawSockaddrInet6 // large enough for IPv4, IPv6 and packet addresses
+	per   int
 }
 
-// NewBatch allocates a batch of n messages. withNames gives each message a
-// name buffer (recvmmsg source / sendmmsg destination).
-func NewBatch(n int, withNames bool) *Batch {
-	b := &Batch{Msgs: make([]unix.Mmsghdr, n), Iovs: make([]unix.Iovec, n)}
+// NewBatch allocates a batch of n messages with one iovec each. withNames
+// gives each message a name buffer (recvmmsg source / sendmmsg destination).
+func NewBatch(n int, withNames bool) *Batch { return NewBatchIov(n, 1, withNames) }
+
+// NewBatchIov is NewBatch with iovPerMsg (1 or 2) iovecs per message.
+func NewBatchIov(n, iovPerMsg int, withNames bool) *Batch {
+	b := &Batch{Msgs: make([]unix.Mmsghdr, n), Iovs: make([]unix.Iovec, n*iovPerMsg), per: iovPerMsg}
 	if withNames {
 		b.Names = make([]unix.RawSockaddrInet6, n)
 	}
 	for i := range b.Msgs {
-		b.Msgs[i].Hdr.Iov = &b.Iovs[i]
-		b.Msgs[i].Hdr.SetIovlen(1)
+		b.Msgs[i].Hdr.Iov = &b.Iovs[i*iovPerMsg]
+		b.Msgs[i].Hdr.SetIovlen(iovPerMsg)
 		if withNames {
 			b.Msgs[i].Hdr.Name = (*byte)(unsafe.Pointer(&b.Names[i]))
 			b.Msgs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
@@ -89,15 +93,31 @@ func NewBatch(n int, withNames bool) *Batch {
 	return b
 }
 
-// SetBuf points message i's iovec at p.
-func (b *Batch) SetBuf(i int, p []byte) {
+// SetBuf points message i's (first) iovec at p.
+func (b *Batch) SetBuf(i int, p []byte) { setIov(&b.Iovs[i*b.per], p) }
+
+// SetBufs points message i's two iovecs at p and q (NewBatchIov(n, 2, ...)).
+func (b *Batch) SetBufs(i int, p, q []byte) {
+	setIov(&b.Iovs[i*b.per], p)
+	setIov(&b.Iovs[i*b.per+1], q)
+}
+
+// Clear drops every iovec pointer so that the batch keeps no caller buffer
+// reachable.
+func (b *Batch) Clear() {
+	for i := range b.Iovs {
+		b.Iovs[i] = unix.Iovec{}
+	}
+}
+
+func setIov(v *unix.Iovec, p []byte) {
 	if len(p) == 0 {
-		b.Iovs[i].Base = nil
-		b.Iovs[i].SetLen(0)
+		v.Base = nil
+		v.SetLen(0)
 		return
 	}
-	b.Iovs[i].Base = &p[0]
-	b.Iovs[i].SetLen(len(p))
+	v.Base = &p[0]
+	v.SetLen(len(p))
 }
 
 // Sendmmsg sends msgs[0:n] with one system call and returns how many were
@@ -146,4 +166,24 @@ func Errno(err error) (syscall.Errno, bool) {
 	var e syscall.Errno
 	ok := errors.As(err, &e)
 	return e, ok
+}
+
+// skMeminfoDrops is SK_MEMINFO_DROPS, the index of the drop counter in the
+// SO_MEMINFO array (include/uapi/linux/sock_diag.h).
+const (
+	skMeminfoDrops = 8
+	skMeminfoVars  = 9
+)
+
+// SocketDrops returns the kernel's count of packets dropped on fd's socket
+// (receive buffer full, filter ...), read with SO_MEMINFO; 0 if unavailable.
+func SocketDrops(fd int) uint32 {
+	var mem [skMeminfoVars]uint32
+	n := uint32(unsafe.Sizeof(mem))
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+		uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&n)), 0)
+	if e != 0 || n < (skMeminfoDrops+1)*4 {
+		return 0
+	}
+	return mem[skMeminfoDrops]
 }

@@ -1,0 +1,108 @@
+//go:build linux
+
+package udp
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/nic/afpacket"
+	"github.com/goroce/goroce/wire"
+)
+
+// TestWireHeaderIsCanonical checks the claim the ICRC scheme rests on: what
+// an unconnected DF UDP socket really puts on the wire (IPv4 ID 0, DF, our
+// port, 4791) is the canonical header, so a raw receiver (rxe, goroce's
+// afpacket backend) verifies the re-based ICRC over the real frame. And the
+// other way: a raw sender using IPv4 ID 0 + DF reaches the UDP backend with
+// a verifiable ICRC.
+func TestWireHeaderIsCanonical(t *testing.T) {
+	p := netns.NewPair(t, netns.Options{})
+	var u *Link
+	var raw *afpacket.Link
+	if err := p.Do(netns.A, func() (err error) {
+		u, err = Open(Config{Local: netip.AddrPortFrom(p.A.Addr, 4791)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if err := p.Do(netns.B, func() (err error) {
+		raw, err = afpacket.Open(p.B.Ifname, afpacket.Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+
+	// UDP → raw.
+	f := buildFrame(t, p.A.Addr, p.B.Addr, 42, 512)
+	if _, err := u.WriteBatch([][]byte{f}); err != nil {
+		t.Fatal(err)
+	}
+	bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+	got := readWithin(t, func() (int, error) { return raw.ReadBatch(bufs, sizes) })
+	if got != 1 {
+		t.Fatalf("raw side got %d frames", got)
+	}
+	var pk wire.Packet
+	if err := wire.Parse(bufs[0][:sizes[0]], &pk); err != nil {
+		t.Fatalf("wire frame from the UDP socket: %v", err)
+	}
+	if id := binary.BigEndian.Uint16(pk.IPv4[4:]); id != 0 || pk.IPv4[6]&0x40 == 0 {
+		t.Fatalf("kernel sent IPv4 ID %#x flags %#x, want ID 0 with DF", id, pk.IPv4[6])
+	}
+	if pk.UDP.SrcPort() != 4791 || pk.UDP.DstPort() != 4791 || pk.BTH.PSN() != 42 {
+		t.Fatalf("ports %d→%d PSN %d", pk.UDP.SrcPort(), pk.UDP.DstPort(), pk.BTH.PSN())
+	}
+
+	// Raw → UDP, with ID 0 and DF as the canonical header says.
+	fr := &wire.Frame{
+		DstMAC: [6]byte(p.A.MAC), SrcMAC: [6]byte(p.B.MAC),
+		SrcIP: p.B.Addr, DstIP: p.A.Addr, HopLimit: 64, IPID: 0, SrcPort: 4791,
+		BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x12, PSN: 7},
+	}
+	buf := make([]byte, fr.Len(100))
+	n, err := wire.BuildPayload(buf, fr, make([]byte, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.WriteBatch([][]byte{buf[:n]}); err != nil {
+		t.Fatal(err)
+	}
+	if readWithin(t, func() (int, error) { return u.ReadBatch(bufs, sizes) }) != 1 {
+		t.Fatal("UDP side got nothing")
+	}
+	if err := wire.Parse(bufs[0][:sizes[0]], &pk); err != nil {
+		t.Fatalf("raw → UDP: %v", err)
+	}
+	if pk.BTH.PSN() != 7 || pk.SrcIP() != p.B.Addr {
+		t.Fatalf("raw → UDP: PSN %d from %v", pk.BTH.PSN(), pk.SrcIP())
+	}
+}
+
+func readWithin(t *testing.T, read func() (int, error)) int {
+	t.Helper()
+	type res struct {
+		n   int
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		n, err := read()
+		ch <- res{n, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no frame within 10 s")
+		return 0
+	}
+}

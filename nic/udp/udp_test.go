@@ -1,0 +1,327 @@
+//go:build linux
+
+package udp
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/wire"
+)
+
+// buildFrame makes an RC SEND_ONLY frame from src to dst with a payload
+// derived from psn. IPID and sport are deliberately "rxe-like" (non-zero,
+// per-QP) to show that they need not survive the trip.
+func buildFrame(t testing.TB, src, dst netip.Addr, psn uint32, payloadLen int) []byte {
+	t.Helper()
+	f := &wire.Frame{
+		DstMAC: [6]byte{2, 0, 0, 0, 0, 0x0b}, SrcMAC: [6]byte{2, 0, 0, 0, 0, 0x0a},
+		SrcIP: src, DstIP: dst, HopLimit: 64, IPID: uint16(0x1234 + psn), SrcPort: 0xC132,
+		BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: wire.PSN(psn), AckReq: true},
+	}
+	payload := make([]byte, payloadLen)
+	for i := range payload {
+		payload[i] = byte(psn) + byte(i*7)
+	}
+	buf := make([]byte, f.Len(payloadLen))
+	n, err := wire.BuildPayload(buf, f, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+func open(t testing.TB, local string, peerPort uint16) *Link {
+	t.Helper()
+	l, err := Open(Config{Local: netip.MustParseAddrPort(local), PeerPort: peerPort})
+	if err != nil {
+		t.Skipf("cannot bind %s here: %v", local, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func readN(t testing.TB, l *Link, n int) [][]byte {
+	t.Helper()
+	type res struct {
+		f   [][]byte
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		var out [][]byte
+		bufs := make([][]byte, 16)
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		sizes := make([]int, len(bufs))
+		for len(out) < n {
+			k, err := l.ReadBatch(bufs, sizes)
+			if err != nil {
+				ch <- res{out, err}
+				return
+			}
+			for i := 0; i < k; i++ {
+				out = append(out, append([]byte(nil), bufs[i][:sizes[i]]...))
+			}
+		}
+		ch <- res{out, nil}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("after %d frames: %v", len(r.f), r.err)
+		}
+		return r.f
+	case <-time.After(20 * time.Second):
+		t.Fatalf("fewer than %d frames arrived; stats %+v", n, l.Stats())
+		return nil
+	}
+}
+
+// checkDelivered parses got and compares its RoCE part with sent.
+func checkDelivered(t *testing.T, got, sent []byte, src, dst netip.AddrPort) {
+	t.Helper()
+	var p, q wire.Packet
+	if err := wire.Parse(got, &p); err != nil {
+		t.Fatalf("received frame does not parse: %v", err)
+	}
+	if err := wire.Parse(sent, &q); err != nil {
+		t.Fatal(err)
+	}
+	if p.SrcIP() != src.Addr() || p.DstIP() != dst.Addr() || p.UDP.SrcPort() != src.Port() || p.UDP.DstPort() != 4791 {
+		t.Fatalf("headers: %v:%d -> %v:%d", p.SrcIP(), p.UDP.SrcPort(), p.DstIP(), p.UDP.DstPort())
+	}
+	if !bytes.Equal(p.BTH, q.BTH) || !bytes.Equal(p.Payload, q.Payload) {
+		t.Fatal("BTH or payload differ")
+	}
+}
+
+func TestRoundTripIPv4(t *testing.T) {
+	a := open(t, "127.0.0.1:4791", 0)
+	b := open(t, "127.0.0.2:4791", 0)
+	src, dst := a.LocalAddr(), b.LocalAddr()
+	var frames [][]byte
+	for i := 0; i < 200; i++ {
+		frames = append(frames, buildFrame(t, src.Addr(), dst.Addr(), uint32(i), (i*13)%1025))
+	}
+	// In chunks the socket buffer holds: UDP drops what does not fit.
+	var got [][]byte
+	for i := 0; i < len(frames); i += 20 {
+		if n, err := a.WriteBatch(frames[i : i+20]); n != 20 || err != nil {
+			t.Fatalf("WriteBatch = %d %v", n, err)
+		}
+		got = append(got, readN(t, b, 20)...)
+	}
+	for i := range got {
+		checkDelivered(t, got[i], frames[i], src, dst)
+		if len(got[i]) != len(frames[i]) {
+			t.Fatalf("frame %d: %d bytes, sent %d", i, len(got[i]), len(frames[i]))
+		}
+	}
+	if s := a.Stats(); s.TxFrames != 200 || s.TxDrops != 0 {
+		t.Fatalf("A %+v", s)
+	}
+	if s := b.Stats(); s.RxFrames != 200 || s.RxDrops != 0 {
+		t.Fatalf("B %+v", s)
+	}
+	// And back.
+	back := buildFrame(t, dst.Addr(), src.Addr(), 7, 100)
+	b.WriteBatch([][]byte{back})
+	checkDelivered(t, readN(t, a, 1)[0], back, dst, src)
+}
+
+func TestRoundTripIPv6(t *testing.T) {
+	a := open(t, "[::1]:14791", 24791)
+	b := open(t, "[::1]:24791", 14791)
+	src, dst := a.LocalAddr(), b.LocalAddr()
+	frames := [][]byte{buildFrame(t, src.Addr(), dst.Addr(), 1, 0), buildFrame(t, src.Addr(), dst.Addr(), 2, 1021)}
+	a.WriteBatch(frames)
+	got := readN(t, b, 2)
+	for i := range got {
+		checkDelivered(t, got[i], frames[i], src, dst)
+	}
+}
+
+// A receive-buffer overflow is counted in RxDrops (SO_MEMINFO).
+func TestOverflowCounted(t *testing.T) {
+	a := open(t, "127.0.0.1:4791", 0)
+	b := open(t, "127.0.0.6:4791", 0)
+	var frames [][]byte
+	for i := 0; i < 64; i++ {
+		frames = append(frames, buildFrame(t, a.LocalAddr().Addr(), b.LocalAddr().Addr(), uint32(i), 1024))
+	}
+	const sent = 64 * 10 // far more than the default receive buffer holds
+	for i := 0; i < sent/64; i++ {
+		a.WriteBatch(frames)
+	}
+	got := 0
+	bufs, sizes := make([][]byte, 64), make([]int, 64)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	for {
+		n, _ := b.recvLocked(bufs, sizes)
+		if n == 0 {
+			break
+		}
+		got += n
+	}
+	s := b.Stats()
+	if s.RxDrops == 0 || uint64(got)+s.RxDrops != sent {
+		t.Fatalf("received %d, drops %d, sent %d", got, s.RxDrops, sent)
+	}
+}
+
+func TestSamePortsDifferentPeerPort(t *testing.T) {
+	// Two endpoints on one address, different ports.
+	a := open(t, "127.0.0.1:14791", 24791)
+	b := open(t, "127.0.0.1:24791", 14791)
+	f := buildFrame(t, a.LocalAddr().Addr(), b.LocalAddr().Addr(), 3, 64)
+	a.WriteBatch([][]byte{f})
+	checkDelivered(t, readN(t, b, 1)[0], f, a.LocalAddr(), b.LocalAddr())
+}
+
+// A frame whose ICRC is wrong when handed to the backend still fails the
+// receiver's check: the re-basing carries the error over.
+func TestCorruptionNotHidden(t *testing.T) {
+	a := open(t, "127.0.0.1:4791", 0)
+	b := open(t, "127.0.0.3:4791", 0)
+	good := buildFrame(t, a.LocalAddr().Addr(), b.LocalAddr().Addr(), 9, 256)
+	payloadFlip := append([]byte(nil), good...)
+	payloadFlip[len(payloadFlip)-40] ^= 0x10 // payload bit, ICRC not updated
+	bthFlip := append([]byte(nil), good...)
+	bthFlip[14+20+8+11] ^= 0x01 // PSN bit
+	icrcFlip := append([]byte(nil), good...)
+	icrcFlip[len(icrcFlip)-1] ^= 0x80
+	a.WriteBatch([][]byte{payloadFlip, bthFlip, icrcFlip, good})
+	got := readN(t, b, 4)
+	var p wire.Packet
+	for i := 0; i < 3; i++ {
+		if err := wire.Parse(got[i], &p); !errors.Is(err, wire.ErrBadICRC) {
+			t.Errorf("corrupt frame %d: Parse = %v, want ErrBadICRC", i, err)
+		}
+	}
+	if err := wire.Parse(got[3], &p); err != nil {
+		t.Errorf("good frame: %v", err)
+	}
+}
+
+func TestBadFramesDropped(t *testing.T) {
+	a := open(t, "127.0.0.1:4791", 0)
+	b := open(t, "127.0.0.4:4791", 0)
+	good := buildFrame(t, a.LocalAddr().Addr(), b.LocalAddr().Addr(), 1, 8)
+	v6 := buildFrame(t, netip.MustParseAddr("::1"), netip.MustParseAddr("::2"), 2, 8)
+	arp := make([]byte, 60)
+	arp[12], arp[13] = 0x08, 0x06
+	short := good[:14+20+8+4]
+	huge := make([]byte, 3000)
+	n, err := a.WriteBatch([][]byte{arp, v6, short, huge, nil, good})
+	if n != 6 || err != nil {
+		t.Fatalf("WriteBatch = %d %v", n, err)
+	}
+	if s := a.Stats(); s.TxDrops != 5 || s.TxFrames != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	checkDelivered(t, readN(t, b, 1)[0], good, a.LocalAddr(), b.LocalAddr())
+
+	// A receive buffer too small for a datagram: dropped and counted, the
+	// next one still arrives.
+	big := buildFrame(t, a.LocalAddr().Addr(), b.LocalAddr().Addr(), 3, 1000)
+	a.WriteBatch([][]byte{big, good})
+	bufs, sizes := [][]byte{make([]byte, 500)}, []int{0}
+	var got int
+	for got == 0 {
+		got, err = b.ReadBatch(bufs, sizes)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := b.Stats(); s.RxDrops != 1 || sizes[0] != len(good) {
+		t.Fatalf("stats %+v, size %d", s, sizes[0])
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	if _, err := Open(Config{Local: netip.MustParseAddrPort("0.0.0.0:4791")}); err == nil {
+		t.Fatal("wildcard accepted")
+	}
+	a := open(t, "127.0.0.1:4791", 0)
+	if _, err := Open(Config{Local: a.LocalAddr()}); err == nil {
+		t.Fatal("second bind succeeded")
+	}
+}
+
+func TestCloseWakesReader(t *testing.T) {
+	a := open(t, "127.0.0.1:4791", 0)
+	errc := make(chan error, 1)
+	go func() {
+		bufs, sizes := [][]byte{make([]byte, 2000)}, []int{0}
+		_, err := a.ReadBatch(bufs, sizes)
+		errc <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // let it block (passes either way)
+	a.Close()
+	if err := <-errc; !errors.Is(err, nic.ErrClosed) {
+		t.Fatalf("ReadBatch after Close: %v", err)
+	}
+	if _, err := a.WriteBatch(nil); err != nil {
+		t.Fatalf("empty WriteBatch after Close: %v", err)
+	}
+	if _, err := a.WriteBatch([][]byte{{1}}); !errors.Is(err, nic.ErrClosed) {
+		t.Fatalf("WriteBatch after Close: %v", err)
+	}
+}
+
+// BenchmarkUDP sends 64-frame batches of 1082-byte RoCE frames over
+// loopback and reports the receive rate.
+func BenchmarkUDP(b *testing.B) {
+	a := open(b, "127.0.0.1:4791", 0)
+	r := open(b, "127.0.0.5:4791", 0)
+	const batch = 64
+	frames := make([][]byte, batch)
+	for i := range frames {
+		frames[i] = buildFrame(b, a.LocalAddr().Addr(), r.LocalAddr().Addr(), uint32(i), 1024)
+	}
+	done := make(chan uint64)
+	go func() {
+		bufs := make([][]byte, batch)
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		sizes := make([]int, batch)
+		var n uint64
+		for {
+			k, err := r.ReadBatch(bufs, sizes)
+			if err != nil {
+				done <- n
+				return
+			}
+			n += uint64(k)
+		}
+	}()
+	b.ReportAllocs()
+	b.SetBytes(batch * 1082)
+	start := time.Now()
+	for b.Loop() {
+		if _, err := a.WriteBatch(frames); err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start)
+	time.Sleep(20 * time.Millisecond)
+	r.Close()
+	rx := <-done
+	b.ReportMetric(float64(rx)/el.Seconds()/1e6, "Mpps-rx")
+	b.ReportMetric(float64(a.Stats().TxFrames)/el.Seconds()/1e6, "Mpps-tx")
+}
+
+func (l *Link) recvLocked(bufs [][]byte, sizes []int) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	return l.recv(bufs, sizes)
+}
