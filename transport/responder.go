@@ -217,6 +217,17 @@ func (q *QP) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 			return
 		}
+		// rxe check_rkey validates the whole RETH range [va, va+len) once,
+		// on the FIRST/ONLY packet: a WRITE that runs past the MR is NAKed at
+		// its first PSN before any byte is placed. (Checking each packet's
+		// piece alone placed the leading packets and NAKed a later PSN.)
+		// Zero-length writes skip the check (rxe check_rkey).
+		if q.wrLen > 0 {
+			if _, err := q.cfg.MRs.Remote(q.wrRKey, q.cfg.PD, memreg.RemoteWrite, q.wrVA, q.wrLen); err != nil {
+				q.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
+				return
+			}
+		}
 	}
 	n := uint32(len(p.Payload))
 	if q.wrOff+n > q.wrLen || (pos == wire.PosLast || pos == wire.PosOnly) && q.wrOff+n != q.wrLen {
