@@ -96,7 +96,7 @@ type capPkt struct {
 	p     wire.Packet
 }
 
-func (c *capPkt) String() string {
+func (c capPkt) String() string {
 	dir := "B→A"
 	if c.fromA {
 		dir = "A→B"

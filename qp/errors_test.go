@@ -1,0 +1,351 @@
+package qp
+
+// Every RC error path: the NAK on the wire (opcode, syndrome, PSN, decoded
+// from the pcap tap), both sides' completion statuses, the QP states, the
+// flush of the other WQEs, and the canaries of every responder buffer
+// (PROTOCOL.md §3.3, §3.4, §5).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+// errCase is one bad request from A to B.
+type errCase struct {
+	name string
+	opts xopts
+	// wr builds the failing WR (WRID 1); B has posted RECVs 100 and 101.
+	wr func(x *xpair) *SendWR
+	// nak is the AETH syndrome B sends; nakPkt the index, within the failing
+	// message, of the packet it NAKs.
+	nak     wire.Syndrome
+	nakPkt  uint32
+	recvLen int // length of RECV 100 (default 4096)
+	recvSGE func(x *xpair) SGE
+	req     WCStatus // A's status for WR 1
+	recv    WCStatus // B's status for RECV 100 (WR_FLUSH_ERR when not consumed)
+	// allowed lists responder bytes the failing message may have changed
+	// before the error (rxe places the packets that preceded it).
+	allowed func(x *xpair) (buf []region, buf2 []region)
+}
+
+func runErrCase(t *testing.T, c errCase) {
+	x := newX(t, c.opts)
+	a, b := x.a, x.b
+	a.reset()
+	b.reset()
+	src := pattern(99, 8192)
+	copy(a.buf, src)
+	if c.recvLen == 0 {
+		c.recvLen = 4096
+	}
+	if c.recvSGE != nil {
+		x.recv(b, 100, c.recvSGE(x))
+	} else {
+		x.recv(b, 100, b.sge2(0, c.recvLen))
+	}
+	x.recv(b, 101, b.sge2(4096, 4096))
+	x.next()
+	wr := c.wr(x)
+	wr.WRID, wr.Flags = 1, wr.Flags|transport.SendSignaled
+	x.post(a, wr)
+	// Two good WRs behind it: flushed once the NAK arrives.
+	x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 8000, RKey: b.mr.RKey()})
+	x.post(a, &SendWR{WRID: 3, Opcode: transport.WRSend, SGL: []SGE{a.sge(0, 8)}})
+
+	expectWC(t, a.scq, 1, c.req, 0)
+	expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
+	expectWC(t, a.scq, 3, transport.WCWRFlushErr, 0)
+	expectWC(t, b.rcq, 100, c.recv, 0)
+	expectWC(t, b.rcq, 101, transport.WCWRFlushErr, 0)
+	if sa, sb := a.qp.State(), b.qp.State(); sa != transport.StateErr || sb != transport.StateErr {
+		t.Fatalf("states A=%v B=%v, want ERR/ERR", sa, sb)
+	}
+	x.settle()
+	noWC(t, a.scq, "requester")
+	noWC(t, b.rcq, "responder")
+	var naks []capPkt
+	for _, p := range filter(x.next(), false) {
+		if p.p.Opcode() == wire.RCAcknowledge && p.p.AETH.Syndrome().Kind() != wire.SynACK {
+			naks = append(naks, p)
+		}
+	}
+	want := wire.PSN(a.sentPSN).Add(c.nakPkt)
+	if len(naks) != 1 || naks[0].p.AETH.Syndrome() != c.nak || naks[0].p.BTH.PSN() != want {
+		t.Fatalf("NAKs on the wire %v, want one with syndrome %#x at PSN %#x", naks, uint8(c.nak), uint32(want))
+	}
+	if naks[0].p.BTH.DestQP() != a.qp.QPN() {
+		t.Fatalf("NAK to QP %#x", naks[0].p.BTH.DestQP())
+	}
+	var r1, r2 []region
+	if c.allowed != nil {
+		r1, r2 = c.allowed(x)
+	}
+	checkBuf(t, "responder main", b.buf, r1...)
+	checkBuf(t, "responder mr2", b.buf2, r2...)
+	checkBuf(t, "responder other PD", b.bufO)
+	checkBuf(t, "requester", a.buf, region{0, src})
+
+	// Posting in ERR completes at once with WR_FLUSH_ERR, on both queues.
+	x.post(a, &SendWR{WRID: 7, Opcode: transport.WRSend, SGL: []SGE{a.sge(0, 8)}})
+	expectWC(t, a.scq, 7, transport.WCWRFlushErr, 0)
+	x.recv(b, 8, b.sge(0, 8))
+	expectWC(t, b.rcq, 8, transport.WCWRFlushErr, 0)
+}
+
+func TestRemoteErrors(t *testing.T) {
+	write := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64, n int) func(x *xpair) *SendWR {
+		return func(x *xpair) *SendWR {
+			return &SendWR{Opcode: transport.WRRDMAWrite, SGL: []SGE{x.a.sge(0, n)}, RemoteAddr: va(x), RKey: rkey(x)}
+		}
+	}
+	read := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64, n int) func(x *xpair) *SendWR {
+		return func(x *xpair) *SendWR {
+			return &SendWR{Opcode: transport.WRRDMARead, SGL: []SGE{x.a.sge(0, n)}, RemoteAddr: va(x), RKey: rkey(x)}
+		}
+	}
+	fadd := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64) func(x *xpair) *SendWR {
+		return func(x *xpair) *SendWR {
+			return &SendWR{Opcode: transport.WRAtomicFetchAdd, SGL: []SGE{x.a.sge(0, 8)}, RemoteAddr: va(x), RKey: rkey(x), CompareAdd: 1}
+		}
+	}
+	rk := func(x *xpair) uint32 { return x.b.mr.RKey() }
+	base := func(x *xpair) uint64 { return x.b.mr.IOVA() }
+	end := func(x *xpair) uint64 { return x.b.mr.IOVA() + uint64(len(x.b.buf)) }
+	accErr := wire.NAKSyndrome(wire.NAKRemoteAccessError)
+	invReq := wire.NAKSyndrome(wire.NAKInvalidRequest)
+	flush := transport.WCWRFlushErr
+	// readOnlyMR registers, on B, an MR with only the given remote access
+	// in place of mr (the canary checks still cover b.buf).
+	onlyAccess := func(acc memreg.Access) func(x *xpair) uint32 {
+		return func(x *xpair) uint32 {
+			if err := x.b.mr.Deregister(); err != nil {
+				x.t.Fatal(err)
+			}
+			mr, err := x.b.pd.RegMR(x.b.buf, acc)
+			if err != nil {
+				x.t.Fatal(err)
+			}
+			x.b.mr = mr
+			return mr.RKey()
+		}
+	}
+	qpAccess := func(acc memreg.Access) xopts { return xopts{connB: ConnectOptions{Access: acc}} }
+	cases := []errCase{
+		{name: "write_wrong_rkey", wr: write(func(x *xpair) uint32 { return x.b.mr.RKey() ^ 0x80 }, base, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "write_unknown_key", wr: write(func(x *xpair) uint32 { return 0x7777_0000 }, base, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "write_wrong_pd", wr: write(func(x *xpair) uint32 { return x.b.mrO.RKey() }, func(x *xpair) uint64 { return x.b.mrO.IOVA() }, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "write_before_start", wr: write(rk, func(x *xpair) uint64 { return base(x) - 1 }, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "write_past_end", wr: write(rk, func(x *xpair) uint64 { return end(x) - 15 }, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "write_len_overflow", wr: write(rk, func(x *xpair) uint64 { return ^uint64(0) - 7 }, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		// A multi-packet WRITE whose range ends past the MR: rxe checks the
+		// whole RETH range on the FIRST packet, so nothing is written and
+		// the NAK names the first PSN.
+		{name: "write_multi_past_end", wr: write(rk, func(x *xpair) uint64 { return end(x) - 2000 }, 3000), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "write_mr_no_remote_write", wr: write(onlyAccess(memreg.RemoteRead|memreg.LocalWrite), base, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "read_wrong_rkey", wr: read(func(x *xpair) uint32 { return x.b.mr.RKey() + 1 }, base, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "read_past_end", wr: read(rk, func(x *xpair) uint64 { return end(x) - 2000 }, 3000), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "read_len_overflow", wr: read(rk, func(x *xpair) uint64 { return ^uint64(0) - 7 }, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "read_mr_no_remote_read", wr: read(onlyAccess(memreg.RemoteWrite|memreg.LocalWrite), base, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "atomic_wrong_pd", wr: fadd(func(x *xpair) uint32 { return x.b.mrO.RKey() }, func(x *xpair) uint64 { return x.b.mrO.IOVA() }), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "atomic_past_end", wr: fadd(rk, func(x *xpair) uint64 { return end(x) }), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		{name: "atomic_mr_no_remote_atomic", wr: fadd(onlyAccess(memreg.RemoteWrite|memreg.RemoteRead|memreg.LocalWrite), base), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
+		// QP access flags: an invalid request (0x61), not an access error.
+		{name: "qp_no_remote_write", opts: qpAccess(memreg.RemoteRead | memreg.RemoteAtomic), wr: write(rk, base, 16), nak: invReq, req: transport.WCRemInvReqErr, recv: flush},
+		{name: "qp_no_remote_read", opts: qpAccess(memreg.RemoteWrite | memreg.RemoteAtomic), wr: read(rk, base, 16), nak: invReq, req: transport.WCRemInvReqErr, recv: flush},
+		{name: "qp_no_remote_atomic", opts: qpAccess(memreg.RemoteWrite | memreg.RemoteRead), wr: fadd(rk, base), nak: invReq, req: transport.WCRemInvReqErr, recv: flush},
+		// RECV buffer too small: responder LOC_LEN_ERR, requester REM_INV_REQ_ERR.
+		{name: "recv_too_small", wr: func(x *xpair) *SendWR {
+			return &SendWR{Opcode: transport.WRSend, SGL: []SGE{x.a.sge(0, 4097)}}
+		}, nak: invReq, nakPkt: 4, req: transport.WCRemInvReqErr, recv: transport.WCLocLenErr,
+			allowed: func(x *xpair) ([]region, []region) {
+				// The four full packets before the failing one were placed.
+				return nil, []region{{0, x.a.buf[:4096]}}
+			}},
+		{name: "recv_too_small_only", recvLen: 10, wr: func(x *xpair) *SendWR {
+			return &SendWR{Opcode: transport.WRSend, SGL: []SGE{x.a.sge(0, 100)}}
+		}, nak: invReq, req: transport.WCRemInvReqErr, recv: transport.WCLocLenErr},
+		// A RECV naming an MR of another PD is a malformed WQE (rxe
+		// RESPST_ERR_MALFORMED_WQE): NAK 0x63, LOC_QP_OP_ERR / REM_OP_ERR.
+		{name: "recv_sge_wrong_pd", recvSGE: func(x *xpair) SGE {
+			return SGE{Addr: x.b.mrO.IOVA(), Length: 64, LKey: x.b.mrO.LKey()}
+		}, wr: func(x *xpair) *SendWR {
+			return &SendWR{Opcode: transport.WRSend, SGL: []SGE{x.a.sge(0, 16)}}
+		}, nak: wire.NAKSyndrome(wire.NAKRemoteOperationalError), req: transport.WCRemOpErr, recv: transport.WCLocQPOpErr},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runErrCase(t, c) })
+	}
+}
+
+// TestMisalignedAtomic: PostSend rejects an atomic whose remote address is
+// not 8-byte aligned (rxe validate_send_wr, EINVAL) or whose local buffer is
+// shorter than 8 bytes; a forged misaligned atomic frame injected on the
+// link is answered with NAK 0x61 and moves the responder to ERR.
+func TestMisalignedAtomic(t *testing.T) {
+	x := newX(t, xopts{})
+	a, b := x.a, x.b
+	a.reset()
+	b.reset()
+	for _, wr := range []*SendWR{
+		{Opcode: transport.WRAtomicFetchAdd, SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 4, RKey: b.mr.RKey()},
+		{Opcode: transport.WRAtomicCmpAndSwp, SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 1, RKey: b.mr.RKey()},
+		{Opcode: transport.WRAtomicFetchAdd, SGL: []SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()},
+	} {
+		if err := a.qp.PostSend(wr); !errors.Is(err, transport.ErrInvalidArgument) {
+			t.Fatalf("PostSend(%v at %#x, %d bytes) = %v, want EINVAL", wr.Opcode, wr.RemoteAddr, wr.SGL[0].Length, err)
+		}
+	}
+	if a.qp.State() != transport.StateRTS {
+		t.Fatalf("rejected posts changed the state to %v", a.qp.State())
+	}
+	x.recv(b, 100, b.sge(0, 64))
+	// Forge a FETCH_ADD from A's address at the PSN B expects.
+	f := wire.Frame{DstMAC: b.dev.MAC(), SrcMAC: a.dev.MAC(), SrcIP: ipA, DstIP: ipB, HopLimit: 64,
+		SrcPort: wire.RCSourcePort(a.qp.QPN(), b.qp.QPN()),
+		BTH: wire.BTHFields{Opcode: wire.RCFetchAdd, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), AckReq: true,
+			PSN: wire.PSN(a.sentPSN)},
+		AtomicETH: wire.AtomicETHFields{VA: b.mr.IOVA() + 12, RKey: b.mr.RKey(), SwapAdd: 1}}
+	buf := make([]byte, 256)
+	n, err := wire.Build(buf, &f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.link.WriteBatch([][]byte{buf[:n]}); err != nil {
+		t.Fatal(err)
+	}
+	expectWC(t, b.rcq, 100, transport.WCWRFlushErr, 0)
+	if b.qp.State() != transport.StateErr {
+		t.Fatalf("responder state %v, want ERR", b.qp.State())
+	}
+	x.settle()
+	ps := x.next()
+	if len(ps) != 2 || ps[1].fromA || ps[1].p.Opcode() != wire.RCAcknowledge ||
+		ps[1].p.AETH.Syndrome() != wire.NAKSyndrome(wire.NAKInvalidRequest) || ps[1].p.BTH.PSN() != wire.PSN(a.sentPSN) {
+		t.Fatalf("frames %v, want the forged request and one NAK 0x61 at PSN %#x", ps, a.sentPSN)
+	}
+	checkBuf(t, "responder", b.buf)
+	// The requester never sent that PSN: it ignores the NAK and stays RTS.
+	if a.qp.State() != transport.StateRTS {
+		t.Fatalf("requester state %v", a.qp.State())
+	}
+	if c := a.qp.Counters(); c[transport.CntRcvdUnknownPSN] != 1 {
+		t.Fatalf("rcvd_unknown_psn %d, want 1", c[transport.CntRcvdUnknownPSN])
+	}
+}
+
+// TestRNR: a SEND with no RECV posted gets an RNR NAK (0x20|min_rnr_timer,
+// PSN of the SEND); once a RECV is posted the retry succeeds.
+func TestRNR(t *testing.T) {
+	x := newX(t, xopts{connB: ConnectOptions{MinRNRTimer: 14}}) // 1.28 ms
+	a, b := x.a, x.b
+	a.reset()
+	b.reset()
+	data := pattern(5, 3000)
+	copy(a.buf, data)
+	x.next()
+	x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, 3000)}})
+	// Wait until the RNR NAK is on the wire (bounded; no timing assertion).
+	var seen []capPkt
+	for i := 0; ; i++ {
+		seen = append(seen, x.next()...)
+		found := false
+		for _, p := range seen {
+			if !p.fromA && p.p.Opcode() == wire.RCAcknowledge && p.p.AETH.Syndrome().Kind() == wire.SynRNRNAK {
+				found = true
+			}
+		}
+		if found {
+			break
+		}
+		if i > 5000 {
+			t.Fatalf("no RNR NAK: %v", seen)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	x.recv(b, 1, b.sge(dstOff, 3000))
+	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
+	expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
+	checkBuf(t, "receiver", b.buf, region{dstOff, data})
+	x.settle()
+	seen = append(seen, x.next()...)
+	rnr := 0
+	for _, p := range seen {
+		if !p.fromA && p.p.Opcode() == wire.RCAcknowledge && p.p.AETH.Syndrome().Kind() == wire.SynRNRNAK {
+			rnr++
+			if p.p.AETH.Syndrome() != 0x20|14 || p.p.BTH.PSN() != wire.PSN(a.sentPSN) {
+				t.Fatalf("RNR NAK %v, want syndrome 0x2e at PSN %#x", &p, a.sentPSN)
+			}
+		}
+	}
+	if rnr == 0 {
+		t.Fatal("no RNR NAK counted")
+	}
+	if a.qp.State() != transport.StateRTS || b.qp.State() != transport.StateRTS {
+		t.Fatalf("states %v %v", a.qp.State(), b.qp.State())
+	}
+	if c := b.qp.Counters(); c[transport.CntSendRNRErr] != uint64(rnr) {
+		t.Fatalf("send_rnr_err %d, %d RNR NAKs on the wire", c[transport.CntSendRNRErr], rnr)
+	}
+}
+
+// TestRNRRetryExceeded: with rnr_retry 0 the first RNR NAK fails the WR;
+// with 3 the SEND goes out 4 times (1 + 3 retries) before RNR_RETRY_EXC_ERR.
+// WRITE_WITH_IMM consumes a RECV too and gets the same treatment.
+func TestRNRRetryExceeded(t *testing.T) {
+	for _, tc := range []struct {
+		retry uint8
+		op    transport.WROpcode
+	}{{0, transport.WRSend}, {3, transport.WRSend}, {3, transport.WRRDMAWriteWithImm}} {
+		t.Run(fmt.Sprintf("%v_rnr_retry_%d", tc.op, tc.retry), func(t *testing.T) {
+			x := newX(t, xopts{
+				connA: ConnectOptions{SetRetry: true, RNRRetry: tc.retry, RetryCnt: 7, Timeout: 18},
+				connB: ConnectOptions{MinRNRTimer: 1}, // 10 µs
+			})
+			a, b := x.a, x.b
+			b.reset()
+			x.next()
+			x.post(a, &SendWR{WRID: 1, Opcode: tc.op, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, 100)},
+				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+			x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []SGE{a.sge(0, 8)},
+				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+			expectWC(t, a.scq, 1, transport.WCRNRRetryExcErr, 0)
+			expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
+			if a.qp.State() != transport.StateErr || b.qp.State() != transport.StateRTS {
+				t.Fatalf("states A=%v B=%v, want ERR/RTS", a.qp.State(), b.qp.State())
+			}
+			x.settle()
+			ps := firstCopiesOf(x.next())
+			sends, rnrs := 0, 0
+			for _, p := range ps {
+				switch {
+				case p.fromA && p.p.BTH.PSN() == wire.PSN(a.sentPSN):
+					sends++
+				case !p.fromA && p.p.AETH != nil && p.p.AETH.Syndrome() == 0x21:
+					rnrs++
+				}
+			}
+			if sends != int(tc.retry)+1 || rnrs != sends {
+				t.Fatalf("%d transmissions and %d RNR NAKs, want %d each: %v", sends, rnrs, tc.retry+1, ps)
+			}
+			checkBuf(t, "responder", b.buf)
+			if c := a.qp.Counters(); c[transport.CntRetryRNRExceededErr] != 1 || c[transport.CntRcvdRNRErr] != uint64(rnrs) {
+				t.Fatalf("counters: retry_rnr_exceeded_err %d rcvd_rnr_err %d", c[transport.CntRetryRNRExceededErr], c[transport.CntRcvdRNRErr])
+			}
+		})
+	}
+}
+
+// firstCopiesOf returns ps unchanged (named for symmetry with firstCopies:
+// here every retransmission is the object of the count).
+func firstCopiesOf(ps []capPkt) []capPkt { return ps }
+
+var _ = context.Background
