@@ -452,7 +452,8 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.hw }
 
 // ReadBatch implements nic.Link. It copies frames out of the UMEM and gives
 // their chunks straight back to the fill ring; it sleeps in poll(2) only
-// when the RX ring is empty.
+// when the RX ring is empty (after Options.BusyPoll of spinning). If the
+// interface goes away, a blocked ReadBatch stays blocked until Close.
 func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
@@ -534,8 +535,10 @@ func (l *Link) receive(n uint32, bufs [][]byte, sizes []int) int {
 // chunk and posted on the TX ring; the batch is then kicked with one
 // sendto(2) if the kernel asks for it. When the ring or the transmit chunks
 // run out it reaps completions, kicks and waits (back-pressure) until every
-// frame is queued or the link is closed. A frame larger than FrameSize, or
-// empty, is dropped and counted (TxDrops) and still counts as accepted.
+// frame is queued or the link is closed; if the interface is down or gone
+// by then it returns the count so far and an error wrapping ENETDOWN or
+// ENXIO. A frame larger than FrameSize, or empty, is dropped and counted
+// (TxDrops) and still counts as accepted.
 func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
@@ -548,7 +551,11 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 		room := l.tx.free(uint32(min(len(frames)-done, len(l.txFree))))
 		if room == 0 {
 			l.txRingFull.Add(1)
-			l.kick()
+			if err := l.kick(); err != nil {
+				// Nothing will complete while the interface is down or
+				// gone: report it rather than wait.
+				return done, opError("transmit", err)
+			}
 			l.reap()
 			if len(l.txFree) == 0 || l.tx.free(1) == 0 {
 				if _, err := unix.Poll(l.txPoll[:], 1); err != nil && err != unix.EINTR {
@@ -581,7 +588,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 		}
 	}
 	if posted {
-		l.kick()
+		l.kick() // a down interface shows up at the next full ring
 	}
 	return done, nil
 }
@@ -591,22 +598,30 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 const maxKicks = 16
 
 // kick asks the kernel to send what is on the TX ring, if it needs asking.
-func (l *Link) kick() {
+// It returns ENXIO (the socket lost its device) and ENETDOWN (the interface
+// is down), which leave the frames on the ring; other errors are transient.
+func (l *Link) kick() error {
 	if l.needWakeup && !l.tx.needWakeup() {
-		return
+		return nil
 	}
 	for range maxKicks {
 		l.wakeups.Add(1)
 		err := unix.Sendto(l.fd, nil, unix.MSG_DONTWAIT, nil)
-		if err != unix.EAGAIN {
-			// nil, or a transient condition (EBUSY, ENOBUFS, ENETDOWN):
-			// the frames stay on the ring for the next kick.
-			return
-		}
-		if l.tx.consumer.Load() == l.tx.prod {
-			return
+		switch err {
+		case nil:
+			return nil
+		case unix.EAGAIN:
+			if l.tx.consumer.Load() == l.tx.prod {
+				return nil
+			}
+		case unix.ENXIO, unix.ENETDOWN:
+			return err
+		default:
+			// EBUSY, ENOBUFS: the frames stay on the ring for the next kick.
+			return nil
 		}
 	}
+	return nil
 }
 
 // reap moves completed transmit chunks back to the free list.

@@ -497,3 +497,54 @@ func TestWriteBackPressure(t *testing.T) {
 		t.Errorf("RingFull 0: the batch should have exhausted 32 transmit chunks")
 	}
 }
+
+// TestInterfaceRemoved deletes the veth under open Links: WriteBatch must
+// not wait forever, and Close must still wake ReadBatch and return.
+func TestInterfaceRemoved(t *testing.T) {
+	p := newVethPair(t, 1500)
+	a := p.open(t, p.nsA, p.ifA, Options{NumFrames: 64})
+	b := p.open(t, p.nsB, p.ifB, Options{})
+	readDone := make(chan error, 1)
+	go func() {
+		bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+		_, err := b.ReadBatch(bufs, sizes)
+		readDone <- err
+	}()
+	run(t, "ip", "-n", p.nsA, "link", "del", p.ifA) // removes both ends
+
+	frames := make([][]byte, 200)
+	for i := range frames {
+		frames[i] = buildFrame(make([]byte, 1514), 1000, p.macB, p.macA, p.ipA, p.ipB, roceUDPPort, uint32(i))
+	}
+	writeDone := make(chan error, 1)
+	go func() {
+		_, err := a.WriteBatch(frames)
+		writeDone <- err
+	}()
+	select {
+	case err := <-writeDone:
+		if err == nil {
+			t.Error("WriteBatch of 200 frames through 32 chunks to a deleted interface succeeded")
+		}
+		t.Logf("WriteBatch after removal: %v", err)
+	case <-time.After(liveness):
+		a.Close()
+		t.Fatal("WriteBatch blocked on a deleted interface")
+	}
+	closed := make(chan error, 2)
+	go func() { closed <- a.Close() }()
+	go func() { closed <- b.Close() }()
+	for range 2 {
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Logf("Close after removal: %v", err)
+			}
+		case <-time.After(liveness):
+			t.Fatal("Close hung after the interface was removed")
+		}
+	}
+	if err := <-readDone; !errors.Is(err, nic.ErrClosed) {
+		t.Errorf("ReadBatch: %v, want ErrClosed", err)
+	}
+}
