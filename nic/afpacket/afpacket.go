@@ -10,7 +10,8 @@
 // first frame, whichever comes first; we copy the frames out and give the
 // block back. So a lone frame waits up to BlockTimeout (≥ 1 ms, the kernel's
 // granularity) before ReadBatch sees it: V3 trades latency for throughput
-// (no per-frame wake-up). ReadBatch sleeps in poll(2) on the socket and an
+// (no per-frame wake-up); Options.LowLatency switches to a TPACKET_V2 ring
+// (one slot per frame, handed over at once). ReadBatch sleeps in poll(2) on the socket and an
 // eventfd, so Close wakes it (ErrClosed). A classic BPF socket filter
 // (filter.go) keeps everything but IPv4/IPv6 UDP to the RoCEv2 port out of
 // the ring, and PACKET_IGNORE_OUTGOING keeps our own (and the host's)
@@ -21,9 +22,12 @@
 // system call, with PACKET_QDISC_BYPASS (frames go straight to the driver,
 // like pktgen; no qdisc, no packet taps — tcpdump on the sending host does
 // not see them, capture on the peer instead). A frame the driver refuses
-// (ENOBUFS: device queue full) is dropped and counted (Stats.TxDrops), as a
-// wire would lose it; a full socket buffer (EAGAIN) waits in poll(2) and
-// counts Stats.RingFull.
+// (ENOBUFS: device queue stopped) is retried after yielding the processor,
+// up to 1000 times, then dropped and counted (Stats.TxDrops), as a wire would
+// lose it; each retry and each wait for a full socket buffer (EAGAIN, in
+// poll(2)) counts Stats.RingFull. Note that veth without XDP on the peer
+// never refuses: when the receiving CPU's backlog (net.core.netdev_max_backlog)
+// is full it drops silently, visible only in the peer's interface counters.
 //
 // The socket belongs to the network namespace of the thread that opened it.
 // Kernel-side drops (ring full) are read with PACKET_STATISTICS and added to
@@ -35,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +67,12 @@ type Options struct {
 	NoFilter bool
 	// NoQdiscBypass sends through the qdisc layer (and packet taps).
 	NoQdiscBypass bool
+	// LowLatency uses a TPACKET_V2 ring instead: fixed-size frame slots,
+	// each handed over (and the reader woken) as soon as it is written, so
+	// a lone frame is seen in microseconds instead of up to BlockTimeout,
+	// at the cost of one wake-up per frame when traffic is sparse and a
+	// slot of MTU size per frame.
+	LowLatency bool
 }
 
 const (
@@ -69,6 +80,9 @@ const (
 	defaultNumBlocks = 8
 	defaultBatch     = 64
 	frameSizeHint    = 2048 // tp_frame_size: only checked for consistency in V3
+	// maxBusyRetries bounds the retries of one frame the driver refuses
+	// with ENOBUFS before it is dropped.
+	maxBusyRetries = 1000
 	// Offsets in struct tpacket_block_desc (version, offset_to_priv, then
 	// tpacket_hdr_v1).
 	bdBlockStatus = 8
@@ -90,9 +104,13 @@ type Link struct {
 	ring      []byte
 	blockSize int
 	numBlocks int
-	cur       int // block being read
-	pktLeft   int // frames left in block cur (0: not yet taken)
-	pktOff    int // ring offset of the next frame in block cur
+	cur       int // V3: block being read; V2: frame slot being read
+	pktLeft   int // V3: frames left in block cur (0: not yet taken)
+	pktOff    int // V3: ring offset of the next frame in block cur
+	v2        bool
+	frameSize int // V2 slot size
+	frameNr   int // V2 slots in all
+	perBlock  int // V2 slots per block
 
 	txMu sync.Mutex
 	tx   *sockio.Batch
@@ -160,18 +178,24 @@ func Open(ifname string, opts Options) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: socket: %w (needs CAP_NET_RAW)", err)
 	}
-	if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
-		return nil, fmt.Errorf("afpacket: TPACKET_V3: %w", err)
-	}
-	req := unix.TpacketReq3{
-		Block_size:     uint32(opts.BlockSize),
-		Block_nr:       uint32(opts.NumBlocks),
-		Frame_size:     frameSizeHint,
-		Frame_nr:       uint32(opts.BlockSize / frameSizeHint * opts.NumBlocks),
-		Retire_blk_tov: uint32(tov),
-	}
-	if err := unix.SetsockoptTpacketReq3(l.fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
-		return nil, fmt.Errorf("afpacket: PACKET_RX_RING (%d x %d B): %w", opts.NumBlocks, opts.BlockSize, err)
+	if opts.LowLatency {
+		if err := l.setupV2(ifc.MTU); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
+			return nil, fmt.Errorf("afpacket: TPACKET_V3: %w", err)
+		}
+		req := unix.TpacketReq3{
+			Block_size:     uint32(opts.BlockSize),
+			Block_nr:       uint32(opts.NumBlocks),
+			Frame_size:     frameSizeHint,
+			Frame_nr:       uint32(opts.BlockSize / frameSizeHint * opts.NumBlocks),
+			Retire_blk_tov: uint32(tov),
+		}
+		if err := unix.SetsockoptTpacketReq3(l.fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
+			return nil, fmt.Errorf("afpacket: PACKET_RX_RING (%d x %d B): %w", opts.NumBlocks, opts.BlockSize, err)
+		}
 	}
 	l.ring, err = unix.Mmap(l.fd, 0, opts.BlockSize*opts.NumBlocks, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
@@ -207,6 +231,32 @@ func Open(ifname string, opts Options) (*Link, error) {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// setupV2 configures a TPACKET_V2 ring: slots big enough for the header
+// (tpacket2_hdr + sockaddr_ll, aligned), the kernel's 16-byte MAC offset
+// slack, a VLAN tag and an MTU-sized frame, rounded to TPACKET_ALIGNMENT.
+func (l *Link) setupV2(mtu int) error {
+	if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V2); err != nil {
+		return fmt.Errorf("afpacket: TPACKET_V2: %w", err)
+	}
+	const hdr = (unix.SizeofTpacket2Hdr + unix.SizeofSockaddrLinklayer + unix.TPACKET_ALIGNMENT - 1) &^ (unix.TPACKET_ALIGNMENT - 1)
+	fs := hdr + 16 + 4 + mtu + 18 + 64
+	fs = (fs + unix.TPACKET_ALIGNMENT - 1) &^ (unix.TPACKET_ALIGNMENT - 1)
+	l.v2 = true
+	l.frameSize = fs
+	l.perBlock = l.blockSize / fs
+	l.frameNr = l.perBlock * l.numBlocks
+	req := unix.TpacketReq{
+		Block_size: uint32(l.blockSize),
+		Block_nr:   uint32(l.numBlocks),
+		Frame_size: uint32(fs),
+		Frame_nr:   uint32(l.frameNr),
+	}
+	if err := unix.SetsockoptTpacketReq(l.fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
+		return fmt.Errorf("afpacket: PACKET_RX_RING V2 (%d x %d B slots): %w", l.frameNr, fs, err)
+	}
+	return nil
+}
 
 func attachFilter(fd int, prog []bpf.RawInstruction) error {
 	f := make([]unix.SockFilter, len(prog))
@@ -279,8 +329,79 @@ func (l *Link) blockStatus(blk int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&l.ring[blk*l.blockSize+bdBlockStatus]))
 }
 
-// drain copies frames from retired blocks into bufs. Called with rxMu held.
+// drain copies frames from the ring into bufs. Called with rxMu held.
 func (l *Link) drain(bufs [][]byte, sizes []int) int {
+	if l.v2 {
+		return l.drainV2(bufs, sizes)
+	}
+	return l.drainV3(bufs, sizes)
+}
+
+// deliver copies one received frame (data, as the kernel stored it, VLAN
+// tag possibly in metadata) into b. It returns the frame length, or 0 if
+// the frame was dropped (counted).
+func (l *Link) deliver(b, data []byte, wireLen int, vlan bool, tpid, tci uint16) int {
+	snap := len(data)
+	need := snap
+	if vlan {
+		need += 4
+	}
+	if snap < wireLen || need > len(b) || snap < 14 {
+		l.rxDrops.Add(1) // truncated by the ring, or too big for the caller
+		return 0
+	}
+	if !vlan {
+		return copy(b, data)
+	}
+	copy(b[0:12], data[0:12])
+	binary.BigEndian.PutUint16(b[12:], tpid)
+	binary.BigEndian.PutUint16(b[14:], tci)
+	copy(b[16:], data[12:])
+	return need
+}
+
+// drainV2 reads TPACKET_V2 slots in order, each owned by us while its
+// tp_status has TP_STATUS_USER.
+func (l *Link) drainV2(bufs [][]byte, sizes []int) int {
+	n := 0
+	ne := binary.NativeEndian
+	for n < len(bufs) && n < len(sizes) {
+		off := (l.cur/l.perBlock)*l.blockSize + (l.cur%l.perBlock)*l.frameSize
+		st := (*uint32)(unsafe.Pointer(&l.ring[off]))
+		status := atomic.LoadUint32(st)
+		if status&unix.TP_STATUS_USER == 0 {
+			break
+		}
+		h := l.ring[off : off+unix.SizeofTpacket2Hdr]
+		wireLen := int(ne.Uint32(h[4:]))
+		snap := int(ne.Uint32(h[8:]))
+		mac := int(ne.Uint16(h[12:]))
+		if mac+snap <= l.frameSize {
+			tpid := uint16(unix.ETH_P_8021Q)
+			if status&unix.TP_STATUS_VLAN_TPID_VALID != 0 {
+				tpid = ne.Uint16(h[26:])
+			}
+			data := l.ring[off+mac : off+mac+snap]
+			if k := l.deliver(bufs[n], data, wireLen, status&unix.TP_STATUS_VLAN_VALID != 0, tpid, ne.Uint16(h[24:])); k > 0 {
+				sizes[n] = k
+				l.rxBytes.Add(uint64(k))
+				n++
+			}
+		} else {
+			l.rxDrops.Add(1)
+		}
+		atomic.StoreUint32(st, unix.TP_STATUS_KERNEL)
+		l.cur++
+		if l.cur == l.frameNr {
+			l.cur = 0
+		}
+	}
+	l.rxFrames.Add(uint64(n))
+	return n
+}
+
+// drainV3 copies frames from retired TPACKET_V3 blocks into bufs.
+func (l *Link) drainV3(bufs [][]byte, sizes []int) int {
 	n := 0
 	ne := binary.NativeEndian
 	for n < len(bufs) && n < len(sizes) {
@@ -297,6 +418,11 @@ func (l *Link) drain(bufs [][]byte, sizes []int) int {
 				continue
 			}
 		}
+		if l.pktOff+unix.SizeofTpacket3Hdr > len(l.ring) {
+			l.rxDrops.Add(uint64(l.pktLeft))
+			l.releaseBlock()
+			continue
+		}
 		h := l.ring[l.pktOff : l.pktOff+unix.SizeofTpacket3Hdr]
 		next := int(ne.Uint32(h[0:]))
 		snap := int(ne.Uint32(h[12:]))
@@ -310,29 +436,13 @@ func (l *Link) drain(bufs [][]byte, sizes []int) int {
 			l.releaseBlock()
 			continue
 		}
-		data := l.ring[start : start+snap]
-		vlan := status&unix.TP_STATUS_VLAN_VALID != 0
-		need := snap
-		if vlan {
-			need += 4
+		tpid := uint16(unix.ETH_P_8021Q)
+		if status&unix.TP_STATUS_VLAN_TPID_VALID != 0 {
+			tpid = ne.Uint16(h[36:])
 		}
-		switch {
-		case snap < wireLen || need > len(bufs[n]):
-			l.rxDrops.Add(1) // truncated by the ring, or too big for the caller
-		case vlan:
-			b := bufs[n]
-			tpid := uint16(unix.ETH_P_8021Q)
-			if status&unix.TP_STATUS_VLAN_TPID_VALID != 0 {
-				tpid = ne.Uint16(h[36:])
-			}
-			copy(b[0:12], data[0:12])
-			binary.BigEndian.PutUint16(b[12:], tpid)
-			binary.BigEndian.PutUint16(b[14:], uint16(ne.Uint32(h[32:])))
-			copy(b[16:], data[12:])
-			sizes[n] = need
-			n++
-		default:
-			sizes[n] = copy(bufs[n], data)
+		if k := l.deliver(bufs[n], l.ring[start:start+snap], wireLen, status&unix.TP_STATUS_VLAN_VALID != 0, tpid, uint16(ne.Uint32(h[32:]))); k > 0 {
+			sizes[n] = k
+			l.rxBytes.Add(uint64(k))
 			n++
 		}
 		l.pktLeft--
@@ -341,9 +451,6 @@ func (l *Link) drain(bufs [][]byte, sizes []int) int {
 		} else {
 			l.pktOff += next
 		}
-	}
-	for i := 0; i < n; i++ {
-		l.rxBytes.Add(uint64(sizes[i]))
 	}
 	l.rxFrames.Add(uint64(n))
 	return n
@@ -365,7 +472,7 @@ func (l *Link) releaseBlock() {
 func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
-	done := 0
+	done, busy := 0, 0
 	for done < len(frames) {
 		if l.closed.Load() {
 			return done, nic.ErrClosed
@@ -381,6 +488,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 			}
 			l.txFrames.Add(uint64(n))
 			done += n
+			busy = 0
 			continue
 		}
 		switch {
@@ -391,9 +499,17 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 			} else if perr != nil {
 				return done, fmt.Errorf("afpacket: poll: %w", perr)
 			}
+		case errors.Is(err, unix.ENOBUFS) && busy < maxBusyRetries:
+			// The driver's queue is stopped (qdisc bypass gives no
+			// queueing of its own): yield and retry, as back-pressure,
+			// rather than lose a frame the transport must retransmit.
+			l.ringFull.Add(1)
+			busy++
+			runtime.Gosched()
+			continue
 		case errors.Is(err, unix.ENOBUFS), errors.Is(err, unix.EMSGSIZE), errors.Is(err, unix.EINVAL):
-			// The driver's queue was full (qdisc bypass drops), or the
-			// frame is malformed/oversize: lose this one frame.
+			// Still busy after the retries, or the frame is
+			// malformed/oversize: lose this one frame.
 			l.txDrops.Add(1)
 			done++
 		default:

@@ -116,8 +116,16 @@ func readN(t testing.TB, l *Link, n int) [][]byte {
 	}
 }
 
-func TestRoundTrip(t *testing.T) {
-	pl := openPair(t, 3000, Options{})
+// ringModes runs a test against both ring flavours.
+func ringModes(t *testing.T, f func(t *testing.T, opts Options)) {
+	t.Run("V3", func(t *testing.T) { f(t, Options{}) })
+	t.Run("V2", func(t *testing.T) { f(t, Options{LowLatency: true}) })
+}
+
+func TestRoundTrip(t *testing.T) { ringModes(t, testRoundTrip) }
+
+func testRoundTrip(t *testing.T, opts Options) {
+	pl := openPair(t, 3000, opts)
 	p := pl.p
 	if pl.a.MTU() != 3000 || pl.a.HardwareAddr().String() != p.A.MAC.String() {
 		t.Fatalf("link MTU %d MAC %v", pl.a.MTU(), pl.a.HardwareAddr())
@@ -151,8 +159,10 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func TestFilterDrops(t *testing.T) {
-	pl := openPair(t, 1500, Options{})
+func TestFilterDrops(t *testing.T) { ringModes(t, testFilterDrops) }
+
+func testFilterDrops(t *testing.T, opts Options) {
+	pl := openPair(t, 1500, opts)
 	p := pl.p
 	good := func(seq uint32) []byte { return roceFrame(p.B.MAC, p.A.MAC, p.A.Addr, p.B.Addr, 4791, seq, 128) }
 	arp := make([]byte, 60)
@@ -181,8 +191,10 @@ func TestFilterDrops(t *testing.T) {
 	}
 }
 
-func TestVLANTagKept(t *testing.T) {
-	pl := openPair(t, 1500, Options{})
+func TestVLANTagKept(t *testing.T) { ringModes(t, testVLANTagKept) }
+
+func testVLANTagKept(t *testing.T, opts Options) {
+	pl := openPair(t, 1500, opts)
 	p := pl.p
 	plain := roceFrame(p.B.MAC, p.A.MAC, p.A.Addr, p.B.Addr, 4791, 7, 200)
 	tagged := make([]byte, 0, 204)
@@ -196,8 +208,10 @@ func TestVLANTagKept(t *testing.T) {
 	}
 }
 
-func TestCloseWakesReader(t *testing.T) {
-	pl := openPair(t, 1500, Options{})
+func TestCloseWakesReader(t *testing.T) { ringModes(t, testCloseWakesReader) }
+
+func testCloseWakesReader(t *testing.T, opts Options) {
+	pl := openPair(t, 1500, opts)
 	var returned atomic.Bool
 	errc := make(chan error, 1)
 	go func() {
@@ -217,6 +231,32 @@ func TestCloseWakesReader(t *testing.T) {
 	_ = pl.b.Stats() // safe after Close
 }
 
+// TestManyFramesWrapRing pushes more frames than the ring has blocks/slots,
+// so the reader wraps around and hands everything back.
+func TestManyFramesWrapRing(t *testing.T) { ringModes(t, testManyFrames) }
+
+func testManyFrames(t *testing.T, opts Options) {
+	opts.BlockSize, opts.NumBlocks = 64<<10, 2
+	pl := openPair(t, 1500, opts)
+	p := pl.p
+	const total, chunk = 2000, 50 // ~1.2 MB through a 128 KiB ring; a chunk fits in it
+	for i := 0; i < total; i += chunk {
+		var batch [][]byte
+		for j := 0; j < chunk; j++ {
+			batch = append(batch, roceFrame(p.B.MAC, p.A.MAC, p.A.Addr, p.B.Addr, 4791, uint32(i+j), 600))
+		}
+		pl.a.WriteBatch(batch)
+		for j, g := range readN(t, pl.b, chunk) {
+			if seq := binary.BigEndian.Uint32(g[42:]); seq != uint32(i+j) {
+				t.Fatalf("frame %d has seq %d", i+j, seq)
+			}
+		}
+	}
+	if s := pl.b.Stats(); s.RxFrames != total || s.RxDrops != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	netns.RequireRoot(t)
 	if _, err := Open("no-such-if0", Options{}); err == nil {
@@ -234,7 +274,12 @@ func TestOpenErrors(t *testing.T) {
 // BenchmarkAFPacket sends 64-frame batches of 1082-byte frames (RoCE MTU
 // 1024) from A to B over a veth pair and reports the receive rate.
 func BenchmarkAFPacket(b *testing.B) {
-	pl := openPair(b, 1500, Options{})
+	b.Run("V3", func(b *testing.B) { benchAFPacket(b, Options{}) })
+	b.Run("V2", func(b *testing.B) { benchAFPacket(b, Options{LowLatency: true}) })
+}
+
+func benchAFPacket(b *testing.B, opts Options) {
+	pl := openPair(b, 1500, opts)
 	p := pl.p
 	const batch = 64
 	frames := make([][]byte, batch)
@@ -275,4 +320,35 @@ func BenchmarkAFPacket(b *testing.B) {
 	b.ReportMetric(float64(sent.TxFrames)/elapsed.Seconds()/1e6, "Mpps-tx")
 	b.ReportMetric(float64(sent.TxDrops), "txdrops")
 	b.ReportMetric(float64(pl.b.Stats().RxDrops), "rxdrops")
+}
+
+// BenchmarkPingPong measures a one-frame round trip A→B→A (both ends
+// sleeping in poll): the floor a request/response pays on this backend.
+func BenchmarkPingPong(b *testing.B) {
+	b.Run("V3", func(b *testing.B) { benchPingPong(b, Options{}) })
+	b.Run("V2", func(b *testing.B) { benchPingPong(b, Options{LowLatency: true}) })
+}
+
+func benchPingPong(b *testing.B, opts Options) {
+	pl := openPair(b, 1500, opts)
+	p := pl.p
+	ping := [][]byte{roceFrame(p.B.MAC, p.A.MAC, p.A.Addr, p.B.Addr, 4791, 1, 122)}
+	pong := [][]byte{roceFrame(p.A.MAC, p.B.MAC, p.B.Addr, p.A.Addr, 4791, 2, 122)}
+	go func() {
+		bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+		for {
+			if _, err := pl.b.ReadBatch(bufs, sizes); err != nil {
+				return
+			}
+			pl.b.WriteBatch(pong)
+		}
+	}()
+	bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+	b.ReportAllocs()
+	for b.Loop() {
+		pl.a.WriteBatch(ping)
+		if _, err := pl.a.ReadBatch(bufs, sizes); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
