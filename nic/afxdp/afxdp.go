@@ -169,11 +169,10 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 		return nil, fmt.Errorf("afxdp: queue %d out of range [0, %d)", queue, xskMapEntries)
 	}
 
-	ifi, err := interfaceByName(ifname)
+	attrs, err := interfaceByName(ifname)
 	if err != nil {
 		return nil, err
 	}
-	attrs := ifi
 	l := &Link{
 		ifname:    ifname,
 		ifindex:   attrs.Index,
