@@ -53,10 +53,10 @@ func TestGoldenCaptures(t *testing.T) {
 			}
 			var p Packet
 			err := Parse(r.Data, &p)
-			if errors.Is(err, ErrNotRoCE) {
+			if errors.Is(err, ErrNotRoCE) || errors.Is(err, ErrNotIP) {
 				// The captures hold the tools' TCP exchange besides RoCE.
-				if proto := IPv4(r.Data[EthernetLen:]).Protocol(); proto != 6 {
-					t.Errorf("%s #%d: ErrNotRoCE for IP protocol %d", c.name, i, proto)
+				if isRoCE(r.Data) {
+					t.Errorf("%s #%d: %v for a UDP/4791 frame", c.name, i, err)
 				}
 				other++
 				continue
@@ -94,7 +94,7 @@ func TestGoldenCaptures(t *testing.T) {
 		if roce == 0 {
 			t.Errorf("%s: no RoCE frames", c.name)
 		}
-		t.Logf("%-26s %4d RoCEv2 frames, %3d TCP", c.name, roce, other)
+		t.Logf("%-26s %4d RoCEv2 frames, %3d others (TCP)", c.name, roce, other)
 	}
 	ops := make([]int, 0, len(total))
 	for o := range total {
@@ -104,6 +104,21 @@ func TestGoldenCaptures(t *testing.T) {
 	for _, o := range ops {
 		t.Logf("  %-32s %5d", Opcode(o), total[Opcode(o)])
 	}
+}
+
+// isRoCE is an independent, simple check of "IPv4 or IPv6 UDP to port 4791"
+// (untagged frames, no IPv4 options or IPv6 extension headers).
+func isRoCE(fr []byte) bool {
+	if len(fr) < EthernetLen+IPv6Len+UDPLen {
+		return false
+	}
+	switch binary.BigEndian.Uint16(fr[12:]) {
+	case EtherTypeIPv4:
+		return fr[EthernetLen+9] == ProtocolUDP && binary.BigEndian.Uint16(fr[EthernetLen+IPv4Len+2:]) == UDPPort
+	case EtherTypeIPv6:
+		return fr[EthernetLen+6] == ProtocolUDP && binary.BigEndian.Uint16(fr[EthernetLen+IPv6Len+2:]) == UDPPort
+	}
+	return false
 }
 
 // cmREQFlowLabel returns the Primary Flow Label of an IB CM REQ MAD carried
@@ -160,16 +175,16 @@ func TestCaptureSourcePorts(t *testing.T) {
 				}
 				checked++
 			case TransportRC:
-				// The local QPN is one the peer addresses; there is one
-				// connection per capture, so exactly one candidate.
+				// The local QPN is one the peer addresses. The captures hold
+				// one connection each, so there is one candidate; with more,
+				// one of them must give the port.
 				rev := dests[dir{p.DstIP(), p.SrcIP()}]
-				if len(rev) != 1 {
-					t.Fatalf("%s: %d reverse QPNs", c.name, len(rev))
-				}
+				ok := false
 				for lqpn := range rev {
-					if want := RCSourcePortFL(reqFL, lqpn, p.BTH.DestQP()); sport != want {
-						t.Errorf("%s: RC %#x->%#x fl %#x: sport %#x, want %#x", c.name, lqpn, p.BTH.DestQP(), reqFL, sport, want)
-					}
+					ok = ok || RCSourcePortFL(reqFL, lqpn, p.BTH.DestQP()) == sport
+				}
+				if !ok {
+					t.Errorf("%s: RC to QP %#x (peer QPNs %v, CM flow label %#x): sport %#x matches none", c.name, p.BTH.DestQP(), rev, reqFL, sport)
 				}
 				checked++
 			}
