@@ -71,7 +71,8 @@ func BuildPayload(buf []byte, f *Frame, payload []byte) (int, error) {
 //
 // Build computes: IPv4 total length, DF, header checksum (the ID is f.IPID);
 // IPv6 payload length, next header 17; UDP destination port 4791, length,
-// checksum 0; BTH PadCnt. Extension headers are written per the opcode
+// checksum 0; BTH PadCnt. FIRST and MIDDLE packets need a payload length
+// that is a multiple of 4 (ErrBadPayloadLen otherwise). Extension headers are written per the opcode
 // table from the matching Frame fields. f is not modified. Build does not
 // allocate.
 func Build(buf []byte, f *Frame, payloadLen int) (int, error) {
@@ -88,6 +89,11 @@ func Build(buf []byte, f *Frame, payloadLen int) (int, error) {
 	ipl := f.ipLen()
 	hl := l2 + ipl + UDPLen + int(info.hdrLen)
 	if payloadLen < 0 || (!info.Payload && payloadLen != 0) || ipl+UDPLen+int(info.hdrLen)+payloadLen+pad+ICRCLen > maxL3 {
+		return 0, ErrBadPayloadLen
+	}
+	if pad != 0 && (info.Pos == PosFirst || info.Pos == PosMiddle) {
+		// FIRST/MIDDLE carry a full PMTU, a multiple of 4; a receiver
+		// rejects a pad there (Parse: ErrBadPad).
 		return 0, ErrBadPayloadLen
 	}
 	n := hl + payloadLen + pad + ICRCLen

@@ -19,5 +19,5 @@ var (
 
 	ErrBufferTooSmall  = errors.New("wire: buffer too small for the frame")
 	ErrMixedIPVersions = errors.New("wire: source and destination IP are not both IPv4 or both IPv6")
-	ErrBadPayloadLen   = errors.New("wire: payload length negative, too large, or non-zero for an opcode without payload")
+	ErrBadPayloadLen   = errors.New("wire: payload length negative, too large, not a multiple of 4 on FIRST/MIDDLE, or non-zero for an opcode without payload")
 )

@@ -444,6 +444,11 @@ func TestBuildErrors(t *testing.T) {
 	if _, err := Build(buf, &g, 4); !errors.Is(err, ErrBadPayloadLen) {
 		t.Errorf("payload on ACK: %v", err)
 	}
+	g = f
+	g.BTH.Opcode = RCRDMAWriteMiddle
+	if _, err := Build(buf, &g, 99); !errors.Is(err, ErrBadPayloadLen) {
+		t.Errorf("unaligned MIDDLE: %v", err)
+	}
 	if _, err := Build(buf, &f, -1); !errors.Is(err, ErrBadPayloadLen) {
 		t.Errorf("negative payload: %v", err)
 	}
