@@ -247,7 +247,7 @@ func (q *QP) retire() {
 			if w.status == WCSuccess && (w.wr.Opcode == WRRDMARead || w.wr.Opcode.isAtomic()) {
 				wc.ByteLen = w.length
 			}
-			q.cfg.SendCQ.Complete(&wc)
+			q.completion(q.cfg.SendCQ, &wc)
 		}
 		q.sqHead++
 		if q.sqReq < q.sqHead {
@@ -307,7 +307,7 @@ func (q *QP) flushRecv() {
 	for ; q.rqHead < q.rqTail; q.rqHead++ {
 		r := &q.rq[q.rqHead%uint64(len(q.rq))]
 		wc := WC{WRID: r.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.cfg.QPN}
-		q.cfg.RecvCQ.Complete(&wc)
+		q.completion(q.cfg.RecvCQ, &wc)
 	}
 	q.recvActive = false
 }

@@ -18,7 +18,8 @@ type Output interface {
 }
 
 // CompletionQueue receives work completions. Complete must not call back
-// into the engine.
+// into the engine, and must not keep wc: it points into the engine, which
+// reuses it for the next completion.
 type CompletionQueue interface {
 	Complete(wc *WC)
 }
@@ -154,7 +155,18 @@ type QP struct {
 	resNext    int
 	atomicHist *atomic.History // executed atomics, for duplicate replay
 
+	// wc is the completion handed to a CompletionQueue (see completion).
+	wc WC
+
 	Counters Counters
+}
+
+// completion delivers *wc to cq. The CQE passes through q.wc: a pointer to
+// a local WC given to the CompletionQueue interface escapes, which cost one
+// heap allocation per completion on the data path.
+func (q *QP) completion(cq CompletionQueue, wc *WC) {
+	q.wc = *wc
+	cq.Complete(&q.wc)
 }
 
 // New creates a QP in the RESET state.

@@ -164,7 +164,7 @@ func (q *QP) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			q.rqHead++
 			q.recvActive = false
 			wc.Status = WCRemInvReqErr
-			q.cfg.RecvCQ.Complete(&wc)
+			q.completion(q.cfg.RecvCQ, &wc)
 			q.attr.State = StateErr
 			q.flushAll()
 			return
@@ -175,7 +175,7 @@ func (q *QP) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	q.rqHead++
 	q.recvActive = false
 	q.finishMessage(p, psn)
-	q.cfg.RecvCQ.Complete(&wc)
+	q.completion(q.cfg.RecvCQ, &wc)
 }
 
 // acceptPacket advances the expected PSN after an in-sequence packet and
@@ -258,7 +258,7 @@ func (q *QP) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			wc.Flags |= WCSolicited
 		}
 		q.finishMessage(p, psn)
-		q.cfg.RecvCQ.Complete(&wc)
+		q.completion(q.cfg.RecvCQ, &wc)
 		return
 	}
 	q.finishMessage(p, psn)
@@ -436,14 +436,14 @@ func (q *QP) classC(code wire.NAKCode, status WCStatus, psn wire.PSN) {
 		r := &q.rq[q.rqHead%uint64(len(q.rq))]
 		q.rqHead++
 		wc := WC{WRID: r.wrID, Status: status, Opcode: WCRecv, QPNum: q.cfg.QPN}
-		q.cfg.RecvCQ.Complete(&wc)
+		q.completion(q.cfg.RecvCQ, &wc)
 	} else if status == WCLocLenErr || status == WCLocQPOpErr {
 		// The failing packet started a message (FIRST/ONLY): its WQE is the head.
 		if q.rqHead < q.rqTail {
 			r := &q.rq[q.rqHead%uint64(len(q.rq))]
 			q.rqHead++
 			wc := WC{WRID: r.wrID, Status: status, Opcode: WCRecv, QPNum: q.cfg.QPN}
-			q.cfg.RecvCQ.Complete(&wc)
+			q.completion(q.cfg.RecvCQ, &wc)
 		}
 	}
 	q.recvActive = false
