@@ -41,6 +41,7 @@ type xopts struct {
 	sqSigAllA    bool
 	capsA        Caps
 	size         int // main buffer of each side
+	noTap        bool
 	mem          nic.MemConfig
 }
 
@@ -184,7 +185,9 @@ func newX(t testing.TB, o xopts) *xpair {
 	x := &xpair{t: t, tap: &tapBuf{}}
 	mc := o.mem
 	mc.MTU = o.linkMTU
-	mc.Tap = x.tap
+	if !o.noTap {
+		mc.Tap = x.tap
+	}
 	la, lb := nic.NewMemPair(mc)
 	mk := func(l *nic.MemLink, ip, peer netip.Addr, peerMAC net.HardwareAddr, sigAll bool, caps Caps) *xend {
 		d, err := Open(Config{Link: l, IP: ip, Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC}, Seed: 1})
