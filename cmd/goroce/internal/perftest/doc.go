@@ -1,0 +1,77 @@
+// Package perftest speaks the out-of-band TCP exchange of linux-rdma's
+// perftest (ib_{write,read,send,atomic}_{bw,lat}) in its Ethernet mode
+// (no -R/rdma_cm), so that goroce's tools interoperate with the unmodified
+// binaries in both roles: perftest 4.5-0.17 as shipped in Debian bookworm
+// (its configure.ac says VERSION "6.06") and the current upstream HEAD
+// (6.29 and later). It knows nothing of queue pairs; the RDMA side is reached
+// through Hooks (Setup, Connect, Traffic) at the points where the real tools
+// create resources, call ctx_connect and run the test.
+//
+// # Direction rule
+//
+// Every exchange is ctx_hand_shake (a key message each way) or
+// ctx_xchg_data_ethernet (a fixed-size blob each way), and in both the
+// client writes first and then reads, the server reads first and then writes
+// (src/perftest_communication.c). The real tools read each message with one
+// read() that must return the full size, so every message here leaves in one
+// Write. Our reads use io.ReadFull.
+//
+// # Hello (exchange_versions, check_sys_data, check_mtu)
+//
+//  1. Versions: a 16-byte NUL-padded string each way ("6.06"). We always
+//     advertise Version = "6.06", whatever the peer says.
+//  2. If atof(peer version) >= 5.32: the cycle buffer (page size) and then the
+//     cache line size, each a 4-byte big-endian int; each side keeps the max.
+//  3. If the peer's version, as a C float, is >= 5.1: the active MTU enum as
+//     decimal ASCII, in 2 bytes ("3\0") for peers >= 5.31 and in 4 bytes
+//     (sizeof int) for older ones. Both sides use the smaller valid value.
+//
+// HEAD adds check_version_compatibility (it exits if the peer is older than
+// 5.70) and negotiate_params (src/perftest_negotiation.c), which returns
+// without a byte on the wire when atof(user_param->rem_version) < 6.28: the
+// test is on the PEER's version, not the minimum. Because we advertise 6.06,
+// a HEAD peer skips it; and we, emulating 6.06, never negotiate, whatever the
+// peer advertises. Both ends therefore agree with either release. The
+// 6.06 rules that depend on the peer's version (sys data, MTU width, the
+// width of the iteration count in the reports) are applied to what the peer
+// advertises, so a HEAD peer gets exactly what a 6.06 peer would.
+//
+// # Key message (ctx_hand_shake with a GID, always the case on Ethernet)
+//
+//	"%04x:%04x:%06x:%06x:%08x:%016llx:" + 16 × "%02x:" + "%08x:" + NUL
+//
+// lid, out_reads, qpn, psn, rkey, vaddr, the 16 GID bytes and srqn: 107
+// characters and the NUL, KeyMsgSize = 108 bytes.
+//
+// # Per-test sequences (Steps)
+//
+// After Hello and Setup each tool repeats the same key handshake a fixed
+// number of times around ctx_connect, runs the test, and closes; Steps
+// returns that list for a test and role, and Run interprets it. The counts
+// were checked against the captures in testdata/rxe (write_bw, read_bw,
+// send_bw, atomic_bw, write_lat) and, for the others, against the main()
+// of the Debian 4.5-0.17 binaries (calls of ctx_hand_shake and
+// ctx_close_connection) and the upstream sources of read_bw.c, send_bw.c,
+// send_lat.c, read_lat.c and atomic_lat.c:
+//
+//	write/read/atomic_bw  Keys, Connect, Keys, Sync, [client: Traffic], Sync, Reports, Close
+//	send_bw, send_lat     Keys, Connect, Sync, Keys, Sync, Traffic (both sides), Close
+//	read/atomic_lat       Sync, Keys, Connect, Keys, Sync, [client: Traffic], Close
+//	write_lat             Sync, Keys, Connect, Keys, Sync, Traffic (both sides), (no close in 6.06)
+//
+// Reports (xchg_bw_reports) is five blobs, big-endian: size (u64), iters (u64
+// for peers >= 5.33 as a C float, else u32), bw_peak, bw_avg and msgRate_avg
+// as IEEE doubles (hton_double byte-swaps the u64), plus four more doubles
+// with --report-per-port. The non-duplex server sends whatever is in its
+// uninitialised report and prints the client's.
+//
+// Close (ctx_close_connection) is one more key handshake; 6.06 then writes
+// "done\0", which nobody reads, and closes; HEAD only closes. We write it:
+// a peer that already closed just resets the connection. write_lat has no
+// close in 6.06; in case a newer peer adds one, our write_lat ends with a
+// lenient close that answers a key handshake if one comes and is content
+// with EOF otherwise.
+//
+// The package also parses perftest's command line and prints its tables
+// byte for byte as 4.5-0.17 does (see the logs in testdata/rxe).
+package perftest

@@ -1,0 +1,280 @@
+package perftest
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ResultLine is RESULT_LINE: 87 dashes and a newline.
+const ResultLine = "---------------------------------------------------------------------------------------\n"
+
+// WaitingBanner is what the server prints before accepting.
+const WaitingBanner = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
+
+// Table headers (RESULT_FMT, RESULT_FMT_G, RESULT_FMT_LAT), each with the
+// RESULT_EXT newline.
+const (
+	BWHeaderMB = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+	BWHeaderGb = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+	LatHeader  = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
+)
+
+// BWHeader returns the BW table header for --report_gbits or MB/s.
+func BWHeader(gbits bool) string {
+	if gbits {
+		return BWHeaderGb
+	}
+	return BWHeaderMB
+}
+
+// AtomicType is -A.
+type AtomicType int
+
+// Atomic types (enum order of atomicTypesStr).
+const (
+	CmpAndSwap AtomicType = iota
+	FetchAndAdd
+)
+
+func (a AtomicType) String() string {
+	if a == CmpAndSwap {
+		return "CMP_AND_SWAP"
+	}
+	return "FETCH_AND_ADD"
+}
+
+// TestInfo is what ctx_print_test_info shows.
+type TestInfo struct {
+	Test       Test
+	Server     bool
+	AtomicType AtomicType
+	Device     string // "rxe0"
+	NumQPs     int
+	Transport  string // transport_str: "IB" for rxe and mlx5
+	PCIeRelax  bool   // "PCIe relax order" (the BW tools turn it on where supported)
+	TxDepth    int    // printed on the client
+	RxDepth    int    // printed on a send test's server
+	CQMod      int    // printed for BW tests
+	MTU        MTU
+	LinkType   string // "Ethernet"
+	GIDIndex   int    // printed when not -1
+	InlineSize int    // "Max inline data" (send, write)
+	OutReads   int    // "Outstand reads" (read, atomic)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "ON"
+	}
+	return "OFF"
+}
+
+var verbTitle = [...]string{Send: "Send", Write: "RDMA_Write", Read: "RDMA_Read", Atomic: "Atomic"}
+
+// FormatTestInfo renders the block perftest 4.5-0.17 prints after Hello,
+// between two ResultLines, in its order (non-duplex, RC, no rdma_cm).
+func FormatTestInfo(ti TestInfo) string {
+	var b strings.Builder
+	verb := ti.Test.Verb()
+	b.WriteString(ResultLine)
+	b.WriteString("                    ")
+	b.WriteString(verbTitle[verb] + " ")
+	if verb == Atomic {
+		b.WriteString(ti.AtomicType.String() + " ")
+	}
+	if ti.Test.BW() {
+		b.WriteString("BW ")
+	} else {
+		b.WriteString("Latency ")
+	}
+	b.WriteString("Test\n")
+	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", ti.Device)
+	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", ti.NumQPs, ti.Transport)
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
+	fmt.Fprintf(&b, " PCIe relax order: %s\n", onOff(ti.PCIeRelax))
+	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", "OFF")
+	if !ti.Server {
+		fmt.Fprintf(&b, " TX depth        : %d\n", ti.TxDepth)
+	}
+	if verb == Send && ti.Server {
+		fmt.Fprintf(&b, " RX depth        : %d\n", ti.RxDepth)
+	}
+	if ti.Test.BW() {
+		fmt.Fprintf(&b, " CQ Moderation   : %d\n", ti.CQMod)
+	}
+	fmt.Fprintf(&b, " Mtu             : %d[B]\n", ti.MTU.Bytes())
+	fmt.Fprintf(&b, " Link type       : %s\n", ti.LinkType)
+	if ti.GIDIndex != -1 {
+		fmt.Fprintf(&b, " GID index       : %d\n", ti.GIDIndex)
+	}
+	if verb != Read && verb != Atomic {
+		fmt.Fprintf(&b, " Max inline data : %d[B]\n", ti.InlineSize)
+	} else {
+		fmt.Fprintf(&b, " Outstand reads  : %d\n", ti.OutReads)
+	}
+	b.WriteString(" rdma_cm QPs\t : OFF\n")
+	b.WriteString(" Data ex. method : Ethernet\n")
+	b.WriteString(ResultLine)
+	return b.String()
+}
+
+// altHex is C's "%#0<width>x": zero-padded to width including the "0x"
+// prefix, and no prefix at all for 0 (the '#' flag adds none to zero).
+func altHex(v uint64, width int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*x", width, v)
+	}
+	return "0x" + fmt.Sprintf("%0*x", max(width-2, 0), v)
+}
+
+// FormatAddress renders ctx_print_pingpong_data for side "local" or
+// "remote": BASIC_ADDR_FMT, READ_FMT for RDMA READ, RDMA_FMT for READ and
+// WRITE (the C switch falls through), and the GID line in decimal.
+func FormatAddress(side string, k KeyMsg, verb Verb, withGID bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, " %s address: LID %s QPN %s PSN %s", side, altHex(uint64(k.LID), 4), altHex(uint64(k.QPN), 6), altHex(uint64(k.PSN), 6))
+	if verb == Read {
+		b.WriteString(" OUT " + altHex(uint64(k.OutReads), 4))
+	}
+	if verb == Read || verb == Write {
+		b.WriteString(" RKey " + altHex(uint64(k.RKey), 8) + " VAddr " + altHex(k.VAddr, 16))
+	}
+	b.WriteByte('\n')
+	if withGID {
+		b.WriteString(" GID: ")
+		for i, g := range k.GID {
+			if i > 0 {
+				b.WriteByte(':')
+			}
+			fmt.Fprintf(&b, "%02d", g)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// cf is C's "%-<width>.<prec>f" (and "%.<prec>f" for width 0), with glibc's
+// spelling of infinities and NaNs.
+func cf(v float64, width, prec int) string {
+	var s string
+	switch {
+	case math.IsNaN(v):
+		s = "-nan"
+		if !math.Signbit(v) {
+			s = "nan"
+		}
+	case math.IsInf(v, 1):
+		s = "inf"
+	case math.IsInf(v, -1):
+		s = "-inf"
+	default:
+		s = strconv.FormatFloat(v, 'f', prec, 64)
+	}
+	if len(s) < width {
+		s += strings.Repeat(" ", width-len(s))
+	}
+	return s
+}
+
+// cu is C's "%-<width>lu".
+func cu(v uint64, width int) string {
+	s := strconv.FormatUint(v, 10)
+	if len(s) < width {
+		s += strings.Repeat(" ", width-len(s))
+	}
+	return s
+}
+
+// FormatBWReport renders print_full_bw_report's line for one report,
+// without the per-port columns: REPORT_FMT, or REPORT_FMT_EXT (six
+// decimals) when reporting Gb/s and the average is below 0.1, then the
+// REPORT_EXT newline.
+func FormatBWReport(r BWReport, gbits bool) string {
+	if gbits && r.BWAvg < 0.1 {
+		return " " + cu(r.Size, 7) + "    " + strconv.FormatUint(r.Iters, 10) + "           " +
+			cf(r.BWPeak, 7, 6) + "            " + cf(r.BWAvg, 7, 6) + "            " + cf(r.MsgRateAvg, 7, 6) + "\n"
+	}
+	return " " + cu(r.Size, 7) + "    " + cu(r.Iters, 10) + "       " +
+		cf(r.BWPeak, 7, 2) + "            " + cf(r.BWAvg, 7, 2) + "\t\t   " + cf(r.MsgRateAvg, 7, 6) + "\n"
+}
+
+// Format factors of print_report_bw: MB/sec is MiB (0x100000), Gb/sec is
+// 10^9 bits (125000000 bytes).
+const (
+	formatMB = 0x100000
+	formatGb = 125000000
+)
+
+// NewBWReport computes what print_report_bw would from the run's numbers:
+// iters messages of size bytes in total, the fastest message in best (0 for
+// no peak, as with --run_infinitely or on a send server), in MB/s
+// (MiB) or Gb/s.
+func NewBWReport(size, iters uint64, total, best time.Duration, gbits bool) BWReport {
+	ff := float64(formatMB)
+	if gbits {
+		ff = formatGb
+	}
+	secs := total.Seconds()
+	r := BWReport{Size: size, Iters: iters}
+	r.BWAvg = float64(size) * float64(iters) / (secs * ff)
+	r.MsgRateAvg = float64(iters) / (secs * 1e6)
+	if best > 0 {
+		r.BWPeak = float64(size) / (best.Seconds() * ff)
+	}
+	return r
+}
+
+// LatReport is one line of the latency table, in microseconds.
+type LatReport struct {
+	Size, Iters                   uint64
+	Min, Max, Typical, Avg, Stdev float64
+	Percentile99, Percentile999   float64
+}
+
+// FormatLatReport renders REPORT_FMT_LAT and its newline.
+func FormatLatReport(r LatReport) string {
+	return " " + cu(r.Size, 7) + " " + strconv.FormatUint(r.Iters, 10) + "          " +
+		cf(r.Min, 7, 2) + "        " + cf(r.Max, 7, 2) + "      " + cf(r.Typical, 7, 2) + "  \t       " +
+		cf(r.Avg, 7, 2) + "     \t" + cf(r.Stdev, 7, 2) + "\t\t" + cf(r.Percentile99, 7, 2) + " \t\t" +
+		cf(r.Percentile999, 7, 2) + "\n"
+}
+
+// NewLatReport is print_report_lat on samples already in microseconds and
+// already divided by the round-trip factor (2 for send and write ping-pong,
+// 1 for read and atomic): iters-1 samples for iters iterations. Like the C
+// code it sorts them, drops the two largest (LAT_MEASURE_TAIL) from the
+// statistics, takes t_max as the first dropped one and the percentiles at
+// ceil(n·0.99) and ceil(n·0.999) of the remaining n. Fewer than 3 samples
+// give a zero report.
+func NewLatReport(size, iters uint64, samples []float64) LatReport {
+	r := LatReport{Size: size, Iters: iters}
+	if len(samples) < 3 {
+		return r
+	}
+	d := append([]float64(nil), samples...)
+	sort.Float64s(d)
+	n := len(d) - 2
+	if (n-1)%2 != 0 {
+		r.Typical = (d[n/2] + d[n/2-1]) / 2
+	} else {
+		r.Typical = d[n/2]
+	}
+	var sum float64
+	for _, v := range d[:n] {
+		sum += v
+	}
+	r.Avg = sum / float64(n)
+	var ss float64
+	for _, v := range d[:n] {
+		ss += (r.Avg - v) * (r.Avg - v)
+	}
+	r.Stdev = math.Sqrt(ss / float64(n))
+	r.Min, r.Max = d[0], d[n]
+	r.Percentile99 = d[int(math.Ceil(float64(n)*0.99))]
+	r.Percentile999 = d[int(math.Ceil(float64(n)*0.999))]
+	return r
+}

@@ -1,0 +1,347 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+)
+
+// Test is one of the eight perftest programs.
+type Test int
+
+// The tests, named after their binaries.
+const (
+	WriteBW Test = iota
+	ReadBW
+	SendBW
+	AtomicBW
+	WriteLat
+	ReadLat
+	SendLat
+	AtomicLat
+)
+
+var testNames = [...]string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"}
+
+func (t Test) String() string {
+	if t < 0 || int(t) >= len(testNames) {
+		return fmt.Sprintf("Test(%d)", int(t))
+	}
+	return testNames[t]
+}
+
+// ParseTest maps "write_bw" (or "ib_write_bw") to WriteBW and so on.
+func ParseTest(name string) (Test, bool) {
+	for i, n := range testNames {
+		if name == n || name == "ib_"+n {
+			return Test(i), true
+		}
+	}
+	return 0, false
+}
+
+// Verb is the test's operation (enum VerbType order in perftest).
+type Verb int
+
+// Verbs.
+const (
+	Send Verb = iota
+	Write
+	Read
+	Atomic
+)
+
+// Verb is the test's RDMA operation.
+func (t Test) Verb() Verb {
+	switch t {
+	case WriteBW, WriteLat:
+		return Write
+	case ReadBW, ReadLat:
+		return Read
+	case AtomicBW, AtomicLat:
+		return Atomic
+	}
+	return Send
+}
+
+// BW reports whether t is a bandwidth test (tst == BW), else a latency test.
+func (t Test) BW() bool { return t <= AtomicBW }
+
+// StepKind is one thing a tool does on the control connection, or one hook.
+type StepKind int
+
+// The steps, in the vocabulary of the C sources.
+const (
+	// StepHello is exchange_versions, check_sys_data and check_mtu.
+	StepHello StepKind = iota
+	// StepSetup calls Hooks.Setup (ctx_init and set_up_connection: create
+	// resources and produce one KeyMsg per QP). Nothing on the wire.
+	StepSetup
+	// StepKeys is the per-QP loop of ctx_hand_shake; the peer's keys are kept.
+	StepKeys
+	// StepConnect calls Hooks.Connect (ctx_connect: QPs to RTR and RTS).
+	StepConnect
+	// StepSync is one ctx_hand_shake on QP 0.
+	StepSync
+	// StepTraffic calls Hooks.Traffic for one message size.
+	StepTraffic
+	// StepReports is xchg_bw_reports.
+	StepReports
+	// StepClose is ctx_close_connection (handshake, "done\0", close).
+	StepClose
+	// StepLingerClose is Session.LingerClose (write_lat has no close).
+	StepLingerClose
+)
+
+var stepNames = [...]string{"hello", "setup", "keys", "connect", "sync", "traffic", "reports", "close", "linger-close"}
+
+func (k StepKind) String() string {
+	if k < 0 || int(k) >= len(stepNames) {
+		return fmt.Sprintf("StepKind(%d)", int(k))
+	}
+	return stepNames[k]
+}
+
+// Step is one element of a test's sequence. Size is the message size of a
+// StepTraffic.
+type Step struct {
+	Kind StepKind
+	Size uint64
+}
+
+// PlanConfig selects the variant of a test's sequence.
+type PlanConfig struct {
+	// Size is the message size (-s) of a single run.
+	Size uint64
+	// AllSizes is -a: run every size from 2 to 2^23 bytes (BW and latency
+	// tests other than atomic), which repeats the traffic step and, for the
+	// send tests, the handshake around it.
+	AllSizes bool
+}
+
+// AllSizes returns the sizes -a runs: 2^1 … 2^23 (the loops "for (i = 1;
+// i < 24; ++i) size = 1 << i" of the tests; send_bw's size_max_pow is 24 on
+// RC too).
+func AllSizes() []uint64 {
+	s := make([]uint64, 0, 23)
+	for i := 1; i < 24; i++ {
+		s = append(s, 1<<i)
+	}
+	return s
+}
+
+// Steps returns the sequence test t runs as client or server in perftest
+// 4.5-0.17 (the same counts as HEAD), without bidirectional mode. See the
+// package documentation for where each count comes from.
+func Steps(t Test, server bool, cfg PlanConfig) []Step {
+	sizes := []uint64{cfg.Size}
+	if cfg.AllSizes && t != AtomicBW && t != AtomicLat {
+		sizes = AllSizes()
+	}
+	st := func(k StepKind) Step { return Step{Kind: k} }
+	steps := []Step{st(StepHello), st(StepSetup)}
+	switch t {
+	case WriteBW, ReadBW, AtomicBW:
+		// write_bw.c/read_bw.c/atomic_bw.c: per-QP handshake, ctx_connect,
+		// per-QP handshake (printing), "an additional handshake is required
+		// after moving qp to RTR"; then the server waits in one more
+		// handshake while the client runs, reports, close.
+		steps = append(steps, st(StepKeys), st(StepConnect), st(StepKeys), st(StepSync))
+		if !server {
+			for _, sz := range sizes {
+				steps = append(steps, Step{Kind: StepTraffic, Size: sz})
+			}
+		}
+		steps = append(steps, st(StepSync), st(StepReports), st(StepClose))
+	case SendBW:
+		// send_bw.c: per-QP handshake, ctx_connect, handshake, per-QP
+		// handshake (printing), then for each size: post receives,
+		// handshake, run; with -a another handshake after each size.
+		steps = append(steps, st(StepKeys), st(StepConnect), st(StepSync), st(StepKeys))
+		for _, sz := range sizes {
+			steps = append(steps, st(StepSync), Step{Kind: StepTraffic, Size: sz})
+			if cfg.AllSizes {
+				steps = append(steps, st(StepSync))
+			}
+		}
+		steps = append(steps, st(StepClose))
+	case SendLat:
+		// send_lat.c: as send_bw, without the handshake after each size.
+		steps = append(steps, st(StepKeys), st(StepConnect), st(StepSync), st(StepKeys))
+		for _, sz := range sizes {
+			steps = append(steps, st(StepSync), Step{Kind: StepTraffic, Size: sz})
+		}
+		steps = append(steps, st(StepClose))
+	case WriteLat, ReadLat, AtomicLat:
+		// {write,read,atomic}_lat.c: an extra handshake before the per-QP
+		// loop, ctx_connect, per-QP handshake (printing), the after-RTR
+		// handshake.
+		steps = append(steps, st(StepSync), st(StepKeys), st(StepConnect), st(StepKeys), st(StepSync))
+		if t == WriteLat || !server {
+			for _, sz := range sizes {
+				steps = append(steps, Step{Kind: StepTraffic, Size: sz})
+			}
+		}
+		if t == WriteLat {
+			steps = append(steps, st(StepLingerClose))
+		} else {
+			steps = append(steps, st(StepClose))
+		}
+	}
+	return steps
+}
+
+// Hooks are the RDMA side of a run. Any nil hook is skipped.
+type Hooks struct {
+	// Setup creates the QPs and memory now that the buffer size
+	// (max(size, n.CycleBuffer)) and path MTU are known, and returns one
+	// KeyMsg per QP (at least one).
+	Setup func(n Negotiated) ([]KeyMsg, error)
+	// Connect moves the QPs to RTR and RTS towards the peer's keys.
+	Connect func(local, peer []KeyMsg) error
+	// Traffic runs the measured phase on this side for one message size.
+	// A BW client returns the report that Reports sends; other callers
+	// return whatever they will print (it is kept in Outcome.Local).
+	Traffic func(size uint64, peer []KeyMsg) (BWReport, error)
+}
+
+// Config is a run of one test.
+type Config struct {
+	Test   Test
+	Server bool
+	Plan   PlanConfig
+	// Local system data and MTU offered in Hello; zero values mean
+	// DefaultCycleBuffer, DefaultCacheLine and MTU1024.
+	CycleBuffer, CacheLine int32
+	MTU                    MTU
+	DontExchangeVersions   bool
+	ReportPerPort          bool
+	// Trace, when set, is given every message (see Session.Trace).
+	Trace func(out bool, what string, b []byte)
+}
+
+// Outcome is what a run learned.
+type Outcome struct {
+	Negotiated Negotiated
+	Local      []KeyMsg
+	Peer       []KeyMsg
+	// Local is the last report from Traffic; Remote the peer's report when
+	// Reports ran (the non-duplex BW server prints Remote).
+	LocalReport, RemoteReport BWReport
+	Reported                  bool
+}
+
+// StepError tells which step of a sequence failed.
+type StepError struct {
+	Index int
+	Step  Step
+	Err   error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("perftest: step %d (%s): %v", e.Index, e.Step.Kind, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// ErrNoKeys is returned when Setup produces no KeyMsg.
+var ErrNoKeys = errors.New("perftest: Setup returned no keys")
+
+// Run plays cfg.Test's sequence (Steps) on conn in cfg's role, calling the
+// hooks where the real tool does its RDMA work. Cancelling ctx aborts any
+// blocked read or write by expiring conn's deadline. conn is closed when
+// Run returns after a close step, and left open on error.
+func Run(ctx context.Context, conn net.Conn, cfg Config, hooks Hooks) (Outcome, error) {
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	s := NewSession(conn, cfg.Server)
+	s.DontExchangeVersions = cfg.DontExchangeVersions
+	s.Trace = cfg.Trace
+	var out Outcome
+	for i, step := range Steps(cfg.Test, cfg.Server, cfg.Plan) {
+		if err := runStep(s, cfg, hooks, step, &out); err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+			}
+			return out, &StepError{Index: i, Step: step, Err: err}
+		}
+	}
+	return out, nil
+}
+
+func runStep(s *Session, cfg Config, hooks Hooks, step Step, out *Outcome) error {
+	switch step.Kind {
+	case StepHello:
+		cb, cl, mtu := cfg.CycleBuffer, cfg.CacheLine, cfg.MTU
+		if cb == 0 {
+			cb = DefaultCycleBuffer
+		}
+		if cl == 0 {
+			cl = DefaultCacheLine
+		}
+		if mtu == 0 {
+			mtu = MTU1024
+		}
+		n, err := s.Hello(cb, cl, mtu)
+		out.Negotiated = n
+		return err
+	case StepSetup:
+		if hooks.Setup != nil {
+			local, err := hooks.Setup(out.Negotiated)
+			if err != nil {
+				return err
+			}
+			out.Local = local
+		}
+		if len(out.Local) == 0 {
+			return ErrNoKeys
+		}
+	case StepKeys:
+		peer, err := s.ExchangeKeys(out.Local)
+		if err != nil {
+			return err
+		}
+		out.Peer = peer
+	case StepSync:
+		p, err := s.HandShake(out.Local[0])
+		if err != nil {
+			return err
+		}
+		if len(out.Peer) == 0 {
+			out.Peer = make([]KeyMsg, len(out.Local))
+		}
+		out.Peer[0] = p
+	case StepConnect:
+		if hooks.Connect != nil {
+			return hooks.Connect(out.Local, out.Peer)
+		}
+	case StepTraffic:
+		if hooks.Traffic != nil {
+			r, err := hooks.Traffic(step.Size, out.Peer)
+			if err != nil {
+				return err
+			}
+			out.LocalReport = r
+		}
+	case StepReports:
+		r, err := s.ExchangeReports(out.LocalReport, cfg.ReportPerPort)
+		if err != nil {
+			return err
+		}
+		out.RemoteReport, out.Reported = r, true
+	case StepClose:
+		return s.Close(out.Local[0])
+	case StepLingerClose:
+		return s.LingerClose(out.Local[0])
+	default:
+		return fmt.Errorf("unknown step %v", step.Kind)
+	}
+	return nil
+}
+
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
