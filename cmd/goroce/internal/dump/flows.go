@@ -34,10 +34,11 @@ import (
 //   - The first request of a flow sets E. After that, a request with PSN P:
 //     P == E is in order; P after E is a gap of P-E PSNs (Gaps counts the
 //     events, MissingPSNs the PSNs skipped); P before E is a retransmission
-//     when P was already seen in this flow (go-back-N after a NAK or a
-//     timeout, or a duplicate), and "late" otherwise (it fills an earlier
-//     gap, e.g. the capture point is behind the loss, or predates the
-//     capture). E only moves forward.
+//     when P was already used by a request of this flow (seen, or inside
+//     the PSN range of an earlier READ: go-back-N after a NAK or a timeout,
+//     a READ retried from the middle, a duplicate), and "late" otherwise
+//     (it fills an earlier gap, e.g. the capture point is behind the loss,
+//     or it predates the capture). E only moves forward.
 //   - The path MTU is --mtu if given, else the largest payload of any
 //     FIRST or MIDDLE packet (those carry exactly one PMTU) in the capture;
 //     for a file this is found by a first pass (InferMTU), for a live
@@ -46,12 +47,11 @@ import (
 //     (the largest and smallest IB MTUs). Retransmissions are remembered for
 //     the last 65536 PSNs of a flow.
 //
-// Response rules: responses are counted with their first and last PSN;
-// ACKNOWLEDGE packets by syndrome: ACKs, NAKs by NAK code
+// Response rules: responses are counted with their first and last PSN, and
+// by AETH syndrome (ACKNOWLEDGE, ATOMIC ACKNOWLEDGE, READ RESPONSE
+// FIRST/LAST/ONLY; READ RESPONSE MIDDLE has no AETH): ACKs, NAKs by NAK code
 // (PSN_SEQUENCE_ERROR, INVALID_REQUEST, REMOTE_ACCESS_ERROR,
 // REMOTE_OPERATIONAL_ERROR, ...) and RNR NAKs (with the last RNR timer).
-// The AETH of READ responses and ATOMIC ACKs is an ACK for a well-behaved
-// responder; a NAK syndrome there is counted as a NAK too.
 
 // flowKey identifies a flow.
 type flowKey struct {
@@ -154,7 +154,7 @@ func (t *flowTable) add(x *decoded) {
 	case info.Request:
 		f.request(t, op, psn, ext)
 	case info.Response:
-		f.response(op, psn, ext)
+		f.response(psn, ext)
 	}
 }
 
@@ -272,7 +272,7 @@ func (f *flow) isSeen(p wire.PSN) bool {
 }
 
 // response applies the response rules above.
-func (f *flow) response(op wire.Opcode, p wire.PSN, ext *wire.Packet) {
+func (f *flow) response(p wire.PSN, ext *wire.Packet) {
 	if f.resps == 0 {
 		f.respFirst = p
 	}
@@ -284,9 +284,7 @@ func (f *flow) response(op wire.Opcode, p wire.PSN, ext *wire.Packet) {
 	s := ext.AETH.Syndrome()
 	switch s.Kind() {
 	case wire.SynACK:
-		if op == wire.RCAcknowledge {
-			f.acks++
-		}
+		f.acks++
 	case wire.SynRNRNAK:
 		f.rnrNaks++
 		f.rnrTimer = s.RNRTimer()
