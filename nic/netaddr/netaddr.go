@@ -272,7 +272,7 @@ const neighUsable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELA
 // ctx ends or, if ctx has no deadline, after DefaultResolveTimeout, with a
 // *NeighbourError (errors.Is(err, ErrUnresolved)).
 func ResolveMAC(ctx context.Context, ifname string, ip netip.Addr) (net.HardwareAddr, error) {
-	ip = ip.Unmap()
+	ip = ip.Unmap().WithZone("") // the neighbour table has no zones; ifname is the scope
 	if !ip.IsValid() {
 		return nil, fmt.Errorf("netaddr: ResolveMAC: invalid IP")
 	}
