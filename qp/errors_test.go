@@ -323,7 +323,7 @@ func TestRNRRetryExceeded(t *testing.T) {
 				t.Fatalf("states A=%v B=%v, want ERR/RTS", a.qp.State(), b.qp.State())
 			}
 			x.settle()
-			ps := firstCopiesOf(x.next())
+			ps := x.next() // every retransmission counts here
 			sends, rnrs := 0, 0
 			for _, p := range ps {
 				switch {
@@ -344,8 +344,81 @@ func TestRNRRetryExceeded(t *testing.T) {
 	}
 }
 
-// firstCopiesOf returns ps unchanged (named for symmetry with firstCopies:
-// here every retransmission is the object of the count).
-func firstCopiesOf(ps []capPkt) []capPkt { return ps }
+// TestLocalProtErr: a WR whose local SGE fails the lkey/PD/access check
+// completes with LOC_PROT_ERR and moves the requester to ERR: a SEND
+// gathering from an MR of another PD, a READ scattering into an MR without
+// LOCAL_WRITE, an atomic result into one.
+func TestLocalProtErr(t *testing.T) {
+	cases := []struct {
+		name  string
+		wr    func(x *xpair, ro *MR) *SendWR
+		sends bool // the request still goes out (the failure is on the response)
+	}{
+		{"send_other_pd", func(x *xpair, ro *MR) *SendWR {
+			return &SendWR{Opcode: transport.WRSend, SGL: []SGE{{Addr: x.a.mrO.IOVA(), Length: 16, LKey: x.a.mrO.LKey()}}}
+		}, false},
+		{"write_bad_lkey", func(x *xpair, ro *MR) *SendWR {
+			return &SendWR{Opcode: transport.WRRDMAWrite, SGL: []SGE{{Addr: x.a.mr.IOVA(), Length: 16, LKey: x.a.mr.LKey() ^ 1}},
+				RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()}
+		}, false},
+		{"read_into_readonly_mr", func(x *xpair, ro *MR) *SendWR {
+			return &SendWR{Opcode: transport.WRRDMARead, SGL: []SGE{{Addr: ro.IOVA(), Length: 16, LKey: ro.LKey()}},
+				RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()}
+		}, true},
+		{"atomic_into_readonly_mr", func(x *xpair, ro *MR) *SendWR {
+			return &SendWR{Opcode: transport.WRAtomicFetchAdd, SGL: []SGE{{Addr: ro.IOVA(), Length: 8, LKey: ro.LKey()}},
+				RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey(), CompareAdd: 1}
+		}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			x := newX(t, xopts{})
+			a, b := x.a, x.b
+			roBuf := make([]byte, 64)
+			for i := range roBuf {
+				roBuf[i] = canary
+			}
+			ro, err := a.pd.RegMR(roBuf, memreg.RemoteRead) // no LOCAL_WRITE
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.reset()
+			x.next()
+			wr := c.wr(x, ro)
+			wr.WRID, wr.Flags = 1, transport.SendSignaled
+			x.post(a, wr)
+			x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []SGE{a.sge(0, 8)},
+				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+			expectWC(t, a.scq, 1, transport.WCLocProtErr, 0)
+			expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
+			if a.qp.State() != transport.StateErr {
+				t.Fatalf("requester state %v", a.qp.State())
+			}
+			x.settle()
+			reqs := requests(x.next(), true)
+			if c.sends != (len(reqs) > 0) {
+				t.Fatalf("requests on the wire: %v", reqs)
+			}
+			checkBuf(t, "read-only MR", roBuf)
+			if !c.sends {
+				checkBuf(t, "responder", b.buf)
+			}
+		})
+	}
+}
 
-var _ = context.Background
+// TestSolicitedOnlyWakesOnError: a CQ armed for solicited completions only
+// is woken by an error completion.
+func TestSolicitedOnlyWakesOnError(t *testing.T) {
+	x := newX(t, xopts{})
+	a, b := x.a, x.b
+	x.recv(b, 1, b.sge(0, 8))
+	b.rcq.ReqNotify(true)
+	x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, SGL: []SGE{a.sge(0, 64)}}) // too long: LOC_LEN_ERR
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.rcq.WaitEvent(ctx); err != nil {
+		t.Fatalf("no event for an error completion: %v", err)
+	}
+	expectWC(t, b.rcq, 1, transport.WCLocLenErr, 0)
+}

@@ -1,0 +1,155 @@
+package transport_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+// TestQueueFull: the send queue holds exactly MaxSendWR WRs; one more is
+// ErrQueueFull and is not queued.
+func TestQueueFull(t *testing.T) {
+	e := newEPair(t, eopts{sqWR: 8})
+	for i := 0; i < 8; i++ {
+		e.post(e.a, &transport.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{e.a.sge(0, 8)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	}
+	err := e.a.q.PostSend(&transport.SendWR{WRID: 99, Opcode: transport.WRSend}, e.now)
+	if !errors.Is(err, transport.ErrQueueFull) {
+		t.Fatalf("ninth post: %v", err)
+	}
+	e.run(0)
+	if w := e.a.scq.take(); len(w) != 8 || w[7].WRID != 7 {
+		t.Fatalf("completions %v", w)
+	}
+	e.post(e.a, &transport.SendWR{WRID: 9, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 8)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+}
+
+// TestFence: a WR with IBV_SEND_FENCE waits until the READ before it has
+// completed; an unfenced one does not.
+func TestFence(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		e := newEPair(t, eopts{})
+		e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{e.a.sge(0, 64)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+		f := transport.SendSignaled
+		if fence {
+			f |= transport.SendFence
+		}
+		e.post(e.a, &transport.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: f,
+			SGL: []transport.SGE{e.a.sge(0, 8)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+		if n, want := e.a.out.tail-e.a.out.head, map[bool]int{false: 2, true: 1}[fence]; n != want {
+			t.Fatalf("fence=%v: %d frames before the READ completed, want %d", fence, n, want)
+		}
+		e.run(0)
+		if w := e.a.scq.take(); len(w) != 2 || w[0].WRID != 1 || w[1].WRID != 2 || w[1].Status != transport.WCSuccess {
+			t.Fatalf("completions %v", w)
+		}
+	}
+}
+
+// TestRetryExceeded: with every request lost, the ACK timer fires
+// retry_cnt times (each a go-back-N retransmission), then the WR fails
+// with RETRY_EXC_ERR and the QP goes to ERR.
+func TestRetryExceeded(t *testing.T) {
+	for _, retry := range []uint8{0, 3} {
+		e := newEPair(t, eopts{timeout: 10, retry: retry})
+		sent := 0
+		e.hook = func(s *side, p *wire.Packet) bool {
+			if s == e.a {
+				sent++
+				return false
+			}
+			return true
+		}
+		e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{e.a.sge(0, 8)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+		e.run(20)
+		if w := e.a.scq.take(); len(w) != 1 || w[0].Status != transport.WCRetryExcErr {
+			t.Fatalf("retry_cnt %d: completions %v", retry, w)
+		}
+		if sent != int(retry)+1 || e.a.q.State() != transport.StateErr {
+			t.Fatalf("retry_cnt %d: %d transmissions, state %v", retry, sent, e.a.q.State())
+		}
+		if c := e.a.q.Counters; c[transport.CntRetryExceededErr] != 1 || c[transport.CntLocalAckTimeoutErr] != uint64(retry)+1 {
+			t.Fatalf("counters retry_exceeded_err %d local_ack_timeout_err %d", c[transport.CntRetryExceededErr], c[transport.CntLocalAckTimeoutErr])
+		}
+	}
+}
+
+// TestDuplicateAtomic: when the ATOMIC ACK is lost, the requester resends
+// the atomic; the responder answers from its saved result and does not
+// execute it twice (C9-107, rxe duplicate_request).
+func TestDuplicateAtomic(t *testing.T) {
+	e := newEPair(t, eopts{timeout: 10, retry: 7})
+	binary.LittleEndian.PutUint64(e.b.buf[64:], 100)
+	dropped := 0
+	e.hook = func(s *side, p *wire.Packet) bool {
+		if s == e.b && p.Opcode() == wire.RCAtomicAcknowledge && dropped < 2 {
+			dropped++
+			return false
+		}
+		return true
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 8)}, RemoteAddr: e.b.mr.IOVA() + 64, RKey: e.b.mr.RKey(), CompareAdd: 5})
+	e.run(10)
+	if w := e.a.scq.take(); len(w) != 1 || w[0].Status != transport.WCSuccess {
+		t.Fatalf("completions %v", w)
+	}
+	if v := binary.LittleEndian.Uint64(e.b.buf[64:]); v != 105 {
+		t.Fatalf("target %d, want 105 (executed once)", v)
+	}
+	if v := binary.LittleEndian.Uint64(e.a.buf[0:]); v != 100 {
+		t.Fatalf("result %d, want the original 100", v)
+	}
+	if d := e.b.q.Counters[transport.CntDuplicateRequest]; d != 2 {
+		t.Fatalf("duplicate_request %d, want 2", d)
+	}
+}
+
+// TestSequenceNAK: a lost middle packet of a WRITE gets exactly one NAK
+// 0x60 carrying the expected PSN, however many later packets arrive; the
+// requester goes back and the data arrives intact.
+func TestSequenceNAK(t *testing.T) {
+	e := newEPair(t, eopts{timeout: 10, retry: 7})
+	e.rec = true
+	for i := range e.a.buf[:10*1024] {
+		e.a.buf[i] = byte(i*13 + 5)
+	}
+	lost := false
+	e.hook = func(s *side, p *wire.Packet) bool {
+		if s == e.a && p.BTH.PSN() == 3 && !lost {
+			lost = true
+			return false
+		}
+		return true
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 10*1024)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.run(10)
+	if w := e.a.scq.take(); len(w) != 1 || w[0].Status != transport.WCSuccess {
+		t.Fatalf("completions %v", w)
+	}
+	for i := range 10 * 1024 {
+		if e.b.buf[i] != e.a.buf[i] {
+			t.Fatalf("byte %d differs", i)
+		}
+	}
+	naks := 0
+	for _, l := range e.log {
+		if !l.fromA && l.p.AETH != nil && l.p.AETH.Syndrome() == wire.NAKSyndrome(wire.NAKPSNSequenceError) {
+			naks++
+			if l.p.BTH.PSN() != 3 {
+				t.Fatalf("sequence NAK %v, want PSN 3", l)
+			}
+		}
+	}
+	if naks != 1 {
+		t.Fatalf("%d sequence NAKs, want 1", naks)
+	}
+}
