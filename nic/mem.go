@@ -122,7 +122,7 @@ type memPipe struct {
 	maxFrame int
 	tap      *memTap
 
-	q       memHeap
+	q       memQueue
 	held    memFrame
 	heldDup bool // the held frame is to be delivered twice
 	hasHeld bool
@@ -256,7 +256,7 @@ func (p *memPipe) send(f []byte, now time.Time) {
 		p.txDrops++
 		return
 	}
-	pending := len(p.q)
+	pending := p.q.len()
 	if p.hasHeld {
 		pending++
 	}
@@ -347,13 +347,13 @@ func (p *memPipe) clone(b []byte) []byte {
 // peek returns the due time of the earliest pending frame (queued or held).
 func (p *memPipe) peek() (time.Time, bool) {
 	switch {
-	case len(p.q) > 0 && p.hasHeld:
-		if p.heldEnd.Before(p.q[0].due) {
+	case p.q.len() > 0 && p.hasHeld:
+		if p.heldEnd.Before(p.q.peek().due) {
 			return p.heldEnd, true
 		}
-		return p.q[0].due, true
-	case len(p.q) > 0:
-		return p.q[0].due, true
+		return p.q.peek().due, true
+	case p.q.len() > 0:
+		return p.q.peek().due, true
 	case p.hasHeld:
 		return p.heldEnd, true
 	}
@@ -364,10 +364,10 @@ func (p *memPipe) peek() (time.Time, bool) {
 func (p *memPipe) take(bufs [][]byte, sizes []int, now time.Time) int {
 	n := 0
 	for n < len(bufs) && n < len(sizes) {
-		if p.hasHeld && !p.heldEnd.After(now) && (len(p.q) == 0 || p.heldEnd.Before(p.q[0].due)) {
+		if p.hasHeld && !p.heldEnd.After(now) && (p.q.len() == 0 || p.heldEnd.Before(p.q.peek().due)) {
 			p.releaseHeld(p.heldEnd)
 		}
-		if len(p.q) == 0 || p.q[0].due.After(now) {
+		if p.q.len() == 0 || p.q.peek().due.After(now) {
 			break
 		}
 		f := p.q.pop()
@@ -479,7 +479,7 @@ func (l *MemLink) Pending() int {
 	p := l.rx
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := len(p.q)
+	n := p.q.len()
 	if p.hasHeld {
 		n++
 		if p.heldDup {
@@ -517,7 +517,7 @@ func (l *MemLink) Close() error {
 		p := l.rx
 		p.mu.Lock()
 		p.rxClosed = true
-		for len(p.q) > 0 {
+		for p.q.len() > 0 {
 			f := p.q.pop()
 			p.free = append(p.free, f.buf[:0])
 		}
@@ -528,16 +528,69 @@ func (l *MemLink) Close() error {
 	return nil
 }
 
-// memHeap is a binary min-heap of frames by (due, seq), by value so that a
+// memQueue orders frames by (due, seq). Frames written without jitter or
+// reordering arrive in that order already; they go to a FIFO (O(1)). A frame
+// due before the FIFO's last one goes to a binary heap. pop takes the
+// earlier of the two heads. Both are slices of values, reused, so that a
 // steady state allocates nothing.
-type memHeap []memFrame
+type memQueue struct {
+	fifo []memFrame
+	head int // fifo[head:] are queued
+	heap memHeap
+}
 
-func (h memHeap) less(i, j int) bool {
-	if c := h[i].due.Compare(h[j].due); c != 0 {
+func frameLess(a, b *memFrame) bool {
+	if c := a.due.Compare(b.due); c != 0 {
 		return c < 0
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
+
+func (q *memQueue) len() int { return len(q.fifo) - q.head + len(q.heap) }
+
+func (q *memQueue) push(f memFrame) {
+	if n := len(q.fifo); n == q.head || !frameLess(&f, &q.fifo[n-1]) {
+		if q.head > 0 && n == cap(q.fifo) {
+			// Slide the live part down instead of growing.
+			k := copy(q.fifo, q.fifo[q.head:])
+			clear(q.fifo[k:])
+			q.fifo, q.head = q.fifo[:k], 0
+		}
+		q.fifo = append(q.fifo, f)
+		return
+	}
+	q.heap.push(f)
+}
+
+// peek returns the earliest frame; q must not be empty.
+func (q *memQueue) peek() *memFrame {
+	if q.head == len(q.fifo) {
+		return &q.heap[0]
+	}
+	if len(q.heap) > 0 && frameLess(&q.heap[0], &q.fifo[q.head]) {
+		return &q.heap[0]
+	}
+	return &q.fifo[q.head]
+}
+
+// pop removes and returns the earliest frame; q must not be empty.
+func (q *memQueue) pop() memFrame {
+	if q.head == len(q.fifo) || (len(q.heap) > 0 && frameLess(&q.heap[0], &q.fifo[q.head])) {
+		return q.heap.pop()
+	}
+	f := q.fifo[q.head]
+	q.fifo[q.head] = memFrame{}
+	q.head++
+	if q.head == len(q.fifo) {
+		q.fifo, q.head = q.fifo[:0], 0
+	}
+	return f
+}
+
+// memHeap is a binary min-heap of frames by (due, seq).
+type memHeap []memFrame
+
+func (h memHeap) less(i, j int) bool { return frameLess(&h[i], &h[j]) }
 
 func (h *memHeap) push(f memFrame) {
 	*h = append(*h, f)
