@@ -45,8 +45,14 @@ func runDemo(args []string) int {
 	corrupt := fs.Float64("corrupt", 0, "corrupt-one-bit probability per frame")
 	seed := fs.Int64("seed", 1, "seed of the fault injection")
 	mtu := fs.Int("mtu", 1500, "link MTU (1500 gives path MTU 1024, 9000 gives 4096)")
+	linkKind := fs.String("link", "mem", "frame backend: mem (in-memory), or with --netns afxdp, afpacket, udp, auto")
+	inNetns := fs.Bool("netns", false, "run between two network namespaces joined by veth, created and removed by the demo (root)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *linkKind != "mem" || *inNetns {
+		return runDemoNetns(demoNetnsConfig{link: *linkKind, netns: *inNetns, pcap: *pcapPath, count: *count,
+			loss: *loss, dup: *dup, reorder: *reorder, corrupt: *corrupt, seed: *seed, mtu: *mtu})
 	}
 	faulty := *loss > 0 || *dup > 0 || *reorder > 0 || *corrupt > 0
 	var tap io.Writer
@@ -92,7 +98,21 @@ func runDemo(args []string) int {
 		fmt.Printf("faults per frame, each direction: loss %.3g dup %.3g reorder %.3g corrupt %.3g, seed %d\n",
 			*loss, *dup, *reorder, *corrupt, *seed)
 	}
-	rng := rand.New(rand.NewPCG(uint64(*seed), 7))
+	ok := demoOps(a, b, *count, *seed, mtuBytes)
+	if faulty || !ok {
+		printDemoCounters(a, b, la, lb)
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+// demoOps runs every operation count times between a and b, alternating
+// the direction, prints one line per operation and the elapsed time, and
+// reports whether all succeeded.
+func demoOps(a, b *demoEnd, count int, seed int64, mtuBytes int) (ok bool) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	sizes := []int{0, 1, mtuBytes - 1, mtuBytes, mtuBytes + 1, 3 * mtuBytes, 64 << 10}
 	ops := []struct {
 		name string
@@ -117,11 +137,11 @@ func runDemo(args []string) int {
 	}
 	start := time.Now()
 	fmt.Printf("\n%-22s %8s %12s  %s\n", "operation", "messages", "bytes", "result")
-	ok := true
+	ok = true
 	for _, op := range ops {
 		var total int
 		var failure error
-		for i := 0; i < *count && failure == nil; i++ {
+		for i := 0; i < count && failure == nil; i++ {
 			size := sizes[i%len(sizes)]
 			// Alternate directions so both ends act as requester and responder.
 			src, dst := a, b
@@ -137,16 +157,10 @@ func runDemo(args []string) int {
 			result = "FAILED: " + failure.Error()
 			ok = false
 		}
-		fmt.Printf("%-22s %8d %12d  %s\n", op.name, *count, total, result)
+		fmt.Printf("%-22s %8d %12d  %s\n", op.name, count, total, result)
 	}
 	fmt.Printf("\nelapsed %v\n", time.Since(start).Round(time.Millisecond))
-	if faulty || !ok {
-		printDemoCounters(a, b, la, lb)
-	}
-	if !ok {
-		return 1
-	}
-	return 0
+	return ok
 }
 
 func printDemoCounters(a, b *demoEnd, la, lb *nic.MemLink) {
@@ -181,6 +195,12 @@ func newDemoEnd(name string, l nic.Link, ip, peer netip.Addr, peerMAC net.Hardwa
 	if err != nil {
 		return nil, err
 	}
+	return newDemoEndOn(name, dev)
+}
+
+// newDemoEndOn sets up an endpoint (PD, CQs, QP, MR) on an open device.
+func newDemoEndOn(name string, dev *qp.Device) (*demoEnd, error) {
+	var err error
 	e := &demoEnd{name: name, dev: dev, pd: dev.AllocPD(), buf: make([]byte, 2*demoHalf)}
 	if e.scq, err = dev.CreateCQ(1024); err != nil {
 		return nil, err

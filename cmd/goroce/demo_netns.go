@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"github.com/goroce/goroce/netdev"
+	"github.com/goroce/goroce/netdev/nspair"
+	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
+)
+
+type demoNetnsConfig struct {
+	link                        string
+	netns                       bool
+	pcap                        string
+	count                       int
+	loss, dup, reorder, corrupt float64
+	seed                        int64
+	mtu                         int
+}
+
+// runDemoNetns runs the demo between two network namespaces it creates
+// (198.18.X.1/24 and .2/24 on a veth pair, no route out), each end's
+// device opened with netdev.Open on the chosen backend. The namespaces are
+// deleted on exit, also after SIGINT/SIGTERM.
+func runDemoNetns(c demoNetnsConfig) int {
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "goroce demo: "+format+"\n", a...)
+		return 1
+	}
+	switch c.link {
+	case netdev.AFXDP, netdev.AFPacket, netdev.UDP, netdev.Auto:
+	case "mem":
+		fmt.Fprintln(os.Stderr, "goroce demo: --netns needs --link afxdp, afpacket, udp or auto")
+		return 2
+	default:
+		fmt.Fprintf(os.Stderr, "goroce demo: unknown --link %q (mem, afxdp, afpacket, udp, auto)\n", c.link)
+		return 2
+	}
+	if !c.netns {
+		// The demo sends real frames only inside namespaces it made itself.
+		fmt.Fprintf(os.Stderr, "goroce demo: --link %s needs --netns (the demo only sends between namespaces it creates)\n", c.link)
+		return 2
+	}
+	if c.pcap != "" || c.dup > 0 || c.reorder > 0 || c.corrupt > 0 {
+		fmt.Fprintln(os.Stderr, "goroce demo: --pcap, --dup, --reorder and --corrupt need the in-memory link (use --loss, or capture with tcpdump in a namespace)")
+		return 2
+	}
+
+	pair, err := nspair.New(nspair.Options{MTU: c.mtu, Prefix: "goroce-demo"})
+	if err != nil {
+		return fail("%v", err)
+	}
+	var cleanup sync.Once
+	var devs []*qp.Device
+	var devsMu sync.Mutex
+	done := func() {
+		cleanup.Do(func() {
+			devsMu.Lock()
+			for _, d := range devs {
+				d.Close() // detaches XDP programs, releases port holds
+			}
+			devsMu.Unlock()
+			pair.Close()
+		})
+	}
+	defer done()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		if s, ok := <-sig; ok {
+			fmt.Fprintf(os.Stderr, "\ngoroce demo: %v: removing namespaces %s, %s\n", s, pair.A.NS, pair.B.NS)
+			done()
+			os.Exit(130)
+		}
+	}()
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var drops [2]*demoDropLink
+	open := func(side nspair.Side, name string) (*demoEnd, *netdev.Info, error) {
+		o := netdev.Options{Backend: c.link, Name: "goroce-" + name, Logger: logger}
+		if c.loss > 0 {
+			o.WrapLink = func(l nic.Link) nic.Link {
+				d := &demoDropLink{Link: l, p: c.loss, rng: rand.New(rand.NewPCG(uint64(c.seed), uint64(side)))}
+				drops[side] = d
+				return d
+			}
+		}
+		var dev *qp.Device
+		var info *netdev.Info
+		err := pair.Do(side, func() error {
+			var err error
+			dev, info, err = netdev.Open(pair.End(side).Ifname, o)
+			return err
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		devsMu.Lock()
+		devs = append(devs, dev)
+		devsMu.Unlock()
+		e, err := newDemoEndOn(name, dev)
+		return e, info, err
+	}
+	a, infoA, err := open(nspair.A, "A")
+	if err != nil {
+		return fail("side A: %v", err)
+	}
+	b, infoB, err := open(nspair.B, "B")
+	if err != nil {
+		return fail("side B: %v", err)
+	}
+	ipA, ipB := pair.A.Addr, pair.B.Addr
+	pmtu := min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
+	opts := qp.ConnectOptions{Timeout: 12}
+	optsA, optsB := opts, opts
+	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0
+	if err := a.qp.Connect(qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB, MTU: pmtu}, optsA); err != nil {
+		return fail("connect: %v", err)
+	}
+	if err := b.qp.Connect(qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA, MTU: pmtu}, optsB); err != nil {
+		return fail("connect: %v", err)
+	}
+	fmt.Printf("goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, veth in namespaces %s / %s (MTU %d)\n",
+		ipA, a.qp.QPN(), ipB, b.qp.QPN(), pmtu.Bytes(), pair.A.NS, pair.B.NS, c.mtu)
+	for _, x := range []struct {
+		side string
+		info *netdev.Info
+	}{{"A", infoA}, {"B", infoB}} {
+		fb := ""
+		if x.info.Fallback != "" {
+			fb = " (fallback: " + x.info.Fallback + ")"
+		}
+		fmt.Printf("backend %s: %s, mode %s, %s, link MTU %d, port path MTU %d%s\n", x.side, x.info.Backend, x.info.Mode,
+			x.info.Ifname, x.info.LinkMTU, x.info.PathMTU, fb)
+	}
+	if c.loss > 0 {
+		fmt.Printf("loss per transmitted frame, each side: %.3g, seed %d\n", c.loss, c.seed)
+	}
+	ok := demoOps(a, b, c.count, c.seed, pmtu.Bytes())
+	if c.loss > 0 || !ok {
+		ca, cb := a.dev.Counters(), b.dev.Counters()
+		fmt.Printf("\n%-24s %10s %10s\n", "counter", "A", "B")
+		ca.Each(func(name string, v uint64) {
+			var vb uint64
+			cb.Each(func(n string, x uint64) {
+				if n == name {
+					vb = x
+				}
+			})
+			if v != 0 || vb != 0 {
+				fmt.Printf("%-24s %10d %10d\n", name, v, vb)
+			}
+		})
+		if c.loss > 0 {
+			fmt.Printf("%-24s %10d %10d\n", "link_dropped", drops[0].count(), drops[1].count())
+		}
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+// demoDropLink drops a seeded fraction of transmitted frames (counted as
+// sent, as a wire loses them).
+type demoDropLink struct {
+	nic.Link
+	mu      sync.Mutex
+	rng     *rand.Rand
+	p       float64
+	keep    [][]byte
+	idx     []int
+	dropped uint64
+}
+
+func (l *demoDropLink) WriteBatch(frames [][]byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keep, l.idx = l.keep[:0], l.idx[:0]
+	for i, f := range frames {
+		if l.rng.Float64() < l.p {
+			l.dropped++
+			continue
+		}
+		l.keep = append(l.keep, f)
+		l.idx = append(l.idx, i)
+	}
+	if len(l.keep) == 0 {
+		return len(frames), nil
+	}
+	n, err := l.Link.WriteBatch(l.keep)
+	if n == len(l.keep) {
+		return len(frames), err
+	}
+	return l.idx[n], err
+}
+
+func (l *demoDropLink) count() uint64 {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
+}
