@@ -422,3 +422,40 @@ func TestSolicitedOnlyWakesOnError(t *testing.T) {
 	}
 	expectWC(t, b.rcq, 1, transport.WCLocLenErr, 0)
 }
+
+// TestSendWithInvBadRKey: SEND_WITH_INV naming an rkey that cannot be
+// invalidated is rxe's class J error: no NAK (the SEND is acknowledged),
+// the RECV completes with REM_INV_REQ_ERR and the responder goes to ERR.
+func TestSendWithInvBadRKey(t *testing.T) {
+	x := newX(t, xopts{})
+	a, b := x.a, x.b
+	b.reset()
+	x.recv(b, 1, b.sge(0, 64))
+	x.recv(b, 2, b.sge(64, 64))
+	x.next()
+	x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
+		SGL: []SGE{a.sge(0, 16)}, InvRKey: b.mrO.RKey()}) // an MR of another PD
+	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
+	expectWC(t, b.rcq, 1, transport.WCRemInvReqErr, 0)
+	expectWC(t, b.rcq, 2, transport.WCWRFlushErr, 0)
+	if b.qp.State() != transport.StateErr || !b.mrO.Valid() {
+		t.Fatalf("responder state %v, MR valid %v", b.qp.State(), b.mrO.Valid())
+	}
+	x.settle()
+	for _, p := range filter(x.next(), false) {
+		if p.p.AETH == nil || p.p.AETH.Syndrome() != wire.SyndromeACKNoCredit {
+			t.Fatalf("responder sent %v, want only an ACK", p)
+		}
+	}
+}
+
+// TestZeroLengthSkipsRKey: zero-length READ and WRITE skip the R_Key check
+// (rxe check_rkey): they succeed with a bogus rkey and address.
+func TestZeroLengthSkipsRKey(t *testing.T) {
+	x := newX(t, xopts{})
+	for i, op := range []transport.WROpcode{transport.WRRDMAWrite, transport.WRRDMARead} {
+		x.post(x.a, &SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, RemoteAddr: 0xdead0000, RKey: 0xbadbad})
+		expectWC(t, x.a.scq, uint64(i), transport.WCSuccess, map[transport.WROpcode]transport.WCOpcode{
+			transport.WRRDMAWrite: transport.WCRDMAWrite, transport.WRRDMARead: transport.WCRDMARead}[op])
+	}
+}

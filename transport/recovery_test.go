@@ -153,3 +153,51 @@ func TestSequenceNAK(t *testing.T) {
 		t.Fatalf("%d sequence NAKs, want 1", naks)
 	}
 }
+
+// TestRNRWriteWithImmLast: a multi-packet WRITE_WITH_IMM meets the missing
+// RECV only at its LAST packet (rxe check_resource: RWR mask); the RNR NAK
+// names that PSN, the earlier packets stay placed, and after the back-off
+// the requester resends the LAST packet alone.
+func TestRNRWriteWithImmLast(t *testing.T) {
+	e := newEPair(t, eopts{rnr: 7, minRNR: 1, timeout: 14, retry: 7})
+	e.rec = true
+	for i := range e.a.buf[:3000] {
+		e.a.buf[i] = byte(i*3 + 1)
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMAWriteWithImm, Flags: transport.SendSignaled, Imm: 0x55,
+		SGL: []transport.SGE{e.a.sge(0, 3000)}, RemoteAddr: e.b.mr.IOVA() + 100, RKey: e.b.mr.RKey()})
+	e.deliver()
+	var rnr []logged
+	for _, l := range e.log {
+		if !l.fromA {
+			rnr = append(rnr, l)
+		}
+	}
+	if len(rnr) != 1 || rnr[0].p.AETH.Syndrome() != 0x21 || rnr[0].p.BTH.PSN() != 2 {
+		t.Fatalf("responses %v, want one RNR NAK 0x21 at PSN 2 (the LAST packet)", rnr)
+	}
+	e.log = nil
+	must(t, e.b.q.PostRecv(&transport.RecvWR{WRID: 9}))
+	e.run(5)
+	if w := e.a.scq.take(); len(w) != 1 || w[0].Status != transport.WCSuccess {
+		t.Fatalf("requester completions %v", w)
+	}
+	if w := e.b.rcq.take(); len(w) != 1 || w[0].WRID != 9 || w[0].Imm != 0x55 || w[0].ByteLen != 3000 ||
+		w[0].Opcode != transport.WCRecvRDMAWithImm {
+		t.Fatalf("responder completions %v", w)
+	}
+	for i := range 3000 {
+		if e.b.buf[100+i] != e.a.buf[i] {
+			t.Fatalf("byte %d differs", i)
+		}
+	}
+	var resent []logged
+	for _, l := range e.log {
+		if l.fromA {
+			resent = append(resent, l)
+		}
+	}
+	if len(resent) != 1 || resent[0].p.Opcode() != wire.RCRDMAWriteLastWithImm || resent[0].p.BTH.PSN() != 2 {
+		t.Fatalf("retransmission %v, want the LAST packet alone", resent)
+	}
+}
