@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 )
 
 // Session is one perftest control connection, from either end. Its methods
@@ -203,13 +204,23 @@ func (s *Session) ExchangeReports(local BWReport, perPort bool) (BWReport, error
 	return rem, nil
 }
 
+// closeDrain bounds how long Close waits for the peer's "done" or EOF.
+const closeDrain = 500 * time.Millisecond
+
 // Close is 6.06's ctx_close_connection: a last key handshake, then
 // "done\0" (never read by the peer; an error writing it is ignored since the
-// peer may already be gone), then the socket is closed.
+// peer may already be gone), then the socket is closed. Before closing it
+// reads what the peer still sends (a 6.06 peer's own "done", nothing from
+// HEAD) until EOF or for at most half a second, so that our close is a FIN
+// and not a reset that could race the peer's last read.
 func (s *Session) Close(local KeyMsg) error {
 	_, err := s.HandShake(local)
 	if err == nil {
 		_ = s.write("done", Done[:])
+		if s.conn.SetReadDeadline(time.Now().Add(closeDrain)) == nil {
+			var b [len(Done)]byte
+			_, _ = io.ReadFull(s.conn, b[:])
+		}
 	}
 	if cerr := s.conn.Close(); err == nil && cerr != nil && !errors.Is(cerr, net.ErrClosed) {
 		err = cerr

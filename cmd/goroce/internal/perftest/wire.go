@@ -352,3 +352,17 @@ func decodeMTU(b []byte) MTU {
 	}
 	return MTU(v)
 }
+
+// BuffSize is BUFF_SIZE(size, cycle_buffer): the per-QP half of the data
+// buffer, max(size, cycleBuffer).
+func BuffSize(size uint64, cycleBuffer int32) uint64 {
+	return max(size, uint64(max(cycleBuffer, 0)))
+}
+
+// TargetVAddr is the vaddr set_up_connection advertises for QP qp when all
+// QPs share one buffer starting at base (no --mr_per_qp): the second half of
+// the buffer, base + (numQPs + qp) * BuffSize. The buffer must be
+// 2 * numQPs * BuffSize bytes, registered with the access the verb needs.
+func TargetVAddr(base uint64, numQPs, qp int, size uint64, cycleBuffer int32) uint64 {
+	return base + uint64(numQPs+qp)*BuffSize(size, cycleBuffer)
+}
