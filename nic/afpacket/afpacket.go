@@ -95,6 +95,9 @@ const (
 	bdFirstPkt    = 16
 )
 
+// testNoIgnoreOutgoing makes Open take the pre-4.20 path (tests only).
+var testNoIgnoreOutgoing bool
+
 // Link is an AF_PACKET nic.Link bound to one interface.
 type Link struct {
 	ifname  string
@@ -119,6 +122,8 @@ type Link struct {
 
 	txMu sync.Mutex
 	tx   *sockio.Batch
+
+	features []string
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -190,7 +195,9 @@ func Open(ifname string, opts Options) (*Link, error) {
 		if err := l.setupV2(ifc.MTU); err != nil {
 			return nil, err
 		}
+		l.features = append(l.features, fmt.Sprintf("TPACKET_V2 %d x %d B slots", l.frameNr, l.frameSize))
 	} else {
+		l.features = append(l.features, fmt.Sprintf("TPACKET_V3 %d x %d B blocks, %d ms timeout", opts.NumBlocks, opts.BlockSize, tov))
 		if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
 			return nil, fmt.Errorf("afpacket: TPACKET_V3: %w", err)
 		}
@@ -209,8 +216,16 @@ func Open(ifname string, opts Options) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: mmap ring: %w", err)
 	}
-	if !opts.NoFilter {
-		prog, err := roceFilter(opts.Port)
+	// Our own transmissions must not come back into the ring. Kernels
+	// before 4.20 lack PACKET_IGNORE_OUTGOING: the filter does it instead.
+	ignoreOut := !testNoIgnoreOutgoing &&
+		unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1) == nil
+	l.features = append(l.features, map[bool]string{true: "ignore-outgoing", false: "outgoing-dropped-by-filter"}[ignoreOut])
+	if !opts.NoFilter || !ignoreOut {
+		prog, err := roceFilter(opts.Port, !ignoreOut)
+		if opts.NoFilter {
+			prog, err = outgoingOnlyFilter()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -218,13 +233,11 @@ func Open(ifname string, opts Options) (*Link, error) {
 			return nil, fmt.Errorf("afpacket: SO_ATTACH_FILTER: %w", err)
 		}
 	}
-	if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
-		return nil, fmt.Errorf("afpacket: PACKET_IGNORE_OUTGOING (kernel >= 4.20): %w", err)
-	}
 	if !opts.NoQdiscBypass {
 		if err := unix.SetsockoptInt(l.fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
 			return nil, fmt.Errorf("afpacket: PACKET_QDISC_BYPASS: %w", err)
 		}
+		l.features = append(l.features, "qdisc-bypass")
 	}
 	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}
 	if err := unix.Bind(l.fd, sa); err != nil {
@@ -296,6 +309,10 @@ func (l *Link) MTU() int { return l.mtu }
 
 // HardwareAddr implements nic.Link.
 func (l *Link) HardwareAddr() net.HardwareAddr { return append(net.HardwareAddr(nil), l.mac...) }
+
+// Features describes how the link was set up (ring flavour and size, qdisc
+// bypass, how outgoing frames are kept out), for logs.
+func (l *Link) Features() []string { return append([]string(nil), l.features...) }
 
 // Ifname returns the interface name.
 func (l *Link) Ifname() string { return l.ifname }

@@ -289,6 +289,53 @@ func testManyFrames(t *testing.T, opts Options) {
 	}
 }
 
+// A link never receives the frames its host sends: here an ordinary UDP
+// socket in A sends to B:4791, which passes the RoCE filter, and A's link
+// must not see it, whether the kernel keeps it out (PACKET_IGNORE_OUTGOING)
+// or the filter does (older kernels). (The link's own transmissions are
+// never looped back to the sending socket anyway.)
+func TestHostFramesNotReceived(t *testing.T) {
+	for _, filterOnly := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ignore-outgoing", true: "filter"}[filterOnly], func(t *testing.T) {
+			testNoIgnoreOutgoing = filterOnly
+			defer func() { testNoIgnoreOutgoing = false }()
+			pl := openPair(t, 1500, Options{LowLatency: true})
+			testNoIgnoreOutgoing = false
+			if f := pl.a.Features(); (f[1] == "outgoing-dropped-by-filter") != filterOnly {
+				t.Fatalf("features %v", f)
+			}
+			p := pl.p
+			if err := p.Do(netns.A, func() error {
+				// Unconnected, so B's ICMP port-unreachable answers do not
+				// fail the later writes.
+				c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: p.A.Addr.AsSlice()})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.B.Addr, 4791))
+				for i := 0; i < 5; i++ {
+					if _, err := c.WriteToUDP(make([]byte, 40), to); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			readN(t, pl.b, 5) // they did go out
+			// B answers; the host's five datagrams were tapped on A before
+			// this reply could arrive, so if any got into A's ring they
+			// come first.
+			reply := roceFrame(p.A.MAC, p.B.MAC, p.B.Addr, p.A.Addr, 4791, 77, 100)
+			pl.b.WriteBatch([][]byte{reply})
+			if got := readN(t, pl.a, 1); !bytes.Equal(got[0], reply) {
+				t.Fatalf("A received a %d-byte frame its host sent", len(got[0]))
+			}
+		})
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	netns.RequireRoot(t)
 	if _, err := Open("no-such-if0", Options{}); err == nil {

@@ -79,11 +79,26 @@ func (a *asm) resolve() ([]bpf.Instruction, error) {
 	return a.ins, nil
 }
 
-// roceFilter returns the assembled filter for UDP destination port.
-func roceFilter(port uint16) ([]bpf.RawInstruction, error) {
+// roceFilter returns the assembled filter for UDP destination port. With
+// dropOutgoing it first drops frames this host transmits (skb->pkt_type ==
+// PACKET_OUTGOING, read through the SKF_AD_PKTTYPE ancillary load), for
+// kernels without PACKET_IGNORE_OUTGOING (< 4.20).
+func roceFilter(port uint16, dropOutgoing bool) ([]bpf.RawInstruction, error) {
 	ins, err := roceProgram(port)
 	if err != nil {
 		return nil, err
+	}
+	if dropOutgoing {
+		const packetOutgoing = 4
+		prefix := []bpf.Instruction{
+			bpf.LoadExtension{Num: bpf.ExtType},
+			// Outgoing: skip to the final "ret 0" of the program.
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: packetOutgoing, SkipTrue: uint8(len(ins) - 1)},
+		}
+		if len(ins) > 255 {
+			return nil, fmt.Errorf("bpf: program too long for the outgoing prefix")
+		}
+		ins = append(prefix, ins...)
 	}
 	return bpf.Assemble(ins)
 }
@@ -124,4 +139,15 @@ func l3(a *asm, l2 uint32, port uint16, p string) {
 	a.jmp(bpf.JumpEqual, protoUDP, "", "drop")
 	a.add(bpf.LoadAbsolute{Off: l2 + 40 + 2, Size: 2})
 	a.jmp(bpf.JumpEqual, uint32(port), "accept", "drop")
+}
+
+// outgoingOnlyFilter passes everything but this host's own transmissions
+// (NoFilter on a kernel without PACKET_IGNORE_OUTGOING).
+func outgoingOnlyFilter() ([]bpf.RawInstruction, error) {
+	return bpf.Assemble([]bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtType},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 4, SkipTrue: 1},
+		bpf.RetConstant{Val: acceptLen},
+		bpf.RetConstant{Val: 0},
+	})
 }

@@ -81,7 +81,17 @@ func TestFilter(t *testing.T) {
 			t.Errorf("%s: snap length %d < frame %d", c.name, n, len(c.frame))
 		}
 	}
-	if _, err := roceFilter(4791); err != nil {
+	plain, err := roceFilter(4791, false)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The outgoing-drop prefix jumps to the program's final "ret 0".
+	pre, err := roceFilter(4791, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(pre) - 1
+	if len(pre) != len(plain)+2 || 2+int(pre[1].Jt) != last || pre[last].Op != 0x06 || pre[last].K != 0 {
+		t.Fatalf("prefix: %d vs %d instructions, jt %d, last %+v", len(pre), len(plain), pre[1].Jt, pre[last])
 	}
 }
