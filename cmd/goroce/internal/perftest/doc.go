@@ -55,7 +55,7 @@
 // send_lat.c, read_lat.c and atomic_lat.c:
 //
 //	write/read/atomic_bw  Keys, Connect, Keys, Sync, [client: Traffic], Sync, Reports, Close
-//	send_bw, send_lat     Keys, Connect, Sync, Keys, Sync, Traffic (both sides), Close
+//	send_bw, send_lat     Keys, Connect, Sync, Keys, Prepare, Sync, Traffic (both sides), Close
 //	read/atomic_lat       Sync, Keys, Connect, Keys, Sync, [client: Traffic], Close
 //	write_lat             Sync, Keys, Connect, Keys, Sync, Traffic (both sides), (no close in 6.06)
 //

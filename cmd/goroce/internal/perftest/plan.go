@@ -86,6 +86,10 @@ const (
 	StepConnect
 	// StepSync is one ctx_hand_shake on QP 0.
 	StepSync
+	// StepPrepare calls Hooks.Prepare for one message size before the
+	// handshake that releases the peer's traffic (send tests: receives must
+	// be posted before the peer's SENDs can arrive, ctx_set_recv_wqes).
+	StepPrepare
 	// StepTraffic calls Hooks.Traffic for one message size.
 	StepTraffic
 	// StepReports is xchg_bw_reports.
@@ -96,7 +100,7 @@ const (
 	StepLingerClose
 )
 
-var stepNames = [...]string{"hello", "setup", "keys", "connect", "sync", "traffic", "reports", "close", "linger-close"}
+var stepNames = [...]string{"hello", "setup", "keys", "connect", "sync", "prepare", "traffic", "reports", "close", "linger-close"}
 
 func (k StepKind) String() string {
 	if k < 0 || int(k) >= len(stepNames) {
@@ -162,7 +166,7 @@ func Steps(t Test, server bool, cfg PlanConfig) []Step {
 		// handshake, run; with -a another handshake after each size.
 		steps = append(steps, st(StepKeys), st(StepConnect), st(StepSync), st(StepKeys))
 		for _, sz := range sizes {
-			steps = append(steps, st(StepSync), Step{Kind: StepTraffic, Size: sz})
+			steps = append(steps, Step{Kind: StepPrepare, Size: sz}, st(StepSync), Step{Kind: StepTraffic, Size: sz})
 			if cfg.AllSizes {
 				steps = append(steps, st(StepSync))
 			}
@@ -172,7 +176,7 @@ func Steps(t Test, server bool, cfg PlanConfig) []Step {
 		// send_lat.c: as send_bw, without the handshake after each size.
 		steps = append(steps, st(StepKeys), st(StepConnect), st(StepSync), st(StepKeys))
 		for _, sz := range sizes {
-			steps = append(steps, st(StepSync), Step{Kind: StepTraffic, Size: sz})
+			steps = append(steps, Step{Kind: StepPrepare, Size: sz}, st(StepSync), Step{Kind: StepTraffic, Size: sz})
 		}
 		steps = append(steps, st(StepClose))
 	case WriteLat, ReadLat, AtomicLat:
@@ -202,6 +206,9 @@ type Hooks struct {
 	Setup func(n Negotiated) ([]KeyMsg, error)
 	// Connect moves the QPs to RTR and RTS towards the peer's keys.
 	Connect func(local, peer []KeyMsg) error
+	// Prepare readies one message size before the handshake after which the
+	// peer starts sending (send tests only: post the receives).
+	Prepare func(size uint64, peer []KeyMsg) error
 	// Traffic runs the measured phase on this side for one message size.
 	// A BW client returns the report that Reports sends; other callers
 	// return whatever they will print (it is kept in Outcome.Local).
@@ -317,6 +324,10 @@ func runStep(s *Session, cfg Config, hooks Hooks, step Step, out *Outcome) error
 	case StepConnect:
 		if hooks.Connect != nil {
 			return hooks.Connect(out.Local, out.Peer)
+		}
+	case StepPrepare:
+		if hooks.Prepare != nil {
+			return hooks.Prepare(step.Size, out.Peer)
 		}
 	case StepTraffic:
 		if hooks.Traffic != nil {

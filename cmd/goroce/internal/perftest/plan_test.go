@@ -22,7 +22,7 @@ func wireKinds(steps []Step) []StepKind {
 	var k []StepKind
 	for _, s := range steps {
 		switch s.Kind {
-		case StepSetup, StepConnect, StepTraffic:
+		case StepSetup, StepConnect, StepPrepare, StepTraffic:
 		default:
 			k = append(k, s.Kind)
 		}
@@ -112,6 +112,7 @@ func TestLoopbackAll(t *testing.T) {
 					cconn, sconn := loopbackPair(t)
 					plan := PlanConfig{Size: 4096, AllSizes: all}
 					type side struct {
+						peer  *side
 						rec   recorder
 						local []KeyMsg
 						out   Outcome
@@ -119,6 +120,7 @@ func TestLoopbackAll(t *testing.T) {
 					}
 					cli := &side{local: keysFor(0x11, qps)}
 					srv := &side{local: keysFor(0x22, qps)}
+					cli.peer, srv.peer = srv, cli
 					report := BWReport{Size: 4096, Iters: 1000, BWPeak: 1.5, BWAvg: 1.25, MsgRateAvg: 0.03}
 					hooks := func(s *side) Hooks {
 						return Hooks{
@@ -133,8 +135,22 @@ func TestLoopbackAll(t *testing.T) {
 								}
 								return nil
 							},
+							Prepare: func(size uint64, p []KeyMsg) error {
+								s.rec.add("prepare %d", size)
+								return nil
+							},
 							Traffic: func(size uint64, p []KeyMsg) (BWReport, error) {
 								s.rec.add("traffic %d", size)
+								// The handshake before traffic orders the
+								// peer's Prepare before our sends.
+								if test.Verb() == Send {
+									s.peer.rec.mu.Lock()
+									ok := slices.Contains(s.peer.rec.calls, fmt.Sprintf("prepare %d", size))
+									s.peer.rec.mu.Unlock()
+									if !ok {
+										return BWReport{}, fmt.Errorf("traffic %d before the peer prepared it", size)
+									}
+								}
 								r := report
 								r.Size = size
 								return r, nil
@@ -169,7 +185,10 @@ func TestLoopbackAll(t *testing.T) {
 					}{{cli, false, 0x22 + uint32(qps) - 1}, {srv, true, 0x11 + uint32(qps) - 1}} {
 						want := []string{fmt.Sprintf("setup %s %d %d %d", Version, 8192, 128, MTU1024), fmt.Sprintf("connect %x", s.peer)}
 						for _, st := range Steps(test, s.server, plan) {
-							if st.Kind == StepTraffic {
+							switch st.Kind {
+							case StepPrepare:
+								want = append(want, fmt.Sprintf("prepare %d", st.Size))
+							case StepTraffic:
 								want = append(want, fmt.Sprintf("traffic %d", st.Size))
 							}
 						}
