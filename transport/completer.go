@@ -244,8 +244,14 @@ func (q *QP) retire() {
 		}
 		if q.cfg.SQSigAll || w.wr.Flags&SendSignaled != 0 || w.status != WCSuccess {
 			wc := WC{WRID: w.wr.WRID, Status: w.status, Opcode: sendWCOpcode(w.wr.Opcode), QPNum: q.cfg.QPN}
-			if w.status == WCSuccess && (w.wr.Opcode == WRRDMARead || w.wr.Opcode.isAtomic()) {
+			// rxe make_send_cqe: a successful send CQE carries the message
+			// length for every opcode and IBV_WC_WITH_IMM for the *_WITH_IMM
+			// opcodes (mlx5 sets WITH_IMM too). Only READ/atomics had them.
+			if w.status == WCSuccess {
 				wc.ByteLen = w.length
+				if w.wr.Opcode == WRSendWithImm || w.wr.Opcode == WRRDMAWriteWithImm {
+					wc.Flags |= WCWithImm
+				}
 			}
 			q.completion(q.cfg.SendCQ, &wc)
 		}
