@@ -106,8 +106,13 @@ func runOp(t *testing.T, x *xpair, op transport.WROpcode, n, mtu int, wrID uint6
 		transport.WRRDMAWrite: transport.WCRDMAWrite, transport.WRRDMAWriteWithImm: transport.WCRDMAWrite,
 		transport.WRRDMARead: transport.WCRDMARead}[op]
 	wc := expectWC(t, a.scq, wrID, transport.WCSuccess, wantOp)
-	if op == transport.WRRDMARead && wc.ByteLen != uint32(n) {
-		t.Fatalf("READ byte_len %d, want %d", wc.ByteLen, n)
+	// rxe make_send_cqe: byte_len is the message length for every opcode,
+	// and *_WITH_IMM send CQEs carry IBV_WC_WITH_IMM.
+	if wc.ByteLen != uint32(n) {
+		t.Fatalf("send completion byte_len %d, want %d", wc.ByteLen, n)
+	}
+	if withImm := op == transport.WRSendWithImm || op == transport.WRRDMAWriteWithImm; (wc.Flags&transport.WCWithImm != 0) != withImm {
+		t.Fatalf("send completion %v: WITH_IMM flag should be %v", wc, withImm)
 	}
 	if recv {
 		rop := transport.WCRecv
