@@ -202,6 +202,54 @@ func nodeGUID(mac net.HardwareAddr) string {
 // Open binds a goroce device to ifname in the calling thread's network
 // namespace. Close the device to release everything Open took.
 func Open(ifname string, o Options) (*qp.Device, *Info, error) {
+	pr, err := prepare(ifname, &o)
+	if err != nil {
+		return nil, nil, err
+	}
+	var dlink nic.Link = pr.link
+	if o.WrapLink != nil {
+		dlink = o.WrapLink(pr.link)
+	}
+	// The device closes its link; the wrapper closes the link first, then
+	// everything else Open took.
+	pr.cfg.Link = &ownedLink{Link: dlink, closers: pr.closers}
+	dev, err := qp.Open(pr.cfg)
+	if err != nil {
+		pr.cfg.Link.Close()
+		return nil, nil, fmt.Errorf("netdev: %w", err)
+	}
+	info := pr.info
+	info.PathMTU = dev.ActiveMTU().Bytes()
+	info.GIDs = dev.GIDs()
+	o.Logger.Info("netdev: device open", "name", o.Name, "ifname", ifname, "backend", info.Backend,
+		"mode", info.Mode, "ip", info.IP, "netdev_mtu", info.NetdevMTU, "link_mtu", info.LinkMTU, "path_mtu", info.PathMTU,
+		"port_held", info.PortHeld)
+	return dev, info, nil
+}
+
+// OpenLink opens the backend link exactly as Open would (same backend
+// choice, fallback, options and UDP port hold) but without a device, for
+// raw frame measurements on the same interface. Closing the link releases
+// the port hold too. Info.GIDs is nil; Info.PathMTU is what a device on
+// this link would use. WrapLink is ignored.
+func OpenLink(ifname string, o Options) (nic.Link, *Info, error) {
+	pr, err := prepare(ifname, &o)
+	if err != nil {
+		return nil, nil, err
+	}
+	pr.info.PathMTU = qp.PathMTU(pr.link.MTU()).Bytes()
+	return &ownedLink{Link: pr.link, closers: pr.closers}, pr.info, nil
+}
+
+type prepared struct {
+	link    nic.Link
+	closers []io.Closer // what to release after the link, in reverse order
+	info    *Info
+	cfg     qp.Config // without Link
+}
+
+// prepare opens the backend link and everything around it.
+func prepare(ifname string, o *Options) (_ *prepared, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -217,94 +265,68 @@ func Open(ifname string, o Options) (*qp.Device, *Info, error) {
 	switch o.Backend {
 	case Auto, AFXDP, AFPacket, UDP:
 	default:
-		return nil, nil, fmt.Errorf("netdev: unknown backend %q (auto, afxdp, afpacket, udp)", o.Backend)
+		return nil, fmt.Errorf("netdev: unknown backend %q (auto, afxdp, afpacket, udp)", o.Backend)
 	}
 	ifc, err := netaddr.Lookup(ifname)
 	if err != nil {
-		return nil, nil, fmt.Errorf("netdev: %w", err)
+		return nil, fmt.Errorf("netdev: %w", err)
 	}
 	ip, err := chooseIP(ifc, o.IP)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	info := &Info{Name: o.Name, Ifname: ifname, Ifindex: ifc.Index, IP: ip, NetdevMTU: ifc.MTU}
-
-	var closers []io.Closer // released on failure or with the device
-	ok := false
+	pr := &prepared{info: info}
 	defer func() {
-		if !ok {
-			closeAll(closers)
+		if err != nil {
+			if pr.link != nil {
+				pr.link.Close()
+			}
+			closeAll(pr.closers)
 		}
 	}()
 
-	link, err := openLink(ifname, ip, ifc, &o, info)
-	if err != nil {
-		return nil, nil, err
+	if pr.link, err = openLink(ifname, ip, ifc, o, info); err != nil {
+		return nil, err
 	}
-	closers = append(closers, link)
-	info.Link = link
-	info.MAC = link.HardwareAddr()
-	info.LinkMTU = link.MTU()
+	info.Link = pr.link
+	info.MAC = pr.link.HardwareAddr()
+	info.LinkMTU = pr.link.MTU()
 
-	cfg := qp.Config{Name: o.Name, IP: ip, Seed: o.Seed, RetryCnt7Infinite: o.RetryCnt7Infinite}
+	pr.cfg = qp.Config{Name: o.Name, IP: ip, Seed: o.Seed, RetryCnt7Infinite: o.RetryCnt7Infinite}
 	if info.Backend == UDP {
 		// nic/udp ignores destination MACs and labels a peer's frames with
 		// udp.SyntheticMAC; the device only needs some MAC.
-		cfg.Resolve = func(_ context.Context, peer netip.Addr) (net.HardwareAddr, error) {
+		pr.cfg.Resolve = func(_ context.Context, peer netip.Addr) (net.HardwareAddr, error) {
 			return udp.SyntheticMAC(peer), nil
 		}
 	} else {
 		r, err := newResolver(ifname, o.ResolveTimeout)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		closers = append(closers, r)
-		cfg.Resolve = r.resolve
+		pr.closers = append(pr.closers, r)
+		pr.cfg.Resolve = r.resolve
 		hold, err := netaddr.HoldPort(ip)
 		switch {
 		case err == nil:
-			closers = append(closers, hold)
+			pr.closers = append(pr.closers, hold)
 			info.PortHeld = true
 		case errors.Is(err, syscall.EADDRINUSE):
 			o.Logger.Warn("netdev: UDP port 4791 already bound; not holding it (the kernel will not answer with ICMP while that socket exists)",
 				"ip", ip, "err", err)
 		default:
-			return nil, nil, fmt.Errorf("netdev: %w", err)
-		}
-		if o.PassProgram && info.Backend == AFPacket {
-			pp, err := afxdp.AttachPassProgram(ifname)
-			if err != nil {
-				return nil, nil, fmt.Errorf("netdev: XDP pass program on %s: %w", ifname, err)
-			}
-			closers = append(closers, pp)
+			return nil, fmt.Errorf("netdev: %w", err)
 		}
 	}
-	if o.PassProgram && info.Backend == UDP {
+	if o.PassProgram && info.Backend != AFXDP {
 		pp, err := afxdp.AttachPassProgram(ifname)
 		if err != nil {
-			return nil, nil, fmt.Errorf("netdev: XDP pass program on %s: %w", ifname, err)
+			return nil, fmt.Errorf("netdev: XDP pass program on %s: %w", ifname, err)
 		}
-		closers = append(closers, pp)
+		pr.closers = append(pr.closers, pp)
 	}
-
-	var dlink nic.Link = link
-	if o.WrapLink != nil {
-		dlink = o.WrapLink(link)
-	}
-	// The device closes its link; the wrapper closes the link first, then
-	// everything else Open took.
-	cfg.Link = &ownedLink{Link: dlink, closers: closers[1:]}
-	dev, err := qp.Open(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("netdev: %w", err)
-	}
-	info.PathMTU = dev.ActiveMTU().Bytes()
-	info.GIDs = dev.GIDs()
-	o.Logger.Info("netdev: device open", "name", o.Name, "ifname", ifname, "backend", info.Backend,
-		"mode", info.Mode, "ip", ip, "netdev_mtu", ifc.MTU, "link_mtu", info.LinkMTU, "path_mtu", info.PathMTU,
-		"port_held", info.PortHeld)
-	ok = true
-	return dev, info, nil
+	return pr, nil
 }
 
 // chooseIP returns want if it is an address of ifc, or the default.

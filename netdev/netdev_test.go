@@ -225,3 +225,35 @@ func TestResolveUnreachable(t *testing.T) {
 		t.Fatalf("Connect to %v: %v", p.B.Addr, err)
 	}
 }
+
+// TestOpenLinkAndPassProgram: OpenLink holds the port and (AF_XDP) the
+// program until the link is closed; PassProgram puts an XDP program on an
+// AF_PACKET end and Close removes it.
+func TestOpenLinkAndPassProgram(t *testing.T) {
+	p := netns.NewPair(t, netns.Options{})
+	var l interface{ Close() error }
+	var info *Info
+	if err := p.Do(netns.A, func() error {
+		var err error
+		l, info, err = OpenLink(p.A.Ifname, Options{Backend: AFXDP, Logger: quiet})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if info.PathMTU != 1024 || !info.PortHeld || !xdpAttached(t, p, netns.A) || portFree(t, p, netns.A, p.A.Addr) {
+		t.Errorf("OpenLink: path MTU %d, held %v, XDP %v", info.PathMTU, info.PortHeld, xdpAttached(t, p, netns.A))
+	}
+	l.Close()
+	if xdpAttached(t, p, netns.A) || !portFree(t, p, netns.A, p.A.Addr) {
+		t.Errorf("after Close: XDP attached %v, port free %v", xdpAttached(t, p, netns.A), portFree(t, p, netns.A, p.A.Addr))
+	}
+
+	dev, _ := open(t, p, netns.B, Options{Backend: AFPacket, PassProgram: true})
+	if !xdpAttached(t, p, netns.B) {
+		t.Errorf("PassProgram: no XDP program on %s", p.B.Ifname)
+	}
+	dev.Close()
+	if xdpAttached(t, p, netns.B) {
+		t.Errorf("PassProgram: XDP program left after Close")
+	}
+}
