@@ -66,11 +66,17 @@
 // uninitialised report and prints the client's.
 //
 // Close (ctx_close_connection) is one more key handshake; 6.06 then writes
-// "done\0", which nobody reads, and closes; HEAD only closes. We write it:
-// a peer that already closed just resets the connection. write_lat has no
-// close in 6.06; in case a newer peer adds one, our write_lat ends with a
-// lenient close that answers a key handshake if one comes and is content
-// with EOF otherwise.
+// "done\0", which nobody reads, and closes; HEAD only closes. We write it
+// (a peer that already closed just resets the connection), then read the
+// peer's own "done" or EOF for at most half a second so that our close is a
+// clean FIN. write_lat has no close in 6.06 nor in the upstream sources
+// read; in case a newer peer adds one, our write_lat ends with a lenient
+// close that answers a key handshake if one comes and is content with EOF.
+//
+// Where the steps stand relative to the RDMA work matters in one place: a
+// send test's receiver must post its receives (Prepare) before the handshake
+// after which the peer sends, as ctx_set_recv_wqes precedes it in
+// send_bw.c and send_lat.c.
 //
 // The package also parses perftest's command line and prints its tables
 // byte for byte as 4.5-0.17 does (see the logs in testdata/rxe).
