@@ -11,7 +11,9 @@
 // binaries use different subnets (not strictly needed, the namespaces are
 // isolated, but it keeps captures unambiguous). The namespaces are named (bind
 // mounted in /var/run/netns, so `ip netns exec NAME ...` works while the test
-// runs) and deleted by t.Cleanup, which also destroys the veth pair.
+// runs) and deleted by t.Cleanup, which also destroys the veth pair. The
+// first NewPair of a process also deletes namespaces left behind by test
+// processes that were killed (their PID no longer exists).
 //
 // Code runs inside a namespace through Pair.Do, which switches one locked OS
 // thread into it. A socket opened inside Do stays in that namespace for its
@@ -33,6 +35,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -84,7 +87,35 @@ type Pair struct {
 	MTU  int
 }
 
-var counter atomic.Uint32
+var (
+	counter    atomic.Uint32
+	staleSweep sync.Once
+)
+
+// sweepStale deletes namespaces this helper created in test processes that
+// no longer exist (killed before their cleanup ran): names
+// goroce-<pid>-<n>-a|b whose <pid> is gone. Other namespaces are left alone.
+func sweepStale() {
+	entries, err := os.ReadDir("/var/run/netns")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		var pid, n int
+		var side string
+		name := e.Name()
+		if c, _ := fmt.Sscanf(name, "goroce-%d-%d-%s", &pid, &n, &side); c != 3 || (side != "a" && side != "b") {
+			continue
+		}
+		if name != fmt.Sprintf("goroce-%d-%d-%s", pid, n, side) || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); !os.IsNotExist(err) {
+			continue // still running (or cannot tell)
+		}
+		netns.DeleteNamed(name)
+	}
+}
 
 // RequireRoot skips the test when the process is not root, or fails it when
 // the environment variable CI is "true" (privileged tests must run in CI).
@@ -106,6 +137,7 @@ func RequireRoot(t testing.TB) {
 func NewPair(t testing.TB, opts Options) *Pair {
 	t.Helper()
 	RequireRoot(t)
+	staleSweep.Do(sweepStale)
 	if opts.MTU <= 0 {
 		opts.MTU = 1500
 	}

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -86,5 +87,27 @@ func TestPairsDistinct(t *testing.T) {
 	p2 := NewPair(t, Options{})
 	if p1.A.Prefix.Masked() == p2.A.Prefix.Masked() || p1.A.NS == p2.A.NS || p1.A.Ifname == p2.A.Ifname {
 		t.Fatalf("pairs clash: %+v %+v", p1.A, p2.A)
+	}
+}
+
+func TestSweepStale(t *testing.T) {
+	RequireRoot(t)
+	// A namespace named like ours, for a PID that cannot exist (above
+	// pid_max's hard limit of 2^22), and one that is not ours.
+	dead := "goroce-4194999-1-a"
+	other := "goroce-keepme-1-a"
+	for _, n := range []string{dead, other} {
+		if err := exec.Command("ip", "netns", "add", n).Run(); err != nil {
+			t.Skipf("ip netns add: %v", err)
+		}
+	}
+	defer exec.Command("ip", "netns", "del", other).Run()
+	defer exec.Command("ip", "netns", "del", dead).Run()
+	sweepStale()
+	if _, err := os.Stat(filepath.Join("/var/run/netns", dead)); !os.IsNotExist(err) {
+		t.Errorf("stale %s not removed (%v)", dead, err)
+	}
+	if _, err := os.Stat(filepath.Join("/var/run/netns", other)); err != nil {
+		t.Errorf("%s removed: %v", other, err)
 	}
 }
