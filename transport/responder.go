@@ -116,16 +116,19 @@ func (q *QP) checkLen(op wire.Opcode, n int) bool {
 
 func (q *QP) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	pos := op.Info().Pos
-	if !q.checkLen(op, len(p.Payload)) {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
-		return
-	}
+	// rxe checks resources (check_resource: a RECV WQE, else RNR) before the
+	// packet length (check_length): a bad-length FIRST/ONLY without a RECV
+	// is RNR NAKed, and with one the RECV completes with the error.
 	if pos == wire.PosFirst || pos == wire.PosOnly {
 		if q.rqHead == q.rqTail {
 			q.sendRNR(psn)
 			return
 		}
 		q.recvActive, q.recvOff = true, 0
+	}
+	if !q.checkLen(op, len(p.Payload)) {
+		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+		return
 	}
 	r := &q.rq[q.rqHead%uint64(len(q.rq))]
 	n := uint32(len(p.Payload))
@@ -198,13 +201,19 @@ func (q *QP) finishMessage(p *wire.Packet, psn wire.PSN) {
 
 func (q *QP) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	pos := op.Info().Pos
+	if op.HasImm() {
+		// WRITE_WITH_IMM consumes a RECV at its ONLY/LAST packet (rxe
+		// RXE_RWR_MASK), checked before the length and the R_Key as rxe's
+		// check_resource is: none posted is RNR; once taken, an error of this
+		// packet completes that RECV with the error status (classC).
+		if q.rqHead == q.rqTail {
+			q.sendRNR(psn)
+			return
+		}
+		q.recvActive = true
+	}
 	if !q.checkLen(op, len(p.Payload)) {
 		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
-		return
-	}
-	if op.HasImm() && q.rqHead == q.rqTail {
-		// WRITE_WITH_IMM consumes a RECV at its last packet.
-		q.sendRNR(psn)
 		return
 	}
 	if pos == wire.PosFirst || pos == wire.PosOnly {
@@ -252,6 +261,7 @@ func (q *QP) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	if op.HasImm() {
 		r := &q.rq[q.rqHead%uint64(len(q.rq))]
 		q.rqHead++
+		q.recvActive = false
 		wc := WC{WRID: r.wrID, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: q.wrLen,
 			QPNum: q.cfg.QPN, Flags: WCWithImm, Imm: p.ImmDt.Imm()}
 		if p.BTH.SE() {
