@@ -100,18 +100,18 @@ type logged struct {
 }
 
 type eopts struct {
-	mtu          transport.MTU
-	psnA, psnB   wire.PSN
-	bufSize      int
-	sqWR         int
-	timeout      uint8
-	retry, rnr   uint8
-	minRNR       uint8
-	accessA      memreg.Access
-	accessB      memreg.Access
-	maxRdAtomic  uint8
-	ringFrames   int
-	noSignalCQEs bool
+	mtu         transport.MTU
+	psnA, psnB  wire.PSN
+	bufSize     int
+	sqWR        int
+	timeout     uint8
+	retry, rnr  uint8
+	minRNR      uint8
+	accessA     memreg.Access
+	accessB     memreg.Access
+	maxRdAtomic uint8
+	ringFrames  int
+	zeroDestRd  bool // B accepts no READ/atomic (max_dest_rd_atomic 0)
 }
 
 func newEPair(t testing.TB, o eopts) *epair {
@@ -156,11 +156,17 @@ func newEPair(t testing.TB, o eopts) *epair {
 	e.a = mk("A", 0x11, "198.18.0.1", 0xa, o.psnA, o.accessA)
 	e.b = mk("B", 0x12, "198.18.0.2", 0xb, o.psnB, o.accessB)
 	e.a.peer, e.b.peer = e.b, e.a
+	destRd := func(s *side) uint8 {
+		if o.zeroDestRd && s == e.b {
+			return 0
+		}
+		return o.maxRdAtomic
+	}
 	for _, s := range []*side{e.a, e.b} {
 		must(t, s.q.Modify(&transport.Attr{State: transport.StateInit, Port: 1, AccessFlags: s.access},
 			transport.AttrState|transport.AttrPKeyIndex|transport.AttrPort|transport.AttrAccessFlags, e.now))
 		must(t, s.q.Modify(&transport.Attr{State: transport.StateRTR, PathMTU: o.mtu, DestQPN: s.peer.q.QPN(),
-			RQPSN: s.peer.sqPSN, MaxDestRdAtomic: o.maxRdAtomic, MinRNRTimer: o.minRNR,
+			RQPSN: s.peer.sqPSN, MaxDestRdAtomic: destRd(s), MinRNRTimer: o.minRNR,
 			AV: transport.AV{DGID: s.peer.ip, SGID: s.ip, HopLimit: 64, DMAC: s.peer.mac, SMAC: s.mac}},
 			transport.AttrState|transport.AttrAV|transport.AttrPathMTU|transport.AttrDestQPN|transport.AttrRQPSN|
 				transport.AttrMaxDestRdAtomic|transport.AttrMinRNRTimer, e.now))
