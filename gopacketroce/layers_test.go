@@ -433,7 +433,7 @@ func TestRandomBytes(t *testing.T) {
 	ps := newParser()
 	f := testFrame(wire.RCSendOnly, false)
 	base := buildFrame(t, &f, make([]byte, 64))
-	for i := 0; i < 20000; i++ {
+	for i := 0; i < 8000; i++ {
 		frame := append([]byte(nil), base...)
 		// Randomize the BTH onwards, sometimes only a few bytes.
 		start := wire.EthernetLen + wire.IPv4Len + wire.UDPLen

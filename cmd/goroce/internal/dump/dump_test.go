@@ -534,7 +534,7 @@ func TestRandomRecords(t *testing.T) {
 	base := readRecords(t, rxeDir+"rping.pcap")
 	linkTypes := []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeEthernet, layers.LinkTypeRaw, layers.LinkTypeLinuxSLL, layers.LinkTypeLinuxSLL2, 9999}
 	var recs []Record
-	for range 20000 {
+	for range 8000 {
 		var data []byte
 		lt := layers.LinkTypeEthernet
 		switch rng.IntN(3) {
@@ -601,6 +601,7 @@ type pkt struct {
 	dmaLen  uint32
 	syn     wire.Syndrome
 	reverse bool // B → A
+	v6      bool
 }
 
 func frames(t testing.TB, ps []pkt) []Record {
@@ -615,6 +616,9 @@ func frames(t testing.TB, ps []pkt) []Record {
 		}
 		if p.reverse {
 			f.SrcIP, f.DstIP, f.BTH.DestQP = ipB, ipA, 0x22
+		}
+		if p.v6 {
+			f.SrcIP, f.DstIP = netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")
 		}
 		buf := make([]byte, f.Len(p.payload))
 		n, err := wire.Build(buf, &f, p.payload)
@@ -775,6 +779,48 @@ func TestEveryOpcodeLine(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestIPv6 prints and analyses IPv6 traffic, including a truncated packet.
+func TestIPv6(t *testing.T) {
+	recs := frames(t, []pkt{
+		{op: wire.RCRDMAWriteFirst, psn: 1, payload: 1024, dmaLen: 2000, v6: true},
+		{op: wire.RCRDMAWriteLast, psn: 2, payload: 976, v6: true},
+		{op: wire.RCRDMAWriteOnly, psn: 4, payload: 8, dmaLen: 8, v6: true},
+	})
+	recs[2].OrigLen = len(recs[2].Data)
+	recs[2].Data = recs[2].Data[:wire.EthernetLen+wire.IPv6Len+wire.UDPLen+wire.BTHLen+4]
+	out, s := run(t, recs, Options{})
+	for _, want := range []string{
+		"[2001:db8::1]:50000 > 2001:db8::2 RC_RDMA_WRITE_FIRST        dqpn=0x11 psn=1 ackreq va=0x1000 rkey=0x77 len=2000 payload=1024 icrc=ok",
+		"[2001:db8::1]:50000 > 2001:db8::2 truncated after BTH: RC_RDMA_WRITE_ONLY dqpn=0x11 psn=4 ackreq (78 of 102 bytes captured)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if s.MTU != 1024 || s.Flows[0].Src != "2001:db8::1" {
+		t.Fatalf("%+v", s)
+	}
+	if r := s.Flows[0].Requests; r.Packets != 3 || r.Gaps != 1 || r.MissingPSNs != 1 {
+		t.Fatalf("%+v", *r)
+	}
+}
+
+// TestStdin reads the capture from standard input ("-").
+func TestStdin(t *testing.T) {
+	f, err := os.Open(rxeDir + "atomic_cas.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	old := os.Stdin
+	os.Stdin = f
+	defer func() { os.Stdin = old }()
+	_, s := dumpFileUTC(t, "-", Options{Quiet: true})
+	if s.RoCE != 200 || s.Opcodes["RC_COMPARE_SWAP"] != 100 {
+		t.Fatalf("%+v", s)
 	}
 }
 

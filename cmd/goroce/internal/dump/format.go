@@ -3,6 +3,7 @@ package dump
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,14 +51,13 @@ func synText(s wire.Syndrome) string {
 
 func (x *decoded) addrs(b []byte) []byte {
 	start := len(b)
-	if x.ip.IsValid() {
+	switch {
+	case x.ip.IsValid() && x.hasPort:
+		b = netip.AddrPortFrom(x.ip, x.sport).AppendTo(b) // [v6]:port
+	case x.ip.IsValid():
 		b = x.ip.AppendTo(b)
-	} else {
+	default:
 		b = append(b, '?')
-	}
-	if x.hasPort {
-		b = append(b, ':')
-		b = strconv.AppendUint(b, uint64(x.sport), 10)
 	}
 	for len(b)-start < 17 { // "198.18.0.12:49152"
 		b = append(b, ' ')

@@ -4,11 +4,18 @@ package dump
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
 
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 )
 
 // roceFilter is the classic BPF program attached to the capture socket: it
@@ -41,59 +48,169 @@ type LiveOptions struct {
 	All     bool // do not attach the RoCEv2 filter (count every packet)
 }
 
-// Capture is an open live capture.
+const maxSnaplen = 262144 // libpcap's MAXIMUM_SNAPLEN
+
+// Capture is an open live capture: an AF_PACKET SOCK_RAW socket bound to
+// one interface.
 type Capture struct {
-	h *pcapgo.EthernetHandle
+	f        *os.File
+	rc       syscall.RawConn
+	loopback bool
+	buf      []byte // recvmsg buffer, snaplen bytes
+	frame    []byte // buf with the 802.1Q tag put back, when there was one
+	oob      []byte
 }
 
-// OpenLive opens an AF_PACKET socket on iface (gopacket's pure-Go
-// pcapgo.EthernetHandle: recvmsg per packet, kernel timestamps) with the
-// RoCEv2 filter attached. It needs root or CAP_NET_RAW. The socket lives in
-// the network namespace of the calling thread. Packets the host sends are
-// captured too (PACKET_OUTGOING), so a capture on one end of a link sees
-// both directions; on the loopback device every packet is seen twice.
+// OpenLive opens an AF_PACKET socket on iface. It needs root or
+// CAP_NET_RAW, and lives in the network namespace of the calling thread.
+//
+// The socket is created with protocol 0, which receives nothing; the
+// RoCEv2 filter is attached, and only then is the socket bound to iface
+// with ETH_P_ALL. So no packet is queued before the filter is in place
+// (libpcap has to drain its socket for the same reason).
+//
+// Packets the host sends are captured too (PACKET_OUTGOING), so a capture on
+// one end of a link sees both directions; on a loopback device the outgoing
+// copy is skipped, as libpcap does. The kernel strips 802.1Q tags into
+// metadata (PACKET_AUXDATA); Run puts them back into the frame.
 func OpenLive(iface string, opts LiveOptions) (*Capture, error) {
-	h, err := pcapgo.NewEthernetHandle(iface)
+	ifi, err := net.InterfaceByName(iface)
 	if err != nil {
 		return nil, err
 	}
-	if opts.Snaplen > 0 {
-		if err := h.SetCaptureLength(opts.Snaplen); err != nil {
-			h.Close()
-			return nil, err
-		}
+	snap := opts.Snaplen
+	if snap <= 0 || snap > maxSnaplen {
+		snap = maxSnaplen
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("packet socket: %w", err)
+	}
+	fail := func(what string, err error) (*Capture, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if !opts.All {
 		raw, err := bpf.Assemble(roceFilter)
-		if err == nil {
-			err = h.SetBPF(raw)
-		}
 		if err != nil {
-			h.Close()
-			return nil, fmt.Errorf("attaching the capture filter: %w", err)
+			return fail("assembling the capture filter", err)
+		}
+		prog := make([]unix.SockFilter, len(raw))
+		for i, r := range raw {
+			prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		}
+		fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
+			return fail("attaching the capture filter", err)
 		}
 	}
-	return &Capture{h: h}, nil
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
+		return fail("PACKET_AUXDATA", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return fail("SO_TIMESTAMPNS", err)
+	}
+	// A larger receive buffer rides out bursts (best effort).
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}
+	if err := unix.Bind(fd, sa); err != nil {
+		return fail("binding to "+iface, err)
+	}
+	f := os.NewFile(uintptr(fd), "packet:"+iface) // non-blocking: pollable, Close wakes a reader
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &Capture{
+		f: f, rc: rc, loopback: ifi.Flags&net.FlagLoopback != 0,
+		buf:   make([]byte, snap),
+		frame: make([]byte, snap+4),
+		oob:   make([]byte, unix.CmsgSpace(int(unsafe.Sizeof(unix.TpacketAuxdata{})))+unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{})))),
+	}, nil
 }
 
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
 // Close closes the socket.
-func (c *Capture) Close() error { return c.h.Close() }
+func (c *Capture) Close() error { return c.f.Close() }
+
+// errSkip marks a packet that is not reported (the loopback's outgoing copy).
+var errSkip = errors.New("skip")
+
+// read receives one packet.
+func (c *Capture) read() (Record, error) {
+	var (
+		n, oobn int
+		from    unix.Sockaddr
+		rerr    error
+	)
+	err := c.rc.Read(func(fd uintptr) bool {
+		// MSG_TRUNC: n is the packet's real length even when longer than buf.
+		n, oobn, _, from, rerr = unix.Recvmsg(int(fd), c.buf, c.oob, unix.MSG_TRUNC)
+		return rerr != unix.EAGAIN
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	if ll, ok := from.(*unix.SockaddrLinklayer); ok && c.loopback && ll.Pkttype == unix.PACKET_OUTGOING {
+		return Record{}, errSkip
+	}
+	rec := Record{Data: c.buf[:min(n, len(c.buf))], OrigLen: n, LinkType: layers.LinkTypeEthernet}
+	cmsgs, err := unix.ParseSocketControlMessage(c.oob[:oobn])
+	if err != nil {
+		cmsgs = nil
+	}
+	for _, m := range cmsgs {
+		switch {
+		case m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})):
+			ts := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+			rec.Time = time.Unix(int64(ts.Sec), int64(ts.Nsec))
+		case m.Header.Level == unix.SOL_PACKET && m.Header.Type == unix.PACKET_AUXDATA && len(m.Data) >= int(unsafe.Sizeof(unix.TpacketAuxdata{})):
+			aux := (*unix.TpacketAuxdata)(unsafe.Pointer(&m.Data[0]))
+			rec.OrigLen = int(aux.Len)
+			if aux.Status&unix.TP_STATUS_VLAN_VALID != 0 && len(rec.Data) >= 12 {
+				tpid := uint16(0x8100)
+				if aux.Status&unix.TP_STATUS_VLAN_TPID_VALID != 0 && aux.Vlan_tpid != 0 {
+					tpid = aux.Vlan_tpid
+				}
+				fr := c.frame[:len(rec.Data)+4]
+				copy(fr, rec.Data[:12])
+				binary.BigEndian.PutUint16(fr[12:], tpid)
+				binary.BigEndian.PutUint16(fr[14:], aux.Vlan_tci)
+				copy(fr[16:], rec.Data[12:])
+				rec.Data = fr
+				rec.OrigLen += 4
+			}
+		}
+	}
+	if rec.Time.IsZero() {
+		rec.Time = time.Now()
+	}
+	return rec, nil
+}
 
 // Run feeds captured packets to d until ctx is done (nil error), d is Done
 // (Options.Count), or the socket fails. It closes the socket when ctx is
 // done, which is what unblocks the read.
 func (c *Capture) Run(ctx context.Context, d *Dumper) error {
-	stop := context.AfterFunc(ctx, func() { c.h.Close() })
+	stop := context.AfterFunc(ctx, func() { c.f.Close() })
 	defer stop()
 	for !d.Done() {
-		data, ci, err := c.h.ZeroCopyReadPacketData()
+		rec, err := c.read()
+		if errors.Is(err, errSkip) {
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		d.Packet(Record{Time: ci.Timestamp, Data: data, OrigLen: ci.Length, LinkType: layers.LinkTypeEthernet})
+		d.Packet(rec)
 		if d.err != nil {
 			return d.err
 		}

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/wire"
 )
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // liveSetup creates the namespace pair, opens the capture on B's veth and
 // a packet socket on A's, and returns a function sending a frame from A.
@@ -37,6 +36,7 @@ func liveSetup(t *testing.T, opts LiveOptions) (*netns.Pair, *Capture, func([]by
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
+	waitOperUp(t, pair)
 	to := &unix.SockaddrLinklayer{Ifindex: pair.A.Ifindex, Halen: 6}
 	copy(to.Addr[:], pair.B.MAC)
 	send := func(frame []byte) {
@@ -45,6 +45,35 @@ func liveSetup(t *testing.T, opts LiveOptions) (*netns.Pair, *Capture, func([]by
 		}
 	}
 	return pair, c, send
+}
+
+// waitOperUp waits (at most 10 s) until both veth ends are operationally
+// up: until linkwatch has run, A's qdisc is noop and drops what we send.
+func waitOperUp(t *testing.T, pair *netns.Pair) {
+	t.Helper()
+	for _, side := range []netns.Side{netns.A, netns.B} {
+		name := pair.End(side).Ifname
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var state netlink.LinkOperState
+			if err := pair.Do(side, func() error {
+				l, err := netlink.LinkByName(name)
+				if err == nil {
+					state = l.Attrs().OperState
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if state == netlink.OperUp {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: operstate %v after 10 s", name, state)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 func liveFrame(t *testing.T, pair *netns.Pair, op wire.Opcode, psn uint32) []byte {
@@ -80,9 +109,22 @@ func TestLive(t *testing.T) {
 	bad := liveFrame(t, pair, wire.RCAcknowledge, 1)
 	bad[len(bad)-1] ^= 0xFF
 	send(bad)
+	// 802.1Q-tagged: the receiving kernel moves the tag into metadata, Run
+	// puts it back.
+	f := wire.Frame{
+		SrcIP: pair.A.Addr, DstIP: pair.B.Addr, SrcPort: 49152, HopLimit: 64, HasVLAN: true, VLAN: 5,
+		BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: 5, AckReq: true},
+	}
+	copy(f.SrcMAC[:], pair.A.MAC)
+	copy(f.DstMAC[:], pair.B.MAC)
+	tagged := make([]byte, f.Len(100))
+	if _, err := wire.Build(tagged, &f, 100); err != nil {
+		t.Fatal(err)
+	}
+	send(tagged)
 
 	var out bytes.Buffer
-	d := New(&out, Options{Count: 5, Location: time.UTC, Flush: true})
+	d := New(&out, Options{Count: 6, Location: time.UTC, Flush: true})
 	// The bound is a safety net: the frames are already queued on the socket.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -93,14 +135,17 @@ func TestLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.RoCE != 5 || s.ICRCFailures != 1 || s.NonRoCE != 0 || s.Opcodes["RC_SEND_ONLY"] != 4 {
+	if s.RoCE != 6 || s.ICRCFailures != 1 || s.NonRoCE != 0 || s.Opcodes["RC_SEND_ONLY"] != 5 {
 		t.Fatalf("summary %+v\n%s", s, out.String())
 	}
 	src := pair.A.Addr.String() + ":49152 > " + pair.B.Addr.String()
 	if !strings.Contains(out.String(), src) || !strings.Contains(out.String(), "RC_SEND_ONLY               dqpn=0x11 psn=4 ackreq payload=100 icrc=ok") {
 		t.Fatalf("output:\n%s", out.String())
 	}
-	if r := s.Flows[0].Requests; r.Packets != 4 || r.Gaps != 0 {
+	if !strings.Contains(out.String(), "psn=5 ackreq payload=100 vlan=5 icrc=ok") {
+		t.Fatalf("tagged frame:\n%s", out.String())
+	}
+	if r := s.Flows[0].Requests; r.Packets != 5 || r.Gaps != 0 {
 		t.Fatalf("flow %+v", *r)
 	}
 }
