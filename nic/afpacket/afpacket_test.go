@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -433,4 +434,63 @@ func benchPingPong(b *testing.B, opts Options) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// Close while a reader, a writer and a stats poller run: everything
+// returns, and nothing touches the ring after it is unmapped (-race, and a
+// fault would crash the test).
+func TestConcurrentClose(t *testing.T) { ringModes(t, testConcurrentClose) }
+
+func testConcurrentClose(t *testing.T, opts Options) {
+	pl := openPair(t, 1500, opts)
+	p := pl.p
+	f := roceFrame(p.B.MAC, p.A.MAC, p.A.Addr, p.B.Addr, 4791, 1, 300)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		for {
+			if _, err := pl.a.WriteBatch([][]byte{f, f, f, f}); err != nil {
+				return
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		bufs, sizes := [][]byte{make([]byte, 2048), make([]byte, 2048)}, []int{0, 0}
+		for {
+			if _, err := pl.b.ReadBatch(bufs, sizes); err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			_ = pl.a.Stats()
+			_ = pl.b.Stats()
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); pl.b.Stats().RxFrames < 100; {
+		if time.Now().After(deadline) {
+			t.Error("no traffic")
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pl.b.Close()
+	pl.a.Close()
+	close(done)
+	wg.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -354,4 +355,59 @@ func FuzzWriteBatch(f *testing.F) {
 		}
 		l.tx.Clear()
 	})
+}
+
+// Close while a reader, a writer and a stats poller run: everything returns.
+func TestConcurrentClose(t *testing.T) {
+	a := open(t, "127.0.0.1:4791", 0)
+	b := open(t, "127.0.0.7:4791", 0)
+	f := buildFrame(t, a.LocalAddr().Addr(), b.LocalAddr().Addr(), 1, 200)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { // writer
+		defer wg.Done()
+		for {
+			if _, err := a.WriteBatch([][]byte{f, f, f}); err != nil {
+				return
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		bufs, sizes := [][]byte{make([]byte, 2048), make([]byte, 2048)}, []int{0, 0}
+		for {
+			if _, err := b.ReadBatch(bufs, sizes); err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			_ = a.Stats()
+			_ = b.Stats()
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); b.Stats().RxFrames < 100; {
+		if time.Now().After(deadline) {
+			t.Error("no traffic")
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.Close()
+	a.Close()
+	close(done)
+	wg.Wait()
 }
