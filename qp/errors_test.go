@@ -7,6 +7,7 @@ package qp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -457,5 +458,59 @@ func TestZeroLengthSkipsRKey(t *testing.T) {
 		x.post(x.a, &SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, RemoteAddr: 0xdead0000, RKey: 0xbadbad})
 		expectWC(t, x.a.scq, uint64(i), transport.WCSuccess, map[transport.WROpcode]transport.WCOpcode{
 			transport.WRRDMAWrite: transport.WCRDMAWrite, transport.WRRDMARead: transport.WCRDMARead}[op])
+	}
+}
+
+// TestRecoverAfterError: after an error both QPs go through RESET and are
+// connected again (new PSNs); every operation then works, and nothing of
+// the old connection (RECVs, PSNs, read/atomic history) leaks into it.
+func TestRecoverAfterError(t *testing.T) {
+	x := newX(t, xopts{})
+	a, b := x.a, x.b
+	x.recv(b, 50, b.sge(0, 64))
+	x.post(a, &SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x40})
+	expectWC(t, a.scq, 1, transport.WCRemAccessErr, 0)
+	expectWC(t, b.rcq, 50, transport.WCWRFlushErr, 0)
+	for _, e := range []*xend{a, b} {
+		if err := e.qp.Modify(&Attr{State: transport.StateReset}, transport.AttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.qp.Connect(Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: ipB}, ConnectOptions{SQPSN: 0x777}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: ipA}, ConnectOptions{SQPSN: 0x500}); err != nil {
+		t.Fatal(err)
+	}
+	x.settle()
+	x.next()
+	a.reset()
+	b.reset()
+	data := pattern(21, 3000)
+	copy(a.buf, data)
+	x.recv(b, 2, b.sge(100, 3000))
+	x.post(a, &SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, 3000)}})
+	x.post(a, &SendWR{WRID: 3, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []SGE{a.sge(0, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
+	x.post(a, &SendWR{WRID: 4, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		SGL: []SGE{a.sge(10000, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
+	x.post(a, &SendWR{WRID: 5, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+		SGL: []SGE{a.sge(20000, 8)}, RemoteAddr: b.mr.IOVA() + 9000, RKey: b.mr.RKey(), CompareAdd: 3})
+	expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCSend)
+	expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMAWrite)
+	expectWC(t, a.scq, 4, transport.WCSuccess, transport.WCRDMARead)
+	expectWC(t, a.scq, 5, transport.WCSuccess, transport.WCFetchAdd)
+	expectWC(t, b.rcq, 2, transport.WCSuccess, transport.WCRecv)
+	noWC(t, b.rcq, "responder")
+	want := le64(uint64(canary) * 0x0101010101010101)
+	checkBuf(t, "requester", a.buf, region{0, data}, region{10000, data}, region{20000, want})
+	binary.LittleEndian.PutUint64(want, binary.LittleEndian.Uint64(want)+3)
+	checkBuf(t, "responder", b.buf, region{100, data}, region{5000, data}, region{9000, want})
+	x.settle()
+	ps := firstCopies(t, requests(x.next(), true))
+	// SEND 3 packets, WRITE 3, READ 3 PSNs, atomic 1: 0x777..0x780.
+	if len(ps) != 8 || ps[0].p.BTH.PSN() != 0x777 || ps[7].p.BTH.PSN() != 0x780 {
+		t.Fatalf("requests after reconnect: %v", ps)
 	}
 }
