@@ -2,8 +2,9 @@
 // RoCEv2 with package wire, prints one line (or one JSON object) per RoCEv2
 // packet, and keeps the statistics and per-QP flow analysis printed in the
 // summary. The command only parses flags and feeds it records, from a pcap
-// or pcapng file (ReadFile, gopacket's pure-Go pcapgo readers) or from a
-// live AF_PACKET socket (Live).
+// or pcapng file (DumpFile, with gopacket's pure-Go pcapgo readers; the
+// format is detected from the magic) or from a live AF_PACKET socket with a
+// kernel filter for UDP port 4791 (Live, live_linux.go; no cgo).
 //
 // # Classification
 //
@@ -87,7 +88,6 @@ func New(w io.Writer, opts Options) *Dumper {
 		opts.Location = time.Local
 	}
 	d := &Dumper{w: bufio.NewWriterSize(w, 64<<10), opts: opts}
-	d.stats.init()
 	d.flows.init(opts.MTU)
 	return d
 }

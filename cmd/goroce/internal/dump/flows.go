@@ -326,8 +326,6 @@ type stats struct {
 	first, last                                           time.Time
 }
 
-func (s *stats) init() {}
-
 func (s *stats) add(x *decoded) {
 	s.packets++
 	s.bytes += int64(x.rec.OrigLen)

@@ -14,32 +14,37 @@ import (
 	"unsafe"
 
 	"github.com/gopacket/gopacket/layers"
-	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
 // roceFilter is the classic BPF program attached to the capture socket: it
-// accepts IPv4 (unfragmented, any IHL) or IPv6 (UDP as the next header) UDP
-// datagrams to port 4791 and drops everything else in the kernel. The
-// kernel strips 802.1Q tags before packet-socket filters run (they are in
-// the skb metadata), so tagged RoCE traffic matches too.
-var roceFilter = []bpf.Instruction{
-	/* 0 */ bpf.LoadAbsolute{Off: 12, Size: 2}, // EtherType
-	/* 1 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x0800, SkipFalse: 7}, // → 9
-	/* 2 */ bpf.LoadAbsolute{Off: 23, Size: 1}, // IPv4 protocol
-	/* 3 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 17, SkipFalse: 11}, // → 15
-	/* 4 */ bpf.LoadAbsolute{Off: 20, Size: 2}, // flags, fragment offset
-	/* 5 */ bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1FFF, SkipTrue: 9}, // non-first fragment → 15
-	/* 6 */ bpf.LoadMemShift{Off: 14}, // X = IPv4 header length
-	/* 7 */ bpf.LoadIndirect{Off: 14 + 2, Size: 2}, // UDP destination port
-	/* 8 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 4791, SkipTrue: 5, SkipFalse: 6}, // → 14 / 15
-	/* 9 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x86DD, SkipFalse: 5}, // → 15
-	/* 10 */ bpf.LoadAbsolute{Off: 20, Size: 1}, // IPv6 next header
-	/* 11 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 17, SkipFalse: 3}, // → 15
-	/* 12 */ bpf.LoadAbsolute{Off: 14 + 40 + 2, Size: 2}, // UDP destination port
-	/* 13 */ bpf.JumpIf{Cond: bpf.JumpEqual, Val: 4791, SkipFalse: 1}, // → 15
-	/* 14 */ bpf.RetConstant{Val: 0x40000},
-	/* 15 */ bpf.RetConstant{Val: 0},
+// accepts IPv4 (unfragmented or first fragment, any IHL) or IPv6 (UDP as the
+// next header) UDP datagrams to port 4791 and drops everything else in the
+// kernel. 802.1Q tags are already in the skb metadata when packet-socket
+// filters run, so tagged RoCE traffic matches too.
+var roceFilter = []unix.SockFilter{
+	/* 0 */ bpfStmt(unix.BPF_LD|unix.BPF_H|unix.BPF_ABS, 12), // EtherType
+	/* 1 */ bpfJump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0x0800, 0, 7), // IPv4, else → 9
+	/* 2 */ bpfStmt(unix.BPF_LD|unix.BPF_B|unix.BPF_ABS, 23), // IPv4 protocol
+	/* 3 */ bpfJump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 17, 0, 11), // UDP, else → 15
+	/* 4 */ bpfStmt(unix.BPF_LD|unix.BPF_H|unix.BPF_ABS, 20), // flags, fragment offset
+	/* 5 */ bpfJump(unix.BPF_JMP|unix.BPF_JSET|unix.BPF_K, 0x1FFF, 9, 0), // non-first fragment → 15
+	/* 6 */ bpfStmt(unix.BPF_LDX|unix.BPF_B|unix.BPF_MSH, 14), // X = IPv4 header length
+	/* 7 */ bpfStmt(unix.BPF_LD|unix.BPF_H|unix.BPF_IND, 14+2), // UDP destination port
+	/* 8 */ bpfJump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 4791, 5, 6), // → 14 / 15
+	/* 9 */ bpfJump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 0x86DD, 0, 5), // IPv6, else → 15
+	/* 10 */ bpfStmt(unix.BPF_LD|unix.BPF_B|unix.BPF_ABS, 20), // IPv6 next header
+	/* 11 */ bpfJump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 17, 0, 3), // UDP, else → 15
+	/* 12 */ bpfStmt(unix.BPF_LD|unix.BPF_H|unix.BPF_ABS, 14+40+2), // UDP destination port
+	/* 13 */ bpfJump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, 4791, 0, 1), // → 14 / 15
+	/* 14 */ bpfStmt(unix.BPF_RET|unix.BPF_K, maxSnaplen), // accept
+	/* 15 */ bpfStmt(unix.BPF_RET|unix.BPF_K, 0), // drop
+}
+
+func bpfStmt(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
+
+func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
+	return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
 }
 
 // LiveOptions control a live capture.
@@ -91,14 +96,7 @@ func OpenLive(iface string, opts LiveOptions) (*Capture, error) {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if !opts.All {
-		raw, err := bpf.Assemble(roceFilter)
-		if err != nil {
-			return fail("assembling the capture filter", err)
-		}
-		prog := make([]unix.SockFilter, len(raw))
-		for i, r := range raw {
-			prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
-		}
+		prog := append([]unix.SockFilter(nil), roceFilter...)
 		fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
 			return fail("attaching the capture filter", err)

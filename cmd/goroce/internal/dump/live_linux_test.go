@@ -5,6 +5,7 @@ package dump
 import (
 	"bytes"
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -122,9 +123,21 @@ func TestLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	send(tagged)
+	// IPv6, to 4791 and to another port.
+	f.HasVLAN = false
+	f.SrcIP, f.DstIP = netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")
+	f.BTH.PSN = 6
+	v6 := make([]byte, f.Len(100))
+	if _, err := wire.Build(v6, &f, 100); err != nil {
+		t.Fatal(err)
+	}
+	v6other := append([]byte(nil), v6...)
+	wire.UDP(v6other[wire.EthernetLen+wire.IPv6Len:]).SetDstPort(53)
+	send(v6other)
+	send(v6)
 
 	var out bytes.Buffer
-	d := New(&out, Options{Count: 6, Location: time.UTC, Flush: true})
+	d := New(&out, Options{Count: 7, Location: time.UTC, Flush: true})
 	// The bound is a safety net: the frames are already queued on the socket.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -135,14 +148,15 @@ func TestLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.RoCE != 6 || s.ICRCFailures != 1 || s.NonRoCE != 0 || s.Opcodes["RC_SEND_ONLY"] != 5 {
+	if s.RoCE != 7 || s.ICRCFailures != 1 || s.NonRoCE != 0 || s.Opcodes["RC_SEND_ONLY"] != 6 {
 		t.Fatalf("summary %+v\n%s", s, out.String())
 	}
 	src := pair.A.Addr.String() + ":49152 > " + pair.B.Addr.String()
 	if !strings.Contains(out.String(), src) || !strings.Contains(out.String(), "RC_SEND_ONLY               dqpn=0x11 psn=4 ackreq payload=100 icrc=ok") {
 		t.Fatalf("output:\n%s", out.String())
 	}
-	if !strings.Contains(out.String(), "psn=5 ackreq payload=100 vlan=5 icrc=ok") {
+	if !strings.Contains(out.String(), "psn=5 ackreq payload=100 vlan=5 icrc=ok") ||
+		!strings.Contains(out.String(), "[2001:db8::1]:49152 > 2001:db8::2 RC_SEND_ONLY               dqpn=0x11 psn=6 ackreq payload=100 icrc=ok") {
 		t.Fatalf("tagged frame:\n%s", out.String())
 	}
 	if r := s.Flows[0].Requests; r.Packets != 5 || r.Gaps != 0 {
