@@ -10,6 +10,7 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/nic/afpacket"
+	"github.com/goroce/goroce/nic/netaddr"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -104,5 +105,46 @@ func readWithin(t *testing.T, read func() (int, error)) int {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no frame within 10 s")
 		return 0
+	}
+}
+
+// IPv6 link-local endpoints (the GID at index 0) work with a zone.
+func TestLinkLocal(t *testing.T) {
+	p := netns.NewPair(t, netns.Options{NoDAD: true})
+	ll := func(e netns.End) netip.Addr {
+		return netaddr.DefaultGID(e.MAC).Addr().WithZone(e.Ifname)
+	}
+	var a, b *Link
+	for _, s := range []netns.Side{netns.A, netns.B} {
+		e := p.End(s)
+		var l *Link
+		if err := p.Do(s, func() (err error) {
+			l, err = Open(Config{Local: netip.AddrPortFrom(ll(e), 4791)})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if s == netns.A {
+			a = l
+		} else {
+			b = l
+		}
+	}
+	src, dst := ll(p.A).WithZone(""), ll(p.B).WithZone("")
+	f := buildFrame(t, src, dst, 5, 64)
+	if _, err := a.WriteBatch([][]byte{f}); err != nil {
+		t.Fatal(err)
+	}
+	bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+	if readWithin(t, func() (int, error) { return b.ReadBatch(bufs, sizes) }) != 1 {
+		t.Fatal("nothing received")
+	}
+	var pk wire.Packet
+	if err := wire.Parse(bufs[0][:sizes[0]], &pk); err != nil || pk.SrcIP() != src || pk.DstIP() != dst {
+		t.Fatalf("link-local frame: %v, %v → %v", err, pk.SrcIP(), pk.DstIP())
+	}
+	if _, err := Open(Config{Local: netip.AddrPortFrom(src, 4791)}); err == nil {
+		t.Fatal("link-local address without zone accepted")
 	}
 }

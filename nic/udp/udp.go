@@ -86,6 +86,8 @@ const RoCEv2Port = 4791
 type Config struct {
 	// Local is the address to bind: a specific IPv4 or IPv6 address (not a
 	// wildcard: it is the source address the peer checks); port 0 means 4791.
+	// An IPv6 link-local address needs its zone (fe80::1%veth0); datagrams to
+	// link-local peers then leave through that interface.
 	Local netip.AddrPort
 	// PeerPort is the UDP port datagrams are sent to (default 4791).
 	PeerPort uint16
@@ -110,6 +112,7 @@ const (
 // Link is a UDP-socket nic.Link.
 type Link struct {
 	local    netip.AddrPort
+	zoneID   uint32 // IPv6 scope of a link-local Local (0 otherwise)
 	v6       bool
 	peerPort uint16
 	mtu      int
@@ -143,6 +146,16 @@ func Open(cfg Config) (*Link, error) {
 	if !ip.IsValid() || ip.IsUnspecified() {
 		return nil, fmt.Errorf("udp: local address %v must be a specific IP", cfg.Local.Addr())
 	}
+	var zoneID uint32
+	if z := ip.Zone(); z != "" {
+		ifc, err := net.InterfaceByName(z)
+		if err != nil {
+			return nil, fmt.Errorf("udp: zone of %v: %w", ip, err)
+		}
+		zoneID = uint32(ifc.Index)
+	} else if ip.Is6() && ip.IsLinkLocalUnicast() {
+		return nil, fmt.Errorf("udp: link-local address %v needs a zone (%%ifname)", ip)
+	}
 	port := cfg.Local.Port()
 	if port == 0 {
 		port = RoCEv2Port
@@ -158,6 +171,7 @@ func Open(cfg Config) (*Link, error) {
 	}
 	l := &Link{
 		local:    netip.AddrPortFrom(ip, port),
+		zoneID:   zoneID,
 		v6:       ip.Is6(),
 		peerPort: cfg.PeerPort,
 		mtu:      cfg.MTU,
@@ -205,7 +219,7 @@ func Open(cfg Config) (*Link, error) {
 			}
 		}
 	}
-	if err := unix.Bind(l.fd, sockaddr(l.local)); err != nil {
+	if err := unix.Bind(l.fd, sockaddr(l.local, zoneID)); err != nil {
 		return nil, fmt.Errorf("udp: bind %v: %w", l.local, err)
 	}
 	if l.stop, err = sockio.NewStopper(); err != nil {
@@ -215,11 +229,11 @@ func Open(cfg Config) (*Link, error) {
 	return l, nil
 }
 
-func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+func sockaddr(ap netip.AddrPort, zoneID uint32) unix.Sockaddr {
 	if ap.Addr().Is4() {
 		return &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
 	}
-	return &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port())}
+	return &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port()), ZoneId: zoneID}
 }
 
 // SyntheticMAC is the MAC address the backend uses for ip in synthesized
@@ -538,6 +552,9 @@ func (l *Link) prepare(k int, f []byte) bool {
 	l.tx.SetBufs(k, body, l.trailer[k][:])
 	l.txBytes.Add(uint64(len(f)))
 	putSockaddr(&l.tx.Names[k], netip.AddrPortFrom(dst, l.peerPort), &l.tx.Msgs[k])
+	if l.v6 && dst.IsLinkLocalUnicast() {
+		l.tx.Names[k].Scope_id = l.zoneID
+	}
 	return true
 }
 
