@@ -17,13 +17,14 @@ import (
 const captureFilter = "udp port 4791 or tcp"
 
 // TestBootOneVM boots one VM and checks what a goroce peer relies on: rxe0
-// ACTIVE with GID[1] = ::ffff:198.18.0.11, path MTU 1024 at MTU 1500, netem
-// available for loss tests, and the host namespace reaching the VM.
+// ACTIVE with GID[1] = ::ffff:198.18.0.11, the MTU plumbing (at MTU 9000 rxe's
+// active MTU is 4096; TestTwoVMs runs at 1500), netem available for loss
+// tests, the job interface, and the host namespace reaching the VM.
 func TestBootOneVM(t *testing.T) {
-	h := New(t, Config{VMs: 1})
+	h := New(t, Config{VMs: 1, MTU: 9000})
 
-	r := h.Run(0, "ibv_devinfo -v", 60*time.Second).Check(t)
-	for _, want := range []string{"rxe0", "PORT_ACTIVE", "active_mtu:\t\t1024 (3)", "GID[  1]:\t\t::ffff:198.18.0.11, RoCE v2"} {
+	r := h.Run(0, "ibv_devinfo -v; ip -o link show eth0", 60*time.Second).Check(t)
+	for _, want := range []string{"rxe0", "PORT_ACTIVE", "active_mtu:\t\t4096 (5)", "GID[  1]:\t\t::ffff:198.18.0.11, RoCE v2", "mtu 9000"} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, r.Stdout)
 		}
@@ -63,6 +64,18 @@ func TestBootOneVM(t *testing.T) {
 	})
 	if err != nil || got != "hello-from-vm\n" {
 		t.Errorf("TCP from the host namespace to VM 0: %v, read %q", err, got)
+	}
+	// What a RoCEv2 endpoint in the host namespace does first: hold UDP 4791
+	// on HostIP (the address exists only in that namespace).
+	err = h.HostDo(func() error {
+		c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(h.HostIP(), 4791)))
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	if err != nil {
+		t.Errorf("binding %s:4791 in the host namespace: %v", h.HostIP(), err)
 	}
 	srv.Wait(10 * time.Second).Check(t)
 }
