@@ -31,6 +31,13 @@ const canary = 0xC5
 
 const allAccess = memreg.LocalWrite | memreg.RemoteWrite | memreg.RemoteRead | memreg.RemoteAtomic
 
+// IPv6 addresses from the benchmarking prefix 2001:2::/48 (RFC 5180), the
+// IPv6 sibling of 198.18.0.0/15; frames never leave the in-memory link.
+var (
+	ip6A = netip.MustParseAddr("2001:2::1")
+	ip6B = netip.MustParseAddr("2001:2::2")
+)
+
 // xopts configures newX. Zero values give a 1500-byte link (path MTU 1024),
 // PSNs 200 (A) and 100 (B), every QP access flag, 64 KiB buffers.
 type xopts struct {
@@ -42,6 +49,7 @@ type xopts struct {
 	capsA        Caps
 	size         int // main buffer of each side
 	noTap        bool
+	v6           bool // IPv6 GIDs (ip6A/ip6B) instead of IPv4
 	mem          nic.MemConfig
 }
 
@@ -147,7 +155,7 @@ func (x *xpair) next() []capPkt {
 		if !wire.VerifyICRC(c.p.L3) {
 			x.t.Fatalf("tap frame %d: bad ICRC", i)
 		}
-		c.fromA = c.p.SrcIP() == ipA
+		c.fromA = c.p.SrcIP() == x.a.ip
 		out = append(out, c)
 	}
 	return out
@@ -217,15 +225,19 @@ func newX(t testing.TB, o xopts) *xpair {
 		}
 		return e
 	}
-	x.a = mk(la, ipA, ipB, lb.HardwareAddr(), o.sqSigAllA, o.capsA)
-	x.b = mk(lb, ipB, ipA, la.HardwareAddr(), false, Caps{})
+	ia, ib := ipA, ipB
+	if o.v6 {
+		ia, ib = ip6A, ip6B
+	}
+	x.a = mk(la, ia, ib, lb.HardwareAddr(), o.sqSigAllA, o.capsA)
+	x.b = mk(lb, ib, ia, la.HardwareAddr(), false, Caps{})
 	ca, cb := o.connA, o.connB
 	ca.SQPSN, cb.SQPSN = o.psnA, o.psnB
 	x.a.sentPSN, x.b.sentPSN = o.psnA, o.psnB
-	if err := x.a.qp.Connect(Remote{QPN: x.b.qp.QPN(), PSN: o.psnB, GID: ipB}, ca); err != nil {
+	if err := x.a.qp.Connect(Remote{QPN: x.b.qp.QPN(), PSN: o.psnB, GID: ib}, ca); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.b.qp.Connect(Remote{QPN: x.a.qp.QPN(), PSN: o.psnA, GID: ipA}, cb); err != nil {
+	if err := x.b.qp.Connect(Remote{QPN: x.a.qp.QPN(), PSN: o.psnA, GID: ia}, cb); err != nil {
 		t.Fatal(err)
 	}
 	x.a.otherQPN, x.b.otherQPN = x.b.qp.QPN(), x.a.qp.QPN()
