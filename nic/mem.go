@@ -39,7 +39,8 @@ import (
 //     While one frame is held, the reorder decision for the following frame
 //     is ignored: at most one frame is held per direction.
 //   - Delay, Jitter: the frame becomes due Delay + U[0, Jitter) after it was
-//     written. Jitter alone can reorder frames; that is not counted.
+//     written (after its serialization, with Rate). Jitter alone can reorder
+//     frames; that is not counted.
 //
 // A full queue (QueueLen frames pending) drops the new frame
 // (MemStats.Overflow, Stats.RingFull, Stats.TxDrops); so does a frame longer
@@ -56,8 +57,14 @@ type Faults struct {
 	// Filter, when set, sees every frame before the random faults (which
 	// still draw their numbers, so the random sequence does not shift);
 	// returning true drops the frame (counted as Dropped). Scenario tests use
-	// it to lose exactly the frames they name.
+	// it to lose exactly the frames they name. It runs with the direction's
+	// lock held, so it must not call the MemLink.
 	Filter func(frame []byte) (drop bool)
+	// Rate limits the direction to this many bytes per second (0: no
+	// limit): a frame becomes due when the previous ones have been
+	// "serialized" and its own len/Rate has passed, then Delay and jitter
+	// are added. With QueueLen it models a bottleneck link and its buffer.
+	Rate int64
 }
 
 // MemConfig configures NewMemPair. The zero value is a fault-free 1500-byte
@@ -128,7 +135,9 @@ type memPipe struct {
 	hasHeld bool
 	heldEnd time.Time // deliver the held frame at this time at the latest
 	seq     uint64
-	free    [][]byte
+	// wireFree is when the simulated wire is free again (Faults.Rate).
+	wireFree time.Time
+	free     [][]byte
 
 	rxClosed bool
 	wake     chan struct{} // cap 1: "something changed" for the receiver
@@ -276,7 +285,17 @@ func (p *memPipe) send(f []byte, now time.Time) {
 	if dup {
 		p.duplicated++
 	}
-	due := now.Add(ft.Delay)
+	start := now
+	if ft.Rate > 0 {
+		// Serialization: the frame waits for the wire, then occupies it for
+		// len/Rate. Frames queue behind each other (QueueLen bounds them).
+		if p.wireFree.After(start) {
+			start = p.wireFree
+		}
+		p.wireFree = start.Add(time.Duration(int64(len(f)) * int64(time.Second) / ft.Rate))
+		start = p.wireFree
+	}
+	due := start.Add(ft.Delay)
 	if ft.Jitter > 0 {
 		due = due.Add(time.Duration(rJitter % uint64(ft.Jitter)))
 	}

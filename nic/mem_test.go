@@ -589,3 +589,34 @@ func TestMemJitterOrder(t *testing.T) {
 		t.Fatal("jitter reordered nothing")
 	}
 }
+
+func TestMemRate(t *testing.T) {
+	clk := newFakeClock()
+	start := clk.Now()
+	// 1 MB/s: a 1000-byte frame takes 1 ms on the wire.
+	a, b := NewMemPair(MemConfig{Clock: clk.Now, AtoB: Faults{Rate: 1e6, Delay: 100 * time.Microsecond}})
+	f := make([]byte, 1000)
+	for i := 0; i < 5; i++ {
+		a.WriteBatch([][]byte{f})
+	}
+	bs, sz := bufs(8, 2048)
+	for i := 1; i <= 5; i++ {
+		next, ok := b.NextDue()
+		want := start.Add(time.Duration(i)*time.Millisecond + 100*time.Microsecond)
+		if !ok || !next.Equal(want) {
+			t.Fatalf("frame %d due at +%v, want +%v", i, next.Sub(start), want.Sub(start))
+		}
+		clk.Set(next)
+		if n := b.TryReadBatch(bs, sz); n != 1 {
+			t.Fatalf("frame %d: read %d", i, n)
+		}
+	}
+	// An idle wire does not bank credit: a frame written later waits only
+	// for its own serialization.
+	clk.Advance(time.Second)
+	later := clk.Now()
+	a.WriteBatch([][]byte{f})
+	if next, _ := b.NextDue(); !next.Equal(later.Add(1100 * time.Microsecond)) {
+		t.Fatalf("after idle: due at +%v", next.Sub(later))
+	}
+}
