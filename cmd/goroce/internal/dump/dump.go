@@ -31,6 +31,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
@@ -201,7 +202,8 @@ func decode(x *decoded, rec Record) {
 			hl, po = 20, 0
 		}
 		if len(data) < hl {
-			x.kind, x.trunc, x.err, x.partial = kindMalformed, true, wire.ErrTruncated, "truncated in the Linux cooked header"
+			x.kind, x.err, x.partial = kindMalformed, wire.ErrTruncated, "truncated in the Linux cooked header"
+			x.trunc = len(data) < rec.OrigLen
 			return
 		}
 		switch binary.BigEndian.Uint16(data[po:]) {
@@ -237,8 +239,18 @@ func decode(x *decoded, rec Record) {
 // header (l3, nil if the link header itself was cut), using wire's views and
 // opcode table. It may reclassify the packet as non-RoCE: wire.Parse reports
 // "truncated" for any UDP datagram cut short, before it looks at the port.
+//
+// A frame shorter than its headers or length fields is "truncated" (and
+// x.trunc set) only when the capture cut it (captured < original length,
+// a snaplen); otherwise its length fields are wrong and it is "malformed".
 func partial(x *decoded, l3 []byte) {
-	x.trunc = errors.Is(x.err, wire.ErrTruncated)
+	short := errors.Is(x.err, wire.ErrTruncated)
+	x.trunc = short && len(x.rec.Data) < x.rec.OrigLen
+	defer func() {
+		if short && !x.trunc && x.kind == kindMalformed {
+			x.partial = "malformed (frame shorter than its length fields: " + x.partial + ")"
+		}
+	}()
 	if l3 == nil {
 		x.partial = "truncated in the link-layer header"
 		return
@@ -285,13 +297,13 @@ func partial(x *decoded, l3 []byte) {
 	// What the UDP length says was sent, bounded by what was captured.
 	udpEnd := ipLen + int(udp.Length())
 	b := l3[ipLen+wire.UDPLen:]
-	if !x.trunc {
+	if !short {
 		// Length fields are inconsistent but the bytes are there: describe
 		// the error and show the BTH if there is one.
 		if len(b) >= wire.BTHLen {
 			x.bth = wire.BTH(b[:wire.BTHLen:wire.BTHLen])
 		}
-		x.partial = x.err.Error()
+		x.partial = "malformed (" + strings.TrimPrefix(x.err.Error(), "wire: ") + ")"
 		return
 	}
 	if len(b) < wire.BTHLen {

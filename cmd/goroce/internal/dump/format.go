@@ -54,21 +54,15 @@ func (x *decoded) addrs(b []byte) []byte {
 	switch {
 	case x.ip.IsValid() && x.hasPort:
 		b = netip.AddrPortFrom(x.ip, x.sport).AppendTo(b) // [v6]:port
-	case x.ip.IsValid():
-		b = x.ip.AppendTo(b)
 	default:
-		b = append(b, '?')
+		b = x.ip.AppendTo(b)
 	}
 	for len(b)-start < 17 { // "198.18.0.12:49152"
 		b = append(b, ' ')
 	}
 	b = append(b, " > "...)
 	start = len(b)
-	if x.ipDst.IsValid() {
-		b = x.ipDst.AppendTo(b)
-	} else {
-		b = append(b, '?')
-	}
+	b = x.ipDst.AppendTo(b)
 	for len(b)-start < 11 {
 		b = append(b, ' ')
 	}
@@ -166,8 +160,12 @@ func (d *Dumper) writeText(x *decoded) {
 		b = x.rec.Time.In(d.opts.Location).AppendFormat(b, timeLayout)
 		b = append(b, ' ')
 	}
-	b = x.addrs(b)
-	b = append(b, ' ')
+	if x.ip.IsValid() {
+		b = x.addrs(b)
+		b = append(b, ' ')
+	} else {
+		b = append(b, "(no IP header) "...)
+	}
 	if x.kind == kindMalformed {
 		b = append(b, x.partial...)
 		if x.bth != nil {
