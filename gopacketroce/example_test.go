@@ -70,3 +70,35 @@ func Example_decodingLayerParser() {
 	//   ACK(credit=31), original value 0xe4434509f6839316
 	// 200 RoCEv2 packets
 }
+
+// Any gopacket program decodes RoCEv2 once the package is imported: UDP port
+// 4791 leads to the BTH, the extension headers and the payload.
+func Example_newPacket() {
+	f, err := os.Open("../testdata/rxe/rc_pingpong_small.pcap")
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		panic(err)
+	}
+	src := gopacket.NewPacketSource(r, r.LinkType())
+	src.NoCopy = true
+	for pkt := range src.Packets() {
+		bth, _ := pkt.Layer(gopacketroce.LayerTypeBTH).(*gopacketroce.BTH)
+		if bth == nil || bth.Opcode() != 0x11 { // the first ACKNOWLEDGE
+			continue
+		}
+		for _, l := range pkt.Layers()[3:] {
+			fmt.Println(gopacket.LayerString(l))
+		}
+		ok, present := gopacketroce.VerifyICRC(pkt)
+		fmt.Println("ICRC ok:", ok, "present:", present)
+		break
+	}
+	// Output:
+	// BTH	BTH{Opcode=RC_ACKNOWLEDGE SE=false M=false PadCnt=0 TVer=0 PKey=0xffff FECN=false BECN=false DestQP=0x000012 AckReq=false PSN=13069050 ICRC=0x0f92a985}
+	// AETH	AETH{Syndrome=ACK(credit=31) MSN=1}
+	// ICRC ok: true present: true
+}
