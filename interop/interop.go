@@ -101,6 +101,7 @@ type Harness struct {
 
 	mu       sync.Mutex
 	captures []*Capture
+	procs    []*HostProc
 	closed   bool
 }
 
@@ -496,6 +497,7 @@ func (h *Harness) Close() {
 	}
 	h.closed = true
 	caps := h.captures
+	procs := h.procs
 	h.mu.Unlock()
 	t0 := time.Now()
 	defer func() {
@@ -505,6 +507,9 @@ func (h *Harness) Close() {
 	}()
 	for _, c := range caps {
 		c.stopProcess()
+	}
+	for _, p := range procs {
+		p.Kill()
 	}
 	for _, v := range h.vms {
 		if v.cmd == nil || v.cmd.Process == nil {

@@ -65,6 +65,15 @@ func TestBootOneVM(t *testing.T) {
 	if err != nil || got != "hello-from-vm\n" {
 		t.Errorf("TCP from the host namespace to VM 0: %v, read %q", err, got)
 	}
+	// A host command in the host namespace sees only its own interface.
+	p, err := h.HostStart("ip", "-o", "-4", "addr", "show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr := p.Wait(30 * time.Second).Check(t)
+	if !strings.Contains(hr.Stdout, h.HostIface()+"    inet "+h.HostIP().String()+"/24") || strings.Count(hr.Stdout, "inet ") != 2 {
+		t.Errorf("host namespace addresses:\n%s", hr.Stdout)
+	}
 	// What a RoCEv2 endpoint in the host namespace does first: hold UDP 4791
 	// on HostIP (the address exists only in that namespace).
 	err = h.HostDo(func() error {
