@@ -109,7 +109,9 @@ func (q *QP) pump(now time.Time) {
 				if q.sqReq != q.sqHead {
 					break // executes in order, when everything before it completed
 				}
-				q.localInvalidate(w)
+				if !q.localInvalidate(w) {
+					return // failed: the QP is in ERR now
+				}
 				q.sqReq++
 				continue
 			}
@@ -162,12 +164,18 @@ func (q *QP) assign(w *sendWQE) {
 	}
 }
 
-func (q *QP) localInvalidate(w *sendWQE) {
+// localInvalidate executes a LOCAL_INV. A key that cannot be invalidated
+// fails the WR with LOC_QP_OP_ERR and moves the QP to ERR, as rxe's
+// rxe_do_local_ops does (it used to complete with MW_BIND_ERR and leave the
+// QP in RTS, sending the WRs behind it).
+func (q *QP) localInvalidate(w *sendWQE) bool {
+	if err := q.cfg.MRs.Invalidate(w.wr.InvRKey, q.cfg.PD); err != nil {
+		q.fail(w, WCLocQPOpErr)
+		return false
+	}
 	w.state = wqeComplete
 	w.status = WCSuccess
-	if err := q.cfg.MRs.Invalidate(w.wr.InvRKey, q.cfg.PD); err != nil {
-		w.status = WCMWBindErr
-	}
+	return true
 }
 
 // sendNext transmits the packet of w at q.nextPSN and advances. It returns
