@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -199,5 +200,37 @@ func TestRNRWriteWithImmLast(t *testing.T) {
 	}
 	if len(resent) != 1 || resent[0].p.Opcode() != wire.RCRDMAWriteLastWithImm || resent[0].p.BTH.PSN() != 2 {
 		t.Fatalf("retransmission %v, want the LAST packet alone", resent)
+	}
+}
+
+// TestLocalInvFailure: a LOCAL_INV of a key that cannot be invalidated
+// completes with LOC_QP_OP_ERR and moves the QP to ERR, flushing what
+// follows (rxe rxe_do_local_ops → requester err → completer error).
+func TestLocalInvFailure(t *testing.T) {
+	e := newEPair(t, eopts{})
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRLocalInv, InvRKey: 0x7F0000})
+	if e.a.q.State() != transport.StateErr {
+		e.post(e.a, &transport.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []transport.SGE{e.a.sge(0, 8)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	} else {
+		must(t, e.a.q.PostSend(&transport.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite}, e.now))
+	}
+	e.run(0)
+	w := e.a.scq.take()
+	if len(w) != 2 || w[0].WRID != 1 || w[0].Status != transport.WCLocQPOpErr || w[1].WRID != 2 || w[1].Status != transport.WCWRFlushErr {
+		t.Fatalf("completions %v, want LOCAL_INV LOC_QP_OP_ERR then WR_FLUSH_ERR", w)
+	}
+	if e.a.q.State() != transport.StateErr || e.a.out.tail != 0 {
+		t.Fatalf("state %v, %d frames sent", e.a.q.State(), e.a.out.tail)
+	}
+	// A good LOCAL_INV (also unsignalled: no CQE) succeeds.
+	e2 := newEPair(t, eopts{})
+	mr, err := e2.a.pd.Register(make([]byte, 64), memreg.RemoteRead)
+	must(t, err)
+	e2.post(e2.a, &transport.SendWR{WRID: 3, Opcode: transport.WRLocalInv, InvRKey: mr.RKey()})
+	e2.post(e2.a, &transport.SendWR{WRID: 4, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, InvRKey: mr.RKey()})
+	e2.run(0)
+	if w := e2.a.scq.take(); len(w) != 1 || w[0].WRID != 4 || w[0].Status != transport.WCSuccess || w[0].Opcode != transport.WCLocalInv || mr.Valid() {
+		t.Fatalf("completions %v, MR valid %v", w, mr.Valid())
 	}
 }
