@@ -1,0 +1,204 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/netdev"
+	"github.com/goroce/goroce/netdev/nspair"
+	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/wire"
+)
+
+type rawPair struct {
+	a, b         nic.Link
+	infoA, infoB *netdev.Info
+	ab, ba       wire.Frame // RDMA WRITE ONLY templates, A→B and B→A
+}
+
+func (r *rawPair) Close() {
+	r.a.Close()
+	r.b.Close()
+}
+
+// openRaw opens the backend links netdev would use on both ends, without
+// devices, for frame-level measurements on the same veth.
+func openRaw(pair *nspair.Pair, backend string) (*rawPair, error) {
+	r := &rawPair{}
+	open := func(s nspair.Side) (nic.Link, *netdev.Info, error) {
+		var l nic.Link
+		var info *netdev.Info
+		err := pair.Do(s, func() error {
+			var err error
+			l, info, err = netdev.OpenLink(pair.End(s).Ifname, netdev.Options{Backend: backend, Logger: logger})
+			return err
+		})
+		return l, info, err
+	}
+	var err error
+	if r.a, r.infoA, err = open(nspair.A); err != nil {
+		return nil, err
+	}
+	if r.b, r.infoB, err = open(nspair.B); err != nil {
+		r.a.Close()
+		return nil, err
+	}
+	tmpl := func(src, dst *netdev.Info) wire.Frame {
+		f := wire.Frame{SrcIP: src.IP, DstIP: dst.IP, HopLimit: 64, SrcPort: 0xC000,
+			BTH:  wire.BTHFields{Opcode: wire.RCRDMAWriteOnly, PKey: 0xFFFF, DestQP: 0x11, AckReq: true},
+			RETH: wire.RETHFields{VA: 0x1000, RKey: 0x1234}}
+		copy(f.SrcMAC[:], src.MAC)
+		copy(f.DstMAC[:], dst.MAC)
+		return f
+	}
+	r.ab, r.ba = tmpl(r.infoA, r.infoB), tmpl(r.infoB, r.infoA)
+	return r, nil
+}
+
+func buildFrames(t wire.Frame, n, payload int) ([][]byte, error) {
+	out := make([][]byte, n)
+	for i := range out {
+		t.BTH.PSN = wire.PSN(i)
+		t.RETH.DMALen = uint32(payload)
+		buf := make([]byte, t.Len(payload))
+		k, err := wire.Build(buf, &t, payload)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = buf[:k]
+	}
+	return out, nil
+}
+
+type rawRate struct {
+	frames   uint64
+	frameLen int
+	payload  int
+	elapsed  time.Duration
+}
+
+func (r rawRate) framesPerSec() float64 { return float64(r.frames) / r.elapsed.Seconds() }
+func (r rawRate) payloadBitsPerSec() float64 {
+	return float64(r.frames) * float64(r.payload) * 8 / r.elapsed.Seconds()
+}
+
+// rate sends batches of RDMA WRITE ONLY frames with payload bytes from A
+// to B as fast as WriteBatch takes them, for lim, and counts what B
+// receives; the rate is B's count over the time to B's last frame.
+func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
+	batch, err := buildFrames(r.ab, r.a.BatchSize(), payload)
+	if err != nil {
+		return rawRate{}, err
+	}
+	var got atomic.Uint64
+	var last atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bufs := make([][]byte, r.b.BatchSize())
+		for i := range bufs {
+			bufs[i] = make([]byte, r.b.MTU()+64)
+		}
+		sizes := make([]int, len(bufs))
+		for {
+			n, err := r.b.ReadBatch(bufs, sizes)
+			if n > 0 {
+				got.Add(uint64(n))
+				last.Store(time.Now().UnixNano())
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	sent := 0
+	for sent < lim.n && time.Since(start) < lim.d {
+		n, err := r.a.WriteBatch(batch)
+		if err != nil {
+			r.b.Close()
+			<-done
+			return rawRate{}, err
+		}
+		sent += n
+	}
+	// Let the receiver catch up (bounded), then stop it.
+	for prev, t0 := uint64(0), time.Now(); time.Since(t0) < time.Second; {
+		time.Sleep(30 * time.Millisecond)
+		cur := got.Load()
+		if cur == prev || cur >= uint64(sent) {
+			break
+		}
+		prev = cur
+	}
+	r.b.Close()
+	<-done
+	if got.Load() == 0 {
+		return rawRate{}, errors.New("nothing received")
+	}
+	return rawRate{frames: got.Load(), frameLen: len(batch[0]), payload: payload,
+		elapsed: time.Unix(0, last.Load()).Sub(start)}, nil
+}
+
+// rawRTT measures single-frame request/response round trips (64-byte
+// payload RDMA WRITE ONLY frames, 138 bytes) between the two links, both
+// sleeping in their ReadBatch.
+func rawRTT(r *rawPair, lim limit) (latency, error) {
+	req, err := buildFrames(r.ab, 1, 64)
+	if err != nil {
+		return latency{}, err
+	}
+	resp, err := buildFrames(r.ba, 1, 64)
+	if err != nil {
+		return latency{}, err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bufs, sizes := [][]byte{make([]byte, r.b.MTU()+64)}, []int{0}
+		for {
+			n, err := r.b.ReadBatch(bufs, sizes)
+			if err != nil {
+				return
+			}
+			if n > 0 {
+				r.b.WriteBatch(resp)
+			}
+		}
+	}()
+	defer func() {
+		r.b.Close()
+		wg.Wait()
+	}()
+	bufs, sizes := [][]byte{make([]byte, r.a.MTU()+64)}, []int{0}
+	var rtts []time.Duration
+	start := time.Now()
+	got := make(chan error, 1)
+	for len(rtts) < lim.n && time.Since(start) < lim.d {
+		t0 := time.Now()
+		if _, err := r.a.WriteBatch(req); err != nil {
+			return latency{}, err
+		}
+		// A lost frame (veth backlog) would block ReadBatch forever: bound it.
+		go func() {
+			_, err := r.a.ReadBatch(bufs, sizes)
+			got <- err
+		}()
+		select {
+		case err := <-got:
+			if err != nil {
+				return latency{}, err
+			}
+		case <-time.After(stallTime):
+			r.a.Close()
+			<-got
+			return latency{}, fmt.Errorf("no response in %v", stallTime)
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	return summarize(rtts), nil
+}

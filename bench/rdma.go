@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/netdev"
+	"github.com/goroce/goroce/netdev/nspair"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/transport"
+)
+
+const (
+	bufSize   = 4 << 20 // per endpoint: [0, half) local, [half, bufSize) remote target
+	half      = bufSize / 2
+	latRecvs  = 16
+	stallTime = 5 * time.Second // no completion for this long: the cell fails
+)
+
+type rdmaEnd struct {
+	dev      *qp.Device
+	info     *netdev.Info
+	scq, rcq *qp.CQ
+	q        *qp.QP
+	buf      []byte
+	mr       *qp.MR
+}
+
+func (e *rdmaEnd) sge(off, n int) qp.SGE {
+	return qp.SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
+}
+
+type rdmaPair struct {
+	a, b *rdmaEnd
+	pmtu int
+}
+
+func (p *rdmaPair) Close() {
+	p.a.dev.Close()
+	p.b.dev.Close()
+}
+
+// openRDMA opens a device on each end of pair with backend and connects
+// one RC QP pair at the smaller path MTU.
+func openRDMA(pair *nspair.Pair, backend string, depth int) (*rdmaPair, error) {
+	mk := func(s nspair.Side) (*rdmaEnd, error) {
+		e := &rdmaEnd{}
+		err := pair.Do(s, func() error {
+			var err error
+			e.dev, e.info, err = netdev.Open(pair.End(s).Ifname, netdev.Options{Backend: backend, Logger: logger, Seed: int64(s) + 1})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		pd := e.dev.AllocPD()
+		e.scq, _ = e.dev.CreateCQ(1 << 16)
+		e.rcq, _ = e.dev.CreateCQ(1 << 16)
+		e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.scq, RecvCQ: e.rcq,
+			Cap: qp.Caps{MaxSendWR: max(depth, 64), MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			e.dev.Close()
+			return nil, err
+		}
+		e.buf = make([]byte, bufSize)
+		e.mr, err = pd.RegMR(e.buf, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead)
+		if err != nil {
+			e.dev.Close()
+			return nil, err
+		}
+		return e, nil
+	}
+	a, err := mk(nspair.A)
+	if err != nil {
+		return nil, fmt.Errorf("side A: %w", err)
+	}
+	b, err := mk(nspair.B)
+	if err != nil {
+		a.dev.Close()
+		return nil, fmt.Errorf("side B: %w", err)
+	}
+	p := &rdmaPair{a: a, b: b}
+	mtu := min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
+	p.pmtu = mtu.Bytes()
+	o := qp.ConnectOptions{}
+	if err := a.q.Connect(qp.Remote{QPN: b.q.QPN(), PSN: 0x200, GID: pair.B.Addr, MTU: mtu}, qp.ConnectOptions{SQPSN: 0x100}); err != nil {
+		p.Close()
+		return nil, err
+	}
+	o.SQPSN = 0x200
+	if err := b.q.Connect(qp.Remote{QPN: a.q.QPN(), PSN: 0x100, GID: pair.A.Addr, MTU: mtu}, o); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+type throughput struct {
+	msgs      int
+	bytes     int64
+	elapsed   time.Duration
+	allocsPer float64 // process-wide heap allocations per message
+}
+
+func (t throughput) bitsPerSec() float64 { return float64(t.bytes) * 8 / t.elapsed.Seconds() }
+func (t throughput) msgsPerSec() float64 { return float64(t.msgs) / t.elapsed.Seconds() }
+
+// stream keeps depth signalled WRs of size bytes outstanding from a to b
+// (RDMA WRITE into b's remote half, or RDMA READ from it) until limit.d has
+// passed or limit.n messages were posted, and waits for the last
+// completion. Completions are taken with CQ.Wait (sleeping when empty).
+func stream(p *rdmaPair, op transport.WROpcode, size, depth int, lim limit) (throughput, error) {
+	a, b := p.a, p.b
+	if op == transport.WRRDMARead {
+		depth = min(depth, 16) // max_rd_atomic (ConnectOptions default 16)
+	}
+	wr := &qp.SendWR{Opcode: op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, size)},
+		RemoteAddr: b.mr.IOVA() + half, RKey: b.mr.RKey()}
+	wcs := make([]qp.WC, depth)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	start := time.Now()
+	deadline := start.Add(lim.d)
+	posted, done := 0, 0
+	post := func() error {
+		wr.WRID = uint64(posted)
+		if err := a.q.PostSend(wr); err != nil {
+			return fmt.Errorf("post #%d: %w", posted, err)
+		}
+		posted++
+		return nil
+	}
+	for posted < depth && posted < lim.n {
+		if err := post(); err != nil {
+			return throughput{}, err
+		}
+	}
+	// One context for the whole cell: a per-call WithTimeout would put the
+	// benchmark's own allocations into the allocs/msg figure.
+	ctx, cancel := context.WithTimeout(context.Background(), lim.d+stallTime)
+	defer cancel()
+	for done < posted {
+		n, err := a.scq.Wait(ctx, wcs)
+		if err != nil {
+			return throughput{}, fmt.Errorf("%d of %d completed: %w", done, posted, err)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != transport.WCSuccess {
+				return throughput{}, fmt.Errorf("completion %v", wc)
+			}
+			done++
+		}
+		now := time.Now()
+		for k := 0; k < n && posted < lim.n && now.Before(deadline); k++ {
+			if err := post(); err != nil {
+				return throughput{}, err
+			}
+		}
+	}
+	el := time.Since(start)
+	runtime.ReadMemStats(&ms1)
+	return throughput{msgs: done, bytes: int64(done) * int64(size), elapsed: el,
+		allocsPer: float64(ms1.Mallocs-ms0.Mallocs) / float64(done)}, nil
+}
+
+type latency struct {
+	n        int
+	p50, p99 time.Duration
+}
+
+// echoBusy makes the echo side spin too in busy mode (-echo-busy).
+var echoBusy bool
+
+// pingPong measures round trips of 64-byte RDMA WRITE_WITH_IMM messages: a
+// writes into b's memory, b's receive completion triggers b's write back,
+// a's receive completion ends the round trip. In busy mode a spins on
+// CQ.Poll (yielding the processor between looks, runtime.Gosched), and so
+// does b with echoBusy; otherwise CQ.Wait sleeps until the completion.
+func pingPong(p *rdmaPair, busy bool, lim limit) (latency, error) {
+	a, b := p.a, p.b
+	const size = 64
+	for _, e := range []*rdmaEnd{a, b} {
+		for range latRecvs {
+			if err := e.q.PostRecv(&qp.RecvWR{}); err != nil {
+				return latency{}, err
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lim.d+stallTime)
+	defer cancel()
+	var stop atomic.Bool
+	recv := func(e *rdmaEnd, busy bool) error {
+		var wc [1]qp.WC
+		deadline := time.Now().Add(stallTime)
+		for {
+			var n int
+			var err error
+			if busy {
+				n, err = e.rcq.Poll(wc[:])
+				if n == 0 && err == nil {
+					if stop.Load() {
+						return context.Canceled
+					}
+					if time.Now().After(deadline) {
+						return fmt.Errorf("no receive completion in %v", stallTime)
+					}
+					runtime.Gosched()
+					continue
+				}
+			} else {
+				n, err = e.rcq.Wait(ctx, wc[:])
+			}
+			if err != nil {
+				return err
+			}
+			if wc[0].Status != transport.WCSuccess {
+				return fmt.Errorf("receive completion %v", wc[0])
+			}
+			// Drain the send completions of our own writes (not timed).
+			var s [8]qp.WC
+			for {
+				k, _ := e.scq.Poll(s[:])
+				if k == 0 {
+					break
+				}
+			}
+			return e.q.PostRecv(&qp.RecvWR{})
+		}
+	}
+	write := func(from, to *rdmaEnd) error {
+		return from.q.PostSend(&qp.SendWR{Opcode: transport.WRRDMAWriteWithImm, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{from.sge(0, size)}, RemoteAddr: to.mr.IOVA() + half, RKey: to.mr.RKey(), Imm: 1})
+	}
+	var wg sync.WaitGroup
+	var echoErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if err := recv(b, busy && echoBusy); err != nil {
+				if !stop.Load() {
+					echoErr = err
+				}
+				return
+			}
+			if err := write(b, a); err != nil {
+				echoErr = err
+				return
+			}
+		}
+	}()
+	var rtts []time.Duration
+	start := time.Now()
+	var err error
+	for len(rtts) < lim.n && time.Since(start) < lim.d {
+		t0 := time.Now()
+		if err = write(a, b); err != nil {
+			break
+		}
+		if err = recv(a, busy); err != nil {
+			break
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	stop.Store(true)
+	cancel()
+	wg.Wait()
+	if err == nil {
+		err = echoErr
+	}
+	if err != nil {
+		return latency{}, err
+	}
+	return summarize(rtts), nil
+}
+
+func summarize(rtts []time.Duration) latency {
+	if len(rtts) == 0 {
+		return latency{}
+	}
+	slices.Sort(rtts)
+	return latency{n: len(rtts), p50: rtts[len(rtts)/2], p99: rtts[len(rtts)*99/100]}
+}
