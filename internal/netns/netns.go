@@ -38,9 +38,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Side selects one end of a Pair.
@@ -76,6 +78,9 @@ type End struct {
 	MAC     net.HardwareAddr // veth MAC
 	Addr    netip.Addr       // IPv4 address
 	Prefix  netip.Prefix     // Addr with its /24
+	// LinkLocal is the IPv6 link-local address (with Options.NoDAD only:
+	// NewPair waits until it is usable; otherwise the zero Addr).
+	LinkLocal netip.Addr
 
 	handle netns.NsHandle
 }
@@ -238,7 +243,42 @@ func (p *Pair) create(opts Options) error {
 			return fmt.Errorf("configuring %s in %s: %w", e.Ifname, e.NS, err)
 		}
 	}
+	if opts.NoDAD {
+		for _, e := range []*End{&p.A, &p.B} {
+			if err := e.waitLinkLocal(); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// waitLinkLocal waits (at most 5 s) for the kernel to configure the IPv6
+// link-local address, which happens shortly after the link comes up.
+func (e *End) waitLinkLocal() error {
+	h, err := netlink.NewHandleAt(e.handle)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByIndex(e.Ifindex)
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		addrs, err := h.AddrList(l, netlink.FAMILY_V6)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			ip, ok := netip.AddrFromSlice(a.IP)
+			if ok && ip.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0 {
+				e.LinkLocal = ip
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no IPv6 link-local address on %s after 5 s", e.Ifname)
 }
 
 func (e *End) configure(opts Options) error {

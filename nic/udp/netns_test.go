@@ -4,6 +4,7 @@ package udp
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -112,7 +113,10 @@ func readWithin(t *testing.T, read func() (int, error)) int {
 func TestLinkLocal(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{NoDAD: true})
 	ll := func(e netns.End) netip.Addr {
-		return netaddr.DefaultGID(e.MAC).Addr().WithZone(e.Ifname)
+		if e.LinkLocal != netaddr.DefaultGID(e.MAC).Addr() {
+			t.Fatalf("link-local %v is not the EUI-64 default GID", e.LinkLocal)
+		}
+		return e.LinkLocal.WithZone(e.Ifname)
 	}
 	var a, b *Link
 	for _, s := range []netns.Side{netns.A, netns.B} {
@@ -146,5 +150,74 @@ func TestLinkLocal(t *testing.T) {
 	}
 	if _, err := Open(Config{Local: netip.AddrPortFrom(src, 4791)}); err == nil {
 		t.Fatal("link-local address without zone accepted")
+	}
+}
+
+// TestRxeLikeSenders pins the peer matrix of the package comment with a raw
+// sender that builds frames the way rxe does: per-QP UDP source port, TTL 1,
+// a traffic class, and for IPv4 a non-zero kernel-style ID, for IPv6 a flow
+// label. IPv6 frames verify at the UDP backend; IPv4 ones cannot (the ID is
+// covered by the ICRC and a UDP socket never sees it) and fail the check
+// instead of being silently accepted.
+func TestRxeLikeSenders(t *testing.T) {
+	p := netns.NewPair(t, netns.Options{NoDAD: true})
+	llA, llB := p.A.LinkLocal, p.B.LinkLocal
+	var u4, u6 *Link
+	var raw *afpacket.Link
+	if err := p.Do(netns.A, func() (err error) {
+		if u4, err = Open(Config{Local: netip.AddrPortFrom(p.A.Addr, 4791)}); err != nil {
+			return err
+		}
+		u6, err = Open(Config{Local: netip.AddrPortFrom(llA.WithZone(p.A.Ifname), 4791)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer u4.Close()
+	defer u6.Close()
+	if err := p.Do(netns.B, func() (err error) {
+		raw, err = afpacket.Open(p.B.Ifname, afpacket.Options{LowLatency: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+
+	send := func(src, dst netip.Addr) {
+		fr := &wire.Frame{
+			DstMAC: [6]byte(p.A.MAC), SrcMAC: [6]byte(p.B.MAC),
+			SrcIP: src, DstIP: dst, HopLimit: 1, TrafficClass: 0x02, IPID: 0x5a5a, FlowLabel: 0x12345,
+			SrcPort: 0xC132,
+			BTH:     wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: 3},
+		}
+		buf := make([]byte, fr.Len(64))
+		n, err := wire.BuildPayload(buf, fr, make([]byte, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := raw.WriteBatch([][]byte{buf[:n]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+	var pk wire.Packet
+
+	send(llB, llA)
+	if readWithin(t, func() (int, error) { return u6.ReadBatch(bufs, sizes) }) != 1 {
+		t.Fatal("IPv6: nothing")
+	}
+	if err := wire.Parse(bufs[0][:sizes[0]], &pk); err != nil {
+		t.Fatalf("IPv6 rxe-like frame: %v", err)
+	}
+	if pk.UDP.SrcPort() != 0xC132 {
+		t.Fatalf("IPv6: source port %#x, want the sender's 0xc132", pk.UDP.SrcPort())
+	}
+
+	send(p.B.Addr, p.A.Addr)
+	if readWithin(t, func() (int, error) { return u4.ReadBatch(bufs, sizes) }) != 1 {
+		t.Fatal("IPv4: nothing")
+	}
+	if err := wire.Parse(bufs[0][:sizes[0]], &pk); !errors.Is(err, wire.ErrBadICRC) {
+		t.Fatalf("IPv4 frame with ID 0x5a5a: Parse = %v, want ErrBadICRC", err)
 	}
 }

@@ -49,7 +49,8 @@
 //   - goroce(udp) ↔ goroce(udp): IPv4 and IPv6, any ports.
 //   - goroce(udp) → rxe/mlx5 or goroce(afpacket/afxdp): IPv4 and IPv6, when
 //     datagrams go to port 4791 (the wire header is canonical).
-//   - rxe/mlx5 → goroce(udp) on port 4791: IPv6 only. rxe puts a kernel
+//   - rxe/mlx5 → goroce(udp) on port 4791: IPv6 only (the socket accepts
+//     rxe's zero IPv6 UDP checksum, UDP_NO_CHECK6_RX). rxe puts a kernel
 //     chosen IPv4 ID in every packet, which a UDP socket cannot see, so IPv4
 //     packets from rxe fail the ICRC check (the transport drops and counts
 //     them). A goroce raw backend sender interoperates if its transport uses
@@ -205,6 +206,13 @@ func Open(cfg Config) (*Link, error) {
 		err = unix.SetsockoptInt(l.fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 		if err == nil {
 			err = unix.SetsockoptInt(l.fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
+		}
+		if err == nil {
+			// rxe sends IPv6 UDP with checksum 0 (its tunnel socket turns
+			// the RFC 8200 checksum off; the ICRC protects the data), which
+			// the kernel drops unless the socket accepts it. Sending keeps
+			// real checksums, which every receiver accepts.
+			err = unix.SetsockoptInt(l.fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1)
 		}
 	} else {
 		err = unix.SetsockoptInt(l.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
