@@ -2,8 +2,13 @@
 // in batches. It knows nothing of RoCE transport: a backend only carries
 // frames (for the raw backends: Ethernet + IP + UDP 4791 + BTH ... + ICRC).
 //
-// Backends: the in-memory link in this package (tests, demo, deterministic
-// simulation), and the real ones in subpackages (afpacket, afxdp, udp).
+// Backends: the in-memory link in this package (MemLink: tests, demo,
+// deterministic simulation with seeded faults and a fake clock), and the
+// real ones in subpackages: afpacket (AF_PACKET rings, root), afxdp (AF_XDP,
+// root) and udp (an ordinary UDP socket, unprivileged, goroce-to-goroce and
+// a stated subset of rxe). TapLink wraps any of them to capture their frames
+// as pcap. Subpackage netaddr answers the addressing questions (GID table,
+// path MTU, neighbour MAC, holding port 4791) for the real ones.
 package nic
 
 import (
