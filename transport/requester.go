@@ -117,7 +117,10 @@ func (q *QP) pump(now time.Time) {
 			}
 			q.assign(w)
 		}
-		if q.nextPSN.Diff(q.compPSN) >= MaxUnackedPSNs {
+		// rxe_requester stalls when psn_compare(req.psn, comp.psn +
+		// RXE_MAX_UNACKED_PSNS) > 0: comp.psn+128 itself is still sent, so
+		// 129 PSNs may be outstanding (">=" here stopped one short).
+		if q.nextPSN.Diff(q.compPSN) > MaxUnackedPSNs {
 			break // window full (rxe: req.psn > comp.psn + RXE_MAX_UNACKED_PSNS)
 		}
 		if !q.sendNext(w) {
