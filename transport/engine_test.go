@@ -140,3 +140,20 @@ func TestEnginePSNWrap(t *testing.T) {
 		t.Fatalf("next PSN %#x (attr %#x), want 0x20", uint32(next), uint32(e.a.q.Attr().SQPSN))
 	}
 }
+
+// TestWindow: the requester sends PSNs up to comp_psn + RXE_MAX_UNACKED_PSNS
+// inclusive and stalls only when req.psn > comp.psn + 128 (rxe_requester),
+// i.e. 129 packets are in flight before the first ACK; each ACK reopens it.
+func TestWindow(t *testing.T) {
+	e := newEPair(t, eopts{})
+	// Nothing is delivered until e.run: A's frames wait in its ring.
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 300*1024)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	if n := e.a.out.tail - e.a.out.head; n != transport.MaxUnackedPSNs+1 {
+		t.Fatalf("%d packets sent before any ACK, rxe sends %d", n, transport.MaxUnackedPSNs+1)
+	}
+	e.run(0)
+	if w := e.a.scq.take(); len(w) != 1 || w[0].Status != transport.WCSuccess {
+		t.Fatalf("completions %v", w)
+	}
+}
