@@ -20,6 +20,10 @@
 //     nic.Link.WriteBatch as fast as it takes them, counted at B (138-byte
 //     frames for the message rate, path-MTU frames for the goodput), and
 //     single-frame round trips;
+//   - for AF_PACKET, the same ping-pong with both devices in manual mode
+//     (qp.Config.Manual: no receive or timer goroutine; the application's
+//     goroutine spins on Device.Poll and CQ.Poll), the engine's round trip
+//     without goroutine hand-offs;
 //   - TCP: one connection, 64 KiB writes, and 64-byte ping-pong.
 //
 // Every cell is bounded in time (-time, at most 3 s) and count. Needs root.
@@ -192,8 +196,8 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 			streams = append(streams, streamRes{op.name, size, t, err})
 		}
 	}
-	var lats [2]latency
-	var latErrs [2]error
+	lats := make([]latency, 2)
+	latErrs := make([]error, 2)
 	if mtu == 1500 {
 		for i, busy := range []bool{true, false} {
 			runtime.GC()
@@ -202,6 +206,12 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 		}
 	}
 	p.Close()
+	var polled latency
+	var polledErr error
+	if mtu == 1500 && backend == netdev.AFPacket {
+		polled, polledErr = polledPingPong(pair, limit{cell.d, 20_000})
+		progress("%s MTU %d: polled ping-pong: p50 %v p99 %v n %d err %v", backend, mtu, polled.p50, polled.p99, polled.n, polledErr)
+	}
 
 	r, err := openRaw(pair, backend)
 	var small, full rawRate
@@ -256,7 +266,13 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 		rows = append(rows, rw)
 	}
 	if mtu == 1500 {
-		for i, modeName := range []string{"busy (CQ.Poll)", "blocking (CQ.Wait)"} {
+		modes := []string{"busy (CQ.Poll)", "blocking (CQ.Wait)"}
+		if backend == netdev.AFPacket {
+			modes = append(modes, "polled devices (manual mode: Device.Poll + CQ.Poll, no goroutines)")
+			lats = append(lats, polled)
+			latErrs = append(latErrs, polledErr)
+		}
+		for i, modeName := range modes {
 			rw := row{backend: name, mtu: mtuCol, what: "64 B WRITE_WITH_IMM round trip, " + modeName}
 			if latErrs[i] != nil {
 				rw.goroce = "error: " + latErrs[i].Error()
