@@ -3,6 +3,7 @@ package interop
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -91,4 +92,51 @@ func (p *HostProc) Output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stdout.String() + p.stderr.String()
+}
+
+// HostWaitListen waits until a TCP socket listens on port in the host
+// namespace (a goroce server started with HostStart is ready for a VM's
+// client), at most timeout. It reads /proc/thread-self/net/tcp{,6} from a
+// thread inside the namespace, so it does not connect (the stock tools'
+// servers accept exactly one connection).
+func (h *Harness) HostWaitListen(port int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var found bool
+		err := h.HostDo(func() error {
+			for _, f := range []string{"/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"} {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					continue // no IPv6
+				}
+				if listensOn(string(b), port) {
+					found = true
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if found {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("interop: nothing listens on TCP port %d in %s after %v", port, h.hostNS, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// listensOn reports whether a /proc/net/tcp table has a socket in state
+// LISTEN (0A) on local port port.
+func listensOn(table string, port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, line := range strings.Split(table, "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+			return true
+		}
+	}
+	return false
 }

@@ -65,6 +65,32 @@ func TestBootOneVM(t *testing.T) {
 	if err != nil || got != "hello-from-vm\n" {
 		t.Errorf("TCP from the host namespace to VM 0: %v, read %q", err, got)
 	}
+	// A listener opened inside HostDo stays in the host namespace: it is seen
+	// listening (HostWaitListen does not connect) and a VM client reaches it.
+	var ln net.Listener
+	if err := h.HostDo(func() (err error) {
+		ln, err = net.Listen("tcp4", netip.AddrPortFrom(h.HostIP(), 7001).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		conn.Write([]byte("hello-from-host\n"))
+		conn.Close()
+	}()
+	if err := h.HostWaitListen(7001, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r = h.Run(0, "nc "+h.HostIP().String()+" 7001 </dev/null", 30*time.Second).Check(t)
+	if r.Stdout != "hello-from-host\n" {
+		t.Errorf("VM client read %q from the host-namespace listener", r.Stdout)
+	}
+
 	// A host command in the host namespace sees only its own interface.
 	p, err := h.HostStart("ip", "-o", "-4", "addr", "show")
 	if err != nil {

@@ -75,3 +75,21 @@ func TestL4PayloadTruncated(t *testing.T) {
 		}
 	}
 }
+
+func TestListensOn(t *testing.T) {
+	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 011200C6:4857 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0
+   1: 011200C6:1B59 0B1200C6:8001 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1
+`
+	for _, tc := range []struct {
+		port int
+		want bool
+	}{{18519, true}, {7001, false}, {4791, false}} {
+		if got := listensOn(table, tc.port); got != tc.want {
+			t.Errorf("listensOn(%d) = %v, want %v", tc.port, got, tc.want)
+		}
+	}
+	if listensOn("", 1) || listensOn("header only", 1) {
+		t.Error("empty table listens")
+	}
+}
