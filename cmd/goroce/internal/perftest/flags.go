@@ -217,6 +217,12 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 			f.RxDepth = int(f.Iters)
 		}
 	}
+	// A BW test requests a completion every cq_mod sends and may have only
+	// tx_depth outstanding, so cq_mod shrinks to tx_depth (write_bw_4k.log:
+	// "CQ Moderation : 20" for -n 20).
+	if t.BW() && f.CQMod > f.TxDepth {
+		f.CQMod = f.TxDepth
+	}
 	return f, nil
 }
 

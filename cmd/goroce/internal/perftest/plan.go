@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -213,6 +215,11 @@ type Hooks struct {
 	// A BW client returns the report that Reports sends; other callers
 	// return whatever they will print (it is kept in Outcome.Local).
 	Traffic func(size uint64, peer []KeyMsg) (BWReport, error)
+	// After is called after every step that succeeded, with what the run
+	// learned so far (the tools print their address lines after the second
+	// key exchange, a BW server its table line after Reports). An error
+	// stops the run as a failed step would.
+	After func(index int, step Step, out *Outcome) error
 }
 
 // Config is a run of one test.
@@ -226,6 +233,11 @@ type Config struct {
 	MTU                    MTU
 	DontExchangeVersions   bool
 	ReportPerPort          bool
+	// ExchangeTimeout, when positive, bounds each message exchange on the
+	// control connection, so that a dead or wedged peer cannot hang the
+	// run. It does not apply to the exchanges that wait for the end of
+	// either side's traffic (WaitsForTraffic): their length is the test's.
+	ExchangeTimeout time.Duration
 	// Trace, when set, is given every message (see Session.Trace).
 	Trace func(out bool, what string, b []byte)
 }
@@ -262,21 +274,101 @@ var ErrNoKeys = errors.New("perftest: Setup returned no keys")
 // blocked read or write by expiring conn's deadline. conn is closed when
 // Run returns after a close step, and left open on error.
 func Run(ctx context.Context, conn net.Conn, cfg Config, hooks Hooks) (Outcome, error) {
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	// The deadline is set from two places: the cancellation below and the
+	// per-step timeout. mu and cancelled keep a step from lifting the past
+	// deadline that cancellation set.
+	var (
+		mu        sync.Mutex
+		cancelled bool
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		cancelled = true
+		conn.SetDeadline(time.Unix(1, 0))
+		mu.Unlock()
+	})
 	defer stop()
+	setDeadline := func(d time.Time) {
+		mu.Lock()
+		if !cancelled {
+			conn.SetDeadline(d)
+		}
+		mu.Unlock()
+	}
 	s := NewSession(conn, cfg.Server)
 	s.DontExchangeVersions = cfg.DontExchangeVersions
 	s.Trace = cfg.Trace
 	var out Outcome
-	for i, step := range Steps(cfg.Test, cfg.Server, cfg.Plan) {
-		if err := runStep(s, cfg, hooks, step, &out); err != nil {
+	steps := Steps(cfg.Test, cfg.Server, cfg.Plan)
+	long := WaitsForTraffic(cfg.Test, cfg.Server, cfg.Plan)
+	for i, step := range steps {
+		if cfg.ExchangeTimeout > 0 && step.Kind.OnWire() {
+			if long[i] {
+				setDeadline(time.Time{})
+			} else {
+				setDeadline(time.Now().Add(cfg.ExchangeTimeout))
+			}
+		}
+		err := runStep(s, cfg, hooks, step, &out)
+		if err == nil && hooks.After != nil {
+			err = hooks.After(i, step, &out)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+			} else if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = fmt.Errorf("%w: no answer from the peer within %v", err, cfg.ExchangeTimeout)
 			}
 			return out, &StepError{Index: i, Step: step, Err: err}
 		}
 	}
 	return out, nil
+}
+
+// OnWire reports whether the step exchanges messages with the peer.
+func (k StepKind) OnWire() bool {
+	switch k {
+	case StepHello, StepKeys, StepSync, StepReports, StepClose, StepLingerClose:
+		return true
+	}
+	return false
+}
+
+// WaitsForTraffic returns, for each step of Steps(t, server, cfg), whether
+// it is an exchange that may wait for the end of a traffic phase: the first
+// exchange after a Traffic step of either side (the wire steps of both
+// sides agree one to one, so the peer's traffic is located by counting
+// them). A write_bw server's Sync after the handshake that starts the
+// client's run is one; the exchanges before any traffic are not.
+func WaitsForTraffic(t Test, server bool, cfg PlanConfig) []bool {
+	mark := func(steps []Step) map[int]bool {
+		m := map[int]bool{} // wire ordinal → preceded by traffic
+		wire, traffic := 0, false
+		for _, s := range steps {
+			switch {
+			case s.Kind == StepTraffic:
+				traffic = true
+			case s.Kind.OnWire():
+				if traffic {
+					m[wire] = true
+				}
+				wire++
+				traffic = false
+			}
+		}
+		return m
+	}
+	own, peer := mark(Steps(t, server, cfg)), mark(Steps(t, !server, cfg))
+	steps := Steps(t, server, cfg)
+	out := make([]bool, len(steps))
+	wire := 0
+	for i, s := range steps {
+		if s.Kind.OnWire() {
+			out[i] = own[wire] || peer[wire]
+			wire++
+		}
+	}
+	return out
 }
 
 func runStep(s *Session, cfg Config, hooks Hooks, step Step, out *Outcome) error {

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/goroce/goroce/cmd/goroce/internal/pingpong"
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/transport"
+)
+
+func init() {
+	register("pingpong", "ibv_rc_pingpong-compatible RC SEND/RECV ping-pong (server without host, client with host)",
+		func(args []string) int { return runPingpong(defaultToolEnv(), args) })
+}
+
+// The work request IDs of rc_pingpong.c.
+const (
+	pingpongRecvWRID = 1
+	pingpongSendWRID = 2
+)
+
+const pingpongUsage = `Usage:
+  goroce pingpong            start a server and wait for connection
+  goroce pingpong <host>     connect to server at <host>
+
+Options (those of ibv_rc_pingpong):
+  -p, --port=<port>      listen on/connect to port <port> (default 18515)
+  -d, --ib-dev=<dev>     use the network interface <dev> (default: the first one up with IPv4)
+  -i, --ib-port=<port>   use port <port> of IB device (default 1, the only one)
+  -s, --size=<size>      size of message to exchange (default 4096)
+  -m, --mtu=<size>       path MTU (default 1024)
+  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)
+  -n, --iters=<iters>    number of exchanges (default 1000)
+  -l, --sl=<sl>          service level value
+  -e, --events           sleep on CQ events (default poll)
+  -g, --gid-idx=<gid index> local port gid index (1: the IPv4 GID; required on RoCE)
+  -c, --chk              validate received buffer
+  -N, --new_send         accepted (the same SENDs on the wire)
+goroce options:
+  --timeout=<seconds>    give up (exit 1) after this long, waiting for the peer included;
+                         a client then retries a refused connection until the timeout
+Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto), GOROCE_VERBOSE=1.
+`
+
+// runPingpong is ibv_rc_pingpong (rdma-core 44, libibverbs/examples/
+// rc_pingpong.c) on a goroce device: the same exchange, QP attributes,
+// work requests and output lines. It returns the exit code.
+func runPingpong(env toolEnv, args []string) int {
+	args, opts, err := splitToolOptions(args)
+	if err == nil {
+		var f pingpong.Flags
+		if f, err = pingpong.ParseFlags(args); err == nil {
+			return pingpongMain(env, opts, f)
+		}
+	}
+	fmt.Fprintf(env.stderr, "goroce pingpong: %v\n%s", err, pingpongUsage)
+	return 1
+}
+
+// ppContext is struct pingpong_context.
+type ppContext struct {
+	dev     *qp.Device
+	pd      *qp.PD
+	mr      *qp.MR
+	buf     []byte
+	cq      *qp.CQ
+	qp      *qp.QP
+	size    uint32
+	rxDepth int
+	pending int
+	sendWR  qp.SendWR
+	recvWR  qp.RecvWR
+	sge     [1]qp.SGE
+}
+
+func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
+	errf := func(format string, a ...any) int {
+		fmt.Fprintf(env.stderr, format, a...)
+		return 1
+	}
+	switch {
+	case f.ODP:
+		return errf("The device isn't ODP capable or does not support RC send and receive with ODP\n")
+	case f.Timestamps:
+		return errf("The device isn't completion timestamp capable\n")
+	case f.DM:
+		return errf("Device doesn't support dm allocation\n")
+	}
+	ctx, cancel := runContext(env, opts)
+	defer cancel()
+
+	dev, err := env.open(f.IBDev)
+	if err != nil {
+		return errf("IB device %s not found: %v\n", f.IBDev, err)
+	}
+	defer dev.Close()
+	pp, err := ppInitCtx(dev, f)
+	if err != nil {
+		return errf("%v\n", err)
+	}
+	if n := pp.postRecv(pp.rxDepth); n < pp.rxDepth {
+		return errf("Couldn't post receive (%d)\n", n)
+	}
+	if f.IBPort != 1 {
+		return errf("Couldn't get port info\n")
+	}
+	my := pingpong.Dest{QPN: pp.qp.QPN(), PSN: randomPSN()}
+	if f.GIDIndex >= 0 {
+		g, err := dev.GID(f.GIDIndex)
+		if err != nil {
+			return errf("can't read sgid of index %d\n", f.GIDIndex)
+		}
+		my.GID = gidBytes(g)
+	}
+	fmt.Fprint(env.stdout, pingpong.FormatLocal(my))
+
+	connect := func(rem pingpong.Dest) error {
+		return modifyToRTS(pp.qp, rtrRTS{
+			mtu: transport.MTU(pingpong.MTUEnum(f.MTU)), destQPN: rem.QPN, rqPSN: rem.PSN, sqPSN: my.PSN,
+			dgid: rem.GID, global: !allZero(rem.GID[8:]), sgidIndex: f.GIDIndex, hopLimit: 1, sl: uint8(f.SL),
+			maxDestRdAtomic: 1, maxRdAtomic: 1, timeout: 14,
+		})
+	}
+	var rem pingpong.Dest
+	if f.Host == "" {
+		rem, err = ppServerExchange(ctx, env, f, my, connect)
+	} else {
+		rem, err = ppClientExchange(ctx, f, my)
+	}
+	if err != nil {
+		return errf("%v\n", err)
+	}
+	fmt.Fprint(env.stdout, pingpong.FormatRemote(rem))
+	if f.Host != "" {
+		if err := connect(rem); err != nil {
+			return errf("%v\n", err)
+		}
+	}
+
+	pageSize := os.Getpagesize()
+	pp.pending = pingpongRecvWRID
+	if f.Host != "" {
+		if f.Check {
+			// for (i = 0; i < size; i += page_size) buf[i] = i / page_size % sizeof(char): 0
+			for i := 0; i < len(pp.buf); i += pageSize {
+				pp.buf[i] = 0
+			}
+		}
+		if err := pp.qp.PostSend(&pp.sendWR); err != nil {
+			return errf("Couldn't post send\n")
+		}
+		pp.pending |= pingpongSendWRID
+	}
+
+	tctx, watch := watchProgress(ctx, env.idle)
+	defer watch.stop()
+	p := &poller{ctx: tctx, events: f.Events, watch: watch}
+	start := time.Now()
+	routs := pp.rxDepth
+	var rcnt, scnt uint32
+	var wc [2]qp.WC
+	for rcnt < f.Iters || scnt < f.Iters {
+		n, err := p.poll(pp.cq, wc[:])
+		if err != nil {
+			return errf("poll CQ failed: %v\n", err)
+		}
+		for i := range n {
+			if err := pp.parseWC(&wc[i], &scnt, &rcnt, &routs, f.Iters); err != nil {
+				fmt.Fprint(env.stderr, err.Error())
+				return errf("parse WC failed %d\n", n)
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	fmt.Fprint(env.stdout, pingpong.FormatStats(f.Size, f.Iters, elapsed))
+
+	bad := false
+	if f.Host == "" && f.Check {
+		// rc_pingpong checks the first byte of each page of what the client
+		// sent (0; the rest is the 0x7b the buffer was filled with). We check
+		// every byte, with the same message per page.
+		for page := 0; page*pageSize < len(pp.buf); page++ {
+			chunk := pp.buf[page*pageSize : min((page+1)*pageSize, len(pp.buf))]
+			ok := chunk[0] == 0
+			for _, c := range chunk[1:] {
+				ok = ok && c == 0x7b
+			}
+			if !ok {
+				fmt.Fprint(env.stdout, pingpong.FormatInvalidPage(page))
+				bad = true
+			}
+		}
+	}
+	if env.buffers != nil {
+		env.buffers("final", append([]byte(nil), pp.buf...))
+	}
+	if bad {
+		return 1
+	}
+	return 0
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ppInitCtx is pp_init_ctx: a page-size-independent buffer of size bytes
+// filled with 0x7b and registered with LOCAL_WRITE, one CQ of rx_depth+1
+// entries for both queues, and an RC QP (max_send_wr 1, max_recv_wr
+// rx_depth) moved to INIT with no remote access.
+func ppInitCtx(dev *qp.Device, f pingpong.Flags) (*ppContext, error) {
+	pp := &ppContext{dev: dev, size: f.Size, rxDepth: int(f.RxDepth), buf: make([]byte, f.Size)}
+	for i := range pp.buf {
+		pp.buf[i] = 0x7b // memset(ctx->buf, 0x7b, size)
+	}
+	pp.pd = dev.AllocPD()
+	var err error
+	if pp.mr, err = pp.pd.RegMR(pp.buf, memreg.LocalWrite); err != nil {
+		return nil, fmt.Errorf("Couldn't register MR: %w", err)
+	}
+	if pp.cq, err = dev.CreateCQ(int(f.RxDepth) + 1); err != nil {
+		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
+	}
+	pp.qp, err = pp.pd.CreateQP(qp.InitAttr{SendCQ: pp.cq, RecvCQ: pp.cq,
+		Cap: qp.Caps{MaxSendWR: 1, MaxRecvWR: int(f.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, fmt.Errorf("Couldn't create QP: %w", err)
+	}
+	if err := modifyToInit(pp.qp, f.IBPort, 0); err != nil {
+		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
+	}
+	pp.sge[0] = qp.SGE{Addr: pp.mr.IOVA(), Length: f.Size, LKey: pp.mr.LKey()}
+	pp.recvWR = qp.RecvWR{WRID: pingpongRecvWRID, SGL: pp.sge[:]}
+	pp.sendWR = qp.SendWR{WRID: pingpongSendWRID, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: pp.sge[:]}
+	return pp, nil
+}
+
+// postRecv is pp_post_recv: it returns how many receives it posted.
+func (pp *ppContext) postRecv(n int) int {
+	for i := range n {
+		if pp.qp.PostRecv(&pp.recvWR) != nil {
+			return i
+		}
+	}
+	return n
+}
+
+// parseWC is parse_single_wc without timestamps: count the completion,
+// refill the receive queue when one or fewer receives remain, and post the
+// next SEND once both the last SEND and the last RECV completed.
+func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, routs *int, iters uint32) error {
+	if wc.Status != transport.WCSuccess {
+		return errors.New(pingpong.FormatFailedStatus(int(wc.Status), wc.WRID))
+	}
+	switch wc.WRID {
+	case pingpongSendWRID:
+		*scnt++
+	case pingpongRecvWRID:
+		*routs--
+		if *routs <= 1 {
+			*routs += pp.postRecv(pp.rxDepth - *routs)
+			if *routs < pp.rxDepth {
+				return fmt.Errorf("Couldn't post receive (%d)\n", *routs)
+			}
+		}
+		*rcnt++
+	default:
+		return fmt.Errorf("Completion for unknown wr_id %d\n", int32(wc.WRID))
+	}
+	pp.pending &^= int(wc.WRID)
+	if *scnt < iters && pp.pending == 0 {
+		if err := pp.qp.PostSend(&pp.sendWR); err != nil {
+			return fmt.Errorf("Couldn't post send\n")
+		}
+		pp.pending = pingpongRecvWRID | pingpongSendWRID
+	}
+	return nil
+}
+
+// ppServerExchange is pp_server_exch_dest: listen (every address family),
+// accept one client, read its record, connect the QP, answer.
+func ppServerExchange(ctx context.Context, env toolEnv, f pingpong.Flags, my pingpong.Dest,
+	connect func(pingpong.Dest) error) (pingpong.Dest, error) {
+	ln, err := pingpong.Listen(f.Port)
+	if err != nil {
+		return pingpong.Dest{}, fmt.Errorf("Couldn't listen to port %d: %w", f.Port, err)
+	}
+	if env.listening != nil {
+		env.listening(ln.Addr())
+	}
+	conn, err := acceptOne(ctx, ln)
+	if err != nil {
+		return pingpong.Dest{}, fmt.Errorf("accept() failed: %w", err)
+	}
+	defer conn.Close()
+	defer withExchangeDeadline(ctx, conn)()
+	var connErr error
+	rem, err := pingpong.ServerExchange(conn, my, func(d pingpong.Dest) error {
+		connErr = connect(d)
+		return connErr
+	})
+	switch {
+	case connErr != nil:
+		return rem, fmt.Errorf("%w\nCouldn't connect to remote QP", connErr)
+	case err != nil:
+		return rem, fmt.Errorf("Couldn't read remote address: %w", ctxErr(ctx, err))
+	}
+	return rem, nil
+}
+
+// ppClientExchange is pp_client_exch_dest.
+func ppClientExchange(ctx context.Context, f pingpong.Flags, my pingpong.Dest) (pingpong.Dest, error) {
+	conn, err := dialPeer(ctx, "tcp", f.Host, f.Port)
+	if err != nil {
+		return pingpong.Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w", f.Host, f.Port, err)
+	}
+	defer conn.Close()
+	defer withExchangeDeadline(ctx, conn)()
+	rem, err := pingpong.ClientExchange(conn, my)
+	if err != nil {
+		return rem, fmt.Errorf("Couldn't read/write remote address: %w", ctxErr(ctx, err))
+	}
+	return rem, nil
+}
+
+// ctxErr names the context's cause when it ended an I/O error.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+	}
+	return err
+}

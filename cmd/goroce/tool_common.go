@@ -1,0 +1,413 @@
+package main
+
+// Shared by the ibv_rc_pingpong- and perftest-compatible subcommands
+// (pingpong.go, perftest.go): how they open a device, how they wait for
+// completions, and the bounds that keep a dead peer from hanging a script.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/netdev"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+// toolEnv is what a tool subcommand takes from its surroundings. The
+// registered commands use defaultToolEnv; tests build their own (devices on
+// an in-memory link, captured output, the server's port).
+type toolEnv struct {
+	ctx            context.Context
+	stdout, stderr io.Writer
+	// open opens the device that -d names ("" when -d is not given).
+	open func(name string) (*qp.Device, error)
+	// listening, when set, learns the server's TCP address once it listens
+	// (tests pass -p 0 and connect the client to the port it got).
+	listening func(net.Addr)
+	// buffers, when set, sees a copy of the registered buffer after setup
+	// ("init") and at the end of a successful run ("final").
+	buffers func(stage string, buf []byte)
+	// idle bounds how long a traffic phase may go without any completion
+	// (or, in write_lat, any arrival) before the run fails; 0 means
+	// defaultIdle.
+	idle time.Duration
+}
+
+// openDevice opens the goroce device of a tool run: the RoCE device bound
+// to network interface name (the first usable interface when name is ""),
+// with the backend that GOROCE_BACKEND names (auto, afxdp, afpacket or udp;
+// default auto).
+var openDevice = func(name string) (*qp.Device, error) {
+	if name == "" {
+		ifname, err := defaultInterface()
+		if err != nil {
+			return nil, err
+		}
+		name = ifname
+	}
+	backend := os.Getenv("GOROCE_BACKEND")
+	if backend == "" {
+		backend = netdev.Auto
+	}
+	level := slog.LevelWarn
+	if os.Getenv("GOROCE_VERBOSE") != "" {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	dev, _, err := netdev.Open(name, netdev.Options{Backend: backend, Logger: logger})
+	return dev, err
+}
+
+func defaultToolEnv() toolEnv {
+	return toolEnv{ctx: context.Background(), stdout: os.Stdout, stderr: os.Stderr, open: openDevice}
+}
+
+// defaultInterface is what stands in for "the first RDMA device" of the
+// C tools: the first interface that is up, not a loopback, and has an IPv4
+// address.
+func defaultInterface() (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+				return ifc.Name, nil
+			}
+		}
+	}
+	return "", errors.New("no network interface is up with an IPv4 address; name one with -d")
+}
+
+const (
+	// exchangeTimeout bounds the out-of-band exchange once connected.
+	exchangeTimeout = 30 * time.Second
+	// dialTimeout bounds one TCP connection attempt.
+	dialTimeout = 10 * time.Second
+	// defaultIdle: perftest's check_alive gives up after 60 s without progress.
+	defaultIdle = 60 * time.Second
+)
+
+// keepAlive makes a silent dead peer (host gone, cable pulled) surface as
+// a read error within about 25 s instead of never.
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+func tuneConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetKeepAliveConfig(keepAlive)
+	}
+}
+
+// toolOptions are goroce's additions to the tools' command lines. They
+// are taken out before the tool's own parser sees the arguments, so that
+// the rest is parsed exactly as the C tool parses it.
+type toolOptions struct {
+	// timeout bounds the whole run, waiting for the peer included; on
+	// expiry the tool exits 1. With a timeout, a client whose server is not
+	// listening yet retries until the timeout instead of failing at once.
+	timeout time.Duration
+}
+
+// splitToolOptions removes --timeout=DUR / --timeout DUR (seconds, or a Go
+// duration such as 1m30s) from args.
+func splitToolOptions(args []string) ([]string, toolOptions, error) {
+	var o toolOptions
+	rest := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		var val string
+		switch {
+		case a == "--timeout":
+			if i+1 == len(args) {
+				return nil, o, errors.New("option --timeout requires an argument")
+			}
+			i++
+			val = args[i]
+		case strings.HasPrefix(a, "--timeout="):
+			val = strings.TrimPrefix(a, "--timeout=")
+		default:
+			rest = append(rest, a)
+			continue
+		}
+		d, err := parseSeconds(val)
+		if err != nil {
+			return nil, o, fmt.Errorf("--timeout %q: %w", val, err)
+		}
+		o.timeout = d
+	}
+	return rest, o, nil
+}
+
+func parseSeconds(s string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 || f > 1e9 {
+			return 0, errors.New("out of range")
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err == nil && d < 0 {
+		err = errors.New("negative")
+	}
+	return d, err
+}
+
+// runContext derives the run's context from env and the options; the
+// cancel function must be called.
+func runContext(env toolEnv, o toolOptions) (context.Context, context.CancelFunc) {
+	ctx := env.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if o.timeout > 0 {
+		return context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
+	}
+	return context.WithCancel(ctx)
+}
+
+// acceptOne accepts a single connection on ln and closes ln, giving up when
+// ctx ends.
+func acceptOne(ctx context.Context, ln net.Listener) (net.Conn, error) {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer ln.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, err
+	}
+	tuneConn(c)
+	return c, nil
+}
+
+// dialPeer connects to host:port. Without a deadline on ctx it tries once,
+// as the C tools do; with one (--timeout) a refused connection is retried
+// until the deadline, so that a script may start both ends at once.
+func dialPeer(ctx context.Context, network, host string, port int) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout, KeepAliveConfig: keepAlive}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	_, retry := ctx.Deadline()
+	for {
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			return c, nil
+		}
+		if !retry || !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// withExchangeDeadline bounds an exchange on c by exchangeTimeout and by
+// ctx; the returned function lifts both.
+func withExchangeDeadline(ctx context.Context, c net.Conn) func() {
+	c.SetDeadline(time.Now().Add(exchangeTimeout))
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	return func() {
+		stop()
+		c.SetDeadline(time.Time{})
+	}
+}
+
+// randomPSN is lrand48() & 0xffffff.
+func randomPSN() uint32 { return rand.Uint32() & 0xffffff }
+
+// progressWatch cancels a context when a counter of completions stops
+// moving for idle: a traffic phase whose peer died (or never sends) fails
+// instead of spinning forever, as perftest's check_alive does.
+type progressWatch struct {
+	n      atomic.Uint64
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+func watchProgress(ctx context.Context, idle time.Duration) (context.Context, *progressWatch) {
+	if idle <= 0 {
+		idle = defaultIdle
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &progressWatch{cancel: cancel, done: make(chan struct{})}
+	tick := max(idle/8, time.Millisecond)
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		last, since := w.n.Load(), time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				if n := w.n.Load(); n != last {
+					last, since = n, now
+				} else if now.Sub(since) >= idle {
+					cancel(fmt.Errorf("no progress for %v: is the peer still running?", idle))
+					return
+				}
+			}
+		}
+	}()
+	return ctx, w
+}
+
+func (w *progressWatch) tick() { w.n.Add(1) }
+
+func (w *progressWatch) stop() {
+	w.cancel(nil)
+	<-w.done
+}
+
+// poller waits for completions: busy polling (the tools' default) or CQ
+// events (-e). A busy poller yields the processor between empty polls: the
+// device's own goroutines need it on a small machine.
+type poller struct {
+	ctx    context.Context
+	events bool
+	watch  *progressWatch
+}
+
+// poll returns at least one completion, or the reason it could not.
+func (p *poller) poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
+	if p.events {
+		n, err := cq.Wait(p.ctx, wcs)
+		if err != nil && p.ctx.Err() != nil {
+			return 0, context.Cause(p.ctx)
+		}
+		if n > 0 {
+			p.watch.tick()
+		}
+		return n, err
+	}
+	for spins := 1; ; spins++ {
+		n, err := cq.Poll(wcs)
+		if n > 0 || err != nil {
+			if n > 0 {
+				p.watch.tick()
+			}
+			return n, err
+		}
+		if spins%64 == 0 && p.ctx.Err() != nil {
+			return 0, context.Cause(p.ctx)
+		}
+		runtime.Gosched()
+	}
+}
+
+// tryPoll polls once, without waiting.
+func (p *poller) tryPoll(cq *qp.CQ, wcs []qp.WC) (int, error) {
+	n, err := cq.Poll(wcs)
+	if n > 0 {
+		p.watch.tick()
+	}
+	return n, err
+}
+
+// idleWait is called when a loop found nothing to do: it yields, and
+// reports the context's end.
+func (p *poller) idleWait(spins int) error {
+	if spins%64 == 0 && p.ctx.Err() != nil {
+		return context.Cause(p.ctx)
+	}
+	runtime.Gosched()
+	return nil
+}
+
+// psnReached reports whether the 24-bit PSN cur is at or past target.
+func psnReached(cur, target wire.PSN) bool {
+	return int32(uint32(cur-target)<<8) >= 0
+}
+
+// modifyToInit is the RESET→INIT transition both tools make right after
+// creating the QP (pp_init_ctx, ctx_modify_qp_to_init).
+func modifyToInit(q *qp.QP, port int, access qp.Access) error {
+	return q.Modify(&qp.Attr{State: transport.StateInit, PKeyIndex: 0, Port: uint8(port), AccessFlags: access},
+		transport.AttrState|transport.AttrPKeyIndex|transport.AttrPort|transport.AttrAccessFlags)
+}
+
+// rtrRTS are the values of the INIT→RTR→RTS transitions that differ
+// between the tools (PROTOCOL.md §4).
+type rtrRTS struct {
+	mtu             transport.MTU
+	destQPN         uint32
+	rqPSN, sqPSN    uint32
+	dgid            [16]byte
+	global          bool // is_global: rc_pingpong sets it only for a GID with a non-zero interface id
+	sgidIndex       int
+	hopLimit        uint8
+	sl              uint8
+	maxDestRdAtomic uint8
+	maxRdAtomic     uint8
+	timeout         uint8
+}
+
+// errRTR and errRTS say which transition failed.
+var (
+	errRTR = errors.New("Failed to modify QP to RTR")
+	errRTS = errors.New("Failed to modify QP to RTS")
+)
+
+func modifyToRTS(q *qp.QP, a rtrRTS) error {
+	attr := qp.Attr{State: transport.StateRTR, PathMTU: a.mtu, DestQPN: a.destQPN, RQPSN: wire.PSN(a.rqPSN),
+		MaxDestRdAtomic: a.maxDestRdAtomic, MinRNRTimer: 12, AV: qp.AV{SL: a.sl}}
+	mask := transport.AttrState | transport.AttrPathMTU | transport.AttrDestQPN | transport.AttrRQPSN |
+		transport.AttrMaxDestRdAtomic | transport.AttrMinRNRTimer
+	if a.global {
+		if a.sgidIndex < 0 || a.sgidIndex > 255 {
+			return fmt.Errorf("%w: GID index %d", errRTR, a.sgidIndex)
+		}
+		attr.AV.DGID = netip.AddrFrom16(a.dgid)
+		attr.AV.SGIDIndex = uint8(a.sgidIndex)
+		attr.AV.HopLimit = a.hopLimit
+		mask |= transport.AttrAV
+	} else {
+		// On Ethernet the AV must carry a GRH; without one rxe refuses the
+		// transition (PROTOCOL.md §4), and so do we.
+		return fmt.Errorf("%w: the peer sent no GID (RoCE needs -g/-x on both sides)", errRTR)
+	}
+	if err := q.Modify(&attr, mask); err != nil {
+		return fmt.Errorf("%w: %w", errRTR, err)
+	}
+	attr = qp.Attr{State: transport.StateRTS, Timeout: a.timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: wire.PSN(a.sqPSN),
+		MaxRdAtomic: a.maxRdAtomic}
+	if err := q.Modify(&attr, transport.AttrState|transport.AttrTimeout|transport.AttrRetryCnt|transport.AttrRNRRetry|
+		transport.AttrSQPSN|transport.AttrMaxQPRdAtomic); err != nil {
+		return fmt.Errorf("%w: %w", errRTS, err)
+	}
+	return nil
+}
+
+// gidBytes is a GID as the 16 bytes the exchanges carry.
+func gidBytes(g qp.GID) [16]byte { return g.As16() }
