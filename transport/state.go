@@ -66,6 +66,9 @@ var rcTransitions = func() (t [7][7]transition) {
 		t[from][StateReset] = transition{ok: true}
 		t[from][StateErr] = transition{ok: true}
 	}
+	// qp_state_table has no RESET→ERR entry: a QP in RESET can only go to
+	// RESET or INIT.
+	t[StateReset][StateErr] = transition{}
 	t[StateReset][StateInit] = transition{ok: true, req: AttrPKeyIndex | AttrPort | AttrAccessFlags}
 	t[StateInit][StateInit] = transition{ok: true, optional: AttrPKeyIndex | AttrPort | AttrAccessFlags}
 	t[StateInit][StateRTR] = transition{ok: true,
@@ -80,7 +83,7 @@ var rcTransitions = func() (t [7][7]transition) {
 	t[StateSQD][StateRTS] = transition{ok: true,
 		optional: AttrCurState | AttrAltPath | AttrAccessFlags | AttrMinRNRTimer | AttrPathMigState}
 	t[StateSQD][StateSQD] = transition{ok: true,
-		optional: AttrAV | AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer | AttrPathMigState |
+		optional: AttrPort | AttrAV | AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrMinRNRTimer | AttrPathMigState |
 			AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic | AttrMaxDestRdAtomic}
 	return t
 }()
