@@ -32,6 +32,10 @@ var rcTable = []struct {
 	{transport.StateRTS, transport.StateSQD, 0, transport.AttrEnSQDAsyncNotify},
 	{transport.StateSQD, transport.StateRTS, 0,
 		transport.AttrCurState | transport.AttrAltPath | transport.AttrAccessFlags | transport.AttrMinRNRTimer | transport.AttrPathMigState},
+	{transport.StateSQD, transport.StateSQD, 0,
+		transport.AttrPort | transport.AttrAV | transport.AttrTimeout | transport.AttrRetryCnt | transport.AttrRNRRetry |
+			transport.AttrMaxQPRdAtomic | transport.AttrMaxDestRdAtomic | transport.AttrAltPath | transport.AttrAccessFlags |
+			transport.AttrPKeyIndex | transport.AttrMinRNRTimer | transport.AttrPathMigState},
 }
 
 // fullAttr holds valid values for every attribute.
@@ -133,7 +137,9 @@ func TestModifyMasks(t *testing.T) {
 	// Transitions that do not exist.
 	for _, bad := range [][2]transport.State{{transport.StateReset, transport.StateRTR}, {transport.StateReset, transport.StateRTS},
 		{transport.StateInit, transport.StateRTS}, {transport.StateRTR, transport.StateInit}, {transport.StateRTS, transport.StateRTR},
-		{transport.StateErr, transport.StateRTS}, {transport.StateRTS, transport.StateSQE}} {
+		{transport.StateErr, transport.StateRTS}, {transport.StateRTS, transport.StateSQE},
+		// qp_state_table has no RESET→ERR entry.
+		{transport.StateReset, transport.StateErr}} {
 		q, _ := newQP(t)
 		walkTo(t, q, bad[0])
 		if err := q.Modify(fullAttr(bad[1]), transport.AttrState, time.Unix(0, 0)); !errors.Is(err, transport.ErrInvalidArgument) {
