@@ -157,3 +157,34 @@ func TestWindow(t *testing.T) {
 		t.Fatalf("completions %v", w)
 	}
 }
+
+// TestSEBit: IBV_SEND_SOLICITED sets BTH.SE only on the last packet of a
+// SEND or RDMA_WRITE_WITH_IMM (rxe init_req_packet); a plain WRITE, a READ
+// and an atomic never carry it; the receive completion reports it.
+func TestSEBit(t *testing.T) {
+	e := newEPair(t, eopts{})
+	e.rec = true
+	for range 2 {
+		must(t, e.b.q.PostRecv(&transport.RecvWR{SGL: []transport.SGE{e.b.sge(0, 4096)}}))
+	}
+	for _, op := range []transport.WROpcode{transport.WRSend, transport.WRRDMAWriteWithImm, transport.WRRDMAWrite,
+		transport.WRRDMARead, transport.WRAtomicFetchAdd} {
+		e.post(e.a, &transport.SendWR{Opcode: op, Flags: transport.SendSolicited, SGL: []transport.SGE{e.a.sge(8192, 3000)},
+			RemoteAddr: e.b.mr.IOVA() + 8192, RKey: e.b.mr.RKey()})
+	}
+	e.run(0)
+	for _, l := range e.log {
+		if !l.fromA {
+			continue
+		}
+		op := l.p.Opcode()
+		want := (op == wire.RCSendLast || op == wire.RCRDMAWriteLastWithImm)
+		if l.p.BTH.SE() != want {
+			t.Errorf("%v: SE=%v", l, l.p.BTH.SE())
+		}
+	}
+	w := e.b.rcq.take()
+	if len(w) != 2 || w[0].Flags&transport.WCSolicited == 0 || w[1].Flags&transport.WCSolicited == 0 {
+		t.Fatalf("receive completions %v", w)
+	}
+}
