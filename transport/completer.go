@@ -16,7 +16,7 @@ func (q *QP) complete(p *wire.Packet, now time.Time) {
 		q.inc(CntRcvdUnknownPSN)
 		return
 	}
-	if psn.Before(q.compPSN) {
+	if psn.Before(q.compPSN) && !q.readErrorNAK(p, psn) {
 		// Already acknowledged: a late, duplicated or re-sent response.
 		q.inc(CntRcvdStaleResponse)
 		return
@@ -60,6 +60,19 @@ func (q *QP) onAck(p *wire.Packet, psn wire.PSN, now time.Time) {
 		q.rnrDeadline = now.Add(wire.RNRTimerDuration(syn.RNRTimer()))
 	case wire.SynNAK:
 		q.inc(CntRcvdNAKs)
+		if syn.NAK() != wire.NAKPSNSequenceError && q.headIsReadAt(psn) {
+			// An error NAK inside the READ at the head: the responder failed
+			// while answering it (rxe read_reply → class C NAK at the request's
+			// PSN). It ends the READ with the NAK's status; retrying it could
+			// only time out (rxe check_psn/check_ack, "Handle remote errors in
+			// the midst of a Read reply"). Beyond compPSN rxe ignores it.
+			if psn.After(q.compPSN) {
+				q.inc(CntRcvdStaleResponse)
+				return
+			}
+			q.fail(q.headWQE(), nakStatus(syn.NAK()))
+			return
+		}
 		readMissing := q.ackThrough(psn.Sub(1), now)
 		if syn.NAK() == wire.NAKPSNSequenceError {
 			q.inc(CntRcvdSeqErr)
@@ -74,19 +87,37 @@ func (q *QP) onAck(p *wire.Packet, psn wire.PSN, now time.Time) {
 			q.retryOnce(now)
 			return
 		}
-		status := WCRemOpErr
-		switch syn.NAK() {
-		case wire.NAKInvalidRequest:
-			status = WCRemInvReqErr
-		case wire.NAKRemoteAccessError:
-			status = WCRemAccessErr
-		case wire.NAKInvalidRDRequest:
-			status = WCRemInvRDReqErr
-		}
-		q.fail(q.headWQE(), status)
+		q.fail(q.headWQE(), nakStatus(syn.NAK()))
 	default:
 		q.inc(CntRcvdBadOpcode)
 	}
+}
+
+// nakStatus maps a NAK code to the requester's completion status (rxe
+// check_ack): unknown codes are REM_OP_ERR.
+func nakStatus(c wire.NAKCode) WCStatus {
+	switch c {
+	case wire.NAKInvalidRequest:
+		return WCRemInvReqErr
+	case wire.NAKRemoteAccessError:
+		return WCRemAccessErr
+	case wire.NAKInvalidRDRequest:
+		return WCRemInvRDReqErr
+	}
+	return WCRemOpErr
+}
+
+// readErrorNAK reports whether p, whose PSN is before compPSN, is an error
+// NAK for the partly answered READ at the head. rxe's responder NAKs a READ
+// that fails mid-way at the READ request's PSN, which the responses already
+// received have passed; rxe's check_psn lets such a NAK through while a READ
+// response sequence is open (comp.opcode FIRST/MIDDLE).
+func (q *QP) readErrorNAK(p *wire.Packet, psn wire.PSN) bool {
+	if p.Opcode() != wire.RCAcknowledge || p.AETH == nil {
+		return false
+	}
+	syn := p.AETH.Syndrome()
+	return syn.Kind() == wire.SynNAK && syn.NAK() != wire.NAKPSNSequenceError && q.headIsReadAt(psn)
 }
 
 // ackThrough completes, in order, every SEND/WRITE WQE whose last PSN is at

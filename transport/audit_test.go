@@ -1,0 +1,100 @@
+package transport_test
+
+// Tests from the audit of the engine against Linux rxe (docs/rxe-audit.md):
+// each pins one behaviour where goroce used to differ from rxe.
+
+import (
+	"testing"
+
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+// injectA delivers a frame built from f, addressed from B to A, straight into
+// A's engine, then lets the pair run. It returns what A sent in answer.
+func (e *epair) injectA(f wire.Frame, payload []byte) []logged {
+	e.t.Helper()
+	a, b := e.a, e.b
+	f.SrcMAC, f.DstMAC, f.SrcIP, f.DstIP, f.HopLimit = b.mac, a.mac, b.ip, a.ip, 64
+	f.SrcPort = wire.RCSourcePort(b.q.QPN(), a.q.QPN())
+	f.BTH.PKey, f.BTH.DestQP = wire.DefaultPKey, a.q.QPN()
+	buf := make([]byte, frameCap)
+	n, err := wire.BuildPayload(buf, &f, payload)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var p wire.Packet
+	if err := wire.Parse(buf[:n], &p); err != nil {
+		e.t.Fatal(err)
+	}
+	e.rec = true
+	e.log = nil
+	a.q.Receive(&p, e.now)
+	e.deliver()
+	var out []logged
+	for _, l := range e.log {
+		if l.fromA {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// A READ whose responder fails mid-way (its MR is invalidated before the
+// re-issued READ arrives) ends with REM_ACCESS_ERR at the first NAK, as in
+// rxe (check_psn/check_ack since "Handle remote errors in the midst of a
+// Read reply"). goroce used to take the NAK for a lost response, retry, and
+// end in RETRY_EXC_ERR once the dead responder let every retry time out.
+func TestAuditReadErrorNAKMidRead(t *testing.T) {
+	e := newEPair(t, eopts{timeout: 10, retry: 3})
+	first := e.a.sqPSN
+	lost := first.Add(2)
+	dropped := false
+	e.hook = func(from *side, p *wire.Packet) bool {
+		if from == e.b && p.Opcode().IsReadResponse() && p.BTH.PSN() == lost && !dropped {
+			dropped = true
+			return false
+		}
+		if from == e.a && p.Opcode() == wire.RCRDMAReadRequest && p.BTH.PSN() == lost {
+			// The re-issued READ: the responder's MR goes away first.
+			must(t, e.b.mrs.Invalidate(e.b.mr.RKey(), e.b.pd))
+		}
+		return true
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 4096)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.run(20)
+	w := e.a.scq.take()
+	if len(w) != 1 || w[0].WRID != 1 || w[0].Status != transport.WCRemAccessErr {
+		t.Fatalf("completions %v, want the READ with REM_ACCESS_ERR", w)
+	}
+	if e.a.q.State() != transport.StateErr {
+		t.Fatalf("requester state %v, want ERR", e.a.q.State())
+	}
+	if c := e.a.q.Counters[transport.CntLocalAckTimeoutErr]; c != 0 {
+		t.Fatalf("%d ACK timeouts, want 0: the NAK ends the READ", c)
+	}
+}
+
+// rxe's responder NAKs a READ that fails mid-way at the READ request's PSN
+// (read_reply → do_class_ac_error → send_ack(pkt->psn)), which is before
+// the responses already received. That NAK must end the READ, not be taken
+// for a stale response.
+func TestAuditReadErrorNAKAtRequestPSN(t *testing.T) {
+	e := newEPair(t, eopts{timeout: 10, retry: 3})
+	first := e.a.sqPSN
+	e.hook = func(from *side, p *wire.Packet) bool {
+		// B answers only the first two of the four responses.
+		return !(from == e.b && p.Opcode().IsReadResponse() && p.BTH.PSN().Diff(first) >= 2)
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 4096)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.deliver()
+	e.hook = nil
+	e.injectA(wire.Frame{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PSN: first},
+		AETH: wire.AETHFields{Syndrome: wire.NAKSyndrome(wire.NAKRemoteAccessError), MSN: 1}}, nil)
+	w := e.a.scq.take()
+	if len(w) != 1 || w[0].Status != transport.WCRemAccessErr || e.a.q.State() != transport.StateErr {
+		t.Fatalf("completions %v, state %v: want REM_ACCESS_ERR and ERR", w, e.a.q.State())
+	}
+}
