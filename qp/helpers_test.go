@@ -233,6 +233,14 @@ func newX(t testing.TB, o xopts) *xpair {
 	x.b = mk(lb, ib, ia, la.HardwareAddr(), false, Caps{})
 	ca, cb := o.connA, o.connB
 	ca.SQPSN, cb.SQPSN = o.psnA, o.psnB
+	// An ACK timeout of ≈1.07 s (18) instead of Connect's 67 ms: on a loaded
+	// machine (and under -race) a 67 ms stall makes go-back-N resend, which
+	// tests counting frames would see.
+	for _, c := range []*ConnectOptions{&ca, &cb} {
+		if c.Timeout == 0 && !c.SetRetry {
+			c.Timeout = 18
+		}
+	}
 	x.a.sentPSN, x.b.sentPSN = o.psnA, o.psnB
 	if err := x.a.qp.Connect(Remote{QPN: x.b.qp.QPN(), PSN: o.psnB, GID: ib}, ca); err != nil {
 		t.Fatal(err)
