@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -41,8 +42,11 @@ func TestBootOneVM(t *testing.T) {
 		t.Errorf("exit/stdout/stderr not carried:\n%s", r)
 	}
 	r = h.Run(0, "sleep 100", 2*time.Second)
-	if r.Err != ErrTimeout {
+	if !errors.Is(r.Err, ErrTimeout) {
 		t.Errorf("sleep 100 with a 2s timeout: %s", r)
+	}
+	if r = h.Run(0, "ps | grep -v grep | grep 'sleep 100'", 30*time.Second); r.ExitCode != 1 {
+		t.Errorf("the timed-out job still runs:\n%s", r)
 	}
 
 	// A TCP connection from the host namespace (HostDo) to a listener in the VM.
