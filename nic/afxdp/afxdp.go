@@ -320,7 +320,10 @@ func (l *Link) setupSocket(opts Options) error {
 		Size: uint32(opts.FrameSize),
 	}
 	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) {
+		// Without CAP_IPC_LOCK (in the initial user namespace) the UMEM is
+		// charged to RLIMIT_MEMLOCK, and xdp_umem_account_pages
+		// (net/xdp/xdp_umem.c) answers ENOBUFS when it does not fit.
+		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOBUFS) {
 			return notSupported("AF_XDP UMEM registration", "RLIMIT_MEMLOCK >= UMEM size or CAP_IPC_LOCK", err)
 		}
 		return opError("XDP_UMEM_REG", err)
