@@ -345,11 +345,6 @@ func (p *poller) idleWait(spins int) error {
 	return nil
 }
 
-// psnReached reports whether the 24-bit PSN cur is at or past target.
-func psnReached(cur, target wire.PSN) bool {
-	return int32(uint32(cur-target)<<8) >= 0
-}
-
 // modifyToInit is the RESET→INIT transition both tools make right after
 // creating the QP (pp_init_ctx, ctx_modify_qp_to_init).
 func modifyToInit(q *qp.QP, port int, access qp.Access) error {

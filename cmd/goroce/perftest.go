@@ -1,0 +1,852 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+func init() {
+	summaries := map[perftest.Test]string{
+		perftest.WriteBW:   "ib_write_bw-compatible RDMA WRITE bandwidth test",
+		perftest.ReadBW:    "ib_read_bw-compatible RDMA READ bandwidth test",
+		perftest.SendBW:    "ib_send_bw-compatible SEND bandwidth test",
+		perftest.AtomicBW:  "ib_atomic_bw-compatible atomic bandwidth test",
+		perftest.WriteLat:  "ib_write_lat-compatible RDMA WRITE latency test",
+		perftest.ReadLat:   "ib_read_lat-compatible RDMA READ latency test",
+		perftest.SendLat:   "ib_send_lat-compatible SEND latency test",
+		perftest.AtomicLat: "ib_atomic_lat-compatible atomic latency test",
+	}
+	for t, s := range summaries {
+		register(t.String(), s, func(args []string) int { return runPerftest(defaultToolEnv(), t, args) })
+	}
+}
+
+const perftestUsage = `Usage:
+  goroce %[1]s [options]          start a server and wait for connection
+  goroce %[1]s [options] <host>   connect to server at <host>
+
+perftest options goroce implements (the values and defaults of perftest 4.5):
+  -s, --size=<size>         message size (BW: 65536, latency: 2, atomic: 8)
+  -n, --iters=<iters>       iterations (1000; write_bw 5000)
+  -a, --all                 every size from 2 to 2^23
+  -D, --duration=<sec>      run for this long instead of -n (BW tests)
+  -q, --qp=<num>            number of QPs
+  -t, --tx-depth=<dep>      send queue depth (BW 128, latency 1)
+  -r, --rx-depth=<dep>      receives posted by a SEND receiver (512)
+  -Q, --cq-mod=<n>          one completion every n sends (100)
+  -m, --mtu=<bytes>         path MTU (default: the port's active MTU)
+  -x, --gid-index=<idx>     GID index (default 1, the IPv4 GID)
+  -d, --ib-dev=<iface>      network interface (default: the first one up with IPv4)
+  -p, --port=<port>         TCP port of the exchange (18515)
+  -F, --CPU-freq            accepted (goroce times with the OS clock)
+  -A, --atomic_type=<type>  FETCH_AND_ADD (default) or CMP_AND_SWAP
+  -I, --inline_size=<size>  inline SEND/WRITE payloads up to this size (at most 256)
+  -o, --outs=<num>          outstanding READs/atomics offered to the peer (16)
+  -u, --qp-timeout=<t>      local ACK timeout exponent (14)
+  -e, --events              sleep on CQ events instead of polling
+  -c, --connection=RC       the only connection type
+  --report_gbits            report Gb/s instead of MB/s
+  --dont_xchg_versions      do not exchange versions
+goroce options:
+  --timeout=<seconds>       give up (exit 1) after this long, waiting for the peer included;
+                            a client then retries a refused connection until the timeout
+Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto), GOROCE_VERBOSE=1.
+`
+
+// defaultOutReads is what a goroce end advertises as its out_reads (the
+// responder resources it grants the peer's READs and atomics) when -o is
+// not given: the ConnectOptions default of package qp. rxe advertises its
+// max_qp_rd_atom (128).
+const defaultOutReads = 16
+
+// runPerftest is one of perftest's eight tools (4.5-0.17, the exchange of
+// package perftest) on a goroce device. It returns the exit code.
+func runPerftest(env toolEnv, t perftest.Test, args []string) int {
+	args, opts, err := splitToolOptions(args)
+	var f perftest.Flags
+	if err == nil {
+		f, err = perftest.ParseFlags(t, args)
+	}
+	if err == nil {
+		switch {
+		case f.Duration > 0 && !t.BW():
+			err = fmt.Errorf("%w: -D in a latency test", perftest.ErrUnsupported)
+		case f.Unsorted || f.Histogram:
+			err = fmt.Errorf("%w: -U and -H (raw latency output)", perftest.ErrUnsupported)
+		case f.IBPort != 1:
+			err = fmt.Errorf("%w: IB port %d (a goroce device has port 1 only)", perftest.ErrUnsupported, f.IBPort)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(env.stderr, "goroce %v: %v\n"+perftestUsage, t, err, t)
+		return 1
+	}
+	ctx, cancel := runContext(env, opts)
+	defer cancel()
+	r := &perfRun{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == ""}
+	if err := r.run(); err != nil {
+		fmt.Fprintf(env.stderr, " %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// perfRun is one run of a tool: perftest's pingpong_context and
+// perftest_parameters for goroce.
+type perfRun struct {
+	env    toolEnv
+	ctx    context.Context
+	f      perftest.Flags
+	test   perftest.Test
+	verb   perftest.Verb
+	server bool
+
+	dev      *qp.Device
+	gidIndex int
+	outReads int
+	mtu      perftest.MTU // offered in the exchange
+	maxSize  uint64       // the largest message of the run (BUFF_SIZE uses it)
+	inline   uint64
+
+	neg       perftest.Negotiated
+	cycle     uint64
+	cacheLine uint64
+	buffSize  uint64 // BUFF_SIZE: each QP's half of the buffer
+	buf       []byte // 2 × QPs × BUFF_SIZE: sources first, then targets (the advertised vaddrs)
+	pd        *qp.PD
+	mr        *qp.MR
+	scq, rcq  *qp.CQ
+	qps       []*qp.QP
+	keysSeen  int
+
+	// SEND receivers: one receive request per QP whose address cycles.
+	rwr    []qp.RecvWR
+	rsge   [][1]qp.SGE
+	rxBase []uint64
+
+	// write_lat: the PSN the peer's next WRITE will have used up to.
+	peerPSN wire.PSN
+}
+
+func (r *perfRun) out(s string) { fmt.Fprint(r.env.stdout, s) }
+
+func (r *perfRun) run() error {
+	f := r.f
+	dev, err := r.env.open(f.IBDev)
+	if err != nil {
+		return fmt.Errorf("Unable to find the Infiniband/RoCE device %q: %w", f.IBDev, err)
+	}
+	defer dev.Close()
+	r.dev = dev
+	// gid_index -1: perftest picks the first IPv4-mapped GID, index 1.
+	r.gidIndex = f.GIDIndex
+	if r.gidIndex == -1 {
+		r.gidIndex = 1
+	}
+	if _, err := dev.GID(r.gidIndex); err != nil {
+		return fmt.Errorf("Unable to query GID index %d: %w", r.gidIndex, err)
+	}
+	r.mtu = perftest.MTU(dev.ActiveMTU())
+	if f.MTU != 0 {
+		m := perftest.MTUFromBytes(f.MTU)
+		if m > r.mtu {
+			return fmt.Errorf("Requested mtu is higher than active mtu (%d > %d)", f.MTU, r.mtu.Bytes())
+		}
+		r.mtu = m
+	}
+	r.outReads = 1
+	if r.verb == perftest.Read || r.verb == perftest.Atomic {
+		r.outReads = defaultOutReads
+		if f.OutReads > 0 {
+			r.outReads = min(f.OutReads, transport.MaxRdAtomic)
+		}
+	}
+	if f.InlineSize > 0 && (r.verb == perftest.Send || r.verb == perftest.Write) {
+		r.inline = uint64(min(f.InlineSize, transport.MaxInlineData))
+	}
+	r.maxSize = f.Size
+	if f.AllSizes {
+		r.maxSize = 1 << 23
+	}
+
+	conn, err := r.connect()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cfg := perftest.Config{Test: r.test, Server: r.server, Plan: perftest.PlanConfig{Size: f.Size, AllSizes: f.AllSizes},
+		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: exchangeTimeout}
+	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
+	if _, err := perftest.Run(r.ctx, conn, cfg, hooks); err != nil {
+		return fmt.Errorf("Failed to run the %v test: %w", r.test, err)
+	}
+	r.out(perftest.ResultLine)
+	if r.env.buffers != nil {
+		dev.RxStats() // takes the device lock: the last writes into buf happen before the copy
+		r.env.buffers("final", append([]byte(nil), r.buf...))
+	}
+	return nil
+}
+
+// connect establishes the control connection: the server prints the
+// banner and accepts one client, the client connects (IPv4, as perftest).
+func (r *perfRun) connect() (net.Conn, error) {
+	if r.server {
+		r.out(perftest.WaitingBanner)
+		ln, err := perftest.Listen(r.f.Port)
+		if err != nil {
+			return nil, fmt.Errorf("Couldn't listen to port %d: %w", r.f.Port, err)
+		}
+		if r.env.listening != nil {
+			r.env.listening(ln.Addr())
+		}
+		c, err := acceptOne(r.ctx, ln)
+		if err != nil {
+			return nil, fmt.Errorf("Unable to init the socket connection: accept: %w", err)
+		}
+		return c, nil
+	}
+	c, err := dialPeer(r.ctx, "tcp4", r.f.Host, r.f.Port)
+	if err != nil {
+		return nil, fmt.Errorf("Couldn't connect to %s:%d: %w\n Unable to init the socket connection", r.f.Host, r.f.Port, err)
+	}
+	return c, nil
+}
+
+// setup is ctx_init and set_up_connection: the buffer (random bytes, zeros
+// for write_lat), one MR over it, the CQs, the QPs in INIT, and one key
+// message per QP advertising the QP's half of the target area.
+func (r *perfRun) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
+	f := r.f
+	r.neg = n
+	r.cycle = uint64(max(n.CycleBuffer, 1))
+	r.cacheLine = uint64(max(n.CacheLine, 1))
+	nq := f.NumQPs
+	r.buffSize = perftest.BuffSize(r.maxSize, n.CycleBuffer)
+	total := 2 * uint64(nq) * r.buffSize
+	if total > 1<<34 {
+		return nil, fmt.Errorf("Couldn't allocate work buf: %d bytes", total)
+	}
+	r.buf = make([]byte, total)
+	if r.test != perftest.WriteLat {
+		fillRandom(r.buf, uint64(time.Now().UnixNano()))
+	}
+	access := memreg.LocalWrite
+	qpAccess := memreg.Access(0)
+	switch r.verb {
+	case perftest.Write:
+		access |= memreg.RemoteWrite
+		qpAccess = memreg.RemoteWrite
+	case perftest.Read:
+		access |= memreg.RemoteRead
+		qpAccess = memreg.RemoteRead
+	case perftest.Atomic:
+		access |= memreg.RemoteAtomic
+		qpAccess = memreg.RemoteAtomic
+	case perftest.Send:
+		access |= memreg.RemoteWrite
+		qpAccess = memreg.RemoteWrite | memreg.LocalWrite
+	}
+	r.pd = r.dev.AllocPD()
+	var err error
+	if r.mr, err = r.pd.RegMR(r.buf, access); err != nil {
+		return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
+	}
+	if r.scq, err = r.dev.CreateCQ(f.TxDepth*nq + 16); err != nil {
+		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
+	}
+	r.rcq = r.scq
+	maxRecv := 1
+	if r.verb == perftest.Send {
+		maxRecv = f.RxDepth
+		if r.rcq, err = r.dev.CreateCQ(f.RxDepth*nq + 16); err != nil {
+			return nil, fmt.Errorf("Couldn't create a receiver CQ: %w", err)
+		}
+	}
+	gid, _ := r.dev.GID(r.gidIndex)
+	keys := make([]perftest.KeyMsg, nq)
+	for i := range nq {
+		q, err := r.pd.CreateQP(qp.InitAttr{SendCQ: r.scq, RecvCQ: r.rcq,
+			Cap: qp.Caps{MaxSendWR: f.TxDepth, MaxRecvWR: maxRecv, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return nil, fmt.Errorf("Unable to create QP: %w", err)
+		}
+		if err := modifyToInit(q, f.IBPort, qpAccess); err != nil {
+			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
+		}
+		r.qps = append(r.qps, q)
+		keys[i] = perftest.KeyMsg{OutReads: uint16(r.outReads), QPN: q.QPN(), PSN: randomPSN(), RKey: r.mr.RKey(),
+			VAddr: perftest.TargetVAddr(r.mr.IOVA(), nq, i, r.maxSize, n.CycleBuffer), GID: gidBytes(gid)}
+	}
+	r.out(perftest.FormatTestInfo(perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
+		Device: r.dev.Name(), NumQPs: nq, Transport: "IB", PCIeRelax: r.test.BW(), TxDepth: f.TxDepth,
+		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: n.MTU, LinkType: "Ethernet", GIDIndex: r.gidIndex,
+		InlineSize: int(r.inline), OutReads: r.outReads}))
+	if r.env.buffers != nil {
+		r.env.buffers("init", append([]byte(nil), r.buf...))
+	}
+	return keys, nil
+}
+
+// fillRandom fills b with pseudo-random bytes, as create_single_mr does
+// with rand().
+func fillRandom(b []byte, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], rng.Uint64())
+	}
+	for ; i < len(b); i++ {
+		b[i] = byte(rng.Uint32())
+	}
+}
+
+// connectQPs is ctx_connect: each QP to RTR and RTS towards the peer's
+// keys, with perftest's attributes (hop limit 0xFF, min_rnr_timer 12,
+// retry and RNR retry 7, max_dest_rd_atomic = our out_reads, max_rd_atomic
+// = the peer's).
+func (r *perfRun) connectQPs(local, peer []perftest.KeyMsg) error {
+	if len(peer) != len(local) {
+		return fmt.Errorf("the peer has %d QPs, we have %d (-q must match)", len(peer), len(local))
+	}
+	for i, q := range r.qps {
+		// ctx_check_gid_compatibility: both GIDs IPv4-mapped, or neither.
+		if isV4Mapped(local[i].GID) != isV4Mapped(peer[i].GID) {
+			return errors.New("Found Incompatibility issue with GID types.\n Please Try to use a different IP version.")
+		}
+		err := modifyToRTS(q, rtrRTS{mtu: transport.MTU(r.neg.MTU), destQPN: peer[i].QPN, rqPSN: peer[i].PSN,
+			sqPSN: local[i].PSN, dgid: peer[i].GID, global: true, sgidIndex: r.gidIndex, hopLimit: 0xFF,
+			maxDestRdAtomic: uint8(local[i].OutReads), maxRdAtomic: uint8(max(min(peer[i].OutReads, transport.MaxRdAtomic), 1)),
+			timeout: uint8(r.f.QPTimeout)})
+		if err != nil {
+			return fmt.Errorf("Unable to Connect the HCA's through the link: QP %d: %w", i, err)
+		}
+	}
+	r.peerPSN = wire.PSN(peer[0].PSN)
+	return nil
+}
+
+func isV4Mapped(g [16]byte) bool {
+	for _, b := range g[:10] {
+		if b != 0 {
+			return false
+		}
+	}
+	return g[10] == 0xff && g[11] == 0xff
+}
+
+// after prints what the tools print between the steps: the address lines
+// after the second key exchange (ctx_print_pingpong_data), then the table
+// header, and a BW server's table line, the client's report.
+func (r *perfRun) after(_ int, st perftest.Step, out *perftest.Outcome) error {
+	switch st.Kind {
+	case perftest.StepKeys:
+		r.keysSeen++
+		if r.keysSeen != 2 {
+			return nil
+		}
+		for _, k := range out.Local {
+			r.out(perftest.FormatAddress("local", k, r.verb, true))
+		}
+		for _, k := range out.Peer {
+			r.out(perftest.FormatAddress("remote", k, r.verb, true))
+		}
+		if r.server && (r.test == perftest.ReadLat || r.test == perftest.AtomicLat) {
+			return nil // "Only Client post read request": the server prints no table
+		}
+		r.out(perftest.ResultLine)
+		if r.test.BW() {
+			r.out(perftest.BWHeader(r.f.ReportGbits))
+		} else {
+			r.out(perftest.LatHeader)
+		}
+	case perftest.StepReports:
+		if r.server {
+			r.out(perftest.FormatBWReport(out.RemoteReport, r.f.ReportGbits))
+		}
+	}
+	return nil
+}
+
+// prepare is ctx_set_recv_wqes for a SEND receiver: rx_depth receives per
+// QP into the QP's target half, cycling through the cycle buffer in BW
+// tests, the address reset to the start afterwards.
+func (r *perfRun) prepare(size uint64, _ []perftest.KeyMsg) error {
+	if r.verb != perftest.Send || (r.test == perftest.SendBW && !r.server) {
+		return nil
+	}
+	nq := len(r.qps)
+	if r.rwr == nil {
+		r.rwr = make([]qp.RecvWR, nq)
+		r.rsge = make([][1]qp.SGE, nq)
+		r.rxBase = make([]uint64, nq)
+	}
+	cycling := r.test.BW() && size <= r.cycle/2
+	for i, q := range r.qps {
+		r.rxBase[i] = r.mr.IOVA() + uint64(nq+i)*r.buffSize
+		r.rsge[i][0] = qp.SGE{Addr: r.rxBase[i], Length: uint32(size), LKey: r.mr.LKey()}
+		r.rwr[i] = qp.RecvWR{WRID: uint64(i), SGL: r.rsge[i][:]}
+		for j := range r.f.RxDepth {
+			if err := q.PostRecv(&r.rwr[i]); err != nil {
+				return fmt.Errorf("Couldn't post recv Qp = %d: counter=%d: %w", i, j, err)
+			}
+			if cycling {
+				r.increaseAddr(&r.rsge[i][0].Addr, size, uint64(j), r.rxBase[i])
+			}
+		}
+		r.rsge[i][0].Addr = r.rxBase[i]
+	}
+	return nil
+}
+
+// inc is perftest's INC(size, cache_line_size): the message size rounded
+// up to whole cache lines.
+func (r *perfRun) inc(size uint64) uint64 {
+	if size > r.cacheLine {
+		return (size + r.cacheLine - 1) / r.cacheLine * r.cacheLine
+	}
+	return r.cacheLine
+}
+
+// increaseAddr is increase_loc_addr / increase_rem_addr: the next message
+// goes one INC further, back to base after cycle_buffer / INC messages.
+func (r *perfRun) increaseAddr(addr *uint64, size, cnt, base uint64) {
+	inc := r.inc(size)
+	*addr += inc
+	if slots := r.cycle / inc; slots == 0 || (cnt+1)%slots == 0 {
+		*addr = base
+	}
+}
+
+// traffic runs one message size and prints its table line.
+func (r *perfRun) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
+	tctx, watch := watchProgress(r.ctx, r.env.idle)
+	defer watch.stop()
+	p := &poller{ctx: tctx, events: r.f.Events, watch: watch}
+	switch {
+	case r.test.BW() && !r.server:
+		rep, err := r.bwClient(p, size, peer)
+		if err == nil {
+			r.out(perftest.FormatBWReport(rep, r.f.ReportGbits))
+		}
+		return rep, err
+	case r.test == perftest.SendBW:
+		rep, err := r.bwServer(p, size)
+		if err == nil {
+			r.out(perftest.FormatBWReport(rep, r.f.ReportGbits))
+		}
+		return rep, err
+	}
+	var (
+		samples []float64
+		err     error
+	)
+	switch r.test {
+	case perftest.WriteLat:
+		samples, err = r.latWrite(p, size, peer)
+	case perftest.SendLat:
+		samples, err = r.latSend(p, size)
+	default:
+		samples, err = r.latReadAtomic(p, size, peer)
+	}
+	if err != nil {
+		return perftest.BWReport{}, err
+	}
+	r.out(perftest.FormatLatReport(perftest.NewLatReport(size, r.f.Iters, samples)))
+	return perftest.BWReport{Size: size, Iters: r.f.Iters}, nil
+}
+
+// sendWR builds the work request of QP i for this test: the message at the
+// QP's source area towards the peer's advertised vaddr.
+func (r *perfRun) sendWR(i int, size uint64, peer perftest.KeyMsg, sge *[1]qp.SGE) qp.SendWR {
+	sge[0] = qp.SGE{Addr: r.mr.IOVA() + uint64(i)*r.buffSize, Length: uint32(size), LKey: r.mr.LKey()}
+	wr := qp.SendWR{WRID: uint64(i), Flags: transport.SendSignaled, SGL: sge[:], RemoteAddr: peer.VAddr, RKey: peer.RKey}
+	switch r.verb {
+	case perftest.Send:
+		wr.Opcode = transport.WRSend
+	case perftest.Write:
+		wr.Opcode = transport.WRRDMAWrite
+	case perftest.Read:
+		wr.Opcode = transport.WRRDMARead
+	case perftest.Atomic:
+		sge[0].Length = 8
+		if r.f.AtomicType == perftest.FetchAndAdd {
+			wr.Opcode, wr.CompareAdd = transport.WRAtomicFetchAdd, 1 // ATOMIC_ADD_VALUE
+		} else {
+			wr.Opcode, wr.CompareAdd, wr.Swap = transport.WRAtomicCmpAndSwp, 0, 0 // ATOMIC_SWAP_VALUE
+		}
+	}
+	if (r.verb == perftest.Send || r.verb == perftest.Write) && size <= r.inline {
+		wr.Flags |= transport.SendInline
+	}
+	return wr
+}
+
+// completionError is NOTIFY_COMP_ERROR_SEND/RECV.
+func completionError(side string, wc *qp.WC, scnt, ccnt int64) error {
+	return fmt.Errorf("Completion with error at %s:\n Failed status %d (%v): wr_id %d syndrom 0x0\n scnt=%d, ccnt=%d",
+		side, wc.Status, wc.Status, wc.WRID, scnt, ccnt)
+}
+
+func (r *perfRun) side() string {
+	if r.server {
+		return "server"
+	}
+	return "client"
+}
+
+// bwClient is run_iter_bw with post_list 1: keep up to tx_depth messages
+// outstanding on each QP, ask for a completion every cq_mod of them (and
+// for the last), and time every post and every completion for the peak.
+func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
+	f := r.f
+	nq := len(r.qps)
+	duration := f.Duration > 0
+	iters := int64(f.Iters)
+	txDepth, cqMod := int64(f.TxDepth), int64(max(f.CQMod, 1))
+	wrs := make([]qp.SendWR, nq)
+	sges := make([][1]qp.SGE, nq)
+	locBase, remBase := make([]uint64, nq), make([]uint64, nq)
+	for i := range nq {
+		wrs[i] = r.sendWR(i, size, peer[i], &sges[i])
+		locBase[i], remBase[i] = sges[i][0].Addr, wrs[i].RemoteAddr
+	}
+	cycling := size <= r.cycle/2
+	scnt, ccnt := make([]int64, nq), make([]int64, nq)
+	tot := iters * int64(nq)
+	var tposted, tcompleted []int64
+	if !duration {
+		tposted, tcompleted = make([]int64, tot), make([]int64, tot)
+		for i := range tcompleted {
+			tcompleted[i] = -1
+		}
+	}
+	var wcs [16]qp.WC // CTX_POLL_BATCH
+	var totscnt, totccnt int64
+	start := time.Now()
+	deadline := start.Add(time.Duration(f.Duration) * time.Second)
+	spins := 0
+	for {
+		if duration {
+			if !time.Now().Before(deadline) {
+				break
+			}
+		} else if totscnt >= tot && totccnt >= tot {
+			break
+		}
+		posted := false
+		for idx, q := range r.qps {
+			w := &wrs[idx]
+			for (duration || scnt[idx] < iters) && scnt[idx]-ccnt[idx] < txDepth {
+				if cqMod > 1 && scnt[idx]%cqMod == 0 && (duration || scnt[idx] != iters-1) {
+					w.Flags &^= transport.SendSignaled
+				}
+				if !duration {
+					tposted[totscnt] = int64(time.Since(start))
+				}
+				if err := q.PostSend(w); err != nil {
+					return perftest.BWReport{}, fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", idx, scnt[idx], err)
+				}
+				posted = true
+				if cycling {
+					r.increaseAddr(&sges[idx][0].Addr, size, uint64(scnt[idx]), locBase[idx])
+					if r.verb != perftest.Send {
+						r.increaseAddr(&w.RemoteAddr, size, uint64(scnt[idx]), remBase[idx])
+					}
+				}
+				scnt[idx]++
+				totscnt++
+				if scnt[idx]%cqMod == cqMod-1 || (!duration && scnt[idx] == iters-1) {
+					w.Flags |= transport.SendSignaled
+				}
+			}
+		}
+		if !duration && totccnt >= tot {
+			continue
+		}
+		var n int
+		var err error
+		if r.f.Events && !posted {
+			n, err = p.poll(r.scq, wcs[:])
+		} else {
+			n, err = p.tryPoll(r.scq, wcs[:])
+		}
+		if err != nil {
+			return perftest.BWReport{}, fmt.Errorf("poll CQ failed: %w", err)
+		}
+		if n == 0 && !posted {
+			spins++
+			if err := p.idleWait(spins); err != nil {
+				return perftest.BWReport{}, err
+			}
+		}
+		for i := range n {
+			wc := &wcs[i]
+			if wc.Status != transport.WCSuccess {
+				return perftest.BWReport{}, completionError(r.side(), wc, totscnt, totccnt)
+			}
+			if id := int(wc.WRID); id < nq {
+				ccnt[id] += cqMod
+			}
+			totccnt += cqMod
+			if !duration {
+				now := int64(time.Since(start))
+				if totccnt >= tot-1 {
+					tcompleted[tot-1] = now
+				} else {
+					tcompleted[totccnt-1] = now
+				}
+			}
+		}
+	}
+	if duration {
+		return perftest.NewBWReport(size, uint64(totccnt), time.Duration(f.Duration)*time.Second, 0, f.ReportGbits), nil
+	}
+	total := time.Duration(tcompleted[tot-1] - tposted[0])
+	return perftest.NewBWReport(size, uint64(tot), total, peakDelta(tposted, tcompleted, cqMod), f.ReportGbits), nil
+}
+
+// peakDelta is print_report_bw's search for the peak: the smallest time
+// per message over every run of messages from a post i to a completion j
+// (j on the cq_mod lattice). It is quadratic like the C code; past ~10^8
+// pairs only runs starting at a completion boundary are tried.
+func peakDelta(tposted, tcompleted []int64, cqMod int64) time.Duration {
+	n := int64(len(tposted))
+	step := int64(1)
+	if n*(n/cqMod+1) > 1e8 {
+		step = cqMod
+	}
+	best := int64(-1)
+	for i := int64(0); i < n; i += step {
+		for j := (i+cqMod)/cqMod*cqMod - 1; j < n; j += cqMod {
+			if tcompleted[j] < 0 {
+				continue
+			}
+			t := (tcompleted[j] - tposted[i]) / (j - i + 1)
+			if t > 0 && (best < 0 || t < best) {
+				best = t
+			}
+		}
+	}
+	return time.Duration(max(best, 0))
+}
+
+// bwServer is run_iter_bw_server (send_bw's receiver): count the receive
+// completions, repost while more messages are due, time from the first
+// arrival to the last. Its report has no peak, as the tool's.
+func (r *perfRun) bwServer(p *poller, size uint64) (perftest.BWReport, error) {
+	f := r.f
+	nq := len(r.qps)
+	iters := int64(f.Iters)
+	rxDepth := int64(f.RxDepth)
+	duration := f.Duration > 0
+	tot := iters * int64(nq)
+	rcntQ := make([]int64, nq)
+	var rcnt int64
+	var wcs [16]qp.WC
+	var first, deadline time.Time
+	cycling := size <= r.cycle/2
+	spins := 0
+	for duration || rcnt < tot {
+		if duration && !first.IsZero() && !time.Now().Before(deadline) {
+			break
+		}
+		var n int
+		var err error
+		if duration {
+			n, err = p.tryPoll(r.rcq, wcs[:])
+			if n == 0 && err == nil {
+				spins++
+				if err := p.idleWait(spins); err != nil {
+					return perftest.BWReport{}, err
+				}
+				continue
+			}
+		} else {
+			n, err = p.poll(r.rcq, wcs[:])
+		}
+		if err != nil {
+			return perftest.BWReport{}, fmt.Errorf("Poll Receive CQ failed: %w", err)
+		}
+		if first.IsZero() {
+			first = time.Now()
+			deadline = first.Add(time.Duration(f.Duration) * time.Second)
+		}
+		for i := range n {
+			wc := &wcs[i]
+			if wc.Status != transport.WCSuccess {
+				return perftest.BWReport{}, completionError(r.side(), wc, rcnt, rcnt)
+			}
+			id := int(wc.WRID)
+			if id >= nq {
+				return perftest.BWReport{}, fmt.Errorf("completion for unknown wr_id %d", wc.WRID)
+			}
+			rcntQ[id]++
+			rcnt++
+			if duration || rcntQ[id]+rxDepth <= iters {
+				if err := r.qps[id].PostRecv(&r.rwr[id]); err != nil {
+					return perftest.BWReport{}, fmt.Errorf("Couldn't post recv Qp=%d rcnt=%d: %w", id, rcntQ[id], err)
+				}
+				if cycling {
+					r.increaseAddr(&r.rsge[id][0].Addr, size, uint64(rcntQ[id]+rxDepth), r.rxBase[id])
+				}
+			}
+		}
+	}
+	return perftest.NewBWReport(size, uint64(rcnt), time.Since(first), 0, f.ReportGbits), nil
+}
+
+// latWrite is run_iter_lat_write: both sides RDMA WRITE size bytes to the
+// peer's vaddr, the last byte carrying the iteration count; each waits for
+// the peer's count in its own target area before writing the next. The
+// server writes first (write_lat.pcap: 198.18.0.11 sends the first WRITE).
+//
+// The C tool spins on the byte (volatile). Here the byte is read only once
+// the responder's expected PSN shows the whole WRITE executed (QP.Query
+// takes the device lock the write ran under), so the read does not race
+// the device, and the peer cannot write again before we answer.
+func (r *perfRun) latWrite(p *poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
+	iters := r.f.Iters
+	var sge [1]qp.SGE
+	wr := r.sendWR(0, size, peer[0], &sge)
+	q := r.qps[0]
+	postOff := size - 1
+	pollOff := uint64(len(r.qps))*r.buffSize + size - 1
+	npkts := uint32(max((size+uint64(r.neg.MTU.Bytes())-1)/uint64(r.neg.MTU.Bytes()), 1))
+	tposted := make([]time.Duration, iters)
+	start := time.Now()
+	var wc [1]qp.WC
+	var scnt, ccnt, rcnt uint64
+	for scnt < iters || ccnt < iters || rcnt < iters {
+		if rcnt < iters && !(scnt < 1 && r.server) {
+			rcnt++
+			r.peerPSN = r.peerPSN.Add(npkts)
+			for spins := 1; q.Query().RQPSN.Diff(r.peerPSN) < 0; spins++ {
+				if err := p.idleWait(spins); err != nil {
+					return nil, fmt.Errorf("waiting for the peer's WRITE %d: %w", rcnt, err)
+				}
+			}
+			p.watch.tick()
+			if got := r.buf[pollOff]; got != byte(rcnt) {
+				return nil, fmt.Errorf("WRITE %d from the peer ended with %d, not its count", rcnt, got)
+			}
+		}
+		if scnt < iters {
+			tposted[scnt] = time.Since(start)
+			scnt++
+			r.buf[postOff] = byte(scnt)
+			if err := q.PostSend(&wr); err != nil {
+				return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+			}
+		}
+		if ccnt < iters {
+			if _, err := p.poll(r.scq, wc[:]); err != nil {
+				return nil, fmt.Errorf("poll CQ failed: %w", err)
+			}
+			if wc[0].Status != transport.WCSuccess {
+				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(ccnt))
+			}
+			ccnt++
+		}
+	}
+	return latSamples(tposted, 2), nil
+}
+
+// latSend is run_iter_lat_send: the client sends first; each side waits
+// for the peer's message, reposts the receive while more are due, and
+// answers. Every SEND is signalled and awaited (the C tool asks for one
+// completion per cq_mod; with tx_depth 1 that is the same ping-pong).
+func (r *perfRun) latSend(p *poller, size uint64) ([]float64, error) {
+	iters := r.f.Iters
+	var sge [1]qp.SGE
+	wr := r.sendWR(0, size, perftest.KeyMsg{}, &sge)
+	q := r.qps[0]
+	rxDepth := uint64(r.f.RxDepth)
+	tposted := make([]time.Duration, iters)
+	start := time.Now()
+	var wc [1]qp.WC
+	var scnt, rcnt uint64
+	for scnt < iters || rcnt < iters {
+		if rcnt < iters && !(scnt < 1 && !r.server) {
+			if _, err := p.poll(r.rcq, wc[:]); err != nil {
+				return nil, fmt.Errorf("poll CQ failed: %w", err)
+			}
+			if wc[0].Status != transport.WCSuccess {
+				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(rcnt))
+			}
+			rcnt++
+			if rcnt+rxDepth <= iters {
+				id := int(wc[0].WRID)
+				if id >= len(r.qps) {
+					return nil, fmt.Errorf("completion for unknown wr_id %d", wc[0].WRID)
+				}
+				if err := r.qps[id].PostRecv(&r.rwr[id]); err != nil {
+					return nil, fmt.Errorf("Couldn't post recv: rcnt=%d: %w", rcnt, err)
+				}
+			}
+		}
+		if scnt < iters {
+			tposted[scnt] = time.Since(start)
+			scnt++
+			if err := q.PostSend(&wr); err != nil {
+				return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			if _, err := p.poll(r.scq, wc[:]); err != nil {
+				return nil, fmt.Errorf("poll on Send CQ failed: %w", err)
+			}
+			if wc[0].Status != transport.WCSuccess {
+				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(scnt))
+			}
+		}
+	}
+	return latSamples(tposted, 2), nil
+}
+
+// latReadAtomic is run_iter_lat for READ and atomics: one operation at a
+// time to the peer's vaddr, each awaited.
+func (r *perfRun) latReadAtomic(p *poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
+	iters := r.f.Iters
+	var sge [1]qp.SGE
+	wr := r.sendWR(0, size, peer[0], &sge)
+	q := r.qps[0]
+	tposted := make([]time.Duration, iters)
+	start := time.Now()
+	var wc [1]qp.WC
+	for scnt := range iters {
+		tposted[scnt] = time.Since(start)
+		if err := q.PostSend(&wr); err != nil {
+			return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
+		}
+		if _, err := p.poll(r.scq, wc[:]); err != nil {
+			return nil, fmt.Errorf("poll CQ failed: %w", err)
+		}
+		if wc[0].Status != transport.WCSuccess {
+			return nil, completionError(r.side(), &wc[0], int64(scnt+1), int64(scnt))
+		}
+	}
+	return latSamples(tposted, 1), nil
+}
+
+// latSamples is print_report_lat's delta[i] = tposted[i+1] - tposted[i] in
+// microseconds, divided by the round-trip factor (2 for the ping-pongs).
+func latSamples(tposted []time.Duration, rtt float64) []float64 {
+	if len(tposted) < 2 {
+		return nil
+	}
+	s := make([]float64, len(tposted)-1)
+	for i := range s {
+		s[i] = float64(tposted[i+1]-tposted[i]) / float64(time.Microsecond) / rtt
+	}
+	return s
+}
