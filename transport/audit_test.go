@@ -98,3 +98,20 @@ func TestAuditReadErrorNAKAtRequestPSN(t *testing.T) {
 		t.Fatalf("completions %v, state %v: want REM_ACCESS_ERR and ERR", w, e.a.q.State())
 	}
 }
+
+// A READ response for a WQE that is not a READ completes it with FATAL_ERR
+// and moves the QP to ERR (rxe check_ack). goroce used to ignore it.
+func TestAuditReadResponseOnSend(t *testing.T) {
+	e := newEPair(t, eopts{timeout: 10, retry: 3})
+	e.hook = func(from *side, p *wire.Packet) bool { return from != e.b } // B's ACK is lost
+	e.post(e.a, &transport.SendWR{WRID: 7, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 64)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.deliver()
+	e.hook = nil
+	e.injectA(wire.Frame{BTH: wire.BTHFields{Opcode: wire.RCRDMAReadResponseOnly, PSN: e.a.sqPSN},
+		AETH: wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: 1}}, make([]byte, 64))
+	w := e.a.scq.take()
+	if len(w) != 1 || w[0].WRID != 7 || w[0].Status != transport.WCFatalErr || e.a.q.State() != transport.StateErr {
+		t.Fatalf("completions %v, state %v: want the WRITE with FATAL_ERR and ERR", w, e.a.q.State())
+	}
+}

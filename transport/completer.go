@@ -186,6 +186,13 @@ func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, now time.Time) {
 		return
 	}
 	w := q.headWQE()
+	if w != nil && w.wr.Opcode != WRRDMARead && w.state != wqePosted && !psn.Before(w.firstPSN) &&
+		!psn.After(w.lastPSN) && !psn.Before(q.compPSN) {
+		// A READ response for a SEND/WRITE/atomic: rxe check_ack completes
+		// the WQE with FATAL_ERR and moves the QP to ERR.
+		q.fail(w, WCFatalErr)
+		return
+	}
 	if w == nil || w.wr.Opcode != WRRDMARead || w.state == wqePosted || psn.Before(w.firstPSN) || psn.After(w.lastPSN) {
 		q.inc(CntRcvdStaleResponse)
 		return
