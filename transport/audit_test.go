@@ -115,3 +115,40 @@ func TestAuditReadResponseOnSend(t *testing.T) {
 		t.Fatalf("completions %v, state %v: want the WRITE with FATAL_ERR and ERR", w, e.a.q.State())
 	}
 }
+
+// A duplicated sequence NAK starts one go-back-N, not two: rxe does not
+// stack retries (COMPST_ERROR_RETRY ignores a retry request while one is
+// started and no response has been accepted since, unless the timer fired).
+// goroce used to resend the whole window again for the copy, and spend a
+// second unit of retry_cnt.
+func TestAuditDuplicateSeqNAK(t *testing.T) {
+	e := newEPair(t, eopts{timeout: 10, retry: 3})
+	lost := e.a.sqPSN.Add(4)
+	var sent []wire.PSN
+	dropped := false
+	e.hook = func(from *side, p *wire.Packet) bool {
+		if from == e.a {
+			sent = append(sent, p.BTH.PSN())
+			if p.BTH.PSN() == lost && !dropped {
+				dropped = true
+				return false
+			}
+		}
+		if from == e.b && p.AETH != nil && p.AETH.Syndrome().Kind() == wire.SynNAK {
+			e.a.q.Receive(p, e.now) // the network delivers the NAK twice
+		}
+		return true
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 10*1024)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.run(10)
+	if w := e.a.scq.take(); len(w) != 1 || w[0].Status != transport.WCSuccess {
+		t.Fatalf("completions %v", w)
+	}
+	if len(sent) != 16 {
+		t.Fatalf("A sent PSNs %v (%d frames), want 0..9 then 4..9 once", sent, len(sent))
+	}
+	if c := e.a.q.Counters[transport.CntCompleterRetryErr]; c != 1 {
+		t.Fatalf("completer_retry_err %d, want 1", c)
+	}
+}

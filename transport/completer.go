@@ -80,7 +80,11 @@ func (q *QP) onAck(p *wire.Packet, psn wire.PSN, now time.Time) {
 				// The NAK acknowledges everything before its PSN (C9-106).
 				q.compPSN = psn
 			}
-			q.retry(now)
+			// Retries are not stacked (rxe COMPST_ERROR_RETRY: started_retry):
+			// a copy of a NAK already acted on, with nothing acknowledged
+			// since, starts no second go-back-N; a NAK for a new gap
+			// acknowledged something and does.
+			q.retryOnce(now)
 			return
 		}
 		if readMissing {
