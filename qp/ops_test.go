@@ -57,6 +57,9 @@ func TestOpsMatrix(t *testing.T) {
 				x.t = t
 				runAtomics(t, x)
 			})
+			x.t = t
+			x.settle()
+			checkCounters(t, x)
 		})
 	}
 }
@@ -586,5 +589,32 @@ func TestPSNWrap(t *testing.T) {
 	}
 	if got := x.a.qp.Query().SQPSN; got != 9 {
 		t.Fatalf("next SQ PSN %#x, want 9", uint32(got))
+	}
+}
+
+// checkCounters: on a fault-free link every frame one side sent was
+// received by the other, nothing was dropped or NAKed, and the device
+// counters (one QP per device) equal the QP's.
+func checkCounters(t *testing.T, x *xpair) {
+	t.Helper()
+	ca, cb := x.a.qp.Counters(), x.b.qp.Counters()
+	if ca[transport.CntSentPkts] != cb[transport.CntRcvdPkts] || cb[transport.CntSentPkts] != ca[transport.CntRcvdPkts] {
+		t.Errorf("A sent %d, B received %d; B sent %d, A received %d", ca[transport.CntSentPkts], cb[transport.CntRcvdPkts],
+			cb[transport.CntSentPkts], ca[transport.CntRcvdPkts])
+	}
+	for _, c := range []transport.Counter{transport.CntSentNAKs, transport.CntRcvdNAKs, transport.CntOutOfSeqRequest,
+		transport.CntRcvdBadAddr, transport.CntRcvdBadPKey, transport.CntRcvdBadOpcode, transport.CntRcvdWrongState,
+		transport.CntSendErrors, transport.CntRcvdUnknownPSN, transport.CntRetryExceededErr} {
+		if ca[c]+cb[c] != 0 {
+			t.Errorf("counter %v: A %d B %d", c, ca[c], cb[c])
+		}
+	}
+	for _, e := range []*xend{x.a, x.b} {
+		if d, q := e.dev.Counters(), e.qp.Counters(); d != q {
+			t.Errorf("device counters %v differ from the QP's %v", d, q)
+		}
+		if rx := e.dev.RxStats(); rx.ParseErrors+rx.BadICRC+rx.NotRoCE+rx.WrongDst+rx.NoQP != 0 {
+			t.Errorf("receive drops %+v", rx)
+		}
 	}
 }
