@@ -1,12 +1,19 @@
 package netdev
 
 import (
+	"bytes"
+	"context"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/transport"
 	"github.com/vishvananda/netlink"
 )
 
@@ -16,7 +23,9 @@ import (
 // namespace — enough for a veth pair and AF_PACKET — but loading BPF
 // programs needs CAP_BPF/CAP_SYS_ADMIN in the initial user namespace. The
 // test re-executes its own binary there; the inner run must get AF_PACKET
-// with the AF_XDP error recorded as Info.Fallback.
+// with the AF_XDP error recorded as Info.Fallback. It then runs an RDMA
+// WRITE and READ between two UDP-backend devices there, which need no
+// privileges at all.
 func TestAutoFallbackInUserNamespace(t *testing.T) {
 	if os.Getenv("GOROCE_NETDEV_USERNS") == "1" {
 		fallbackInner(t)
@@ -48,6 +57,15 @@ func skipOrFail(t *testing.T, reason string) {
 }
 
 func fallbackInner(t *testing.T) {
+	// Loopback carries the datagrams between the two addresses of this
+	// namespace (UDP part); a new namespace starts with it down.
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "fbA"}, PeerName: "fbB"}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatalf("veth in the private namespace: %v", err)
@@ -57,11 +75,13 @@ func fallbackInner(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == "fbA" {
-			addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(198, 18, 1, 1), Mask: net.CIDRMask(24, 32)}}
-			if err := netlink.AddrAdd(l, addr); err != nil {
-				t.Fatal(err)
-			}
+		last := byte(1)
+		if n == "fbB" {
+			last = 2
+		}
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(198, 18, 1, last), Mask: net.CIDRMask(24, 32)}}
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			t.Fatal(err)
 		}
 		if err := netlink.LinkSetUp(l); err != nil {
 			t.Fatal(err)
@@ -79,4 +99,75 @@ func fallbackInner(t *testing.T) {
 	if !strings.Contains(info.String(), "fallback:") {
 		t.Errorf("Info.String does not show the fallback")
 	}
+	dev.Close()
+	udpWithoutPrivileges(t)
+}
+
+// udpWithoutPrivileges runs an RDMA WRITE and READ between two UDP-backend
+// devices in the private namespace (no capability in the initial user
+// namespace is involved: the UDP backend needs none).
+func udpWithoutPrivileges(t *testing.T) {
+	type end struct {
+		dev  *qp.Device
+		info *Info
+		cq   *qp.CQ
+		q    *qp.QP
+		buf  []byte
+		mr   *qp.MR
+	}
+	mk := func(ifname string) *end {
+		e := &end{buf: make([]byte, 64<<10)}
+		var err error
+		if e.dev, e.info, err = Open(ifname, Options{Backend: UDP, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.dev.Close() })
+		pd := e.dev.AllocPD()
+		e.cq, _ = e.dev.CreateCQ(16)
+		if e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.cq, RecvCQ: e.cq,
+			Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if e.mr, err = pd.RegMR(e.buf, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b := mk("fbA"), mk("fbB")
+	ipA, ipB := netip.AddrFrom4([4]byte{198, 18, 1, 1}), netip.AddrFrom4([4]byte{198, 18, 1, 2})
+	if err := a.q.Connect(qp.Remote{QPN: b.q.QPN(), PSN: 7, GID: ipB}, qp.ConnectOptions{SQPSN: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.q.Connect(qp.Remote{QPN: a.q.QPN(), PSN: 9, GID: ipA}, qp.ConnectOptions{SQPSN: 7}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.buf {
+		a.buf[i] = byte(i*13 + 1)
+	}
+	const n = 20000
+	for _, op := range []transport.WROpcode{transport.WRRDMAWrite, transport.WRRDMARead} {
+		off := uint64(0)
+		if op == transport.WRRDMARead {
+			off = n // read back into the second part of a.buf
+		}
+		err := a.q.PostSend(&qp.SendWR{Opcode: op, Flags: transport.SendSignaled,
+			SGL:        []qp.SGE{{Addr: a.mr.IOVA() + off, Length: n, LKey: a.mr.LKey()}},
+			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var wc [1]qp.WC
+		k, err := a.cq.Wait(ctx, wc[:])
+		cancel()
+		if k != 1 || err != nil || wc[0].Status != transport.WCSuccess {
+			t.Fatalf("%v: completion %v, %v; rx A %+v B %+v; link A %+v B %+v", op, wc[0], err,
+				a.dev.RxStats(), b.dev.RxStats(), a.info.Link.Stats(), b.info.Link.Stats())
+		}
+	}
+	b.dev.Counters() // order with b's receive goroutine (placement happened before the ACK)
+	if !bytes.Equal(b.buf[:n], a.buf[:n]) || !bytes.Equal(a.buf[n:2*n], a.buf[:n]) {
+		t.Fatalf("data differs after the unprivileged WRITE/READ")
+	}
+	t.Logf("UDP backend: %d-byte WRITE and READ between 198.18.1.1 and 198.18.1.2 without privileges", n)
 }
