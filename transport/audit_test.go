@@ -152,3 +152,60 @@ func TestAuditDuplicateSeqNAK(t *testing.T) {
 		t.Fatalf("completer_retry_err %d, want 1", c)
 	}
 }
+
+// rxeAckReq is rxe's init_req_packet rule, applied to every request packet
+// in transmission order, retransmissions included:
+// ack_req = END || (noack_pkts++ > RXE_MAX_PKT_PER_ACK); if ack_req, noack_pkts = 0.
+type rxeAckReq struct{ noack int }
+
+func (m *rxeAckReq) next(op wire.Opcode) bool {
+	pos := op.Info().Pos
+	ack := pos == wire.PosLast || pos == wire.PosOnly
+	if !ack {
+		ack = m.noack > transport.MaxPktPerAck
+		m.noack++
+	}
+	if ack {
+		m.noack = 0
+	}
+	return ack
+}
+
+// AckReq falls on exactly the packets rxe would mark, also after a
+// go-back-N: rxe's req_retry leaves noack_pkts alone, so the count runs on
+// through the resent packets (goroce used to restart it at the retry).
+func TestAuditAckReqAcrossRetry(t *testing.T) {
+	e := newEPair(t, eopts{timeout: 10, retry: 3})
+	lost := e.a.sqPSN.Add(100)
+	var model rxeAckReq
+	dropped, n, acks := false, 0, 0
+	e.hook = func(from *side, p *wire.Packet) bool {
+		if from != e.a {
+			return true
+		}
+		want := model.next(p.Opcode())
+		if p.BTH.AckReq() != want {
+			t.Errorf("packet %d (%v PSN +%d): AckReq %v, rxe sets %v", n, p.Opcode(), p.BTH.PSN().Diff(e.a.sqPSN), p.BTH.AckReq(), want)
+		}
+		if want {
+			acks++
+		}
+		n++
+		if p.BTH.PSN() == lost && !dropped {
+			dropped = true
+			return false
+		}
+		return true
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 300*1024)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.post(e.a, &transport.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 200*1024)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.run(10)
+	if w := e.a.scq.take(); len(w) != 2 || w[0].Status != transport.WCSuccess || w[1].Status != transport.WCSuccess {
+		t.Fatalf("completions %v", w)
+	}
+	if !dropped || n <= 500 || acks < 8 {
+		t.Fatalf("%d packets, %d with AckReq, lost PSN dropped %v: the test did not exercise a retry", n, acks, dropped)
+	}
+}

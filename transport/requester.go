@@ -382,7 +382,8 @@ func (q *QP) goBack(psn wire.PSN) {
 		}
 		q.sqReq = i
 		q.nextPSN = psn
-		q.noackPkts = 0
+		// noackPkts runs on: rxe's req_retry does not reset noack_pkts, so
+		// AckReq inside resent messages falls where rxe puts it.
 		if w.wr.Opcode == WRRDMARead {
 			// Bytes already placed stay placed; ask for the rest only.
 			q.nextPSN = w.firstPSN.Add(w.readDone / q.mtu)
