@@ -295,8 +295,13 @@ func TestJudge(t *testing.T) {
 		expect Expect
 		want   string
 	}{
-		{"nak", func(d *DumpReport) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQ_ERR": 1} }, Expect{}, "1 NAKs"},
-		{"nak allowed", func(d *DumpReport) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQ_ERR": 1} }, Expect{Loss: true}, ""},
+		{"nak", func(d *DumpReport) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQUENCE_ERROR": 1} }, Expect{}, "1 NAKs PSN_SEQUENCE_ERROR"},
+		{"seq nak with rnr", func(d *DumpReport) {
+			d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQUENCE_ERROR": 1}
+			d.Summary.Flows[1].Responses.RNRNAKs = 1
+		}, Expect{RNR: true}, ""},
+		{"access nak under loss", func(d *DumpReport) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"REMOTE_ACCESS_ERROR": 1} }, Expect{Loss: true}, "REMOTE_ACCESS_ERROR"},
+		{"nak allowed", func(d *DumpReport) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQUENCE_ERROR": 1} }, Expect{Loss: true}, ""},
 		{"retrans tolerated", func(d *DumpReport) { d.Summary.Flows[0].Requests.Retransmitted = 3 }, Expect{}, ""},
 		{"retrans with gap", func(d *DumpReport) {
 			d.Summary.Flows[0].Requests.Retransmitted, d.Summary.Flows[0].Requests.Gaps = 3, 1
