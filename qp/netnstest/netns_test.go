@@ -459,7 +459,7 @@ func TestLoss(t *testing.T) {
 		// netem exists: run udp-udp with 2% loss each way.
 		t.Log("netem available; running udp-udp with 2% loss each way")
 		a, b, pmtu := open(t, setup{backA: netdev.UDP, backB: netdev.UDP, mtu: 1500, nqp: 1, prep: netem,
-			connect: qp.ConnectOptions{Timeout: 10}})
+			connect: qp.ConnectOptions{Timeout: 13}}) // 34 ms: robust against scheduler stalls on a loaded 2-core machine
 		run(t, a, b, pmtu, 3)
 	})
 	t.Run("wrapper/afxdp-afpacket", func(t *testing.T) {
@@ -473,7 +473,7 @@ func TestLoss(t *testing.T) {
 			}
 		}
 		a, b, pmtu := open(t, setup{backA: netdev.AFXDP, backB: netdev.AFPacket, mtu: 1500, nqp: 2, wrap: wrap,
-			connect: qp.ConnectOptions{Timeout: 10}}) // 4.2 ms local ACK timeout
+			connect: qp.ConnectOptions{Timeout: 13}}) // 34 ms local ACK timeout: 8 spurious timeouts in a row need a 270 ms stall
 		run(t, a, b, pmtu, seed)
 		retx := a.dev.Counters()[transport.CntRetransmittedPkts] + b.dev.Counters()[transport.CntRetransmittedPkts]
 		t.Logf("dropped A %d, B %d; retransmitted %d", links[0].dropped, links[1].dropped, retx)
