@@ -137,6 +137,28 @@ func (q *QP) PostSend(wr *SendWR) error {
 	return err
 }
 
+// PostSendList posts a list of work requests under one lock, and writes the
+// frames they produce in one batch: one system call instead of one per WR
+// (ibv_post_send with a chained list). It returns how many were posted; on
+// an error, wrs[n] is the request that failed (ibv_post_send's bad_wr).
+func (q *QP) PostSendList(wrs []SendWR) (int, error) {
+	d := q.dev
+	d.mu.Lock()
+	now := d.now()
+	n := 0
+	var err error
+	for n < len(wrs) {
+		if err = q.eng.PostSend(&wrs[n], now); err != nil {
+			break
+		}
+		n++
+	}
+	d.tx.flush()
+	d.mu.Unlock()
+	d.kick()
+	return n, err
+}
+
 // PostRecv posts a receive work request (ibv_post_recv).
 func (q *QP) PostRecv(wr *RecvWR) error {
 	d := q.dev
