@@ -129,6 +129,7 @@ type perfRun struct {
 	scq, rcq  *qp.CQ
 	qps       []*qp.QP
 	keysSeen  int
+	firstPeer []perftest.KeyMsg
 
 	// SEND receivers: one receive request per QP whose address cycles.
 	rwr    []qp.RecvWR
@@ -353,8 +354,19 @@ func (r *perfRun) after(_ int, st perftest.Step, out *perftest.Outcome) error {
 	switch st.Kind {
 	case perftest.StepKeys:
 		r.keysSeen++
+		if r.keysSeen == 1 {
+			r.firstPeer = append([]perftest.KeyMsg(nil), out.Peer...)
+			return nil
+		}
 		if r.keysSeen != 2 {
 			return nil
+		}
+		// The second exchange repeats the first. Different keys mean the
+		// two sides are out of step, which is what a different -q does.
+		for i := range out.Peer {
+			if out.Peer[i] != r.firstPeer[i] {
+				return fmt.Errorf("the peer's QP %d information changed between the key exchanges: do both sides use the same -q?", i)
+			}
 		}
 		for _, k := range out.Local {
 			r.out(perftest.FormatAddress("local", k, r.verb, true))

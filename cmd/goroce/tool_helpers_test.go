@@ -42,6 +42,9 @@ func memDevices(t *testing.T, cfg nic.MemConfig) func(name string) (*qp.Device, 
 	}
 }
 
+// testIdle is the idle watchdog of the runs of runPair.
+var testIdle = 20 * time.Second
+
 // toolRun is the outcome of one tool invocation.
 type toolRun struct {
 	code           int
@@ -65,7 +68,7 @@ func runPair(t *testing.T, run func(env toolEnv, args []string) int, open func(s
 		var out, errb bytes.Buffer
 		var mu sync.Mutex
 		env := toolEnv{ctx: ctx, stdout: &out, stderr: &errb, open: open, listening: listening,
-			idle: 20 * time.Second,
+			idle: testIdle,
 			buffers: func(stage string, buf []byte) {
 				mu.Lock()
 				defer mu.Unlock()

@@ -434,3 +434,61 @@ func TestLingerClose(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitsForTraffic: the exchanges that may wait for a traffic phase are
+// exactly the first ones after a Traffic step of either side, for every
+// test, role and plan.
+func TestWaitsForTraffic(t *testing.T) {
+	names := func(steps []Step, long []bool) []string {
+		var s []string
+		for i, st := range steps {
+			if long[i] {
+				s = append(s, st.Kind.String())
+			}
+		}
+		return s
+	}
+	want := map[Test]string{
+		WriteBW:   "sync", // the server's wait during the client's run; the client's after its own
+		ReadBW:    "sync",
+		AtomicBW:  "sync",
+		SendBW:    "close",
+		SendLat:   "close",
+		WriteLat:  "linger-close",
+		ReadLat:   "close",
+		AtomicLat: "close",
+	}
+	for _, test := range allTests {
+		for _, server := range []bool{false, true} {
+			plan := PlanConfig{Size: 64}
+			steps := Steps(test, server, plan)
+			got := names(steps, WaitsForTraffic(test, server, plan))
+			if len(got) != 1 || got[0] != want[test] {
+				t.Errorf("%v server=%v: long waits %q, want [%s]", test, server, got, want[test])
+			}
+			// With -a, every exchange after a size's traffic waits.
+			if test.Verb() == Atomic {
+				continue
+			}
+			plan.AllSizes = true
+			steps = Steps(test, server, plan)
+			long := WaitsForTraffic(test, server, plan)
+			n := 0
+			for i := range steps {
+				if long[i] {
+					n++
+					if !steps[i].Kind.OnWire() {
+						t.Errorf("%v: step %d (%v) is not an exchange", test, i, steps[i].Kind)
+					}
+				}
+			}
+			wantN := 1
+			if test == SendBW || test == SendLat {
+				wantN = len(AllSizes()) // the handshake after each size's traffic (SendLat: the next size's sync)
+			}
+			if n != wantN {
+				t.Errorf("%v server=%v -a: %d long waits, want %d", test, server, n, wantN)
+			}
+		}
+	}
+}
