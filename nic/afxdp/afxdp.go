@@ -497,6 +497,40 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	}
 }
 
+// TryReadBatch is ReadBatch without blocking, for callers that drive the
+// link by polling (qp.Config.BusyPoll): it copies out the frames already on
+// the RX ring and returns 0 when there are none. With the ring empty it
+// costs one atomic load and no system call, unless the kernel asked to be
+// woken on the fill ring (XDP_RING_NEED_WAKEUP: a zero-copy driver that ran
+// out of fill descriptors), which takes one non-blocking recvfrom(2).
+// After Close it returns nic.ErrClosed.
+func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	if l.closed.Load() {
+		return 0, nic.ErrClosed
+	}
+	want := uint32(min(len(bufs), len(sizes)))
+	if want == 0 {
+		return 0, nil
+	}
+	for {
+		n := l.rx.available(want)
+		if n == 0 {
+			break
+		}
+		if got := l.receive(n, bufs, sizes); got > 0 {
+			return got, nil
+		}
+		// Every one of them was too big for its buffer (counted): look again.
+	}
+	if l.needWakeup && l.fill.needWakeup() {
+		unix.Recvfrom(l.fd, nil, unix.MSG_DONTWAIT)
+		l.wakeups.Add(1)
+	}
+	return 0, nil
+}
+
 // receive consumes n descriptors from the RX ring.
 func (l *Link) receive(n uint32, bufs [][]byte, sizes []int) int {
 	// The fill ring has as many slots as there are receive chunks, so the

@@ -29,6 +29,9 @@ type Options struct {
 // Link is unavailable outside Linux.
 type Link struct{ nic.Link }
 
+// TryReadBatch is unavailable outside Linux.
+func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) { return 0, nic.ErrClosed }
+
 // Open always fails outside Linux.
 func Open(ifname string, queue int, opts Options) (*Link, error) {
 	return nil, notSupported("AF_XDP", "Linux", errors.ErrUnsupported)

@@ -61,7 +61,8 @@
 // naming the other's port; the canonical destination port stays 4791.
 //
 // Receive blocks in poll(2) on the socket and an eventfd, so Close wakes a
-// blocked ReadBatch (ErrClosed). recvmmsg/sendmmsg move BatchSize datagrams
+// blocked ReadBatch (ErrClosed); TryReadBatch is the non-blocking read for
+// polling callers (one recvmmsg with MSG_DONTWAIT). recvmmsg/sendmmsg move BatchSize datagrams
 // per system call.
 package udp
 
@@ -295,6 +296,20 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 			return 0, fmt.Errorf("udp: poll: %w", perr)
 		}
 	}
+}
+
+// TryReadBatch is ReadBatch without blocking, for callers that drive the
+// link by polling (qp.Config.BusyPoll): one recvmmsg(2) with MSG_DONTWAIT,
+// returning 0 when no datagram is waiting. A UDP socket has no ring to look
+// at, so each call is one system call even when it finds nothing. After
+// Close it returns nic.ErrClosed.
+func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	l.rxMu.Lock()
+	defer l.rxMu.Unlock()
+	if l.closed.Load() {
+		return 0, nic.ErrClosed
+	}
+	return l.recv(bufs, sizes)
 }
 
 // recv does one non-blocking recvmmsg into bufs (behind the header room) and
