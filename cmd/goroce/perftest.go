@@ -149,6 +149,32 @@ func (r *perfRun) run() error {
 		return fmt.Errorf("Unable to find the Infiniband/RoCE device %q: %w", f.IBDev, err)
 	}
 	defer dev.Close()
+	if err := r.init(dev); err != nil {
+		return err
+	}
+	conn, err := r.connect()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cfg := perftest.Config{Test: r.test, Server: r.server, Plan: perftest.PlanConfig{Size: f.Size, AllSizes: f.AllSizes},
+		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: exchangeTimeout}
+	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
+	if _, err := perftest.Run(r.ctx, conn, cfg, hooks); err != nil {
+		return fmt.Errorf("Failed to run the %v test: %w", r.test, err)
+	}
+	r.out(perftest.ResultLine)
+	if r.env.buffers != nil {
+		dev.RxStats() // takes the device lock: the last writes into buf happen before the copy
+		r.env.buffers("final", append([]byte(nil), r.buf...))
+	}
+	return nil
+}
+
+// init settles what the run takes from the device and the flags: GID
+// index, MTU, out_reads, inline size, the largest message.
+func (r *perfRun) init(dev *qp.Device) error {
+	f := r.f
 	r.dev = dev
 	// gid_index -1: perftest picks the first IPv4-mapped GID, index 1.
 	r.gidIndex = f.GIDIndex
@@ -179,23 +205,6 @@ func (r *perfRun) run() error {
 	r.maxSize = f.Size
 	if f.AllSizes {
 		r.maxSize = 1 << 23
-	}
-
-	conn, err := r.connect()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	cfg := perftest.Config{Test: r.test, Server: r.server, Plan: perftest.PlanConfig{Size: f.Size, AllSizes: f.AllSizes},
-		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: exchangeTimeout}
-	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
-	if _, err := perftest.Run(r.ctx, conn, cfg, hooks); err != nil {
-		return fmt.Errorf("Failed to run the %v test: %w", r.test, err)
-	}
-	r.out(perftest.ResultLine)
-	if r.env.buffers != nil {
-		dev.RxStats() // takes the device lock: the last writes into buf happen before the copy
-		r.env.buffers("final", append([]byte(nil), r.buf...))
 	}
 	return nil
 }

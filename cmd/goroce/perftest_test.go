@@ -230,3 +230,45 @@ func sameBytes(t *testing.T, what string, got []byte, other string, want []byte)
 		t.Errorf("%s differs from %s at byte %d of %d", what, other, i, len(want))
 	}
 }
+
+// TestPerftestAllSizesAndDuration: -a runs the 23 sizes from 2 to 2^23
+// (one table line each, the send tests re-posting receives per size), and
+// -D runs for a time and reports what completed in it.
+func TestPerftestAllSizesAndDuration(t *testing.T) {
+	for _, c := range []perftestCase{
+		{perftest.WriteLat, []string{"-a", "-n", "5"}, 0, 5, 1, 23},
+		{perftest.SendBW, []string{"-a", "-n", "5", "-e"}, 0, 5, 1, 23},
+	} {
+		t.Run(c.test.String()+"/-a", func(t *testing.T) {
+			if raceEnabled {
+				t.Skip("-a moves 2 × 16 MiB per iteration: half a minute under the race detector; the plain run covers it")
+			}
+			open := memDevices(t, nic.MemConfig{Seed: 5})
+			run := func(env toolEnv, args []string) int { return runPerftest(env, c.test, args) }
+			s, cl := runPair(t, run, open, c.args, c.args)
+			if s.code != 0 || cl.code != 0 {
+				t.Fatalf("exit codes: server %d, client %d", s.code, cl.code)
+			}
+			checkPerftestOutput(t, c, true, s.stdout)
+			checkPerftestOutput(t, c, false, cl.stdout)
+		})
+	}
+	for _, test := range []perftest.Test{perftest.WriteBW, perftest.SendBW} {
+		t.Run(test.String()+"/-D", func(t *testing.T) {
+			open := memDevices(t, nic.MemConfig{Seed: 5})
+			run := func(env toolEnv, args []string) int { return runPerftest(env, test, args) }
+			args := []string{"-D", "1", "-s", "1024"}
+			s, cl := runPair(t, run, open, args, args)
+			if s.code != 0 || cl.code != 0 {
+				t.Fatalf("exit codes: server %d, client %d", s.code, cl.code)
+			}
+			for _, out := range []string{s.stdout, cl.stdout} {
+				lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+				m := bwRE.FindStringSubmatch(lines[len(lines)-2])
+				if m == nil || m[1] != "1024" || m[2] == "0" {
+					t.Errorf("table line %q", lines[len(lines)-2])
+				}
+			}
+		})
+	}
+}

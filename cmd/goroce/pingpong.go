@@ -72,6 +72,7 @@ type ppContext struct {
 	qp      *qp.QP
 	size    uint32
 	rxDepth int
+	routs   int // receives posted and not yet completed
 	pending int
 	sendWR  qp.SendWR
 	recvWR  qp.RecvWR
@@ -103,8 +104,8 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	if err != nil {
 		return errf("%v\n", err)
 	}
-	if n := pp.postRecv(pp.rxDepth); n < pp.rxDepth {
-		return errf("Couldn't post receive (%d)\n", n)
+	if pp.routs = pp.postRecv(pp.rxDepth); pp.routs < pp.rxDepth {
+		return errf("Couldn't post receive (%d)\n", pp.routs)
 	}
 	if f.IBPort != 1 {
 		return errf("Couldn't get port info\n")
@@ -161,20 +162,8 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	defer watch.stop()
 	p := &poller{ctx: tctx, events: f.Events, watch: watch}
 	start := time.Now()
-	routs := pp.rxDepth
-	var rcnt, scnt uint32
-	var wc [2]qp.WC
-	for rcnt < f.Iters || scnt < f.Iters {
-		n, err := p.poll(pp.cq, wc[:])
-		if err != nil {
-			return errf("poll CQ failed: %v\n", err)
-		}
-		for i := range n {
-			if err := pp.parseWC(&wc[i], &scnt, &rcnt, &routs, f.Iters); err != nil {
-				fmt.Fprint(env.stderr, err.Error())
-				return errf("parse WC failed %d\n", n)
-			}
-		}
+	if err := pp.loop(p, f.Iters); err != nil {
+		return errf("%v", err)
 	}
 	elapsed := time.Since(start)
 	fmt.Fprint(env.stdout, pingpong.FormatStats(f.Size, f.Iters, elapsed))
@@ -245,6 +234,26 @@ func ppInitCtx(dev *qp.Device, f pingpong.Flags) (*ppContext, error) {
 	return pp, nil
 }
 
+// loop is rc_pingpong's main loop: poll (or sleep on events), count, and
+// keep the ping-pong going until iters messages went each way. The client
+// posted the first SEND before.
+func (pp *ppContext) loop(p *poller, iters uint32) error {
+	var rcnt, scnt uint32
+	var wc [2]qp.WC
+	for rcnt < iters || scnt < iters {
+		n, err := p.poll(pp.cq, wc[:])
+		if err != nil {
+			return fmt.Errorf("poll CQ failed: %w\n", err)
+		}
+		for i := range n {
+			if err := pp.parseWC(&wc[i], &scnt, &rcnt, iters); err != nil {
+				return fmt.Errorf("%vparse WC failed %d\n", err, n)
+			}
+		}
+	}
+	return nil
+}
+
 // postRecv is pp_post_recv: it returns how many receives it posted.
 func (pp *ppContext) postRecv(n int) int {
 	for i := range n {
@@ -258,7 +267,7 @@ func (pp *ppContext) postRecv(n int) int {
 // parseWC is parse_single_wc without timestamps: count the completion,
 // refill the receive queue when one or fewer receives remain, and post the
 // next SEND once both the last SEND and the last RECV completed.
-func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, routs *int, iters uint32) error {
+func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
 	if wc.Status != transport.WCSuccess {
 		return errors.New(pingpong.FormatFailedStatus(int(wc.Status), wc.WRID))
 	}
@@ -266,11 +275,11 @@ func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, routs *int, iters ui
 	case pingpongSendWRID:
 		*scnt++
 	case pingpongRecvWRID:
-		*routs--
-		if *routs <= 1 {
-			*routs += pp.postRecv(pp.rxDepth - *routs)
-			if *routs < pp.rxDepth {
-				return fmt.Errorf("Couldn't post receive (%d)\n", *routs)
+		pp.routs--
+		if pp.routs <= 1 {
+			pp.routs += pp.postRecv(pp.rxDepth - pp.routs)
+			if pp.routs < pp.rxDepth {
+				return fmt.Errorf("Couldn't post receive (%d)\n", pp.routs)
 			}
 		}
 		*rcnt++

@@ -17,7 +17,7 @@ import (
 
 // memDevices opens two goroce devices joined by an in-memory link: "a"
 // (198.18.0.1) and "b" (198.18.0.2), the names -d selects in the tests.
-func memDevices(t *testing.T, cfg nic.MemConfig) func(name string) (*qp.Device, error) {
+func memDevices(t testing.TB, cfg nic.MemConfig) func(name string) (*qp.Device, error) {
 	t.Helper()
 	la, lb := nic.NewMemPair(cfg)
 	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
