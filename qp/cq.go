@@ -15,6 +15,7 @@ var ErrCQOverrun = errors.New("qp: completion queue overrun")
 // CQ is a completion queue. Poll never blocks; Wait blocks until a
 // completion is available or the context ends.
 type CQ struct {
+	dev     *Device // the device that created it: busy-poll mode drives it
 	mu      sync.Mutex
 	ring    []WC
 	head, n int
@@ -30,7 +31,7 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if cqe <= 0 || cqe > 1<<20 {
 		return nil, errors.New("qp: create CQ: cqe must be 1..1048576")
 	}
-	return &CQ{ring: make([]WC, cqe), event: make(chan struct{}, 1)}, nil
+	return &CQ{dev: d, ring: make([]WC, cqe), event: make(chan struct{}, 1)}, nil
 }
 
 // Complete adds a completion (called by the engines, with the device lock held).
@@ -52,8 +53,10 @@ func (cq *CQ) Complete(wc *WC) {
 	}
 }
 
-// Poll moves up to len(wcs) completions into wcs (ibv_poll_cq).
+// Poll moves up to len(wcs) completions into wcs (ibv_poll_cq). On a
+// busy-poll device it first drives the device (Device.Poll).
 func (cq *CQ) Poll(wcs []WC) (int, error) {
+	cq.dev.busyProgress()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	k := 0
@@ -79,7 +82,11 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 }
 
 // WaitEvent blocks until an armed notification fires (ibv_get_cq_event).
+// On a busy-poll device it spins, driving the device, instead.
 func (cq *CQ) WaitEvent(ctx context.Context) error {
+	if cq.busy() {
+		return cq.spinEvent(ctx)
+	}
 	select {
 	case <-cq.event:
 		return nil
@@ -89,8 +96,13 @@ func (cq *CQ) WaitEvent(ctx context.Context) error {
 }
 
 // Wait polls, and when the CQ is empty arms it and sleeps until a completion
-// arrives; it returns at least one completion or the context's error.
+// arrives; it returns at least one completion or the context's error. On a
+// busy-poll device it never sleeps: it spins on Poll (driving the device,
+// yielding the processor between looks) and so burns a core while it waits.
 func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	if cq.busy() {
+		return cq.spinWait(ctx, wcs)
+	}
 	for {
 		n, err := cq.Poll(wcs)
 		if n > 0 || err != nil {

@@ -15,6 +15,12 @@
 //
 // Completions are delivered into CQs, which applications poll (Poll) or
 // wait on (Wait, with solicited-only notification like ibv_req_notify_cq).
+//
+// Two modes start no goroutines. Manual (Config.Manual): the deterministic
+// simulator calls Device.Poll itself with a fake clock. Busy-poll
+// (Config.BusyPoll): the application's own polling drives the device on the
+// real clock — CQ.Poll reads the link and runs expired timers first, and
+// CQ.Wait spins instead of sleeping (see busypoll.go).
 package qp
 
 import (
@@ -79,8 +85,17 @@ type Config struct {
 	Now func() time.Time
 	// Manual starts no goroutines: the caller drives the device with Poll
 	// and NextDeadline, in one goroutine, with its own (fake) clock. This is
-	// how the deterministic simulator runs whole devices.
+	// how the deterministic simulator runs whole devices. CQs never drive a
+	// manual device.
 	Manual bool
+	// BusyPoll starts no goroutines either, but keeps the real clock (or
+	// Now) and lets the application drive the device: CQ.Poll runs
+	// Device.Poll first, and CQ.Wait/WaitEvent spin on it, burning a core,
+	// instead of sleeping (busypoll.go). A device nobody polls makes no
+	// progress; Device.Progress keeps one going. Both modes need a link with
+	// a non-blocking TryReadBatch (the in-memory link, nic/afpacket,
+	// nic/afxdp, nic/udp). Manual and BusyPoll are exclusive.
+	BusyPoll bool
 }
 
 // Device is one RoCE device bound to a link.
@@ -101,7 +116,8 @@ type Device struct {
 	counters transport.Counters
 	rxStats  RxStats
 
-	manual *manualRx
+	manual *manualRx // manual and busy-poll modes
+	busy   bool      // busy-poll mode: CQs drive the device
 
 	wake   chan struct{}
 	done   chan struct{}
@@ -148,14 +164,16 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.maxMTU = PathMTU(cfg.Link.MTU())
 	d.tx.init(cfg.Link, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
-	if cfg.Manual {
-		tr, ok := cfg.Link.(interface {
-			TryReadBatch(bufs [][]byte, sizes []int) int
-		})
-		if !ok {
-			return nil, fmt.Errorf("qp: open device: manual mode needs a link with TryReadBatch (the in-memory link)")
+	if cfg.Manual && cfg.BusyPoll {
+		return nil, fmt.Errorf("qp: open device: Manual and BusyPoll are exclusive")
+	}
+	if cfg.Manual || cfg.BusyPoll {
+		tr := tryReader(cfg.Link)
+		if tr == nil {
+			return nil, fmt.Errorf("qp: open device: manual and busy-poll modes need a link with a non-blocking TryReadBatch (%T has none)", cfg.Link)
 		}
 		d.manual = newManualRx(tr, cfg.Link)
+		d.busy = cfg.BusyPoll
 		return d, nil
 	}
 	d.wg.Add(2)
@@ -229,7 +247,7 @@ func (d *Device) Close() error {
 	d.closed = true
 	close(d.done)
 	d.mu.Unlock()
-	if d.manual != nil {
+	if d.manual != nil && !d.busy {
 		return nil // the simulator owns the links
 	}
 	err := d.cfg.Link.Close()

@@ -51,6 +51,7 @@ type xopts struct {
 	noTap        bool
 	v6           bool // IPv6 GIDs (ip6A/ip6B) instead of IPv4
 	mem          nic.MemConfig
+	busyPoll     bool // devices in busy-poll mode (busypoll_test.go)
 }
 
 // xend is one endpoint: a device with a main MR (buf/mr), a second MR in the
@@ -166,6 +167,8 @@ func (x *xpair) next() []capPkt {
 func (x *xpair) settle() {
 	x.t.Helper()
 	for i := 0; i < 2000; i++ {
+		x.a.dev.Poll() // busy-poll devices move only when polled; no-op otherwise
+		x.b.dev.Poll()
 		if x.a.link.Pending() == 0 && x.b.link.Pending() == 0 {
 			// One more round: a frame may be between ReadBatch and the
 			// engine, whose answer is not queued yet.
@@ -198,7 +201,8 @@ func newX(t testing.TB, o xopts) *xpair {
 	}
 	la, lb := nic.NewMemPair(mc)
 	mk := func(l *nic.MemLink, ip, peer netip.Addr, peerMAC net.HardwareAddr, sigAll bool, caps Caps) *xend {
-		d, err := Open(Config{Link: l, IP: ip, Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC}, Seed: 1})
+		d, err := Open(Config{Link: l, IP: ip, Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC}, Seed: 1,
+			BusyPoll: o.busyPoll})
 		if err != nil {
 			t.Fatal(err)
 		}

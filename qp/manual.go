@@ -25,10 +25,11 @@ func newManualRx(tr interface{ TryReadBatch([][]byte, []int) int }, l nic.Link) 
 	return m
 }
 
-// Poll (manual mode only) processes every frame that is due on the link
-// and every engine deadline that has passed at the device clock's current
-// time. It returns the number of frames and timer expiries handled, so a
-// simulator knows whether anything happened.
+// Poll (manual and busy-poll modes) processes every frame that is due on
+// the link and every engine deadline that has passed at the device clock's
+// current time. It returns the number of frames and timer expiries handled,
+// so a simulator knows whether anything happened. In the normal mode, and
+// on a closed busy-poll device, it does nothing.
 func (d *Device) Poll() int {
 	m := d.manual
 	if m == nil {
@@ -36,6 +37,9 @@ func (d *Device) Poll() int {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.busy && d.closed {
+		return 0
+	}
 	events := 0
 	for {
 		n := m.link.TryReadBatch(m.bufs, m.sizes)
