@@ -73,6 +73,10 @@ const defaultOutReads = 16
 // runPerftest is one of perftest's eight tools (4.5-0.17, the exchange of
 // package perftest) on a goroce device. It returns the exit code.
 func runPerftest(env toolEnv, t perftest.Test, args []string) int {
+	if wantsHelp(args) {
+		fmt.Fprintf(env.stdout, perftestUsage, t)
+		return 0
+	}
 	args, opts, err := splitToolOptions(args)
 	var f perftest.Flags
 	if err == nil {

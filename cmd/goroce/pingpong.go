@@ -51,6 +51,10 @@ Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto), GOROCE_VERBO
 // rc_pingpong.c) on a goroce device: the same exchange, QP attributes,
 // work requests and output lines. It returns the exit code.
 func runPingpong(env toolEnv, args []string) int {
+	if wantsHelp(args) {
+		fmt.Fprint(env.stdout, pingpongUsage)
+		return 0
+	}
 	args, opts, err := splitToolOptions(args)
 	if err == nil {
 		var f pingpong.Flags

@@ -130,6 +130,20 @@ type toolOptions struct {
 	timeout time.Duration
 }
 
+// wantsHelp reports whether args ask for the usage (-h, --help, before
+// any "--").
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "--help":
+			return true
+		}
+	}
+	return false
+}
+
 // splitToolOptions removes --timeout=DUR / --timeout DUR (seconds, or a Go
 // duration such as 1m30s) from args.
 func splitToolOptions(args []string) ([]string, toolOptions, error) {

@@ -40,6 +40,21 @@ func TestPerftestUsage(t *testing.T) {
 	}
 }
 
+// TestToolHelp: -h and --help print the usage on stdout and exit 0.
+func TestToolHelp(t *testing.T) {
+	for _, h := range []string{"-h", "--help"} {
+		var out, errb bytes.Buffer
+		env := toolEnv{stdout: &out, stderr: &errb}
+		if code := runPingpong(env, []string{"-n", "5", h}); code != 0 || !strings.HasPrefix(out.String(), "Usage:") {
+			t.Errorf("pingpong %s: exit %d, %q", h, code, out.String())
+		}
+		out.Reset()
+		if code := runPerftest(env, perftest.ReadLat, []string{h}); code != 0 || !strings.Contains(out.String(), "goroce read_lat [options] <host>") {
+			t.Errorf("read_lat %s: exit %d, %q", h, code, out.String())
+		}
+	}
+}
+
 // TestToolTimeouts: --timeout bounds a server nobody connects to and a
 // client whose server never comes (it retries refused connections until
 // then); without it a refused client fails at once, like the C tools.
