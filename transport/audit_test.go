@@ -209,3 +209,27 @@ func TestAuditAckReqAcrossRetry(t *testing.T) {
 		t.Fatalf("%d packets, %d with AckReq, lost PSN dropped %v: the test did not exercise a retry", n, acks, dropped)
 	}
 }
+
+// A duplicate SEND/WRITE is acknowledged at the PSN of the last SEND, WRITE
+// or atomic packet executed (rxe duplicate_request: resp.ack_psn - 1), not
+// at expected PSN - 1: a READ executed since does not move it. Acknowledging
+// a READ's last PSN made a goroce requester whose READ responses were still
+// missing start a needless go-back-N.
+func TestAuditDuplicateAckPSNSkipsReads(t *testing.T) {
+	e := newEPair(t, eopts{})
+	must(t, e.b.q.PostRecv(&transport.RecvWR{WRID: 1, SGL: []transport.SGE{e.b.sge(8192, 4096)}}))
+	e.inject(wire.Frame{BTH: bth(wire.RCSendOnly, 0)}, make([]byte, 8))
+	got := e.inject(wire.Frame{BTH: bth(wire.RCRDMAReadRequest, 1),
+		RETH: wire.RETHFields{VA: e.b.mr.IOVA(), RKey: e.b.mr.RKey(), DMALen: 2048}}, nil)
+	if len(got) != 2 {
+		t.Fatalf("READ answers %v, want two responses", got)
+	}
+	got = e.inject(wire.Frame{BTH: bth(wire.RCSendOnly, 0)}, make([]byte, 8))
+	if len(got) != 1 || got[0].p.Opcode() != wire.RCAcknowledge || got[0].p.AETH.Syndrome() != wire.SyndromeACKNoCredit ||
+		got[0].p.BTH.PSN() != 0 {
+		t.Fatalf("answer to the duplicate SEND %v, want an ACK at PSN 0 (the SEND), not 2 (the READ's last)", got)
+	}
+	if w := e.b.rcq.take(); len(w) != 1 {
+		t.Fatalf("RECV completions %v, want the one SEND", w)
+	}
+}

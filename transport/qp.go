@@ -142,6 +142,7 @@ type QP struct {
 
 	// Responder.
 	expPSN     wire.PSN
+	ackPSN     wire.PSN // one past the last SEND/WRITE/atomic packet executed (rxe resp.ack_psn); READs leave it
 	msn        uint32
 	nakSent    bool // a PSN sequence NAK is outstanding for the current gap
 	respOpcode int  // opcode of the last accepted packet of an unfinished message, -1 if none
@@ -256,7 +257,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	}
 	if mask&AttrRQPSN != 0 {
 		q.attr.RQPSN = a.RQPSN
-		q.expPSN = a.RQPSN
+		q.expPSN, q.ackPSN = a.RQPSN, a.RQPSN
 	}
 	if mask&AttrMaxDestRdAtomic != 0 {
 		q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic

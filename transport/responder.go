@@ -185,6 +185,7 @@ func (q *QP) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 // acknowledges it when the requester asked for it.
 func (q *QP) acceptPacket(p *wire.Packet, psn wire.PSN) {
 	q.expPSN = psn.Add(1)
+	q.ackPSN = q.expPSN
 	if p.BTH.AckReq() {
 		q.sendAck(psn, wire.SyndromeACKNoCredit)
 	} else {
@@ -379,6 +380,7 @@ func (q *QP) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	q.msn++
 	q.respOpcode = -1
 	q.expPSN = psn.Add(1)
+	q.ackPSN = q.expPSN
 	q.sendAtomicAck(psn, orig)
 }
 
@@ -401,8 +403,12 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 	op := p.Opcode()
 	switch {
 	case op.IsSend() || op.IsWrite():
-		// Acknowledge again; nothing is executed twice.
-		q.sendAck(q.expPSN.Sub(1), wire.SyndromeACKNoCredit)
+		// Acknowledge again; nothing is executed twice. The ACK carries
+		// the PSN of the last SEND/WRITE/atomic packet executed, as rxe's
+		// duplicate_request does (resp.ack_psn - 1): a READ executed since
+		// does not count, so the ACK cannot pass a READ whose responses the
+		// requester may still miss (which would make it retry).
+		q.sendAck(q.ackPSN.Sub(1), wire.SyndromeACKNoCredit)
 	case op.IsRead():
 		va, rkey, length := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
 		for i := range q.res {
