@@ -50,6 +50,14 @@
 // pass program, and the namespace handle of the resolver. It deletes no
 // interface, address or namespace.
 //
+// # Busy-poll
+//
+// With Options.BusyPoll the device runs no goroutine: the application's
+// CQ.Poll and CQ.Wait read the backend without blocking (TryReadBatch) and
+// run the RC timers, spinning instead of sleeping (qp.Config.BusyPoll).
+// That trades a core per polling thread for round trips without a
+// goroutine wake-up (docs/performance.md).
+//
 // # Namespaces
 //
 // Open acts in the network namespace of the calling OS thread (lock it and
@@ -139,8 +147,16 @@ type Options struct {
 	PassProgram bool
 	// WrapLink, when set, wraps the backend link before the device uses it
 	// (fault injection, taps). The wrapper's Close must close the link it
-	// wraps.
+	// wraps. With BusyPoll the wrapper must have TryReadBatch too.
 	WrapLink func(nic.Link) nic.Link
+	// BusyPoll opens the device in busy-poll mode (qp.Config.BusyPoll): no
+	// receive or timer goroutine; the application's CQ.Poll/Wait drive the
+	// device and spin instead of sleeping, burning a core per polling
+	// thread, for the lowest round-trip latency. A device nobody polls does
+	// not answer its peer: run Device.Progress in a goroutine when the
+	// application only serves as an RDMA target. Every backend supports it
+	// (the backends' non-blocking TryReadBatch).
+	BusyPoll bool
 }
 
 // Info describes an opened device.
@@ -220,7 +236,17 @@ func Open(ifname string, o Options) (*qp.Device, *Info, error) {
 	}
 	// The device closes its link; the wrapper closes the link first, then
 	// everything else Open took.
-	pr.cfg.Link = &ownedLink{Link: dlink, closers: pr.closers}
+	owned := &ownedLink{Link: dlink, closers: pr.closers}
+	pr.cfg.Link = owned
+	if o.BusyPoll {
+		pl, err := newPolledLink(owned)
+		if err != nil {
+			owned.Close()
+			return nil, nil, err
+		}
+		pr.cfg.Link = pl
+		pr.cfg.BusyPoll = true
+	}
 	dev, err := qp.Open(pr.cfg)
 	if err != nil {
 		pr.cfg.Link.Close()
@@ -231,7 +257,7 @@ func Open(ifname string, o Options) (*qp.Device, *Info, error) {
 	info.GIDs = dev.GIDs()
 	o.Logger.Info("netdev: device open", "name", o.Name, "ifname", ifname, "backend", info.Backend,
 		"mode", info.Mode, "ip", info.IP, "netdev_mtu", info.NetdevMTU, "link_mtu", info.LinkMTU, "path_mtu", info.PathMTU,
-		"port_held", info.PortHeld)
+		"port_held", info.PortHeld, "busy_poll", o.BusyPoll)
 	return dev, info, nil
 }
 
@@ -427,6 +453,33 @@ func (l *ownedLink) Close() error {
 
 // Unwrap returns the link under the ownership wrapper.
 func (l *ownedLink) Unwrap() nic.Link { return l.Link }
+
+// polledLink is the device's link in busy-poll mode: the owned link plus
+// the non-blocking read of the link under it (the backend's, or the
+// WrapLink wrapper's), which ownedLink's embedding does not expose.
+type polledLink struct {
+	*ownedLink
+	try func(bufs [][]byte, sizes []int) (int, error)
+}
+
+func newPolledLink(l *ownedLink) (*polledLink, error) {
+	switch t := l.Link.(type) {
+	case interface {
+		TryReadBatch(bufs [][]byte, sizes []int) (int, error)
+	}:
+		return &polledLink{ownedLink: l, try: t.TryReadBatch}, nil
+	case interface {
+		TryReadBatch(bufs [][]byte, sizes []int) int
+	}:
+		return &polledLink{ownedLink: l, try: func(bufs [][]byte, sizes []int) (int, error) {
+			return t.TryReadBatch(bufs, sizes), nil
+		}}, nil
+	}
+	return nil, fmt.Errorf("netdev: busy-poll needs a link with a non-blocking TryReadBatch; %T has none (a WrapLink wrapper must forward it)", l.Link)
+}
+
+// TryReadBatch reads the frames already waiting, without blocking.
+func (l *polledLink) TryReadBatch(bufs [][]byte, sizes []int) (int, error) { return l.try(bufs, sizes) }
 
 func closeAll(cs []io.Closer) error {
 	var first error
