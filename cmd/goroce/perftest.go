@@ -117,6 +117,7 @@ type perfRun struct {
 	server bool
 
 	dev      *qp.Device
+	prog     progressor // drives a busy-poll device outside the traffic loops
 	gidIndex int
 	outReads int
 	mtu      perftest.MTU // offered in the exchange
@@ -156,6 +157,8 @@ func (r *perfRun) run() error {
 	if err := r.init(dev); err != nil {
 		return err
 	}
+	r.prog.start()
+	defer r.prog.stop()
 	conn, err := r.connect()
 	if err != nil {
 		return err
@@ -180,6 +183,7 @@ func (r *perfRun) run() error {
 func (r *perfRun) init(dev *qp.Device) error {
 	f := r.f
 	r.dev = dev
+	r.prog.dev = dev
 	// gid_index -1: perftest picks the first IPv4-mapped GID, index 1.
 	r.gidIndex = f.GIDIndex
 	if r.gidIndex == -1 {
@@ -459,6 +463,8 @@ func (r *perfRun) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWRepor
 	tctx, watch := watchProgress(r.ctx, r.env.idle)
 	defer watch.stop()
 	p := &poller{ctx: tctx, events: r.f.Events, watch: watch}
+	r.prog.stop() // the loops' polls drive a busy-poll device
+	defer r.prog.start()
 	switch {
 	case r.test.BW() && !r.server:
 		rep, err := r.bwClient(p, size, peer)
@@ -758,6 +764,7 @@ func (r *perfRun) latWrite(p *poller, size uint64, peer []perftest.KeyMsg) ([]fl
 			rcnt++
 			r.peerPSN = r.peerPSN.Add(npkts)
 			for spins := 1; q.Query().RQPSN.Diff(r.peerPSN) < 0; spins++ {
+				r.dev.Poll() // drives a busy-poll device; nothing in the normal mode
 				if err := p.idleWait(spins); err != nil {
 					return nil, fmt.Errorf("waiting for the peer's WRITE %d: %w", rcnt, err)
 				}

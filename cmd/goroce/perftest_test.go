@@ -272,3 +272,36 @@ func TestPerftestAllSizesAndDuration(t *testing.T) {
 		})
 	}
 }
+
+// TestToolsBusyPoll runs the tools on devices in busy-poll mode (no device
+// goroutines): the traffic loops must drive the device through their CQ
+// polls, and between phases, and on a server that is only an RDMA target,
+// the tool's progressor must keep it answering.
+func TestToolsBusyPoll(t *testing.T) {
+	t.Run("pingpong", func(t *testing.T) {
+		open := memDevicesMode(t, nic.MemConfig{Seed: 11}, true)
+		args := []string{"-g", "1", "-n", "20", "-c", "-s", "5000"}
+		s, c := runPair(t, runPingpong, open, args, args)
+		if s.code != 0 || c.code != 0 {
+			t.Fatalf("exit codes server %d client %d", s.code, c.code)
+		}
+		checkPingpongOutput(t, s, c, "200000", "20")
+	})
+	for _, tc := range []perftestCase{
+		{perftest.WriteBW, []string{"-s", "4096", "-n", "50"}, 4096, 50, 1, 1},
+		{perftest.ReadLat, []string{"-n", "10"}, 2, 10, 1, 1},
+		{perftest.WriteLat, []string{"-n", "10", "-s", "2000", "-e"}, 2000, 10, 1, 1},
+		{perftest.SendBW, []string{"-s", "64", "-n", "30"}, 64, 30, 1, 1},
+	} {
+		t.Run(tc.test.String(), func(t *testing.T) {
+			open := memDevicesMode(t, nic.MemConfig{Seed: 11}, true)
+			run := func(env toolEnv, args []string) int { return runPerftest(env, tc.test, args) }
+			s, c := runPair(t, run, open, tc.args, tc.args)
+			if s.code != 0 || c.code != 0 {
+				t.Fatalf("exit codes: server %d, client %d", s.code, c.code)
+			}
+			checkPerftestOutput(t, tc, true, s.stdout)
+			checkPerftestOutput(t, tc, false, c.stdout)
+		})
+	}
+}

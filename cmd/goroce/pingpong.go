@@ -104,6 +104,9 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 		return errf("IB device %s not found: %v\n", f.IBDev, err)
 	}
 	defer dev.Close()
+	prog := &progressor{dev: dev}
+	prog.start()
+	defer prog.stop()
 	pp, err := ppInitCtx(dev, f)
 	if err != nil {
 		return errf("%v\n", err)
@@ -165,11 +168,13 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	tctx, watch := watchProgress(ctx, env.idle)
 	defer watch.stop()
 	p := &poller{ctx: tctx, events: f.Events, watch: watch}
+	prog.stop() // the loop's polls drive a busy-poll device
 	start := time.Now()
 	if err := pp.loop(p, f.Iters); err != nil {
 		return errf("%v", err)
 	}
 	elapsed := time.Since(start)
+	prog.start()
 	fmt.Fprint(env.stdout, pingpong.FormatStats(f.Size, f.Iters, elapsed))
 
 	bad := false

@@ -84,9 +84,16 @@ func BenchmarkWriteBW(b *testing.B) {
 
 // BenchmarkPingpong is goroce pingpong's loop (strict SEND/RECV
 // ping-pong, 4096-byte messages, busy polling) between two goroce devices
-// over the in-memory link: one op is one 200-iteration run of both sides.
+// over the in-memory link: one op is one 200-iteration run of both sides;
+// with the devices in the normal mode and in busy-poll mode (the loops'
+// CQ polls drive the devices).
 func BenchmarkPingpong(b *testing.B) {
-	open := memDevices(b, nic.MemConfig{Seed: 9})
+	b.Run("normal", func(b *testing.B) { benchPingpong(b, false) })
+	b.Run("busypoll", func(b *testing.B) { benchPingpong(b, true) })
+}
+
+func benchPingpong(b *testing.B, busy bool) {
+	open := memDevicesMode(b, nic.MemConfig{Seed: 9}, busy)
 	f := pingpong.DefaultFlags()
 	f.GIDIndex, f.RxDepth = 1, 500
 	var pps [2]*ppContext

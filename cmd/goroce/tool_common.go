@@ -359,6 +359,38 @@ func (p *poller) idleWait(spins int) error {
 	return nil
 }
 
+// progressor keeps a busy-poll device (qp.Config.BusyPoll, which runs no
+// goroutine of its own) answering its peer while the tool is not polling
+// it: during the exchanges, on a perftest server that is only an RDMA
+// target, between phases. The traffic loops stop it and drive the device
+// through their own CQ polls. On a normal device it does nothing.
+type progressor struct {
+	dev    *qp.Device
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (p *progressor) start() {
+	if p.dev == nil || !p.dev.BusyPoll() || p.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel, p.done = cancel, make(chan struct{})
+	go func() {
+		defer close(p.done)
+		p.dev.Progress(ctx)
+	}()
+}
+
+func (p *progressor) stop() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+	p.cancel = nil
+}
+
 // modifyToInit is the RESET→INIT transition both tools make right after
 // creating the QP (pp_init_ctx, ctx_modify_qp_to_init).
 func modifyToInit(q *qp.QP, port int, access qp.Access) error {

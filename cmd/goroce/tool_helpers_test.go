@@ -19,14 +19,21 @@ import (
 // (198.18.0.1) and "b" (198.18.0.2), the names -d selects in the tests.
 func memDevices(t testing.TB, cfg nic.MemConfig) func(name string) (*qp.Device, error) {
 	t.Helper()
+	return memDevicesMode(t, cfg, false)
+}
+
+// memDevicesMode is memDevices with the devices in busy-poll mode
+// (qp.Config.BusyPoll: no device goroutines) when busy is set.
+func memDevicesMode(t testing.TB, cfg nic.MemConfig, busy bool) func(name string) (*qp.Device, error) {
+	t.Helper()
 	la, lb := nic.NewMemPair(cfg)
 	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
-	a, err := qp.Open(qp.Config{Name: "goroce-a", Link: la, IP: ipA, Seed: 1,
+	a, err := qp.Open(qp.Config{Name: "goroce-a", Link: la, IP: ipA, Seed: 1, BusyPoll: busy,
 		Neighbors: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := qp.Open(qp.Config{Name: "goroce-b", Link: lb, IP: ipB, Seed: 2,
+	b, err := qp.Open(qp.Config{Name: "goroce-b", Link: lb, IP: ipB, Seed: 2, BusyPoll: busy,
 		Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
