@@ -233,3 +233,47 @@ func TestAuditDuplicateAckPSNSkipsReads(t *testing.T) {
 		t.Fatalf("RECV completions %v, want the one SEND", w)
 	}
 }
+
+// Responder check order for atomics and WRITE_ONLY: rxe's check_rkey
+// (R_Key and range: NAK 0x62) runs before the atomic alignment check
+// (rxe_mr_do_atomic_op: NAK 0x61) and before the WRITE payload/RETH length
+// comparison (also in check_rkey, after the range).
+func TestAuditRKeyBeforeAlignmentAndLength(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		f       func(e *epair) wire.Frame
+		payload int
+	}{
+		{"atomic_misaligned_bad_rkey", func(e *epair) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCFetchAdd, 0),
+				AtomicETH: wire.AtomicETHFields{VA: e.b.mr.IOVA() + 4, RKey: e.b.mr.RKey() ^ 1, SwapAdd: 1}}
+		}, 0},
+		{"atomic_misaligned_out_of_range", func(e *epair) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCCompareSwap, 0),
+				AtomicETH: wire.AtomicETHFields{VA: e.b.mr.IOVA() + uint64(len(e.b.buf)) - 4, RKey: e.b.mr.RKey()}}
+		}, 0},
+		{"write_only_length_mismatch_bad_rkey", func(e *epair) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCRDMAWriteOnly, 0),
+				RETH: wire.RETHFields{VA: e.b.mr.IOVA(), RKey: e.b.mr.RKey() ^ 1, DMALen: 100}}
+		}, 50},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEPair(t, eopts{})
+			got := e.inject(c.f(e), make([]byte, c.payload))
+			want := wire.NAKSyndrome(wire.NAKRemoteAccessError)
+			if len(got) != 1 || got[0].p.Opcode() != wire.RCAcknowledge || got[0].p.AETH.Syndrome() != want {
+				t.Fatalf("answers %v, want NAK %#x", got, uint8(want))
+			}
+			if e.b.q.State() != transport.StateErr {
+				t.Fatalf("responder state %v, want ERR", e.b.q.State())
+			}
+		})
+	}
+	// Aligned and in range, the misalignment alone is still an invalid request.
+	e := newEPair(t, eopts{})
+	got := e.inject(wire.Frame{BTH: bth(wire.RCFetchAdd, 0),
+		AtomicETH: wire.AtomicETHFields{VA: e.b.mr.IOVA() + 4, RKey: e.b.mr.RKey(), SwapAdd: 1}}, nil)
+	if len(got) != 1 || got[0].p.AETH.Syndrome() != wire.NAKSyndrome(wire.NAKInvalidRequest) {
+		t.Fatalf("misaligned atomic: answers %v, want NAK 0x61", got)
+	}
+}

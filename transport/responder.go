@@ -223,10 +223,6 @@ func (q *QP) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 			return
 		}
-		if pos == wire.PosOnly && uint32(len(p.Payload)) != q.wrLen {
-			q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
-		}
 		// rxe check_rkey validates the whole RETH range [va, va+len) once,
 		// on the FIRST/ONLY packet: a WRITE that runs past the MR is NAKed at
 		// its first PSN before any byte is placed. (Checking each packet's
@@ -240,6 +236,9 @@ func (q *QP) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		}
 	}
 	n := uint32(len(p.Payload))
+	// The payload against the RETH length, after the R_Key and range as in
+	// rxe's check_rkey (a WRITE_ONLY whose payload differs from its RETH
+	// length and whose R_Key is bad gets NAK 0x62, not 0x61).
 	if q.wrOff+n > q.wrLen || (pos == wire.PosLast || pos == wire.PosOnly) && q.wrOff+n != q.wrLen {
 		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
@@ -353,13 +352,15 @@ func (q *QP) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	}
 	a := p.AtomicETH
 	va, rkey := a.VA(), a.RKey()
-	if va&7 != 0 {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
-		return
-	}
+	// rxe checks the R_Key and range (check_rkey: NAK 0x62) before the
+	// alignment (rxe_mr_do_atomic_op: NAK 0x61).
 	mem, err := q.cfg.MRs.Remote(rkey, q.cfg.PD, memreg.RemoteAtomic, va, 8)
 	if err != nil {
 		q.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
+		return
+	}
+	if va&7 != 0 {
+		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	var orig uint64
