@@ -5,6 +5,7 @@
 //
 //	go run ./bench                          # all backends, MTU 1500 and 9000
 //	go run ./bench -backends afxdp,afpacket -time 1s
+//	go run ./bench -latency                 # only the round-trip rows (MTU 1500)
 //
 // Per backend and MTU (path MTU 1024 at 1500; 4096 at 9000, 2048 when AF_XDP
 // runs, whose 4096-byte UMEM chunk carries IP MTU 3822):
@@ -13,17 +14,15 @@
 //     -depth signalled WRs outstanding (READ: at most 16, max_rd_atomic),
 //     and the 64-byte WRITE message rate; process-wide heap allocations per
 //     message from runtime.MemStats;
-//   - 64-byte WRITE_WITH_IMM ping-pong round trips at MTU 1500: busy (the
-//     measuring side spins on CQ.Poll, yielding the processor; the echo side
-//     too with -echo-busy) and blocking (both sides in CQ.Wait);
+//   - 64-byte WRITE_WITH_IMM ping-pong round trips at MTU 1500: busy-poll
+//     (both devices in busy-poll mode, netdev.Options.BusyPoll: no device
+//     goroutines; each end's goroutine spins on CQ.Poll, which reads the
+//     link and runs the timers — a core per device) and blocking (normal
+//     devices, both sides sleep in CQ.Wait);
 //   - the raw backend: RDMA WRITE ONLY frames from A to B through
 //     nic.Link.WriteBatch as fast as it takes them, counted at B (138-byte
 //     frames for the message rate, path-MTU frames for the goodput), and
 //     single-frame round trips;
-//   - for AF_PACKET, the same ping-pong with both devices in manual mode
-//     (qp.Config.Manual: no receive or timer goroutine; the application's
-//     goroutine spins on Device.Poll and CQ.Poll), the engine's round trip
-//     without goroutine hand-offs;
 //   - TCP: one connection, 64 KiB writes, and 64-byte ping-pong.
 //
 // Every cell is bounded in time (-time, at most 3 s) and count. Needs root.
@@ -32,6 +31,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,7 +69,7 @@ func main() {
 	cell := flag.Duration("time", 2*time.Second, "time bound of each measurement (at most 3s)")
 	depth := flag.Int("depth", 32, "outstanding WRs in the goodput streams")
 	verbose := flag.Bool("v", false, "log backend warnings to stderr")
-	flag.BoolVar(&echoBusy, "echo-busy", false, "in the busy ping-pong, let the echo side spin on CQ.Poll too")
+	flag.BoolVar(&latencyOnly, "latency", false, "measure only the round trips (MTU 1500: goroce, raw backend, TCP); skips other MTUs")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	flag.Parse()
@@ -138,6 +138,9 @@ func main() {
 	load0 := loadavg()
 	var rows []row
 	for _, mtu := range mtuList {
+		if latencyOnly && mtu != 1500 {
+			continue
+		}
 		pair, err := nspair.New(nspair.Options{MTU: mtu, Prefix: "goroce-bench"})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -172,14 +175,26 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// latencyOnly (-latency) skips the goodput, message-rate and raw-rate cells.
+var latencyOnly bool
+
+var errSkipped = errors.New("not measured (-latency)")
+
 func measureMTU(pair *nspair.Pair, mtu int, backends []string, cell limit, depth int) []row {
-	tcpBits, tcpErr := tcpStream(pair, limit{cell.d, 200_000})
+	tcpBits, tcpErr := 0.0, errSkipped
+	if !latencyOnly {
+		tcpBits, tcpErr = tcpStream(pair, limit{cell.d, 200_000})
+	}
 	var tcpLat latency
 	var tcpLatErr error
 	if mtu == 1500 {
 		tcpLat, tcpLatErr = tcpPingPong(pair, limit{cell.d, 20_000})
 	}
-	progress("MTU %d: TCP %s, RTT %s", mtu, gbit(tcpBits, tcpErr), dur(tcpLat.p50, tcpLatErr))
+	if latencyOnly {
+		progress("MTU %d: TCP RTT %s", mtu, dur(tcpLat.p50, tcpLatErr))
+	} else {
+		progress("MTU %d: TCP %s, RTT %s", mtu, gbit(tcpBits, tcpErr), dur(tcpLat.p50, tcpLatErr))
+	}
 	var rows []row
 	for _, backend := range backends {
 		rows = append(rows, measureBackend(pair, mtu, backend, cell, depth, tcpBits, tcpErr, tcpLat, tcpLatErr)...)
@@ -194,7 +209,7 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 		return []row{{backend: backend, mtu: fmt.Sprint(mtu), what: "(setup)", goroce: "error: " + err.Error()}}
 	}
 	// goroce first, then the raw links on the same veth.
-	p, err := openRDMA(pair, backend, depth)
+	p, err := openRDMA(pair, backend, depth, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -207,10 +222,14 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 		err  error
 	}
 	var streams []streamRes
-	for _, op := range []struct {
+	ops := []struct {
 		name string
 		op   transport.WROpcode
-	}{{"WRITE", transport.WRRDMAWrite}, {"READ", transport.WRRDMARead}} {
+	}{{"WRITE", transport.WRRDMAWrite}, {"READ", transport.WRRDMARead}}
+	if latencyOnly {
+		ops = nil
+	}
+	for _, op := range ops {
 		for _, size := range []int{64, 4 << 10, 64 << 10} {
 			t, err := stream(p, op.op, size, depth, limit{cell.d, 2_000_000})
 			progress("%s MTU %d: %s %d B: %s, %.0f msg/s, %.2f allocs/msg, err %v", backend, mtu, op.name, size,
@@ -218,21 +237,25 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 			streams = append(streams, streamRes{op.name, size, t, err})
 		}
 	}
+	// Round trips: [0] busy-poll devices, [1] normal devices in CQ.Wait.
 	lats := make([]latency, 2)
 	latErrs := make([]error, 2)
 	if mtu == 1500 {
-		for i, busy := range []bool{true, false} {
-			runtime.GC()
-			lats[i], latErrs[i] = pingPong(p, busy, limit{cell.d, 20_000})
-			progress("%s MTU %d: ping-pong busy=%v: p50 %v p99 %v n %d err %v", backend, mtu, busy, lats[i].p50, lats[i].p99, lats[i].n, latErrs[i])
-		}
+		runtime.GC()
+		lats[1], latErrs[1] = pingPong(p, false, limit{cell.d, 20_000})
 	}
 	p.Close()
-	var polled latency
-	var polledErr error
-	if mtu == 1500 && backend == netdev.AFPacket {
-		polled, polledErr = polledPingPong(pair, limit{cell.d, 20_000})
-		progress("%s MTU %d: polled ping-pong: p50 %v p99 %v n %d err %v", backend, mtu, polled.p50, polled.p99, polled.n, polledErr)
+	if mtu == 1500 {
+		if bp, err := openRDMA(pair, backend, depth, true); err != nil {
+			latErrs[0] = err
+		} else {
+			runtime.GC()
+			lats[0], latErrs[0] = pingPong(bp, true, limit{cell.d, 20_000})
+			bp.Close()
+		}
+		for i, m := range []string{"busy-poll", "blocking"} {
+			progress("%s MTU %d: ping-pong %s: p50 %v p99 %v n %d err %v", backend, mtu, m, lats[i].p50, lats[i].p99, lats[i].n, latErrs[i])
+		}
 	}
 
 	r, err := openRaw(pair, backend)
@@ -245,7 +268,11 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 		if mtu == 1500 {
 			rtt, rttErr = rawRTT(r, limit{cell.d, 20_000})
 			r.Close()
-			r, err = openRaw(pair, backend) // rawRTT closed B's link
+			if latencyOnly {
+				err = errSkipped
+			} else {
+				r, err = openRaw(pair, backend) // rawRTT closed B's link
+			}
 		}
 		if err != nil {
 			smallErr, fullErr = err, err
@@ -260,8 +287,12 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 			}
 		}
 	}
-	progress("%s MTU %d: raw %d-byte frames %.0f/s (%v), %d-byte frames %s (%v), RTT %v (%v)", backend, mtu,
-		small.frameLen, small.framesPerSec(), smallErr, full.frameLen, gbit(full.payloadBitsPerSec(), fullErr), fullErr, rtt.p50, rttErr)
+	if latencyOnly {
+		progress("%s MTU %d: raw RTT %v (%v)", backend, mtu, rtt.p50, rttErr)
+	} else {
+		progress("%s MTU %d: raw %d-byte frames %.0f/s (%v), %d-byte frames %s (%v), RTT %v (%v)", backend, mtu,
+			small.frameLen, small.framesPerSec(), smallErr, full.frameLen, gbit(full.payloadBitsPerSec(), fullErr), fullErr, rtt.p50, rttErr)
+	}
 
 	name := backend + " (" + mode + ")"
 	var rows []row
@@ -288,12 +319,8 @@ func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, dept
 		rows = append(rows, rw)
 	}
 	if mtu == 1500 {
-		modes := []string{"busy (CQ.Poll)", "blocking (CQ.Wait)"}
-		if backend == netdev.AFPacket {
-			modes = append(modes, "polled devices (manual mode: Device.Poll + CQ.Poll, no goroutines)")
-			lats = append(lats, polled)
-			latErrs = append(latErrs, polledErr)
-		}
+		modes := []string{"busy-poll devices (CQ.Poll drives each device; a spinning core per device)",
+			"blocking (device goroutines, CQ.Wait)"}
 		for i, modeName := range modes {
 			rw := row{backend: name, mtu: mtuCol, what: "64 B WRITE_WITH_IMM round trip, " + modeName}
 			if latErrs[i] != nil {

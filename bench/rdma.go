@@ -47,13 +47,16 @@ func (p *rdmaPair) Close() {
 }
 
 // openRDMA opens a device on each end of pair with backend and connects
-// one RC QP pair at the smaller path MTU.
-func openRDMA(pair *nspair.Pair, backend string, depth int) (*rdmaPair, error) {
+// one RC QP pair at the smaller path MTU. With busy, the devices are in
+// busy-poll mode (netdev.Options.BusyPoll): no receive or timer goroutine,
+// each end's CQ polling drives its device.
+func openRDMA(pair *nspair.Pair, backend string, depth int, busy bool) (*rdmaPair, error) {
 	mk := func(s nspair.Side) (*rdmaEnd, error) {
 		e := &rdmaEnd{}
 		err := pair.Do(s, func() error {
 			var err error
-			e.dev, e.info, err = netdev.Open(pair.End(s).Ifname, netdev.Options{Backend: backend, Logger: logger, Seed: int64(s) + 1})
+			e.dev, e.info, err = netdev.Open(pair.End(s).Ifname, netdev.Options{Backend: backend, Logger: logger, Seed: int64(s) + 1,
+				BusyPoll: busy})
 			return err
 		})
 		if err != nil {
@@ -174,14 +177,13 @@ type latency struct {
 	p50, p99 time.Duration
 }
 
-// echoBusy makes the echo side spin too in busy mode (-echo-busy).
-var echoBusy bool
-
 // pingPong measures round trips of 64-byte RDMA WRITE_WITH_IMM messages: a
 // writes into b's memory, b's receive completion triggers b's write back,
-// a's receive completion ends the round trip. In busy mode a spins on
-// CQ.Poll (yielding the processor between looks, runtime.Gosched), and so
-// does b with echoBusy; otherwise CQ.Wait sleeps until the completion.
+// a's receive completion ends the round trip. In busy mode (p's devices in
+// busy-poll mode) each end's goroutine spins on CQ.Poll, which drives its
+// device (yielding the processor between looks, runtime.Gosched): two
+// spinning goroutines, one per device. Otherwise CQ.Wait sleeps until the
+// device's receive goroutine delivers the completion.
 func pingPong(p *rdmaPair, busy bool, lim limit) (latency, error) {
 	a, b := p.a, p.b
 	const size = 64
@@ -243,7 +245,7 @@ func pingPong(p *rdmaPair, busy bool, lim limit) (latency, error) {
 	go func() {
 		defer wg.Done()
 		for {
-			if err := recv(b, busy && echoBusy); err != nil {
+			if err := recv(b, busy); err != nil {
 				if !stop.Load() {
 					echoErr = err
 				}
