@@ -76,14 +76,15 @@ type Tool struct {
 }
 
 var (
-	ToolPingpong = Tool{"ibv_rc_pingpong", "pingpong", "-g", "iters in", false}
-	ToolWriteBW  = Tool{"ib_write_bw", "write_bw", "-x", "#bytes", false}
-	ToolReadBW   = Tool{"ib_read_bw", "read_bw", "-x", "#bytes", false}
-	ToolSendBW   = Tool{"ib_send_bw", "send_bw", "-x", "#bytes", false}
-	ToolAtomicBW = Tool{"ib_atomic_bw", "atomic_bw", "-x", "#bytes", false}
-	ToolWriteLat = Tool{"ib_write_lat", "write_lat", "-x", "#bytes", false}
-	ToolReadLat  = Tool{"ib_read_lat", "read_lat", "-x", "#bytes", true}
-	ToolSendLat  = Tool{"ib_send_lat", "send_lat", "-x", "#bytes", false}
+	ToolPingpong  = Tool{"ibv_rc_pingpong", "pingpong", "-g", "iters in", false}
+	ToolWriteBW   = Tool{"ib_write_bw", "write_bw", "-x", "#bytes", false}
+	ToolReadBW    = Tool{"ib_read_bw", "read_bw", "-x", "#bytes", false}
+	ToolSendBW    = Tool{"ib_send_bw", "send_bw", "-x", "#bytes", false}
+	ToolAtomicBW  = Tool{"ib_atomic_bw", "atomic_bw", "-x", "#bytes", false}
+	ToolWriteLat  = Tool{"ib_write_lat", "write_lat", "-x", "#bytes", false}
+	ToolReadLat   = Tool{"ib_read_lat", "read_lat", "-x", "#bytes", true}
+	ToolSendLat   = Tool{"ib_send_lat", "send_lat", "-x", "#bytes", false}
+	ToolAtomicLat = Tool{"ib_atomic_lat", "atomic_lat", "-x", "#bytes", true}
 )
 
 // toolPort is the TCP port of both tool families' exchange (18515).
@@ -98,6 +99,12 @@ type Expect struct {
 	RNR bool
 	// Atomic checks the chain of original values of the atomics.
 	Atomic bool
+	// RNRTimer, when set, is the timer code every RNR NAK must carry (the
+	// responder's min_rnr_timer; both tool families set 12, 640 µs).
+	RNRTimer uint8
+	// PathMTU, when set, must be the largest RoCEv2 payload in the capture
+	// (proves the path MTU the two tools settled on).
+	PathMTU int
 }
 
 // Cell is one line of the matrix (both directions unless Skip says).
@@ -117,6 +124,9 @@ type Cell struct {
 	Skip map[Dir]string
 	// Note goes to the doc's table.
 	Note string
+	// GoroceSpecific cells test a property of goroce (e.g. its AF_XDP path
+	// MTU limit): skipped in the VM↔VM self-test.
+	GoroceSpecific bool
 }
 
 // Endpoint runs one side of a cell: rxe in a VM, or goroce on the host side.
@@ -489,6 +499,9 @@ func (m *Matrix) judge(r *CellResult, rep *DumpReport, e Expect, impls map[netip
 				r.NAKKinds[k] += n
 			}
 			r.RNRNAKs += p.RNRNAKs
+			if e.RNRTimer != 0 && p.RNRNAKs > 0 && (p.RNRTimer == nil || *p.RNRTimer != e.RNRTimer) {
+				fail("%s > %s: RNR NAK timer code %v, want %d (min_rnr_timer)", f.Src, f.Dst, derefU8(p.RNRTimer), e.RNRTimer)
+			}
 			line += fmt.Sprintf("; responses %d acks %d naks %v rnr_naks %d", p.Packets, p.ACKs, p.NAKs, p.RNRNAKs)
 		}
 		r.Summaries = append(r.Summaries, line)
@@ -532,6 +545,17 @@ func (m *Matrix) judge(r *CellResult, rep *DumpReport, e Expect, impls map[netip
 	case !e.RNR && !e.Loss && r.RNRNAKs > 0:
 		fail("%d RNR NAKs (none expected)", r.RNRNAKs)
 	}
+	if e.PathMTU > 0 {
+		largest := 0
+		for _, p := range rep.Packets {
+			if p.PayloadLen != nil && *p.PayloadLen > largest {
+				largest = *p.PayloadLen
+			}
+		}
+		if largest != e.PathMTU {
+			fail("largest RoCEv2 payload %d bytes, want the path MTU %d", largest, e.PathMTU)
+		}
+	}
 	if e.Atomic {
 		n, probs := CheckAtomics(rep.Packets, !e.Loss)
 		r.Atomics = n
@@ -542,6 +566,13 @@ func (m *Matrix) judge(r *CellResult, rep *DumpReport, e Expect, impls map[netip
 			fail("atomics: no operation hit an address twice, nothing to check (use more iterations)")
 		}
 	}
+}
+
+func derefU8(p *uint8) any {
+	if p == nil {
+		return "none"
+	}
+	return *p
 }
 
 func byString(m map[string]int) string {
@@ -562,15 +593,16 @@ type DumpReport struct {
 
 // DumpPacket is one packet line.
 type DumpPacket struct {
-	Src       string  `json:"src"`
-	Dst       string  `json:"dst"`
-	Opcode    string  `json:"opcode"`
-	OpcodeNum *uint8  `json:"opcode_num"`
-	DQPN      *uint32 `json:"dqpn"`
-	PSN       *uint32 `json:"psn"`
-	AckReq    *bool   `json:"ackreq"`
-	ICRCOK    *bool   `json:"icrc_ok"`
-	AETH      *struct {
+	Src        string  `json:"src"`
+	Dst        string  `json:"dst"`
+	Opcode     string  `json:"opcode"`
+	OpcodeNum  *uint8  `json:"opcode_num"`
+	DQPN       *uint32 `json:"dqpn"`
+	PSN        *uint32 `json:"psn"`
+	AckReq     *bool   `json:"ackreq"`
+	ICRCOK     *bool   `json:"icrc_ok"`
+	PayloadLen *int    `json:"payload_len"`
+	AETH       *struct {
 		Kind string `json:"kind"`
 		NAK  string `json:"nak"`
 		MSN  uint32 `json:"msn"`
@@ -625,10 +657,11 @@ type DumpSummary struct {
 			Late          int    `json:"late"`
 		} `json:"requests"`
 		Responses *struct {
-			Packets int            `json:"packets"`
-			ACKs    int            `json:"acks"`
-			NAKs    map[string]int `json:"naks"`
-			RNRNAKs int            `json:"rnr_naks"`
+			Packets  int            `json:"packets"`
+			ACKs     int            `json:"acks"`
+			NAKs     map[string]int `json:"naks"`
+			RNRNAKs  int            `json:"rnr_naks"`
+			RNRTimer *uint8         `json:"rnr_timer"`
 		} `json:"responses"`
 	} `json:"flows"`
 	Warnings []string `json:"warnings"`
@@ -1286,7 +1319,11 @@ func (m *Matrix) WireDiffs() (string, int) {
 	id := func(s string) string { return s }
 	for _, f := range fields {
 		rw := rows[f]
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", f, oneLine(setString(rw.rxe, id), 200), oneLine(setString(rw.gor, id), 200), strings.Join(rw.cells, ", "))
+		cells := strings.Join(rw.cells, ", ")
+		if len(rw.cells) == compared {
+			cells = fmt.Sprintf("all %d compared", compared)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", f, oneLine(setString(rw.rxe, id), 200), oneLine(setString(rw.gor, id), 200), cells)
 	}
 	return b.String(), len(fields)
 }
