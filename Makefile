@@ -1,7 +1,7 @@
 # goroce: `make test` is the README's test command; `.ci/run` calls it, then `make interop`.
 GO      ?= go
 PKGS    := $(shell $(GO) list ./... | grep -v /interop)
-RACE    := ./wire/... ./memreg/... ./atomic/... ./transport/... ./qp/... ./nic/... ./internal/... ./cmd/...
+RACE    := $(PKGS)
 
 .PHONY: all build test vet fmt-check unit race bench interop ci demo
 
