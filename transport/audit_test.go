@@ -277,3 +277,38 @@ func TestAuditRKeyBeforeAlignmentAndLength(t *testing.T) {
 		t.Fatalf("misaligned atomic: answers %v, want NAK 0x61", got)
 	}
 }
+
+// rxe rounds max_dest_rd_atomic up to a power of two (rxe_qp_from_attr:
+// roundup_pow_of_two) and so does its requester with max_rd_atomic: an rxe
+// peer set to 3 keeps up to 4 READs/atomics in flight. goroce's responder
+// remembers as many, so a duplicate of the oldest is still answered.
+func TestAuditDestRdAtomicRounding(t *testing.T) {
+	e := newEPair(t, eopts{maxRdAtomic: 3})
+	read := func(psn wire.PSN) []logged {
+		return e.inject(wire.Frame{BTH: bth(wire.RCRDMAReadRequest, psn),
+			RETH: wire.RETHFields{VA: e.b.mr.IOVA() + uint64(psn)*8, RKey: e.b.mr.RKey(), DMALen: 8}}, nil)
+	}
+	for psn := wire.PSN(0); psn < 4; psn++ {
+		if got := read(psn); len(got) != 1 {
+			t.Fatalf("READ %d: answers %v", psn, got)
+		}
+	}
+	if got := read(0); len(got) != 1 || got[0].p.Opcode() != wire.RCRDMAReadResponseOnly || got[0].p.BTH.PSN() != 0 {
+		t.Fatalf("duplicate of the oldest of 4 READs (max_dest_rd_atomic 3): answers %v, want its READ_RESPONSE_ONLY", got)
+	}
+	fadd := func(psn wire.PSN) []logged {
+		return e.inject(wire.Frame{BTH: bth(wire.RCFetchAdd, psn),
+			AtomicETH: wire.AtomicETHFields{VA: e.b.mr.IOVA() + 4096, RKey: e.b.mr.RKey(), SwapAdd: 1}}, nil)
+	}
+	for psn := wire.PSN(4); psn < 8; psn++ {
+		if got := fadd(psn); len(got) != 1 {
+			t.Fatalf("FETCH_ADD %d: answers %v", psn, got)
+		}
+	}
+	if got := fadd(4); len(got) != 1 || got[0].p.Opcode() != wire.RCAtomicAcknowledge || got[0].p.AtomicAckETH.OrigValue() != 0 {
+		t.Fatalf("duplicate of the oldest of 4 atomics: answers %v, want its ATOMIC_ACK with 0", got)
+	}
+	if v := e.b.buf[4096]; v != 4 {
+		t.Fatalf("counter %d, want 4 (the duplicate not executed)", v)
+	}
+}

@@ -261,9 +261,16 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	}
 	if mask&AttrMaxDestRdAtomic != 0 {
 		q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
-		q.res = make([]resource, max(int(a.MaxDestRdAtomic), 1))
+		// rxe sizes its responder resources roundup_pow_of_two(max_dest_rd_atomic)
+		// (rxe_qp_from_attr), and its requester rounds max_rd_atomic the same
+		// way: an rxe peer set to 3 keeps 4 READs/atomics in flight.
+		n := 1
+		for n < int(a.MaxDestRdAtomic) {
+			n <<= 1
+		}
+		q.res = make([]resource, n)
 		q.resNext = 0
-		q.atomicHist = atomic.NewHistory(max(int(a.MaxDestRdAtomic), 1))
+		q.atomicHist = atomic.NewHistory(n)
 	}
 	if mask&AttrMinRNRTimer != 0 {
 		q.attr.MinRNRTimer = a.MinRNRTimer
