@@ -312,3 +312,25 @@ func TestAuditDestRdAtomicRounding(t *testing.T) {
 		t.Fatalf("counter %d, want 4 (the duplicate not executed)", v)
 	}
 }
+
+// SEND_WITH_INVALIDATE naming a key that cannot be invalidated (class J):
+// rxe's execute returns before counting the message in the MSN, so the ACK
+// it still sends (acknowledge: no NAK syndrome, AckReq set) carries the MSN
+// without it; the RECV completes with REM_INV_REQ_ERR and the QP goes to ERR.
+func TestAuditInvalidateFailureMSN(t *testing.T) {
+	e := newEPair(t, eopts{})
+	must(t, e.b.q.PostRecv(&transport.RecvWR{WRID: 1, SGL: []transport.SGE{e.b.sge(8192, 4096)}}))
+	must(t, e.b.q.PostRecv(&transport.RecvWR{WRID: 2, SGL: []transport.SGE{e.b.sge(8192, 4096)}}))
+	if got := e.inject(wire.Frame{BTH: bth(wire.RCSendOnly, 0)}, make([]byte, 8)); len(got) != 1 || got[0].p.AETH.MSN() != 1 {
+		t.Fatalf("first SEND: answers %v, want an ACK with MSN 1", got)
+	}
+	got := e.inject(wire.Frame{BTH: bth(wire.RCSendOnlyWithInvalidate, 1), IETH: 0x7F0000}, make([]byte, 8))
+	if len(got) != 1 || got[0].p.Opcode() != wire.RCAcknowledge || got[0].p.AETH.Syndrome() != wire.SyndromeACKNoCredit ||
+		got[0].p.BTH.PSN() != 1 || got[0].p.AETH.MSN() != 1 {
+		t.Fatalf("SEND_WITH_INV with a bad rkey: answers %v, want an ACK at PSN 1 with MSN still 1", got)
+	}
+	w := e.b.rcq.take()
+	if len(w) != 2 || w[1].WRID != 2 || w[1].Status != transport.WCRemInvReqErr || e.b.q.State() != transport.StateErr {
+		t.Fatalf("RECV completions %v, state %v", w, e.b.q.State())
+	}
+}

@@ -162,8 +162,12 @@ func (q *QP) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	if op.HasInv() {
 		rkey := p.IETH.RKey()
 		if err := q.cfg.MRs.Invalidate(rkey, q.cfg.PD); err != nil {
-			// rxe: no NAK; the QP goes to ERR and the RECV completes in error.
-			q.finishMessage(p, psn)
+			// rxe (class J): no NAK; the QP goes to ERR and the RECV
+			// completes in error. execute returns before counting the
+			// message, so the ACK still sent for AckReq carries the MSN
+			// without it.
+			q.respOpcode = -1
+			q.acceptPacket(p, psn)
 			q.rqHead++
 			q.recvActive = false
 			wc.Status = WCRemInvReqErr
