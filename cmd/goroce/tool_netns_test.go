@@ -1,0 +1,97 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/netdev/nspair"
+)
+
+// TestToolsNetns runs the goroce binary's tools against each other on a
+// real interface, one per network namespace (a veth pair, 198.18.X.0/24,
+// no route out), through netdev.Open with each backend: the path a user
+// takes (`goroce pingpong -d IFACE -g 1`, GOROCE_BACKEND). It logs the
+// result lines, which are the goroce↔goroce figures on veth. Needs root.
+func TestToolsNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root to create network namespaces, and CI=true forbids skipping")
+		}
+		t.Skip("needs root to create network namespaces")
+	}
+	bin := filepath.Join(t.TempDir(), "goroce")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	pair, err := nspair.New(nspair.Options{Prefix: "gtools"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	srvIP := pair.A.Addr.String()
+	cells := []struct {
+		name string
+		args string
+		done string
+	}{
+		{"pingpong", "pingpong -g 1 -n 50 -c", "iters in"},
+		{"write_bw", "write_bw -s 65536 -n 300", "#bytes"},
+		{"read_bw", "read_bw -s 4096 -n 300 -q 2", "#bytes"},
+		{"send_lat", "send_lat -n 50", "#bytes"},
+	}
+	for _, backend := range []string{"afxdp", "afpacket", "udp"} {
+		for _, c := range cells {
+			t.Run(backend+"/"+c.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				defer cancel()
+				start := func(end nspair.End, extra ...string) (*exec.Cmd, *bytes.Buffer) {
+					args := append([]string{"netns", "exec", end.NS, bin}, strings.Fields(c.args)...)
+					args = append(args, append([]string{"-d", end.Ifname, "--timeout", "60"}, extra...)...)
+					cmd := exec.CommandContext(ctx, "ip", args...)
+					cmd.Env = append(os.Environ(), "GOROCE_BACKEND="+backend)
+					var out bytes.Buffer
+					cmd.Stdout, cmd.Stderr = &out, &out
+					if err := cmd.Start(); err != nil {
+						t.Fatal(err)
+					}
+					return cmd, &out
+				}
+				srv, sout := start(pair.A)
+				// The client retries the refused connection until the server
+				// listens (--timeout).
+				cli, cout := start(pair.B, srvIP)
+				cerr := cli.Wait()
+				serr := srv.Wait()
+				if cerr != nil || serr != nil {
+					t.Fatalf("server: %v\n%s\nclient: %v\n%s", serr, sout, cerr, cout)
+				}
+				for _, out := range []*bytes.Buffer{sout, cout} {
+					if !strings.Contains(out.String(), c.done) || strings.Contains(out.String(), "invalid data") {
+						t.Errorf("output:\n%s", out)
+					}
+				}
+				lines := strings.Split(strings.TrimSpace(cout.String()), "\n")
+				t.Logf("%s client: %s", backend, strings.Join(lastLines(lines, c.name), " | "))
+			})
+		}
+	}
+}
+
+// lastLines picks the result lines of a tool's output.
+func lastLines(lines []string, tool string) []string {
+	if tool == "pingpong" {
+		return lines[len(lines)-2:]
+	}
+	if len(lines) >= 2 {
+		return lines[len(lines)-2 : len(lines)-1]
+	}
+	return lines
+}
