@@ -78,6 +78,21 @@
 // after which the peer sends, as ctx_set_recv_wqes precedes it in
 // send_bw.c and send_lat.c.
 //
+// Hooks.After runs after every step, with what the run learned so far: the
+// tools print their address lines after the second key exchange and a BW
+// server its table line after Reports, and a caller checks there that the
+// second exchange repeated the first (a different -q on the two sides puts
+// them out of step, which the C tools only notice by hanging).
+//
+// # Timeouts
+//
+// Config.ExchangeTimeout bounds each exchange, so that a dead or wedged
+// peer fails the run, except the exchanges that legitimately wait for the
+// end of a traffic phase of either side (WaitsForTraffic: a write_bw
+// server's Sync during the client's run, the close after a send test):
+// those are as long as the test. Cancelling the context unblocks any of
+// them.
+//
 // The package also parses perftest's command line and prints its tables
 // byte for byte as 4.5-0.17 does (see the logs in testdata/rxe).
 package perftest

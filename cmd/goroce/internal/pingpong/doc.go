@@ -35,5 +35,6 @@
 // The package also parses ibv_rc_pingpong's command line (getopt_long string
 // "p:d:i:s:m:r:n:l:eg:oOPtcjN" plus one optional host) and formats its
 // output lines byte for byte, including glibc's inet_ntop rendering of GIDs
-// and the float (not double) microsecond count behind the timing lines.
+// and the float (not double) microsecond count behind the timing lines, and
+// the error lines of its completion handling (ibv_wc_status_str).
 package pingpong
