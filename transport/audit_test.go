@@ -334,3 +334,18 @@ func TestAuditInvalidateFailureMSN(t *testing.T) {
 		t.Fatalf("RECV completions %v, state %v", w, e.b.q.State())
 	}
 }
+
+// out_of_seq_request counts the gaps NAKed, not the packets dropped: rxe's
+// check_psn increments RXE_CNT_OUT_OF_SEQ_REQ only when it sends the one
+// sequence NAK of a gap (sent_psn_nak).
+func TestAuditOutOfSeqCounter(t *testing.T) {
+	e := newEPair(t, eopts{})
+	for i := wire.PSN(5); i < 8; i++ {
+		e.inject(wire.Frame{BTH: bth(wire.RCSendOnly, i)}, make([]byte, 8))
+	}
+	c := e.b.q.Counters
+	if c[transport.CntOutOfSeqRequest] != 1 || c[transport.CntSentNAKs] != 1 {
+		t.Fatalf("out_of_seq_request=%d sent_naks=%d after 3 packets of one gap, want 1 and 1",
+			c[transport.CntOutOfSeqRequest], c[transport.CntSentNAKs])
+	}
+}

@@ -8,7 +8,7 @@ const (
 	CntSentPkts            Counter = iota // sent_pkts
 	CntRcvdPkts                           // rcvd_pkts
 	CntDuplicateRequest                   // duplicate_request
-	CntOutOfSeqRequest                    // out_of_seq_request
+	CntOutOfSeqRequest                    // out_of_seq_request: gaps NAKed (one per gap, not per packet, as rxe)
 	CntRcvdRNRErr                         // rcvd_rnr_err: requester got an RNR NAK
 	CntSendRNRErr                         // send_rnr_err: responder sent an RNR NAK
 	CntRcvdSeqErr                         // rcvd_seq_err: requester got a PSN sequence NAK

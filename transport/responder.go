@@ -46,9 +46,11 @@ func (q *QP) respond(p *wire.Packet, now time.Time) {
 	switch d := psn.Diff(q.expPSN); {
 	case d > 0:
 		// Out of sequence: one NAK per gap, carrying the expected PSN (C9-110).
-		q.inc(CntOutOfSeqRequest)
+		// out_of_seq_request counts those NAKs, as rxe's check_psn does (it
+		// increments RXE_CNT_OUT_OF_SEQ_REQ only when it sends the NAK).
 		if !q.nakSent {
 			q.nakSent = true
+			q.inc(CntOutOfSeqRequest)
 			q.sendNAK(q.expPSN, wire.NAKPSNSequenceError)
 		}
 		return
