@@ -567,7 +567,6 @@ func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perf
 	var totscnt, totccnt int64
 	start := time.Now()
 	deadline := start.Add(time.Duration(f.Duration) * time.Second)
-	spins := 0
 	for {
 		if duration {
 			if !time.Now().Before(deadline) {
@@ -606,21 +605,17 @@ func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perf
 		if !duration && totccnt >= tot {
 			continue
 		}
+		// With nothing posted the loop can only wait for completions; the
+		// C loop spins, p.poll spins a little and then sleeps on the CQ.
 		var n int
 		var err error
-		if r.f.Events && !posted {
-			n, err = p.poll(r.scq, wcs[:])
-		} else {
+		if posted {
 			n, err = p.tryPoll(r.scq, wcs[:])
+		} else {
+			n, err = p.poll(r.scq, wcs[:])
 		}
 		if err != nil {
 			return perftest.BWReport{}, fmt.Errorf("poll CQ failed: %w", err)
-		}
-		if n == 0 && !posted {
-			spins++
-			if err := p.idleWait(spins); err != nil {
-				return perftest.BWReport{}, err
-			}
 		}
 		for i := range n {
 			wc := &wcs[i]

@@ -304,14 +304,23 @@ func (w *progressWatch) stop() {
 	<-w.done
 }
 
-// poller waits for completions: busy polling (the tools' default) or CQ
-// events (-e). A busy poller yields the processor between empty polls: the
-// device's own goroutines need it on a small machine.
+// poller waits for completions: polling (the tools' default) or CQ events
+// (-e). The C tools spin on ibv_poll_cq; here the device's receive and
+// timer goroutines must run for a completion to appear at all, so a
+// spinning poller yields the processor between empty polls and, after
+// spinPolls of them, sleeps on the CQ like -e (on a busy-poll device
+// CQ.Wait spins and drives the device itself). On a machine with cores to
+// spare a completion is caught while spinning; on a loaded one the waiter
+// stops competing with the goroutines that produce it.
 type poller struct {
 	ctx    context.Context
 	events bool
 	watch  *progressWatch
 }
+
+// spinPolls is how many empty polls a polling waiter makes before it
+// sleeps on the CQ.
+const spinPolls = 64
 
 // poll returns at least one completion, or the reason it could not.
 func (p *poller) poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
@@ -325,7 +334,7 @@ func (p *poller) poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
 		}
 		return n, err
 	}
-	for spins := 1; ; spins++ {
+	for range spinPolls {
 		n, err := cq.Poll(wcs)
 		if n > 0 || err != nil {
 			if n > 0 {
@@ -333,11 +342,19 @@ func (p *poller) poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
 			}
 			return n, err
 		}
-		if spins%64 == 0 && p.ctx.Err() != nil {
-			return 0, context.Cause(p.ctx)
-		}
 		runtime.Gosched()
 	}
+	if p.ctx.Err() != nil {
+		return 0, context.Cause(p.ctx)
+	}
+	n, err := cq.Wait(p.ctx, wcs)
+	if err != nil && p.ctx.Err() != nil {
+		return 0, context.Cause(p.ctx)
+	}
+	if n > 0 {
+		p.watch.tick()
+	}
+	return n, err
 }
 
 // tryPoll polls once, without waiting.
