@@ -349,3 +349,17 @@ func TestAuditOutOfSeqCounter(t *testing.T) {
 			c[transport.CntOutOfSeqRequest], c[transport.CntSentNAKs])
 	}
 }
+
+// rcvd_pkts counts the packets that passed the receive checks (rxe_rcv
+// increments RXE_CNT_RCVD_PKTS after hdr_check); a packet for a QP in the
+// wrong state, or from another address, is not received.
+func TestAuditRcvdPktsAfterChecks(t *testing.T) {
+	e := newEPair(t, eopts{})
+	e.inject(wire.Frame{BTH: bth(wire.RCSendOnly, 5)}, make([]byte, 8)) // out of sequence: received, NAKed
+	must(t, e.b.q.Modify(&transport.Attr{State: transport.StateErr}, transport.AttrState, e.now))
+	e.inject(wire.Frame{BTH: bth(wire.RCSendOnly, 0)}, make([]byte, 8)) // ERR: dropped
+	c := e.b.q.Counters
+	if c[transport.CntRcvdPkts] != 1 || c[transport.CntRcvdWrongState] != 1 {
+		t.Fatalf("rcvd_pkts=%d rcvd_wrong_state=%d, want 1 and 1", c[transport.CntRcvdPkts], c[transport.CntRcvdWrongState])
+	}
+}

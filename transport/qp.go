@@ -441,7 +441,6 @@ func (q *QP) ackTimeout() time.Duration {
 // Receive processes one received, parsed and ICRC-checked packet addressed
 // to this QP.
 func (q *QP) Receive(p *wire.Packet, now time.Time) {
-	q.inc(CntRcvdPkts)
 	av := &q.attr.AV
 	// rxe_recv.c check_addr: the IP addresses must match the QP's path.
 	if p.SrcIP() != av.DGID.Unmap() || p.DstIP() != av.SGID.Unmap() {
@@ -463,12 +462,16 @@ func (q *QP) Receive(p *wire.Packet, now time.Time) {
 			q.inc(CntRcvdWrongState)
 			return
 		}
+		// rcvd_pkts counts what passed these checks, as rxe_rcv counts
+		// RXE_CNT_RCVD_PKTS only after hdr_check (state, addresses, P_Key).
+		q.inc(CntRcvdPkts)
 		q.respond(p, now)
 	} else {
 		if q.attr.State != StateRTS && q.attr.State != StateSQD {
 			q.inc(CntRcvdWrongState)
 			return
 		}
+		q.inc(CntRcvdPkts)
 		q.complete(p, now)
 	}
 }
