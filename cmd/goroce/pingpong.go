@@ -44,7 +44,8 @@ Options (those of ibv_rc_pingpong):
 goroce options:
   --timeout=<seconds>    give up (exit 1) after this long, waiting for the peer included;
                          a client then retries a refused connection until the timeout
-Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto), GOROCE_VERBOSE=1.
+Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device
+in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_VERBOSE=1.
 `
 
 // runPingpong is ibv_rc_pingpong (rdma-core 44, libibverbs/examples/

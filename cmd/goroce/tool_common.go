@@ -50,7 +50,8 @@ type toolEnv struct {
 // openDevice opens the goroce device of a tool run: the RoCE device bound
 // to network interface name (the first usable interface when name is ""),
 // with the backend that GOROCE_BACKEND names (auto, afxdp, afpacket or udp;
-// default auto).
+// default auto), in busy-poll mode when GOROCE_BUSYPOLL is 1 (no device
+// goroutines: the tool's polls drive it, a progressor between them).
 var openDevice = func(name string) (*qp.Device, error) {
 	if name == "" {
 		ifname, err := defaultInterface()
@@ -68,7 +69,8 @@ var openDevice = func(name string) (*qp.Device, error) {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	dev, _, err := netdev.Open(name, netdev.Options{Backend: backend, Logger: logger})
+	busy := os.Getenv("GOROCE_BUSYPOLL") == "1"
+	dev, _, err := netdev.Open(name, netdev.Options{Backend: backend, Logger: logger, BusyPoll: busy})
 	return dev, err
 }
 

@@ -47,9 +47,28 @@ func TestToolsNetns(t *testing.T) {
 		{"read_bw", "read_bw -s 4096 -n 300 -q 2", "#bytes"},
 		{"send_lat", "send_lat -n 50", "#bytes"},
 	}
+	type run struct {
+		backend string
+		busy    bool
+		cell    int
+	}
+	var runs []run
 	for _, backend := range []string{"afxdp", "afpacket", "udp"} {
-		for _, c := range cells {
-			t.Run(backend+"/"+c.name, func(t *testing.T) {
+		for i := range cells {
+			runs = append(runs, run{backend, false, i})
+		}
+	}
+	// Busy-poll devices (GOROCE_BUSYPOLL=1): a ping-pong, and a write_bw
+	// whose server is only a target, kept answering by the progressor.
+	runs = append(runs, run{"afpacket", true, 0}, run{"afpacket", true, 1})
+	for _, r := range runs {
+		backend, c := r.backend, cells[r.cell]
+		name := backend + "/" + c.name
+		if r.busy {
+			name += "/busypoll"
+		}
+		{
+			t.Run(name, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 				defer cancel()
 				start := func(end nspair.End, extra ...string) (*exec.Cmd, *bytes.Buffer) {
@@ -57,6 +76,9 @@ func TestToolsNetns(t *testing.T) {
 					args = append(args, append([]string{"-d", end.Ifname, "--timeout", "60"}, extra...)...)
 					cmd := exec.CommandContext(ctx, "ip", args...)
 					cmd.Env = append(os.Environ(), "GOROCE_BACKEND="+backend)
+					if r.busy {
+						cmd.Env = append(cmd.Env, "GOROCE_BUSYPOLL=1")
+					}
 					var out bytes.Buffer
 					cmd.Stdout, cmd.Stderr = &out, &out
 					if err := cmd.Start(); err != nil {

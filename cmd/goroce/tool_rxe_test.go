@@ -70,7 +70,7 @@ func TestToolsAgainstRXE(t *testing.T) {
 	// backend it opened.
 	t.Setenv("GOROCE_VERBOSE", "1")
 	type run struct {
-		backend string
+		backend string // GOROCE_BACKEND, "+busy" for GOROCE_BUSYPOLL=1 too
 		cell    cell
 	}
 	var runs []run
@@ -86,10 +86,15 @@ func TestToolsAgainstRXE(t *testing.T) {
 		}
 		runs = append(runs, run{b, cells[4]}, run{b, cells[5]})
 	}
+	runs = append(runs, run{"afpacket+busy", cells[0]}, run{"afpacket+busy", cells[1]}, run{"afpacket+busy", cells[5]})
 	for _, rc := range runs {
 		c := rc.cell
 		t.Run(rc.backend+"/"+c.name, func(t *testing.T) {
-			t.Setenv("GOROCE_BACKEND", rc.backend)
+			backend, busy := strings.CutSuffix(rc.backend, "+busy")
+			t.Setenv("GOROCE_BACKEND", backend)
+			if busy {
+				t.Setenv("GOROCE_BUSYPOLL", "1")
+			}
 			gargs := append(strings.Fields(c.goroce), "-d", h.HostIface(), "-p", port, "--timeout", "150")
 			var gr, sr interop.Result
 			if c.goroceIsServer {
