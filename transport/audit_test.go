@@ -363,3 +363,70 @@ func TestAuditRcvdPktsAfterChecks(t *testing.T) {
 		t.Fatalf("rcvd_pkts=%d rcvd_wrong_state=%d, want 1 and 1", c[transport.CntRcvdPkts], c[transport.CntRcvdWrongState])
 	}
 }
+
+// The outer headers are rxe's (rxe_net.c prepare4, rxe_verbs.c
+// rxe_modify_qp): IPv4 TOS = grh.traffic_class, TTL = grh.hop_limit, DF set,
+// UDP destination 4791 with checksum 0, and source port
+// rdma_get_udp_sport(flow_label, qpn, dest_qpn) — from the QPN hash, or from
+// the AV's flow label when it has one.
+func TestAuditOuterHeaders(t *testing.T) {
+	e := newEPair(t, eopts{})
+	av := transport.AV{DGID: e.b.ip, SGID: e.a.ip, HopLimit: 9, TrafficClass: 0x6A, FlowLabel: 0x12345,
+		DMAC: e.b.mac, SMAC: e.a.mac}
+	must(t, e.a.q.Modify(&transport.Attr{State: transport.StateSQD}, transport.AttrState, e.now))
+	must(t, e.a.q.Modify(&transport.Attr{State: transport.StateSQD, AV: av}, transport.AttrState|transport.AttrAV, e.now))
+	must(t, e.a.q.Modify(&transport.Attr{State: transport.StateRTS}, transport.AttrState, e.now))
+	type hdr struct {
+		tos, ttl     uint8
+		df           bool
+		sport, dport uint16
+		csum         uint16
+	}
+	var fromA, fromB []hdr
+	e.hook = func(from *side, p *wire.Packet) bool {
+		h := hdr{p.IPv4.TOS(), p.IPv4.TTL(), p.IPv4.DF(), p.UDP.SrcPort(), p.UDP.DstPort(), p.UDP.Checksum()}
+		if from == e.a {
+			fromA = append(fromA, h)
+		} else {
+			fromB = append(fromB, h)
+		}
+		return true
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 3000)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.run(0)
+	wantA := hdr{0x6A, 9, true, wire.FlowLabelToUDPSport(0x12345), 4791, 0}
+	wantB := hdr{0, 64, true, wire.RCSourcePort(e.b.q.QPN(), e.a.q.QPN()), 4791, 0}
+	if len(fromA) != 3 || len(fromB) != 1 {
+		t.Fatalf("%d frames from A, %d from B, want 3 and 1", len(fromA), len(fromB))
+	}
+	for _, h := range fromA {
+		if h != wantA {
+			t.Fatalf("A's headers %+v, want %+v", h, wantA)
+		}
+	}
+	if fromB[0] != wantB || wantB.sport != wire.RCSourcePort(e.a.q.QPN(), e.b.q.QPN()) {
+		t.Fatalf("B's ACK headers %+v, want %+v (the same hash both ways)", fromB[0], wantB)
+	}
+}
+
+// Inline data up to rxe's RXE_MAX_INLINE_DATA (400 bytes) is accepted and
+// copied at post time; one byte more is EINVAL (rxe validate_send_wr).
+func TestAuditInlineLimit(t *testing.T) {
+	e := newEPair(t, eopts{})
+	must(t, e.b.q.PostRecv(&transport.RecvWR{WRID: 1, SGL: []transport.SGE{e.b.sge(8192, 4096)}}))
+	for i := range 400 {
+		e.a.buf[i] = byte(i*3 + 1)
+	}
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendInline | transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, 400)}})
+	clear(e.a.buf[:400]) // the buffer may be reused once PostSend returns
+	e.run(0)
+	if w := e.b.rcq.take(); len(w) != 1 || w[0].ByteLen != 400 || e.b.buf[8192+399] != byte((399*3+1)%256) {
+		t.Fatalf("receiver %v", w)
+	}
+	if err := e.a.q.PostSend(&transport.SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendInline,
+		SGL: []transport.SGE{e.a.sge(0, 401)}}, e.now); err == nil {
+		t.Fatal("401 inline bytes accepted")
+	}
+}

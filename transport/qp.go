@@ -31,8 +31,9 @@ const (
 	// MaxPktPerAck: inside long messages AckReq is set on every
 	// (MaxPktPerAck+2)th packet, as rxe's `noack_pkts++ > RXE_MAX_PKT_PER_ACK`.
 	MaxPktPerAck = 64
-	// MaxInlineData is the largest SendInline payload.
-	MaxInlineData = 256
+	// MaxInlineData is the largest SendInline payload: rxe's
+	// RXE_MAX_INLINE_DATA, so a QP created for rxe's limit works here too.
+	MaxInlineData = 400
 	// MaxRdAtomic bounds max_rd_atomic / max_dest_rd_atomic (rxe: 128).
 	MaxRdAtomic = 128
 	// MaxMessageLen bounds a message (RETH DMA length ≤ 2^31).
