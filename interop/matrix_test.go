@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,8 @@ import (
 //	                                same stock tool (self-test of the runner and judge)
 //	GOROCE_INTEROP_WRITE_DOC=1      rewrite the generated sections of docs/interop.md
 //	GOROCE_INTEROP_GOROCE_BIN=PATH  use this goroce binary instead of building ./cmd/goroce
+//	GOROCE_INTEROP_GOROCE_REV=TEXT  what the doc says was tested (with _BIN)
+//	GOROCE_INTEROP_ARTIFACTS=DIR    where failed cells' captures and outputs are kept
 //	GOROCE_INTEROP_GOROCE_LOSS=1    run the goroce-side loss cells (GOROCE_TX_DROP=0.02
 //	                                in the goroce process's environment; see docs)
 const (
@@ -214,7 +217,7 @@ func TestMatrix(t *testing.T) {
 							t.Errorf("%s", p)
 						}
 						if r.Status == StatusFail {
-							t.Logf("capture: %s", r.Pcap)
+							keepArtifacts(t, r)
 						}
 					})
 				}
@@ -235,14 +238,58 @@ func TestMatrix(t *testing.T) {
 		if peer == "vm" {
 			peerText = "VM↔VM self-test: the \"goroce\" side was rxe in a second VM running the same stock tool"
 		}
-		header := fmt.Sprintf("Last run: %s, %s; %.0f s wall for the whole matrix (two VM boots included) on the 2-core build machine.\n",
-			time.Now().UTC().Format("2006-01-02 15:04 UTC"), peerText, time.Since(t0).Seconds())
+		header := fmt.Sprintf("Last run: %s, %s (goroce %s); %.0f s wall for the whole matrix (two VM boots included) on the 2-core build machine.\n",
+			time.Now().UTC().Format("2006-01-02 15:04 UTC"), peerText, goroceRevision(), time.Since(t0).Seconds())
 		if err := m.WriteDoc(doc, header); err != nil {
 			t.Errorf("writing %s: %v", doc, err)
 		} else {
 			t.Logf("rewrote the matrix and wire sections of %s", doc)
 		}
 	}
+}
+
+// keepArtifacts copies a failed cell's capture and both programs' output
+// out of the test's temporary directory, to $GOROCE_INTEROP_ARTIFACTS
+// (default: /tmp/goroce-interop-failures/<pid>).
+func keepArtifacts(t *testing.T, r *CellResult) {
+	dir := os.Getenv("GOROCE_INTEROP_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "goroce-interop-failures", strconv.Itoa(os.Getpid()))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("keeping artifacts: %v", err)
+		return
+	}
+	base := strings.TrimSuffix(filepath.Base(r.Pcap), ".pcap")
+	if b, err := os.ReadFile(r.Pcap); err == nil {
+		os.WriteFile(filepath.Join(dir, base+".pcap"), b, 0o644)
+	}
+	log := fmt.Sprintf("%s %s (MTU %d)\n\n### server\n%s\n### client\n%s\n### problems\n%s\n",
+		r.Cell, r.Dir, r.MTU, r.Server, r.Client, strings.Join(r.Problems, "\n"))
+	os.WriteFile(filepath.Join(dir, base+".log"), []byte(log), 0o644)
+	t.Logf("capture and outputs kept in %s/%s.{pcap,log}", dir, base)
+}
+
+// goroceRevision names what was tested: GOROCE_INTEROP_GOROCE_REV, else the
+// tree's commit (with "+dirty" when the tree has uncommitted changes).
+func goroceRevision() string {
+	if r := os.Getenv("GOROCE_INTEROP_GOROCE_REV"); r != "" {
+		return r
+	}
+	if os.Getenv("GOROCE_INTEROP_GOROCE_BIN") != "" {
+		return "binary " + os.Getenv("GOROCE_INTEROP_GOROCE_BIN")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(file))
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown revision"
+	}
+	rev := "commit " + strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		rev += "+dirty"
+	}
+	return rev
 }
 
 func subtestName(c Cell, d Dir) string {
