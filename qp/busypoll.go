@@ -83,13 +83,39 @@ func tryReader(link any) tryReadInt {
 // BusyPoll reports whether the device was opened in busy-poll mode.
 func (d *Device) BusyPoll() bool { return d.busy }
 
+// yieldEvery is how many consecutive fruitless polls of a busy-poll device
+// pass before one gives the processor back to the OS (sched_yield(2)).
+const yieldEvery = 4
+
 // busyProgress runs one Device.Poll when d is in busy-poll mode (not in
-// manual mode, and not after Close).
+// manual mode, and not after Close). After yieldEvery consecutive polls
+// that found nothing, it yields the OS thread (osYield), so a spinning
+// thread cannot starve the kernel work the device is waiting for.
+//
+// Why: on veth (and any software path) a frame sent by the peer is carried
+// to our socket by the kernel's softirq processing, which under load is
+// left to ksoftirqd. runtime.Gosched yields only to other goroutines, never
+// to other threads, so two threads spinning on the two CPUs of a loaded
+// machine can hold that work off. In the bench's UDP ping-pong (load ≈ 8 on
+// 2 vCPUs) without OS yields: p99 8–40 ms, and in about one run in four
+// RETRY_EXC_ERR after eight 67 ms ACK timeouts in a row, while the peer's
+// kernel had counted its ACKs sent and our QP never saw them (the two
+// namespaces' IP counters matched by the time they were read). Yielding
+// every 16 idle polls gave p99 ≈ 1–3 ms and no failures, every 4 a little
+// better again, every poll raised the median; every 64 was about as bad as
+// never. That the delay is softirq work starved by the spinning threads is
+// the likely reading, not a measured one.
 func (d *Device) busyProgress() {
 	if d == nil || !d.busy {
 		return
 	}
-	d.Poll()
+	if d.Poll() > 0 {
+		d.idle.Store(0)
+		return
+	}
+	if d.idle.Add(1)%yieldEvery == 0 {
+		osYield()
+	}
 }
 
 // Progress drives a busy-poll device until ctx ends or the device is
@@ -104,7 +130,7 @@ func (d *Device) Progress(ctx context.Context) error {
 	}
 	done := ctx.Done()
 	for {
-		d.Poll()
+		d.busyProgress()
 		if d.isClosed() {
 			return ErrClosed
 		}
@@ -152,7 +178,7 @@ func (cq *CQ) spinWait(ctx context.Context, wcs []WC) (int, error) {
 func (cq *CQ) spinEvent(ctx context.Context) error {
 	done := ctx.Done()
 	for {
-		cq.dev.Poll()
+		cq.dev.busyProgress()
 		select {
 		case <-cq.event:
 			return nil

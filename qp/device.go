@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	satomic "sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/atomic"
@@ -116,8 +117,9 @@ type Device struct {
 	counters transport.Counters
 	rxStats  RxStats
 
-	manual *manualRx // manual and busy-poll modes
-	busy   bool      // busy-poll mode: CQs drive the device
+	manual *manualRx      // manual and busy-poll modes
+	busy   bool           // busy-poll mode: CQs drive the device
+	idle   satomic.Uint32 // busy-poll: consecutive polls that found nothing
 
 	wake   chan struct{}
 	done   chan struct{}
