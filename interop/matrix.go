@@ -1285,6 +1285,7 @@ func (m *Matrix) WireDiffs() (string, int) {
 		cells    []string
 	}
 	rows := map[string]*row{}
+	all := map[string]*row{} // every field, values over all compared cells
 	compared := 0
 	for _, key := range order {
 		if passed[key] != 2 {
@@ -1292,6 +1293,22 @@ func (m *Matrix) WireDiffs() (string, int) {
 		}
 		compared++
 		p := byCell[key]
+		for f, v := range p.rxe {
+			if all[f] == nil {
+				all[f] = &row{gor: map[string]bool{}, rxe: map[string]bool{}}
+			}
+			for _, x := range strings.Split(v, ", ") {
+				all[f].rxe[x] = true
+			}
+		}
+		for f, v := range p.gor {
+			if all[f] == nil {
+				all[f] = &row{gor: map[string]bool{}, rxe: map[string]bool{}}
+			}
+			for _, x := range strings.Split(v, ", ") {
+				all[f].gor[x] = true
+			}
+		}
 		for _, f := range ProfileDiff(p.gor, p.rxe) {
 			rw := rows[f]
 			if rw == nil {
@@ -1311,19 +1328,42 @@ func (m *Matrix) WireDiffs() (string, int) {
 	}
 	sort.Strings(fields)
 	var b strings.Builder
+	id := func(s string) string { return s }
 	if len(fields) == 0 {
 		fmt.Fprintf(&b, "In all %d cells that passed both ways, every profiled field of goroce's frames matched rxe's.\n", compared)
-		return b.String(), 0
-	}
-	b.WriteString("| field | rxe | goroce | cells |\n| --- | --- | --- | --- |\n")
-	id := func(s string) string { return s }
-	for _, f := range fields {
-		rw := rows[f]
-		cells := strings.Join(rw.cells, ", ")
-		if len(rw.cells) == compared {
-			cells = fmt.Sprintf("all %d compared", compared)
+	} else {
+		b.WriteString("| field | rxe | goroce | cells |\n| --- | --- | --- | --- |\n")
+		for _, f := range fields {
+			rw := rows[f]
+			cells := strings.Join(rw.cells, ", ")
+			if len(rw.cells) == compared {
+				cells = fmt.Sprintf("all %d compared", compared)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", f, oneLine(setString(rw.rxe, id), 200), oneLine(setString(rw.gor, id), 200), cells)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", f, oneLine(setString(rw.rxe, id), 200), oneLine(setString(rw.gor, id), 200), cells)
+	}
+	// Every field with the values seen over all compared cells: what
+	// "identical" above stands for.
+	var names []string
+	for f := range all {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(&b, "\nEvery profiled field, values seen over the %d compared cells (a field only one side shows is one only that side sent in these cells):\n\n", compared)
+	b.WriteString("| field | rxe | goroce | |\n| --- | --- | --- | --- |\n")
+	for _, f := range names {
+		a := all[f]
+		rv, gv := setString(a.rxe, id), setString(a.gor, id)
+		mark := "same"
+		switch {
+		case len(a.rxe) == 0 || len(a.gor) == 0:
+			mark = "one side only"
+		case rows[f] != nil:
+			mark = "**differs**"
+		case rv != gv:
+			mark = "same per cell"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", f, oneLine(rv, 200), oneLine(gv, 200), mark)
 	}
 	return b.String(), len(fields)
 }
