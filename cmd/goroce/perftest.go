@@ -71,6 +71,11 @@ in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GORO
 // max_qp_rd_atom (128).
 const defaultOutReads = 16
 
+// maxCycleBuffer bounds the cycle buffer and cache line size a peer may
+// advertise (perftest sends its page size and cache line size: 4 KiB to
+// 64 KiB pages in practice).
+const maxCycleBuffer = 1 << 24
+
 // runPerftest is one of perftest's eight tools (4.5-0.17, the exchange of
 // package perftest) on a goroce device. It returns the exit code.
 func runPerftest(env toolEnv, t perftest.Test, args []string) int {
@@ -249,12 +254,18 @@ func (r *perfRun) connect() (net.Conn, error) {
 func (r *perfRun) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	f := r.f
 	r.neg = n
+	// The cycle buffer is the larger page size of the two hosts; a peer
+	// cannot make us allocate gigabytes with a silly one.
+	if n.CycleBuffer > maxCycleBuffer || n.CacheLine > maxCycleBuffer {
+		return nil, fmt.Errorf("the peer's cycle buffer (%d) or cache line (%d) is larger than %d bytes",
+			n.CycleBuffer, n.CacheLine, maxCycleBuffer)
+	}
 	r.cycle = uint64(max(n.CycleBuffer, 1))
 	r.cacheLine = uint64(max(n.CacheLine, 1))
 	nq := f.NumQPs
 	r.buffSize = perftest.BuffSize(r.maxSize, n.CycleBuffer)
 	total := 2 * uint64(nq) * r.buffSize
-	if total > 1<<34 {
+	if total > 1<<32 {
 		return nil, fmt.Errorf("Couldn't allocate work buf: %d bytes", total)
 	}
 	r.buf = make([]byte, total)

@@ -140,3 +140,26 @@ func TestDeadLink(t *testing.T) {
 		t.Errorf("write_bw client stderr %q", c.stderr)
 	}
 }
+
+// TestPerftestHostilePeer: a peer advertising a 1 GiB "page size" in
+// check_sys_data does not make the tool allocate gigabytes; it fails the
+// run with a message.
+func TestPerftestHostilePeer(t *testing.T) {
+	open := memDevices(t, nic.MemConfig{Seed: 1})
+	var out, errb bytes.Buffer
+	portc := make(chan int, 1)
+	env := toolEnv{stdout: &out, stderr: &errb, open: open, listening: func(a net.Addr) { portc <- a.(*net.TCPAddr).Port }}
+	done := make(chan int, 1)
+	go func() { done <- runPerftest(env, perftest.WriteBW, []string{"-d", "a", "-p", "0", "--timeout", "20"}) }()
+	conn, err := net.Dial("tcp4", "127.0.0.1:"+strconv.Itoa(<-portc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := perftest.NewSession(conn, false).Hello(1<<30, 64, perftest.MTU1024); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != 1 || !strings.Contains(errb.String(), "cycle buffer (1073741824)") {
+		t.Errorf("exit %d, %q", code, errb.String())
+	}
+}
