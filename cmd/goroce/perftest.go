@@ -62,7 +62,8 @@ goroce options:
   --timeout=<seconds>       give up (exit 1) after this long, waiting for the peer included;
                             a client then retries a refused connection until the timeout
 Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device
-in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_VERBOSE=1.
+in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_TX_DROP=P
+(drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
 `
 
 // defaultOutReads is what a goroce end advertises as its out_reads (the

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/netdev"
+	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
@@ -51,7 +52,8 @@ type toolEnv struct {
 // to network interface name (the first usable interface when name is ""),
 // with the backend that GOROCE_BACKEND names (auto, afxdp, afpacket or udp;
 // default auto), in busy-poll mode when GOROCE_BUSYPOLL is 1 (no device
-// goroutines: the tool's polls drive it, a progressor between them).
+// goroutines: the tool's polls drive it, a progressor between them), and
+// losing transmitted frames when GOROCE_TX_DROP is set (tool_txdrop.go).
 var openDevice = func(name string) (*qp.Device, error) {
 	if name == "" {
 		ifname, err := defaultInterface()
@@ -69,8 +71,15 @@ var openDevice = func(name string) (*qp.Device, error) {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	busy := os.Getenv("GOROCE_BUSYPOLL") == "1"
-	dev, _, err := netdev.Open(name, netdev.Options{Backend: backend, Logger: logger, BusyPoll: busy})
+	o := netdev.Options{Backend: backend, Logger: logger, BusyPoll: os.Getenv("GOROCE_BUSYPOLL") == "1"}
+	p, seed, err := txDropFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if p > 0 {
+		o.WrapLink = func(l nic.Link) nic.Link { return wrapTxDrop(l, p, seed, os.Stderr) }
+	}
+	dev, _, err := netdev.Open(name, o)
 	return dev, err
 }
 

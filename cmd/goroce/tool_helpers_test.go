@@ -26,15 +26,31 @@ func memDevices(t testing.TB, cfg nic.MemConfig) func(name string) (*qp.Device, 
 // (qp.Config.BusyPoll: no device goroutines) when busy is set.
 func memDevicesMode(t testing.TB, cfg nic.MemConfig, busy bool) func(name string) (*qp.Device, error) {
 	t.Helper()
-	la, lb := nic.NewMemPair(cfg)
+	return memDevicesOpts(t, cfg, busy, nil)
+}
+
+// memDevicesWrap is memDevices with each device's link wrapped (side 0
+// for "a", 1 for "b").
+func memDevicesWrap(t testing.TB, cfg nic.MemConfig, wrap func(l nic.Link, side uint64) nic.Link) func(name string) (*qp.Device, error) {
+	t.Helper()
+	return memDevicesOpts(t, cfg, false, wrap)
+}
+
+func memDevicesOpts(t testing.TB, cfg nic.MemConfig, busy bool, wrap func(l nic.Link, side uint64) nic.Link) func(name string) (*qp.Device, error) {
+	t.Helper()
+	ma, mb := nic.NewMemPair(cfg)
+	var la, lb nic.Link = ma, mb
+	if wrap != nil {
+		la, lb = wrap(ma, 0), wrap(mb, 1)
+	}
 	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
 	a, err := qp.Open(qp.Config{Name: "goroce-a", Link: la, IP: ipA, Seed: 1, BusyPoll: busy,
-		Neighbors: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
+		Neighbors: map[netip.Addr]net.HardwareAddr{ipB: mb.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := qp.Open(qp.Config{Name: "goroce-b", Link: lb, IP: ipB, Seed: 2, BusyPoll: busy,
-		Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
+		Neighbors: map[netip.Addr]net.HardwareAddr{ipA: ma.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,23 +49,26 @@ func TestToolsNetns(t *testing.T) {
 	}
 	type run struct {
 		backend string
-		busy    bool
+		env     string // extra environment: VAR=value ...
 		cell    int
 	}
 	var runs []run
 	for _, backend := range []string{"afxdp", "afpacket", "udp"} {
 		for i := range cells {
-			runs = append(runs, run{backend, false, i})
+			runs = append(runs, run{backend, "", i})
 		}
 	}
 	// Busy-poll devices (GOROCE_BUSYPOLL=1): a ping-pong, and a write_bw
 	// whose server is only a target, kept answering by the progressor.
-	runs = append(runs, run{"afpacket", true, 0}, run{"afpacket", true, 1})
+	// Transmit loss on both ends (GOROCE_TX_DROP), recovered by RC.
+	runs = append(runs, run{"afpacket", "GOROCE_BUSYPOLL=1", 0}, run{"afpacket", "GOROCE_BUSYPOLL=1", 1},
+		run{"afxdp", "GOROCE_TX_DROP=0.02", 0}, run{"udp", "GOROCE_TX_DROP=0.02", 1},
+		run{"afpacket", "GOROCE_BUSYPOLL=1 GOROCE_TX_DROP=0.02", 0})
 	for _, r := range runs {
 		backend, c := r.backend, cells[r.cell]
 		name := backend + "/" + c.name
-		if r.busy {
-			name += "/busypoll"
+		if r.env != "" {
+			name += "/" + strings.ReplaceAll(r.env, " ", ",")
 		}
 		{
 			t.Run(name, func(t *testing.T) {
@@ -76,8 +79,8 @@ func TestToolsNetns(t *testing.T) {
 					args = append(args, append([]string{"-d", end.Ifname, "--timeout", "60"}, extra...)...)
 					cmd := exec.CommandContext(ctx, "ip", args...)
 					cmd.Env = append(os.Environ(), "GOROCE_BACKEND="+backend)
-					if r.busy {
-						cmd.Env = append(cmd.Env, "GOROCE_BUSYPOLL=1")
+					if r.env != "" {
+						cmd.Env = append(cmd.Env, strings.Fields(r.env)...)
 					}
 					var out bytes.Buffer
 					cmd.Stdout, cmd.Stderr = &out, &out
@@ -99,9 +102,15 @@ func TestToolsNetns(t *testing.T) {
 					if !strings.Contains(out.String(), c.done) || strings.Contains(out.String(), "invalid data") {
 						t.Errorf("output:\n%s", out)
 					}
+					if strings.Contains(r.env, "GOROCE_TX_DROP") && !strings.Contains(out.String(), "GOROCE_TX_DROP dropped") {
+						t.Errorf("no drop report:\n%s", out)
+					}
 				}
 				lines := strings.Split(strings.TrimSpace(cout.String()), "\n")
-				t.Logf("%s client: %s", backend, strings.Join(lastLines(lines, c.name), " | "))
+				if strings.Contains(r.env, "GOROCE_TX_DROP") {
+					lines = lines[:len(lines)-1] // the drop report
+				}
+				t.Logf("%s %s client: %s", backend, r.env, strings.Join(lastLines(lines, c.name), " | "))
 			})
 		}
 	}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/goroce/goroce/nic"
+)
+
+// TestTxDropLink: a seeded fraction of the written frames disappears, the
+// writer is told all were sent, TryReadBatch is there exactly when the
+// link has it, and Close reports the count.
+func TestTxDropLink(t *testing.T) {
+	a, b := nic.NewMemPair(nic.MemConfig{Seed: 1})
+	defer b.Close()
+	var report bytes.Buffer
+	l := wrapTxDrop(a, 0.25, 7, &report)
+	if _, ok := l.(tryReader); ok {
+		t.Fatal("the in-memory link has no error-returning TryReadBatch, the wrapper must not claim one")
+	}
+	frame := make([]byte, 60)
+	frames := make([][]byte, 8)
+	for i := range frames {
+		frames[i] = frame
+	}
+	written := 0
+	for range 100 {
+		n, err := l.WriteBatch(frames)
+		if err != nil || n != len(frames) {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		written += n
+	}
+	bufs, sizes := make([][]byte, 1000), make([]int, 1000)
+	for i := range bufs {
+		bufs[i] = make([]byte, 100)
+	}
+	got := b.TryReadBatch(bufs, sizes)
+	d := l.(*txDropLink)
+	f, dropped := d.counts()
+	if f != 800 || uint64(got)+dropped != 800 || dropped < 150 || dropped > 250 {
+		t.Fatalf("seed 7: %d written, %d dropped, %d arrived", f, dropped, got)
+	}
+	l.Close()
+	if want := "dropped " + itoa(int(dropped)) + " of 800"; !strings.Contains(report.String(), want) {
+		t.Errorf("report %q, want %q", report.String(), want)
+	}
+	for _, v := range []string{"x", "1", "-0.1"} {
+		t.Setenv("GOROCE_TX_DROP", v)
+		if _, _, err := txDropFromEnv(); err == nil {
+			t.Errorf("GOROCE_TX_DROP=%s accepted", v)
+		}
+	}
+	t.Setenv("GOROCE_TX_DROP", "0.02")
+	t.Setenv("GOROCE_TX_DROP_SEED", "0x10")
+	if p, seed, err := txDropFromEnv(); p != 0.02 || seed != 16 || err != nil {
+		t.Errorf("env: %v %v %v", p, seed, err)
+	}
+}
+
+// TestPingpongTxDrop: the tools recover from their own transmit losses
+// (the wrapper between the device and an in-memory link, both ways).
+func TestPingpongTxDrop(t *testing.T) {
+	open := memDevicesWrap(t, nic.MemConfig{Seed: 3}, func(l nic.Link, side uint64) nic.Link {
+		return wrapTxDrop(l, 0.05, side, nil)
+	})
+	args := []string{"-g", "1", "-n", "60", "-s", "3000", "-e", "-c"}
+	s, c := runPair(t, runPingpong, open, args, args)
+	if s.code != 0 || c.code != 0 {
+		t.Fatalf("exit codes server %d client %d", s.code, c.code)
+	}
+	checkPingpongOutput(t, s, c, "360000", "60")
+}
