@@ -70,7 +70,7 @@ func TestToolsAgainstRXE(t *testing.T) {
 	// backend it opened.
 	t.Setenv("GOROCE_VERBOSE", "1")
 	type run struct {
-		backend string // GOROCE_BACKEND, "+busy" for GOROCE_BUSYPOLL=1 too
+		backend string // GOROCE_BACKEND, "+busy" for GOROCE_BUSYPOLL=1, "+drop" for GOROCE_TX_DROP=0.03
 		cell    cell
 	}
 	var runs []run
@@ -87,13 +87,21 @@ func TestToolsAgainstRXE(t *testing.T) {
 		runs = append(runs, run{b, cells[4]}, run{b, cells[5]})
 	}
 	runs = append(runs, run{"afpacket+busy", cells[0]}, run{"afpacket+busy", cells[1]}, run{"afpacket+busy", cells[5]})
+	// goroce loses 3% of what it sends (GOROCE_TX_DROP): rxe sees gaps and
+	// duplicates, goroce retransmits.
+	runs = append(runs, run{"auto+drop", cells[0]}, run{"auto+drop", cells[1]}, run{"auto+drop", cells[4]},
+		run{"auto+drop", cells[7]}, run{"auto+drop", cells[11]})
 	for _, rc := range runs {
 		c := rc.cell
 		t.Run(rc.backend+"/"+c.name, func(t *testing.T) {
 			backend, busy := strings.CutSuffix(rc.backend, "+busy")
+			backend, drop := strings.CutSuffix(backend, "+drop")
 			t.Setenv("GOROCE_BACKEND", backend)
 			if busy {
 				t.Setenv("GOROCE_BUSYPOLL", "1")
+			}
+			if drop {
+				t.Setenv("GOROCE_TX_DROP", "0.03")
 			}
 			gargs := append(strings.Fields(c.goroce), "-d", h.HostIface(), "-p", port, "--timeout", "150")
 			var gr, sr interop.Result
