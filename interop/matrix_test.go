@@ -23,15 +23,21 @@ import (
 //	GOROCE_INTEROP_GOROCE_BIN=PATH  use this goroce binary instead of building ./cmd/goroce
 //	GOROCE_INTEROP_GOROCE_REV=TEXT  what the doc says was tested (with _BIN)
 //	GOROCE_INTEROP_ARTIFACTS=DIR    where failed cells' captures and outputs are kept
-//	GOROCE_INTEROP_GOROCE_LOSS=1    run the goroce-side loss cells (GOROCE_TX_DROP=0.02
-//	                                in the goroce process's environment; see docs)
 const (
-	envPeer       = "GOROCE_INTEROP_MATRIX_PEER"
-	envWriteDoc   = "GOROCE_INTEROP_WRITE_DOC"
-	envGoroceLoss = "GOROCE_INTEROP_GOROCE_LOSS"
-	netemLoss     = "tc qdisc add dev eth0 root netem loss 2%"
-	netemOff      = "tc qdisc del dev eth0 root"
+	envPeer     = "GOROCE_INTEROP_MATRIX_PEER"
+	envWriteDoc = "GOROCE_INTEROP_WRITE_DOC"
+	netemLoss   = "tc qdisc add dev eth0 root netem loss 2%"
+	netemOff    = "tc qdisc del dev eth0 root"
 )
+
+// hasTxDrop: the goroce binary under test has the GOROCE_TX_DROP knob.
+var hasTxDrop bool
+
+// goroceHasTxDrop looks for GOROCE_TX_DROP in `goroce write_bw -h`.
+func goroceHasTxDrop(bin string) bool {
+	out, _ := exec.Command(bin, "write_bw", "-h").CombinedOutput()
+	return bytes.Contains(out, []byte("GOROCE_TX_DROP"))
+}
 
 // matrixCells are the cells of one harness MTU.
 func matrixCells(mtu int) []Cell {
@@ -49,11 +55,15 @@ func matrixCells(mtu int) []Cell {
 				Expect: Expect{PathMTU: 2048}, Note: "AF_XDP: perftest settles on path MTU 2048", GoroceSpecific: true},
 		}
 	}
+	// goroce's tools drop their own transmitted frames with GOROCE_TX_DROP=P
+	// (seeded by GOROCE_TX_DROP_SEED); an older binary without the knob
+	// skips these cells.
 	goroceLoss := map[Dir]string{}
-	if os.Getenv(envGoroceLoss) == "" {
-		reason := "goroce's tools have no transmit-drop knob yet (wanted: GOROCE_TX_DROP=0.02 read by netdev, a WrapLink dropping frames; then set " + envGoroceLoss + "=1)"
+	if !hasTxDrop {
+		reason := "this goroce binary has no GOROCE_TX_DROP knob (its tools' -h does not mention it)"
 		goroceLoss = map[Dir]string{GoroceClient: reason, RXEClient: reason}
 	}
+	txDrop := []string{"GOROCE_TX_DROP=0.02", "GOROCE_TX_DROP_SEED=7"}
 	bw := []string{"-F", "-s", "4096", "-n", "20"}
 	lat := []string{"-F", "-s", "64", "-n", "20"}
 	loss := []string{"-F", "-s", "4096", "-n", "100"}
@@ -76,9 +86,9 @@ func matrixCells(mtu int) []Cell {
 		{Name: "read_bw, 2% loss at rxe", Tool: ToolReadBW, Args: loss, Expect: Expect{Loss: true},
 			VMSetup: netemLoss, VMTeardown: netemOff, Note: "netem on the VM's eth0"},
 		{Name: "write_bw, 2% loss at goroce", Tool: ToolWriteBW, Args: loss, Expect: Expect{Loss: true},
-			GoroceEnv: []string{"GOROCE_TX_DROP=0.02"}, Skip: goroceLoss},
+			GoroceEnv: txDrop, Skip: goroceLoss, GoroceSpecific: true, Note: "GOROCE_TX_DROP=0.02, seed 7"},
 		{Name: "read_bw, 2% loss at goroce", Tool: ToolReadBW, Args: loss, Expect: Expect{Loss: true},
-			GoroceEnv: []string{"GOROCE_TX_DROP=0.02"}, Skip: goroceLoss},
+			GoroceEnv: txDrop, Skip: goroceLoss, GoroceSpecific: true, Note: "GOROCE_TX_DROP=0.02, seed 7"},
 		// The server posts one receive (perftest -r 1) while the client has 20
 		// SENDs outstanding: the responder has no RECV for most of them and
 		// answers RNR NAK (rxe_resp.c check_resource); the requester waits
@@ -166,6 +176,7 @@ func TestMatrix(t *testing.T) {
 	}
 	bin := buildGoroce(t)
 	have := goroceCommands(bin)
+	hasTxDrop = goroceHasTxDrop(bin)
 	if !have["dump"] {
 		t.Fatalf("%s has no dump subcommand (usage lists %v)", bin, have)
 	}
