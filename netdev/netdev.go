@@ -463,17 +463,8 @@ type polledLink struct {
 }
 
 func newPolledLink(l *ownedLink) (*polledLink, error) {
-	switch t := l.Link.(type) {
-	case interface {
-		TryReadBatch(bufs [][]byte, sizes []int) (int, error)
-	}:
+	if t, ok := l.Link.(nic.Poller); ok {
 		return &polledLink{ownedLink: l, try: t.TryReadBatch}, nil
-	case interface {
-		TryReadBatch(bufs [][]byte, sizes []int) int
-	}:
-		return &polledLink{ownedLink: l, try: func(bufs [][]byte, sizes []int) (int, error) {
-			return t.TryReadBatch(bufs, sizes), nil
-		}}, nil
 	}
 	return nil, fmt.Errorf("netdev: busy-poll needs a link with a non-blocking TryReadBatch; %T has none (a WrapLink wrapper must forward it)", l.Link)
 }

@@ -23,10 +23,12 @@ func ExampleNewMemPair() {
 
 	bufs := [][]byte{make([]byte, 1514), make([]byte, 1514)}
 	sizes := make([]int, 2)
-	fmt.Println("due now:", b.TryReadBatch(bufs, sizes), "pending:", b.Pending())
+	n, _ := b.TryReadBatch(bufs, sizes)
+	fmt.Println("due now:", n, "pending:", b.Pending())
 	due, _ := b.NextDue()
 	now = due
-	fmt.Println("at", due.Sub(time.Unix(0, 0)), "read:", b.TryReadBatch(bufs, sizes))
+	n, _ = b.TryReadBatch(bufs, sizes)
+	fmt.Println("at", due.Sub(time.Unix(0, 0)), "read:", n)
 	st := a.MemStats()
 	fmt.Println("duplicated:", st.Duplicated, "sent:", st.TxFrames)
 	// Output:

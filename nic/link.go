@@ -48,6 +48,15 @@ type Link interface {
 	Close() error
 }
 
+// Poller is implemented by links that can also be read without blocking:
+// TryReadBatch copies the frames that are already waiting (0 if none) and
+// never sleeps. After Close it returns ErrClosed. The in-memory link and the
+// afpacket, afxdp and udp backends implement it; qp's busy-poll and manual
+// modes need it.
+type Poller interface {
+	TryReadBatch(bufs [][]byte, sizes []int) (int, error)
+}
+
 // Stats are per-backend counters. Backends fill what applies to them.
 type Stats struct {
 	RxFrames, RxBytes uint64

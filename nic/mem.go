@@ -419,12 +419,12 @@ func (p *memPipe) writeTap(t time.Time, b []byte) {
 	tp.mu.Unlock()
 }
 
-// TryReadBatch is ReadBatch without blocking: it returns the frames due at
-// Clock() (0 if none, or if l is closed).
-func (l *MemLink) TryReadBatch(bufs [][]byte, sizes []int) int {
+// TryReadBatch implements Poller: ReadBatch without blocking. It returns
+// the frames due at Clock() (0 if none), or ErrClosed once l is closed.
+func (l *MemLink) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	select {
 	case <-l.done:
-		return 0
+		return 0, ErrClosed
 	default:
 	}
 	p := l.rx
@@ -432,7 +432,7 @@ func (l *MemLink) TryReadBatch(bufs [][]byte, sizes []int) int {
 	p.mu.Lock()
 	n := p.take(bufs, sizes, now)
 	p.mu.Unlock()
-	return n
+	return n, nil
 }
 
 // ReadBatch implements Link. It blocks until a frame is due or l is closed.

@@ -89,7 +89,7 @@ func drainAll(t *testing.T, l *MemLink, clk *fakeClock) [][]byte {
 	var out [][]byte
 	bs, sz := bufs(64, 2048)
 	for {
-		n := l.TryReadBatch(bs, sz)
+		n := tryRead(l, bs, sz)
 		for i := 0; i < n; i++ {
 			out = append(out, append([]byte(nil), bs[i][:sz[i]]...))
 		}
@@ -166,7 +166,7 @@ func TestMemOversize(t *testing.T) {
 		t.Fatalf("sender stats %+v", s)
 	}
 	bs, sz := bufs(2, 100) // too small for the 118-byte frame
-	n := b.TryReadBatch(bs, sz)
+	n := tryRead(b, bs, sz)
 	if n != 1 || sz[0] != 60 {
 		t.Fatalf("read %d frames (%v)", n, sz)
 	}
@@ -198,7 +198,7 @@ func runFaults(t *testing.T, seed int64, f Faults, n int) ([][]byte, MemStats) {
 	for i := 0; i < n; i++ {
 		a.WriteBatch([][]byte{frame(uint32(i))})
 		clk.Advance(time.Microsecond)
-		k := b.TryReadBatch(bs, sz)
+		k := tryRead(b, bs, sz)
 		for j := 0; j < k; j++ {
 			out = append(out, append([]byte(nil), bs[j][:sz[j]]...))
 		}
@@ -342,7 +342,7 @@ func TestMemReorderAfterNext(t *testing.T) {
 	start := clk.Now()
 	a.WriteBatch([][]byte{frame(9)})
 	bs, sz := bufs(4, 2048)
-	if n := b.TryReadBatch(bs, sz); n != 0 {
+	if n := tryRead(b, bs, sz); n != 0 {
 		t.Fatal("held frame delivered early")
 	}
 	next, ok := b.NextDue()
@@ -350,7 +350,7 @@ func TestMemReorderAfterNext(t *testing.T) {
 		t.Fatalf("NextDue = %v %v, want start+5ms", next.Sub(start), ok)
 	}
 	clk.Set(next)
-	if n := b.TryReadBatch(bs, sz); n != 1 || binary.BigEndian.Uint32(bs[0][14:]) != 9 {
+	if n := tryRead(b, bs, sz); n != 1 || binary.BigEndian.Uint32(bs[0][14:]) != 9 {
 		t.Fatalf("after hold: %d frames", n)
 	}
 }
@@ -366,7 +366,7 @@ func TestMemDelayFakeClock(t *testing.T) {
 	if b.Pending() != 2 {
 		t.Fatalf("Pending = %d", b.Pending())
 	}
-	if n := b.TryReadBatch(bs, sz); n != 0 {
+	if n := tryRead(b, bs, sz); n != 0 {
 		t.Fatalf("read %d frames before due", n)
 	}
 	next, ok := b.NextDue()
@@ -374,15 +374,15 @@ func TestMemDelayFakeClock(t *testing.T) {
 		t.Fatalf("NextDue = %v %v", next, ok)
 	}
 	clk.Set(next)
-	if n := b.TryReadBatch(bs, sz); n != 1 || binary.BigEndian.Uint32(bs[0][14:]) != 1 {
+	if n := tryRead(b, bs, sz); n != 1 || binary.BigEndian.Uint32(bs[0][14:]) != 1 {
 		t.Fatalf("at +100µs: %d frames", n)
 	}
 	clk.Advance(29 * time.Microsecond)
-	if n := b.TryReadBatch(bs, sz); n != 0 {
+	if n := tryRead(b, bs, sz); n != 0 {
 		t.Fatal("frame 2 early")
 	}
 	clk.Advance(time.Microsecond)
-	if n := b.TryReadBatch(bs, sz); n != 1 || binary.BigEndian.Uint32(bs[0][14:]) != 2 {
+	if n := tryRead(b, bs, sz); n != 1 || binary.BigEndian.Uint32(bs[0][14:]) != 2 {
 		t.Fatalf("at +130µs: %d frames", n)
 	}
 	if _, ok := b.NextDue(); ok || b.Pending() != 0 {
@@ -448,7 +448,7 @@ func TestMemTapPcap(t *testing.T) {
 	b.WriteBatch([][]byte{frame(100)})
 	got := drainAll(t, b, clk)
 	bs, sz := bufs(1, 2048)
-	if a.TryReadBatch(bs, sz) != 1 {
+	if tryRead(a, bs, sz) != 1 {
 		t.Fatal("B→A frame missing")
 	}
 	recs, err := pcapfile.ReadAll(&tap)
@@ -547,7 +547,7 @@ func BenchmarkMemWriteReadFaults(b *testing.B) {
 	for b.Loop() {
 		l1.WriteBatch(frames)
 		clk.Advance(time.Second)
-		for l2.TryReadBatch(bs, sz) > 0 {
+		for tryRead(l2, bs, sz) > 0 {
 		}
 	}
 }
@@ -565,7 +565,7 @@ func TestMemJitterOrder(t *testing.T) {
 		clk.Advance(time.Microsecond)
 		if i%7 == 0 {
 			bs, sz := bufs(8, 2048)
-			b.TryReadBatch(bs, sz)
+			tryRead(b, bs, sz)
 		}
 	}
 	drainAll(t, b, clk)
@@ -607,7 +607,7 @@ func TestMemRate(t *testing.T) {
 			t.Fatalf("frame %d due at +%v, want +%v", i, next.Sub(start), want.Sub(start))
 		}
 		clk.Set(next)
-		if n := b.TryReadBatch(bs, sz); n != 1 {
+		if n := tryRead(b, bs, sz); n != 1 {
 			t.Fatalf("frame %d: read %d", i, n)
 		}
 	}
@@ -619,4 +619,27 @@ func TestMemRate(t *testing.T) {
 	if next, _ := b.NextDue(); !next.Equal(later.Add(1100 * time.Microsecond)) {
 		t.Fatalf("after idle: due at +%v", next.Sub(later))
 	}
+}
+
+// tryRead is TryReadBatch for tests of open links (no error expected).
+func tryRead(l *MemLink, bs [][]byte, sz []int) int {
+	n, err := l.TryReadBatch(bs, sz)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+func TestMemTryReadClosed(t *testing.T) {
+	a, b := NewMemPair(MemConfig{})
+	var _ Poller = a
+	bs, sz := bufs(4, 2048)
+	if n, err := b.TryReadBatch(bs, sz); n != 0 || err != nil {
+		t.Fatalf("empty link: %d, %v", n, err)
+	}
+	b.Close()
+	if _, err := b.TryReadBatch(bs, sz); err != ErrClosed {
+		t.Fatalf("closed link: err %v, want ErrClosed", err)
+	}
+	a.Close()
 }

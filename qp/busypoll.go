@@ -43,43 +43,6 @@ import (
 
 var errNotBusy = errors.New("qp: Progress: the device is not in busy-poll mode (Config.BusyPoll)")
 
-// tryReadInt is the non-blocking read of the in-memory link.
-type tryReadInt interface {
-	TryReadBatch(bufs [][]byte, sizes []int) int
-}
-
-// tryReadErr is the non-blocking read of the real backends (afpacket,
-// afxdp, udp), which report a closed link (nic.ErrClosed) and socket
-// errors.
-type tryReadErr interface {
-	TryReadBatch(bufs [][]byte, sizes []int) (int, error)
-}
-
-// dropErr adapts a tryReadErr to the device's polling loop: an error ends
-// one look at the link (a closed link has nothing more to give; a transient
-// socket error is retried at the next poll) and is not propagated, as the
-// receive goroutine does not propagate them either beyond stopping.
-type dropErr struct{ l tryReadErr }
-
-func (d dropErr) TryReadBatch(bufs [][]byte, sizes []int) int {
-	n, err := d.l.TryReadBatch(bufs, sizes)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-// tryReader returns the non-blocking read of link, or nil if it has none.
-func tryReader(link any) tryReadInt {
-	switch l := link.(type) {
-	case tryReadInt:
-		return l
-	case tryReadErr:
-		return dropErr{l}
-	}
-	return nil
-}
-
 // BusyPoll reports whether the device was opened in busy-poll mode.
 func (d *Device) BusyPoll() bool { return d.busy }
 

@@ -170,8 +170,8 @@ func Open(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("qp: open device: Manual and BusyPoll are exclusive")
 	}
 	if cfg.Manual || cfg.BusyPoll {
-		tr := tryReader(cfg.Link)
-		if tr == nil {
+		tr, ok := cfg.Link.(nic.Poller)
+		if !ok {
 			return nil, fmt.Errorf("qp: open device: manual and busy-poll modes need a link with a non-blocking TryReadBatch (%T has none)", cfg.Link)
 		}
 		d.manual = newManualRx(tr, cfg.Link)

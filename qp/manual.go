@@ -9,15 +9,13 @@ import (
 
 // manualRx is the receive side of a device in manual mode.
 type manualRx struct {
-	link interface {
-		TryReadBatch(bufs [][]byte, sizes []int) int
-	}
+	link  nic.Poller
 	bufs  [][]byte
 	sizes []int
 	pkt   wire.Packet
 }
 
-func newManualRx(tr interface{ TryReadBatch([][]byte, []int) int }, l nic.Link) *manualRx {
+func newManualRx(tr nic.Poller, l nic.Link) *manualRx {
 	m := &manualRx{link: tr, bufs: make([][]byte, 64), sizes: make([]int, 64)}
 	for i := range m.bufs {
 		m.bufs[i] = make([]byte, l.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
@@ -42,7 +40,13 @@ func (d *Device) Poll() int {
 	}
 	events := 0
 	for {
-		n := m.link.TryReadBatch(m.bufs, m.sizes)
+		// An error (a closed link) ends this look at the link, like the
+		// receive goroutine stops on one; a transient one is retried at the
+		// next poll.
+		n, err := m.link.TryReadBatch(m.bufs, m.sizes)
+		if err != nil {
+			n = 0
+		}
 		if n == 0 {
 			break
 		}

@@ -53,16 +53,10 @@ type txDropLink struct {
 	dropped uint64
 }
 
-// tryReader is the non-blocking read of the real backends (busy-poll mode
-// needs it through any wrapper).
-type tryReader interface {
-	TryReadBatch(bufs [][]byte, sizes []int) (int, error)
-}
-
 // txDropTryLink is a txDropLink over a link that has TryReadBatch.
 type txDropTryLink struct {
 	*txDropLink
-	try tryReader
+	try nic.Poller // busy-poll mode needs the non-blocking read through any wrapper
 }
 
 func (l txDropTryLink) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
@@ -72,7 +66,7 @@ func (l txDropTryLink) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 // wrapTxDrop wraps l; the result has TryReadBatch exactly when l has it.
 func wrapTxDrop(l nic.Link, p float64, seed uint64, report io.Writer) nic.Link {
 	d := &txDropLink{Link: l, report: report, p: p, rng: rand.New(rand.NewPCG(seed, 0x676f726f6365))}
-	if t, ok := l.(tryReader); ok {
+	if t, ok := l.(nic.Poller); ok {
 		return txDropTryLink{d, t}
 	}
 	return d
