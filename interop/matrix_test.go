@@ -3,6 +3,7 @@ package interop
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/pcapfile"
 )
 
 // Environment knobs of TestMatrix:
@@ -503,4 +506,45 @@ func TestGoroceCommands(t *testing.T) {
 		t.Errorf("subcommands %v lack dump or demo", have)
 	}
 	t.Logf("goroce subcommands: %v", have)
+}
+
+// TestParseRoCEFrameTruncated: every prefix of every frame of a capture
+// parses or is refused, never panics, and a frame is only accepted whole
+// (its IP total length must fit).
+func TestParseRoCEFrameTruncated(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "testdata", "rxe", "read_bw_4k.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := pcapfileReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := 0
+	for _, rec := range recs {
+		full, ok := parseRoCEFrame(rec)
+		if ok {
+			accepted++
+		}
+		for n := 0; n < len(rec); n++ {
+			if x, ok := parseRoCEFrame(rec[:n]); ok && x.frameExtra < 0 {
+				t.Fatalf("prefix %d of a %d-byte frame accepted with negative padding", n, len(rec))
+			} else if ok && ok != (n >= len(rec)-full.frameExtra) {
+				t.Fatalf("prefix %d of a %d-byte frame accepted", n, len(rec))
+			}
+		}
+	}
+	if accepted < 100 {
+		t.Errorf("only %d RoCEv2 frames accepted", accepted)
+	}
+}
+
+func pcapfileReadAll(r io.Reader) ([][]byte, error) {
+	recs, err := pcapfile.ReadAll(r)
+	var out [][]byte
+	for _, rec := range recs {
+		out = append(out, rec.Data)
+	}
+	return out, err
 }
