@@ -74,7 +74,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -327,7 +329,8 @@ func prepare(ifname string, o *Options) (_ *prepared, err error) {
 	info.MAC = pr.link.HardwareAddr()
 	info.LinkMTU = pr.link.MTU()
 
-	pr.cfg = qp.Config{Name: o.Name, IP: ip, Seed: o.Seed, RetryCnt7Infinite: o.RetryCnt7Infinite}
+	pr.cfg = qp.Config{Name: o.Name, IP: ip, Seed: o.Seed, RetryCnt7Infinite: o.RetryCnt7Infinite,
+		RouteHopLimit: routeHopLimit(ip)}
 	if info.Backend == UDP {
 		// nic/udp ignores destination MACs and labels a peer's frames with
 		// udp.SyntheticMAC; the device only needs some MAC.
@@ -538,4 +541,25 @@ func inNamespace(ns netns.NsHandle, fn func() error) error {
 	}
 	runtime.UnlockOSThread()
 	return ferr
+}
+
+// routeHopLimit is the hop limit the kernel would put in a RoCE address
+// vector for traffic from ip: the namespace's default TTL (IPv4) or hop
+// limit (IPv6), 64 unless configured otherwise. The kernel takes it from
+// the route (ib_resolve_unicast_gid_dmac), so rxe and mlx5 send it whatever
+// the application asked for.
+func routeHopLimit(ip netip.Addr) uint8 {
+	path := "/proc/sys/net/ipv4/ip_default_ttl"
+	if ip.Unmap().Is6() {
+		path = "/proc/sys/net/ipv6/conf/default/hop_limit"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 64
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || v <= 0 || v > 255 {
+		return 64
+	}
+	return uint8(v)
 }

@@ -84,6 +84,13 @@ type Config struct {
 	RetryCnt7Infinite bool
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// RouteHopLimit, when non-zero, replaces the hop limit of every address
+	// vector, as the kernel does for RoCE: ib_resolve_unicast_gid_dmac
+	// (drivers/infiniband/core/verbs.c) overwrites grh.hop_limit with the
+	// route's, so rxe and mlx5 send TTL 64 even when rc_pingpong asks for 1.
+	// netdev sets it from the interface's namespace (ip_default_ttl). Zero
+	// keeps the application's value.
+	RouteHopLimit uint8
 	// Manual starts no goroutines: the caller drives the device with Poll
 	// and NextDeadline, in one goroutine, with its own (fake) clock. This is
 	// how the deterministic simulator runs whole devices. CQs never drive a

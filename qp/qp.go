@@ -94,6 +94,9 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 				a.AV.SGIDIndex, d.gids[1], transport.ErrInvalidArgument)
 		}
 		a.AV.SGID = sgid
+		if d.cfg.RouteHopLimit != 0 {
+			a.AV.HopLimit = d.cfg.RouteHopLimit
+		}
 		mac, err := d.resolve(a.AV.DGID)
 		if err != nil {
 			return err
