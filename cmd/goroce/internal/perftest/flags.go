@@ -7,7 +7,8 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"strings"
+
+	"github.com/goroce/goroce/cmd/goroce/internal/getopt"
 )
 
 // Flags is the subset of perftest's command line (perftest_parameters.c,
@@ -151,7 +152,7 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	boolFlag(&rdmaCM, "R", "rdma_cm")
 	boolFlag(&bidir, "b", "bidirectional")
 
-	flagArgs, pos, err := getopt(fs, args)
+	flagArgs, pos, err := getopt.Rewrite(fs, args)
 	if err != nil {
 		return Flags{}, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -224,88 +225,4 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 		f.CQMod = f.TxDepth
 	}
 	return f, nil
-}
-
-// getopt rewrites a GNU getopt_long command line into arguments Go's flag
-// package parses, and the positional arguments (GNU getopt permutes them out
-// of the options). (Same rules as in package pingpong.)
-func getopt(fs *flag.FlagSet, args []string) (flags, positional []string, err error) {
-	isBool := func(f *flag.Flag) bool {
-		b, ok := f.Value.(interface{ IsBoolFlag() bool })
-		return ok && b.IsBoolFlag()
-	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			return flags, append(positional, args[i+1:]...), nil
-		case strings.HasPrefix(a, "--"):
-			name, val, hasVal := strings.Cut(a[2:], "=")
-			f := lookupLong(fs, name)
-			if f == nil {
-				return nil, nil, fmt.Errorf("unrecognized or ambiguous option %q", a)
-			}
-			name = f.Name
-			switch {
-			case hasVal:
-				flags = append(flags, "-"+name+"="+val)
-			case isBool(f):
-				flags = append(flags, "-"+name)
-			case i+1 < len(args):
-				i++
-				flags = append(flags, "-"+name+"="+args[i])
-			default:
-				return nil, nil, fmt.Errorf("option %q requires an argument", a)
-			}
-		case len(a) > 1 && a[0] == '-':
-			for j := 1; j < len(a); j++ {
-				name := a[j : j+1]
-				f := fs.Lookup(name)
-				if f == nil {
-					return nil, nil, fmt.Errorf("invalid option -- '%s'", name)
-				}
-				if isBool(f) {
-					flags = append(flags, "-"+name)
-					continue
-				}
-				switch {
-				case j+1 < len(a):
-					flags = append(flags, "-"+name+"="+a[j+1:])
-				case i+1 < len(args):
-					i++
-					flags = append(flags, "-"+name+"="+args[i])
-				default:
-					return nil, nil, fmt.Errorf("option requires an argument -- '%s'", name)
-				}
-				break
-			}
-		default:
-			positional = append(positional, a)
-		}
-	}
-	return flags, positional, nil
-}
-
-// lookupLong finds a long option by its full name or an unambiguous prefix.
-func lookupLong(fs *flag.FlagSet, name string) *flag.Flag {
-	if len(name) < 2 {
-		return nil
-	}
-	if f := fs.Lookup(name); f != nil {
-		return f
-	}
-	var found *flag.Flag
-	ambiguous := false
-	fs.VisitAll(func(f *flag.Flag) {
-		if len(f.Name) > 1 && strings.HasPrefix(f.Name, name) {
-			if found != nil {
-				ambiguous = true
-			}
-			found = f
-		}
-	})
-	if ambiguous {
-		return nil
-	}
-	return found
 }
