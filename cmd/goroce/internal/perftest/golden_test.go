@@ -45,27 +45,27 @@ func loadConversation(t *testing.T, c capCase) conversation {
 	var gotClientKey, gotServerKey bool
 	blob := 0
 	for i, m := range cv.msgs {
-		switch len(m.payload) {
+		switch len(m.Payload) {
 		case KeyMsgSize:
-			k, err := DecodeKeyMsg(m.payload)
+			k, err := DecodeKeyMsg(m.Payload)
 			if err != nil {
 				t.Fatalf("message %d: %v", i, err)
 			}
-			if enc := EncodeKeyMsg(k); !bytes.Equal(enc[:], m.payload) {
-				t.Fatalf("message %d: EncodeKeyMsg(DecodeKeyMsg(x)) = %q, want %q", i, enc, m.payload)
+			if enc := EncodeKeyMsg(k); !bytes.Equal(enc[:], m.Payload) {
+				t.Fatalf("message %d: EncodeKeyMsg(DecodeKeyMsg(x)) = %q, want %q", i, enc, m.Payload)
 			}
 			// Every handshake repeats the same message.
 			switch {
-			case m.fromClient && !gotClientKey:
+			case m.FromClient && !gotClientKey:
 				cv.clientKey, gotClientKey = k, true
-			case !m.fromClient && !gotServerKey:
+			case !m.FromClient && !gotServerKey:
 				cv.serverKey, gotServerKey = k, true
-			case m.fromClient && k != cv.clientKey, !m.fromClient && k != cv.serverKey:
+			case m.FromClient && k != cv.clientKey, !m.FromClient && k != cv.serverKey:
 				t.Fatalf("message %d: key changed: %+v", i, k)
 			}
 		case 8:
-			if m.fromClient {
-				cv.clientReport.setBlob(blob, m.payload)
+			if m.FromClient {
+				cv.clientReport.setBlob(blob, m.Payload)
 				blob++
 				cv.hasReport = true
 			}
@@ -98,15 +98,15 @@ func TestCaptureMessages(t *testing.T) {
 			for i, h := range hello {
 				for side := 0; side < 2; side++ {
 					m := cv.msgs[2*i+side]
-					if m.fromClient != (side == 0) || !bytes.Equal(m.payload, h.want) {
-						t.Errorf("%s (client=%v): %q, want %q", h.what, m.fromClient, m.payload, h.want)
+					if m.FromClient != (side == 0) || !bytes.Equal(m.Payload, h.want) {
+						t.Errorf("%s (client=%v): %q, want %q", h.what, m.FromClient, m.Payload, h.want)
 					}
 				}
 			}
-			if v := DecodeVersion(cv.msgs[0].payload); v != Version {
+			if v := DecodeVersion(cv.msgs[0].Payload); v != Version {
 				t.Errorf("version %q", v)
 			}
-			if m := decodeMTU(cv.msgs[6].payload); m != MTU1024 {
+			if m := decodeMTU(cv.msgs[6].Payload); m != MTU1024 {
 				t.Errorf("MTU %d", m)
 			}
 			// Keys decode to the printed addresses.
@@ -191,23 +191,23 @@ func TestLatLineFromLog(t *testing.T) {
 func replay(conn net.Conn, msgs []tcpMsg, asClient bool, lingering bool, same func(i int, want, got []byte) bool) error {
 	var ourDone []byte
 	for i, m := range msgs {
-		isDone := bytes.Equal(m.payload, Done[:])
-		if m.fromClient == asClient {
+		isDone := bytes.Equal(m.Payload, Done[:])
+		if m.FromClient == asClient {
 			if isDone {
-				ourDone = m.payload
+				ourDone = m.Payload
 				continue
 			}
-			if _, err := conn.Write(m.payload); err != nil {
+			if _, err := conn.Write(m.Payload); err != nil {
 				return fmt.Errorf("message %d: %w", i, err)
 			}
 			continue
 		}
-		got := make([]byte, len(m.payload))
+		got := make([]byte, len(m.Payload))
 		if _, err := io.ReadFull(conn, got); err != nil {
-			return fmt.Errorf("message %d (%d bytes, client=%v): %w", i, len(m.payload), m.fromClient, err)
+			return fmt.Errorf("message %d (%d bytes, client=%v): %w", i, len(m.Payload), m.FromClient, err)
 		}
-		if !same(i, m.payload, got) {
-			return fmt.Errorf("message %d (client=%v): got %q, capture %q", i, m.fromClient, got, m.payload)
+		if !same(i, m.Payload, got) {
+			return fmt.Errorf("message %d (client=%v): got %q, capture %q", i, m.FromClient, got, m.Payload)
 		}
 	}
 	if ourDone != nil {

@@ -43,28 +43,28 @@ func TestCaptureGolden(t *testing.T) {
 			if len(msgs) != 3 {
 				t.Fatalf("got %d messages, want 3", len(msgs))
 			}
-			if !msgs[0].fromClient || msgs[1].fromClient || !msgs[2].fromClient {
-				t.Fatalf("directions: %v %v %v, want client, server, client", msgs[0].fromClient, msgs[1].fromClient, msgs[2].fromClient)
+			if !msgs[0].FromClient || msgs[1].FromClient || !msgs[2].FromClient {
+				t.Fatalf("directions: %v %v %v, want client, server, client", msgs[0].FromClient, msgs[1].FromClient, msgs[2].FromClient)
 			}
-			if len(msgs[0].payload) != MsgSize || len(msgs[1].payload) != MsgSize {
-				t.Fatalf("record sizes %d, %d; want %d", len(msgs[0].payload), len(msgs[1].payload), MsgSize)
+			if len(msgs[0].Payload) != MsgSize || len(msgs[1].Payload) != MsgSize {
+				t.Fatalf("record sizes %d, %d; want %d", len(msgs[0].Payload), len(msgs[1].Payload), MsgSize)
 			}
-			if !bytes.Equal(msgs[2].payload, Done[:]) {
-				t.Fatalf("last message %q, want %q", msgs[2].payload, Done[:])
+			if !bytes.Equal(msgs[2].Payload, Done[:]) {
+				t.Fatalf("last message %q, want %q", msgs[2].Payload, Done[:])
 			}
-			cli, err := Decode(msgs[0].payload)
+			cli, err := Decode(msgs[0].Payload)
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := Decode(msgs[1].payload)
+			srv, err := Decode(msgs[1].Payload)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m := Encode(cli); !bytes.Equal(m[:], msgs[0].payload) {
-				t.Errorf("Encode(client) = %q, capture %q", m, msgs[0].payload)
+			if m := Encode(cli); !bytes.Equal(m[:], msgs[0].Payload) {
+				t.Errorf("Encode(client) = %q, capture %q", m, msgs[0].Payload)
 			}
-			if m := Encode(srv); !bytes.Equal(m[:], msgs[1].payload) {
-				t.Errorf("Encode(server) = %q, capture %q", m, msgs[1].payload)
+			if m := Encode(srv); !bytes.Equal(m[:], msgs[1].Payload) {
+				t.Errorf("Encode(server) = %q, capture %q", m, msgs[1].Payload)
 			}
 			slog, clog := toolLog(t, c.log)
 			want := []struct{ got, want string }{
@@ -91,7 +91,7 @@ func TestReplayServer(t *testing.T) {
 	for _, c := range captures {
 		t.Run(c.pcap, func(t *testing.T) {
 			msgs := tcpMessages(t, c.pcap, DefaultPort)
-			local, err := Decode(msgs[1].payload)
+			local, err := Decode(msgs[1].Payload)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +101,7 @@ func TestReplayServer(t *testing.T) {
 			errc := make(chan error, 1)
 			go func() {
 				defer b.Close()
-				if _, err := b.Write(msgs[0].payload); err != nil {
+				if _, err := b.Write(msgs[0].Payload); err != nil {
 					errc <- err
 					return
 				}
@@ -114,15 +114,15 @@ func TestReplayServer(t *testing.T) {
 					errc <- errors.New("server wrote its record before onPeer returned")
 					return
 				}
-				if !bytes.Equal(got, msgs[1].payload) {
+				if !bytes.Equal(got, msgs[1].Payload) {
 					errc <- errors.New("server record differs from capture: " + string(got))
 					return
 				}
-				_, err := b.Write(msgs[2].payload)
+				_, err := b.Write(msgs[2].Payload)
 				errc <- err
 			}()
 			peer, err := ServerExchange(a, local, func(d Dest) error {
-				if m := Encode(d); !bytes.Equal(m[:], msgs[0].payload) {
+				if m := Encode(d); !bytes.Equal(m[:], msgs[0].Payload) {
 					t.Errorf("onPeer got %+v", d)
 				}
 				connected.Store(true)
@@ -134,7 +134,7 @@ func TestReplayServer(t *testing.T) {
 			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
-			if m := Encode(peer); !bytes.Equal(m[:], msgs[0].payload) {
+			if m := Encode(peer); !bytes.Equal(m[:], msgs[0].Payload) {
 				t.Errorf("returned peer %+v", peer)
 			}
 		})
@@ -146,7 +146,7 @@ func TestReplayClient(t *testing.T) {
 	for _, c := range captures {
 		t.Run(c.pcap, func(t *testing.T) {
 			msgs := tcpMessages(t, c.pcap, DefaultPort)
-			local, err := Decode(msgs[0].payload)
+			local, err := Decode(msgs[0].Payload)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,11 +160,11 @@ func TestReplayClient(t *testing.T) {
 					errc <- err
 					return
 				}
-				if !bytes.Equal(got, msgs[0].payload) {
+				if !bytes.Equal(got, msgs[0].Payload) {
 					errc <- errors.New("client record differs from capture: " + string(got))
 					return
 				}
-				if _, err := b.Write(msgs[1].payload); err != nil {
+				if _, err := b.Write(msgs[1].Payload); err != nil {
 					errc <- err
 					return
 				}
@@ -173,7 +173,7 @@ func TestReplayClient(t *testing.T) {
 					errc <- err
 					return
 				}
-				if !bytes.Equal(done, msgs[2].payload) {
+				if !bytes.Equal(done, msgs[2].Payload) {
 					errc <- errors.New("client done differs: " + string(done))
 					return
 				}
@@ -186,7 +186,7 @@ func TestReplayClient(t *testing.T) {
 			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
-			if m := Encode(peer); !bytes.Equal(m[:], msgs[1].payload) {
+			if m := Encode(peer); !bytes.Equal(m[:], msgs[1].Payload) {
 				t.Errorf("returned peer %+v", peer)
 			}
 		})
