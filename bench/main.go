@@ -45,8 +45,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/netdev"
-	"github.com/goroce/goroce/netdev/nspair"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -120,7 +120,7 @@ func main() {
 
 	// Namespaces in use, deleted on a signal.
 	var mu sync.Mutex
-	live := map[*nspair.Pair]bool{}
+	live := map[*netns.Pair]bool{}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -141,7 +141,7 @@ func main() {
 		if latencyOnly && mtu != 1500 {
 			continue
 		}
-		pair, err := nspair.New(nspair.Options{MTU: mtu, Prefix: "goroce-bench"})
+		pair, err := netns.New(netns.Options{MTU: mtu, Prefix: "goroce-bench"})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
@@ -180,7 +180,7 @@ var latencyOnly bool
 
 var errSkipped = errors.New("not measured (-latency)")
 
-func measureMTU(pair *nspair.Pair, mtu int, backends []string, cell limit, depth int) []row {
+func measureMTU(pair *netns.Pair, mtu int, backends []string, cell limit, depth int) []row {
 	tcpBits, tcpErr := 0.0, errSkipped
 	if !latencyOnly {
 		tcpBits, tcpErr = tcpStream(pair, limit{cell.d, 200_000})
@@ -202,7 +202,7 @@ func measureMTU(pair *nspair.Pair, mtu int, backends []string, cell limit, depth
 	return rows
 }
 
-func measureBackend(pair *nspair.Pair, mtu int, backend string, cell limit, depth int,
+func measureBackend(pair *netns.Pair, mtu int, backend string, cell limit, depth int,
 	tcpBits float64, tcpErr error, tcpLat latency, tcpLatErr error) []row {
 	fail := func(err error) []row {
 		progress("%s MTU %d: %v", backend, mtu, err)

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/netdev"
-	"github.com/goroce/goroce/netdev/nspair"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/wire"
 )
@@ -26,9 +26,9 @@ func (r *rawPair) Close() {
 
 // openRaw opens the backend links netdev would use on both ends, without
 // devices, for frame-level measurements on the same veth.
-func openRaw(pair *nspair.Pair, backend string) (*rawPair, error) {
+func openRaw(pair *netns.Pair, backend string) (*rawPair, error) {
 	r := &rawPair{}
-	open := func(s nspair.Side) (nic.Link, *netdev.Info, error) {
+	open := func(s netns.Side) (nic.Link, *netdev.Info, error) {
 		var l nic.Link
 		var info *netdev.Info
 		err := pair.Do(s, func() error {
@@ -39,10 +39,10 @@ func openRaw(pair *nspair.Pair, backend string) (*rawPair, error) {
 		return l, info, err
 	}
 	var err error
-	if r.a, r.infoA, err = open(nspair.A); err != nil {
+	if r.a, r.infoA, err = open(netns.A); err != nil {
 		return nil, err
 	}
-	if r.b, r.infoB, err = open(nspair.B); err != nil {
+	if r.b, r.infoB, err = open(netns.B); err != nil {
 		r.a.Close()
 		return nil, err
 	}

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/netdev"
-	"github.com/goroce/goroce/netdev/nspair"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 )
@@ -50,8 +50,8 @@ func (p *rdmaPair) Close() {
 // one RC QP pair at the smaller path MTU. With busy, the devices are in
 // busy-poll mode (netdev.Options.BusyPoll): no receive or timer goroutine,
 // each end's CQ polling drives its device.
-func openRDMA(pair *nspair.Pair, backend string, depth int, busy bool) (*rdmaPair, error) {
-	mk := func(s nspair.Side) (*rdmaEnd, error) {
+func openRDMA(pair *netns.Pair, backend string, depth int, busy bool) (*rdmaPair, error) {
+	mk := func(s netns.Side) (*rdmaEnd, error) {
 		e := &rdmaEnd{}
 		err := pair.Do(s, func() error {
 			var err error
@@ -79,11 +79,11 @@ func openRDMA(pair *nspair.Pair, backend string, depth int, busy bool) (*rdmaPai
 		}
 		return e, nil
 	}
-	a, err := mk(nspair.A)
+	a, err := mk(netns.A)
 	if err != nil {
 		return nil, fmt.Errorf("side A: %w", err)
 	}
-	b, err := mk(nspair.B)
+	b, err := mk(netns.B)
 	if err != nil {
 		a.dev.Close()
 		return nil, fmt.Errorf("side B: %w", err)

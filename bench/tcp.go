@@ -7,16 +7,16 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/goroce/goroce/netdev/nspair"
+	"github.com/goroce/goroce/internal/netns"
 )
 
 const tcpPort = 5201
 
 // tcpConns returns a connected pair of TCP sockets, the client in A and
 // the server side in B, over the veth.
-func tcpConns(pair *nspair.Pair) (client, server net.Conn, err error) {
+func tcpConns(pair *netns.Pair) (client, server net.Conn, err error) {
 	var ln net.Listener
-	if err := pair.Do(nspair.B, func() error {
+	if err := pair.Do(netns.B, func() error {
 		var err error
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(pair.B.Addr, tcpPort).String())
 		return err
@@ -34,7 +34,7 @@ func tcpConns(pair *nspair.Pair) (client, server net.Conn, err error) {
 		}
 		acc <- c
 	}()
-	if err := pair.Do(nspair.A, func() error {
+	if err := pair.Do(netns.A, func() error {
 		var err error
 		client, err = net.DialTimeout("tcp", netip.AddrPortFrom(pair.B.Addr, tcpPort).String(), 3*time.Second)
 		return err
@@ -55,7 +55,7 @@ func tcpConns(pair *nspair.Pair) (client, server net.Conn, err error) {
 
 // tcpStream sends 64 KiB writes A→B over one connection for lim and
 // returns the receiver's goodput in bit/s.
-func tcpStream(pair *nspair.Pair, lim limit) (float64, error) {
+func tcpStream(pair *netns.Pair, lim limit) (float64, error) {
 	c, s, err := tcpConns(pair)
 	if err != nil {
 		return 0, err
@@ -90,7 +90,7 @@ func tcpStream(pair *nspair.Pair, lim limit) (float64, error) {
 
 // tcpPingPong measures 64-byte request/response round trips over one
 // connection (Go sets TCP_NODELAY), blocking reads.
-func tcpPingPong(pair *nspair.Pair, lim limit) (latency, error) {
+func tcpPingPong(pair *netns.Pair, lim limit) (latency, error) {
 	c, s, err := tcpConns(pair)
 	if err != nil {
 		return latency{}, err

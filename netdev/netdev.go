@@ -62,7 +62,7 @@
 //
 // Open acts in the network namespace of the calling OS thread (lock it and
 // setns(2) into the namespace first, e.g. with internal/netns Pair.Do or
-// nspair.Pair.Do). Sockets, XDP links and the resolver keep that namespace;
+// netns.Pair.Do). Sockets, XDP links and the resolver keep that namespace;
 // the Device's goroutines then work from any thread.
 package netdev
 

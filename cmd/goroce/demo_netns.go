@@ -10,8 +10,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/netdev"
-	"github.com/goroce/goroce/netdev/nspair"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 )
@@ -54,7 +54,7 @@ func runDemoNetns(c demoNetnsConfig) int {
 		return 2
 	}
 
-	pair, err := nspair.New(nspair.Options{MTU: c.mtu, Prefix: "goroce-demo"})
+	pair, err := netns.New(netns.Options{MTU: c.mtu, Prefix: "goroce-demo"})
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -85,7 +85,7 @@ func runDemoNetns(c demoNetnsConfig) int {
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var drops [2]*demoDropLink
-	open := func(side nspair.Side, name string) (*demoEnd, *netdev.Info, error) {
+	open := func(side netns.Side, name string) (*demoEnd, *netdev.Info, error) {
 		o := netdev.Options{Backend: c.link, Name: "goroce-" + name, Logger: logger}
 		if c.loss > 0 {
 			o.WrapLink = func(l nic.Link) nic.Link {
@@ -110,11 +110,11 @@ func runDemoNetns(c demoNetnsConfig) int {
 		e, err := newDemoEndOn(name, dev)
 		return e, info, err
 	}
-	a, infoA, err := open(nspair.A, "A")
+	a, infoA, err := open(netns.A, "A")
 	if err != nil {
 		return fail("side A: %v", err)
 	}
-	b, infoB, err := open(nspair.B, "B")
+	b, infoB, err := open(netns.B, "B")
 	if err != nil {
 		return fail("side B: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/netdev/nspair"
+	"github.com/goroce/goroce/internal/netns"
 )
 
 // TestToolsNetns runs the goroce binary's tools against each other on a
@@ -31,7 +31,7 @@ func TestToolsNetns(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	pair, err := nspair.New(nspair.Options{Prefix: "gtools"})
+	pair, err := netns.New(netns.Options{Prefix: "gtools"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestToolsNetns(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 				defer cancel()
-				start := func(end nspair.End, extra ...string) (*exec.Cmd, *bytes.Buffer) {
+				start := func(end netns.End, extra ...string) (*exec.Cmd, *bytes.Buffer) {
 					args := append([]string{"netns", "exec", end.NS, bin}, strings.Fields(c.args)...)
 					args = append(args, append([]string{"-d", end.Ifname, "--timeout", "60"}, extra...)...)
 					cmd := exec.CommandContext(ctx, "ip", args...)

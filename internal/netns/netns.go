@@ -1,4 +1,5 @@
-// Package netns gives tests a private two-host network: two fresh network
+// Package netns gives tests (NewPair) and programs (New: goroce demo --netns,
+// bench/) a private two-host network: two fresh network
 // namespaces joined by a veth pair, each end with one address from the
 // benchmark range 198.18.0.0/15 (RFC 2544) on a /24, and nothing else — no
 // default route, no route out, only the connected /24 and loopback. Nothing a
@@ -11,8 +12,8 @@
 // binaries use different subnets (not strictly needed, the namespaces are
 // isolated, but it keeps captures unambiguous). The namespaces are named (bind
 // mounted in /var/run/netns, so `ip netns exec NAME ...` works while the test
-// runs) and deleted by t.Cleanup, which also destroys the veth pair. The
-// first NewPair of a process also deletes namespaces left behind by test
+// runs) and deleted by t.Cleanup (NewPair) or Close (New), which also
+// destroys the veth pair. The first pair of a process also deletes namespaces left behind by test
 // processes that were killed (their PID no longer exists).
 //
 // Code runs inside a namespace through Pair.Do, which switches one locked OS
@@ -60,7 +61,8 @@ func (s Side) String() string {
 	return "B"
 }
 
-// Options configure NewPair. The zero value gives MTU 1500 and IPv6 DAD on.
+// Options configure NewPair and New. The zero value gives MTU 1500 and IPv6
+// DAD on.
 type Options struct {
 	// MTU of both veth ends (default 1500).
 	MTU int
@@ -68,6 +70,8 @@ type Options struct {
 	// so the fe80:: link-local addresses are usable at once instead of after
 	// about a second.
 	NoDAD bool
+	// Prefix of the namespace names (default "goroce"): PREFIX-PID-N-a|b.
+	Prefix string
 }
 
 // End describes one end of the pair.
@@ -85,11 +89,13 @@ type End struct {
 	handle netns.NsHandle
 }
 
-// Pair is two namespaces joined by a veth pair. Use it only from the test
-// that created it; it is torn down by t.Cleanup.
+// Pair is two namespaces joined by a veth pair. A test's pair (NewPair) is
+// torn down by t.Cleanup; a program's (New) by Close.
 type Pair struct {
 	A, B End
 	MTU  int
+
+	closeOnce sync.Once
 }
 
 var (
@@ -142,9 +148,29 @@ func RequireRoot(t testing.TB) {
 func NewPair(t testing.TB, opts Options) *Pair {
 	t.Helper()
 	RequireRoot(t)
+	p, err := New(opts)
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) && os.Getenv("CI") != "true" {
+			t.Skipf("netns: not permitted here: %v", err)
+		}
+		t.Fatalf("netns: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// New creates the namespaces and the veth pair for a program (goroce demo
+// --netns, bench/): the caller must Close it. Needs root.
+func New(opts Options) (_ *Pair, err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("netns: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) to create network namespaces: %w", os.ErrPermission)
+	}
 	staleSweep.Do(sweepStale)
 	if opts.MTU <= 0 {
 		opts.MTU = 1500
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "goroce"
 	}
 	n := counter.Add(1)
 	pid := os.Getpid()
@@ -152,27 +178,23 @@ func NewPair(t testing.TB, opts Options) *Pair {
 	x := (uint32(pid)*7 + n) % 512
 	base := [4]byte{198, 18 + byte(x>>8), byte(x), 0}
 	// Interface names are limited to 15 bytes; the PID keeps them unique
-	// across concurrent test binaries (they are created in the root
-	// namespace before being moved).
+	// across concurrent processes (they are created in the root namespace
+	// before being moved).
 	tag := fmt.Sprintf("%d%d", pid%100000, n%1000)
 	p := &Pair{MTU: opts.MTU}
-	p.A = End{NS: fmt.Sprintf("goroce-%d-%d-a", pid, n), Ifname: "gr" + tag + "a"}
-	p.B = End{NS: fmt.Sprintf("goroce-%d-%d-b", pid, n), Ifname: "gr" + tag + "b"}
+	p.A = End{NS: fmt.Sprintf("%s-%d-%d-a", opts.Prefix, pid, n), Ifname: "gr" + tag + "a"}
+	p.B = End{NS: fmt.Sprintf("%s-%d-%d-b", opts.Prefix, pid, n), Ifname: "gr" + tag + "b"}
 	base[3] = 1
 	p.A.Addr = netip.AddrFrom4(base)
 	base[3] = 2
 	p.B.Addr = netip.AddrFrom4(base)
 	p.A.Prefix = netip.PrefixFrom(p.A.Addr, 24)
 	p.B.Prefix = netip.PrefixFrom(p.B.Addr, 24)
-
-	t.Cleanup(p.destroy)
 	if err := p.create(opts); err != nil {
-		if errors.Is(err, os.ErrPermission) && os.Getenv("CI") != "true" {
-			t.Skipf("netns: not permitted here: %v", err)
-		}
-		t.Fatalf("netns: %v", err)
+		p.Close()
+		return nil, err
 	}
-	return p
+	return p, nil
 }
 
 func (p *Pair) end(s Side) *End {
@@ -318,22 +340,32 @@ func writeSysctls(kv map[string]string) error {
 	return nil
 }
 
-func (p *Pair) destroy() {
-	for _, e := range []*End{&p.A, &p.B} {
-		if e.handle.IsOpen() {
-			e.handle.Close()
+// Close deletes both namespaces (and with them the veth pair): only what
+// New created. It is idempotent and safe from a signal handler's goroutine
+// while the namespaces are in use (open sockets keep a namespace alive until
+// they close).
+func (p *Pair) Close() error {
+	var errs []error
+	p.closeOnce.Do(func() {
+		for _, e := range []*End{&p.A, &p.B} {
+			if e.handle.IsOpen() {
+				e.handle.Close()
+			}
+			if _, err := os.Stat(filepath.Join("/var/run/netns", e.NS)); err == nil {
+				if err := netns.DeleteNamed(e.NS); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
-		if _, err := os.Stat(filepath.Join("/var/run/netns", e.NS)); err == nil {
-			netns.DeleteNamed(e.NS)
+		// If moving into a namespace failed, a veth end may be left behind in
+		// the original namespace.
+		for _, name := range []string{p.A.Ifname, p.B.Ifname} {
+			if l, err := netlink.LinkByName(name); err == nil {
+				netlink.LinkDel(l)
+			}
 		}
-	}
-	// If moving into a namespace failed, a veth end may be left behind in
-	// the original namespace.
-	for _, name := range []string{p.A.Ifname, p.B.Ifname} {
-		if l, err := netlink.LinkByName(name); err == nil {
-			netlink.LinkDel(l)
-		}
-	}
+	})
+	return errors.Join(errs...)
 }
 
 // Do runs fn on a locked OS thread switched into side's namespace, and
