@@ -96,8 +96,10 @@ func TestBusyPollRetransmit(t *testing.T) {
 		}
 		return false
 	}
-	// Timeout 10: 4.096 µs · 2^10 ≈ 4.2 ms (IBTA C9-140); 7 retries.
-	x := newX(t, xopts{busyPoll: true, mem: mem, connA: ConnectOptions{Timeout: 10}})
+	// Timeout 14: 4.096 µs · 2^14 ≈ 67 ms (IBTA C9-140); 7 retries. A shorter
+	// timer ran out 8 times in a row when -race and a parallel test binary
+	// kept B's polling goroutine off the CPU for ~35 ms (RETRY_EXC_ERR).
+	x := newX(t, xopts{busyPoll: true, mem: mem, connA: ConnectOptions{Timeout: 14}})
 	driveByCQ(t, x.b)
 	a, b := x.a, x.b
 	a.reset()

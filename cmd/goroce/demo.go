@@ -80,7 +80,7 @@ func runDemo(args []string) int {
 		return 1
 	}
 	defer b.dev.Close()
-	opts := qp.ConnectOptions{Timeout: 12} // 16.8 ms local ACK timeout: quick recovery on the in-memory link
+	opts := qp.ConnectOptions{Timeout: 14} // 67 ms local ACK timeout, as perftest and rc_pingpong use
 	optsA, optsB := opts, opts
 	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0 // B's PSNs wrap around 2^24 during the run
 	if err := a.qp.Connect(qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB}, optsA); err != nil {

@@ -120,7 +120,7 @@ func runDemoNetns(c demoNetnsConfig) int {
 	}
 	ipA, ipB := pair.A.Addr, pair.B.Addr
 	pmtu := min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
-	opts := qp.ConnectOptions{Timeout: 12}
+	opts := qp.ConnectOptions{Timeout: 14}
 	optsA, optsB := opts, opts
 	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0
 	if err := a.qp.Connect(qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB, MTU: pmtu}, optsA); err != nil {
