@@ -14,30 +14,7 @@ import (
 // A's engine, then lets the pair run. It returns what A sent in answer.
 func (e *epair) injectA(f wire.Frame, payload []byte) []logged {
 	e.t.Helper()
-	a, b := e.a, e.b
-	f.SrcMAC, f.DstMAC, f.SrcIP, f.DstIP, f.HopLimit = b.mac, a.mac, b.ip, a.ip, 64
-	f.SrcPort = wire.RCSourcePort(b.q.QPN(), a.q.QPN())
-	f.BTH.PKey, f.BTH.DestQP = wire.DefaultPKey, a.q.QPN()
-	buf := make([]byte, frameCap)
-	n, err := wire.BuildPayload(buf, &f, payload)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var p wire.Packet
-	if err := wire.Parse(buf[:n], &p); err != nil {
-		e.t.Fatal(err)
-	}
-	e.rec = true
-	e.log = nil
-	a.q.Receive(&p, e.now)
-	e.deliver()
-	var out []logged
-	for _, l := range e.log {
-		if l.fromA {
-			out = append(out, l)
-		}
-	}
-	return out
+	return e.injectInto(true, f, payload)
 }
 
 // A READ whose responder fails mid-way (its MR is invalidated before the

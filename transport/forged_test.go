@@ -14,10 +14,21 @@ import (
 // pair run. It returns B's answers.
 func (e *epair) inject(f wire.Frame, payload []byte) []logged {
 	e.t.Helper()
-	a, b := e.a, e.b
-	f.SrcMAC, f.DstMAC, f.SrcIP, f.DstIP, f.HopLimit = a.mac, b.mac, a.ip, b.ip, 64
-	f.SrcPort = wire.RCSourcePort(a.q.QPN(), b.q.QPN())
-	f.BTH.PKey, f.BTH.DestQP = wire.DefaultPKey, b.q.QPN()
+	return e.injectInto(false, f, payload)
+}
+
+// injectInto builds f as a frame from the other end to A (toA) or B, hands
+// it straight to that end's engine, lets the pair run, and returns what that
+// end sent in answer.
+func (e *epair) injectInto(toA bool, f wire.Frame, payload []byte) []logged {
+	e.t.Helper()
+	from, to := e.a, e.b
+	if toA {
+		from, to = e.b, e.a
+	}
+	f.SrcMAC, f.DstMAC, f.SrcIP, f.DstIP, f.HopLimit = from.mac, to.mac, from.ip, to.ip, 64
+	f.SrcPort = wire.RCSourcePort(from.q.QPN(), to.q.QPN())
+	f.BTH.PKey, f.BTH.DestQP = wire.DefaultPKey, to.q.QPN()
 	buf := make([]byte, frameCap)
 	n, err := wire.BuildPayload(buf, &f, payload)
 	if err != nil {
@@ -29,11 +40,11 @@ func (e *epair) inject(f wire.Frame, payload []byte) []logged {
 	}
 	e.rec = true
 	e.log = nil
-	b.q.Receive(&p, e.now)
+	to.q.Receive(&p, e.now)
 	e.deliver()
 	var out []logged
 	for _, l := range e.log {
-		if !l.fromA {
+		if l.fromA == toA {
 			out = append(out, l)
 		}
 	}
