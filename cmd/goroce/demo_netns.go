@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"sync"
@@ -84,14 +83,14 @@ func runDemoNetns(c demoNetnsConfig) int {
 	}()
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var drops [2]*demoDropLink
+	var drops [2]*nic.DropLink
 	open := func(side netns.Side, name string) (*demoEnd, *netdev.Info, error) {
 		o := netdev.Options{Backend: c.link, Name: "goroce-" + name, Logger: logger}
 		if c.loss > 0 {
 			o.WrapLink = func(l nic.Link) nic.Link {
-				d := &demoDropLink{Link: l, p: c.loss, rng: rand.New(rand.NewPCG(uint64(c.seed), uint64(side)))}
+				w, d := nic.WithDrops(l, c.loss, uint64(c.seed), uint64(side), nil)
 				drops[side] = d
-				return d
+				return w
 			}
 		}
 		var dev *qp.Device
@@ -161,7 +160,7 @@ func runDemoNetns(c demoNetnsConfig) int {
 			}
 		})
 		if c.loss > 0 {
-			fmt.Printf("%-24s %10d %10d\n", "link_dropped", drops[0].count(), drops[1].count())
+			fmt.Printf("%-24s %10d %10d\n", "link_dropped", dropped(drops[0]), dropped(drops[1]))
 		}
 	}
 	if !ok {
@@ -170,45 +169,11 @@ func runDemoNetns(c demoNetnsConfig) int {
 	return 0
 }
 
-// demoDropLink drops a seeded fraction of transmitted frames (counted as
-// sent, as a wire loses them).
-type demoDropLink struct {
-	nic.Link
-	mu      sync.Mutex
-	rng     *rand.Rand
-	p       float64
-	keep    [][]byte
-	idx     []int
-	dropped uint64
-}
-
-func (l *demoDropLink) WriteBatch(frames [][]byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.keep, l.idx = l.keep[:0], l.idx[:0]
-	for i, f := range frames {
-		if l.rng.Float64() < l.p {
-			l.dropped++
-			continue
-		}
-		l.keep = append(l.keep, f)
-		l.idx = append(l.idx, i)
-	}
-	if len(l.keep) == 0 {
-		return len(frames), nil
-	}
-	n, err := l.Link.WriteBatch(l.keep)
-	if n == len(l.keep) {
-		return len(frames), err
-	}
-	return l.idx[n], err
-}
-
-func (l *demoDropLink) count() uint64 {
-	if l == nil {
+// dropped is a DropLink's drop count (0 without one).
+func dropped(d *nic.DropLink) uint64 {
+	if d == nil {
 		return 0
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.dropped
+	_, n := d.Counts()
+	return n
 }

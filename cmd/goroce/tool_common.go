@@ -77,7 +77,7 @@ var openDevice = func(name string) (*qp.Device, error) {
 		return nil, err
 	}
 	if p > 0 {
-		o.WrapLink = func(l nic.Link) nic.Link { return wrapTxDrop(l, p, seed, os.Stderr) }
+		o.WrapLink = func(l nic.Link) nic.Link { w, _ := wrapTxDrop(l, p, seed, os.Stderr); return w }
 	}
 	dev, _, err := netdev.Open(name, o)
 	return dev, err

@@ -3,10 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 
 	"github.com/goroce/goroce/nic"
 )
@@ -39,77 +37,14 @@ func txDropFromEnv() (p float64, seed uint64, err error) {
 	return p, seed, nil
 }
 
-// txDropLink drops a seeded fraction of the frames written to it.
-type txDropLink struct {
-	nic.Link
-	report io.Writer // the summary at Close ("" when nil)
-
-	mu      sync.Mutex
-	rng     *rand.Rand
-	p       float64
-	keep    [][]byte
-	idx     []int
-	frames  uint64
-	dropped uint64
-}
-
-// txDropTryLink is a txDropLink over a link that has TryReadBatch.
-type txDropTryLink struct {
-	*txDropLink
-	try nic.Poller // busy-poll mode needs the non-blocking read through any wrapper
-}
-
-func (l txDropTryLink) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
-	return l.try.TryReadBatch(bufs, sizes)
-}
-
-// wrapTxDrop wraps l; the result has TryReadBatch exactly when l has it.
-func wrapTxDrop(l nic.Link, p float64, seed uint64, report io.Writer) nic.Link {
-	d := &txDropLink{Link: l, report: report, p: p, rng: rand.New(rand.NewPCG(seed, 0x676f726f6365))}
-	if t, ok := l.(nic.Poller); ok {
-		return txDropTryLink{d, t}
-	}
-	return d
-}
-
-// WriteBatch passes on the frames that survive and reports every frame as
-// written (a lost frame was sent, as far as the sender knows), except when
-// the link below writes fewer: then it reports up to the first frame the
-// link did not take.
-func (l *txDropLink) WriteBatch(frames [][]byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.keep, l.idx = l.keep[:0], l.idx[:0]
-	for i, f := range frames {
-		l.frames++
-		if l.rng.Float64() < l.p {
-			l.dropped++
-			continue
+// wrapTxDrop wraps l in a nic.DropLink; the result has TryReadBatch exactly
+// when l has it. With a report writer, the count goes there at Close.
+func wrapTxDrop(l nic.Link, p float64, seed uint64, report io.Writer) (nic.Link, *nic.DropLink) {
+	var onClose func(frames, dropped uint64)
+	if report != nil {
+		onClose = func(frames, dropped uint64) {
+			fmt.Fprintf(report, "goroce: GOROCE_TX_DROP dropped %d of %d transmitted frames\n", dropped, frames)
 		}
-		l.keep = append(l.keep, f)
-		l.idx = append(l.idx, i)
 	}
-	if len(l.keep) == 0 {
-		return len(frames), nil
-	}
-	n, err := l.Link.WriteBatch(l.keep)
-	if n >= len(l.keep) {
-		return len(frames), err
-	}
-	return l.idx[n], err
-}
-
-// counts returns the frames written and dropped so far.
-func (l *txDropLink) counts() (frames, dropped uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.frames, l.dropped
-}
-
-func (l *txDropLink) Close() error {
-	if l.report != nil {
-		f, d := l.counts()
-		fmt.Fprintf(l.report, "goroce: GOROCE_TX_DROP dropped %d of %d transmitted frames\n", d, f)
-	}
-	return l.Link.Close()
+	return nic.WithDrops(l, p, seed, 0x676f726f6365, onClose)
 }

@@ -15,7 +15,7 @@ func TestTxDropLink(t *testing.T) {
 	a, b := nic.NewMemPair(nic.MemConfig{Seed: 1})
 	defer b.Close()
 	var report bytes.Buffer
-	l := wrapTxDrop(a, 0.25, 7, &report)
+	l, d := wrapTxDrop(a, 0.25, 7, &report)
 	if _, ok := l.(nic.Poller); !ok {
 		t.Fatal("the in-memory link is a nic.Poller: the wrapper must forward TryReadBatch")
 	}
@@ -37,8 +37,7 @@ func TestTxDropLink(t *testing.T) {
 		bufs[i] = make([]byte, 100)
 	}
 	got, _ := b.TryReadBatch(bufs, sizes)
-	d := l.(txDropTryLink).txDropLink
-	f, dropped := d.counts()
+	f, dropped := d.Counts()
 	if f != 800 || uint64(got)+dropped != 800 || dropped < 150 || dropped > 250 {
 		t.Fatalf("seed 7: %d written, %d dropped, %d arrived", f, dropped, got)
 	}
@@ -63,7 +62,8 @@ func TestTxDropLink(t *testing.T) {
 // (the wrapper between the device and an in-memory link, both ways).
 func TestPingpongTxDrop(t *testing.T) {
 	open := memDevicesWrap(t, nic.MemConfig{Seed: 3}, func(l nic.Link, side uint64) nic.Link {
-		return wrapTxDrop(l, 0.05, side, nil)
+		w, _ := wrapTxDrop(l, 0.05, side, nil)
+		return w
 	})
 	args := []string{"-g", "1", "-n", "60", "-s", "3000", "-e", "-c"}
 	s, c := runPair(t, runPingpong, open, args, args)

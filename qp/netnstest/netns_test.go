@@ -409,40 +409,6 @@ func TestManyQPs(t *testing.T) {
 	}
 }
 
-// dropLink drops a seeded fraction of transmitted frames (reporting them
-// as sent, as a wire loses them).
-type dropLink struct {
-	nic.Link
-	mu      sync.Mutex
-	rng     *rand.Rand
-	p       float64
-	keep    [][]byte
-	idx     []int
-	dropped int
-}
-
-func (l *dropLink) WriteBatch(frames [][]byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.keep, l.idx = l.keep[:0], l.idx[:0]
-	for i, f := range frames {
-		if l.rng.Float64() < l.p {
-			l.dropped++
-			continue
-		}
-		l.keep = append(l.keep, f)
-		l.idx = append(l.idx, i)
-	}
-	if len(l.keep) == 0 {
-		return len(frames), nil
-	}
-	n, err := l.Link.WriteBatch(l.keep)
-	if n == len(l.keep) {
-		return len(frames), err
-	}
-	return l.idx[n], err // frames before the first unsent kept one
-}
-
 // TestLoss runs the operations with loss. The tc netem case needs the
 // kernel's sch_netem; the wrapper case drops 3% of the frames each side
 // transmits, so the retransmission paths run over real interfaces.
@@ -464,21 +430,23 @@ func TestLoss(t *testing.T) {
 	})
 	t.Run("wrapper/afxdp-afpacket", func(t *testing.T) {
 		const seed = 4
-		var links [2]*dropLink
+		var links [2]*nic.DropLink
 		wrap := func(side netns.Side) func(nic.Link) nic.Link {
 			return func(l nic.Link) nic.Link {
-				d := &dropLink{Link: l, p: 0.03, rng: rand.New(rand.NewPCG(seed, uint64(side)))}
+				w, d := nic.WithDrops(l, 0.03, seed, uint64(side), nil)
 				links[side] = d
-				return d
+				return w
 			}
 		}
 		a, b, pmtu := open(t, setup{backA: netdev.AFXDP, backB: netdev.AFPacket, mtu: 1500, nqp: 2, wrap: wrap,
 			connect: qp.ConnectOptions{Timeout: 13}}) // 34 ms local ACK timeout: 8 spurious timeouts in a row need a 270 ms stall
 		run(t, a, b, pmtu, seed)
 		retx := a.dev.Counters()[transport.CntRetransmittedPkts] + b.dev.Counters()[transport.CntRetransmittedPkts]
-		t.Logf("dropped A %d, B %d; retransmitted %d", links[0].dropped, links[1].dropped, retx)
-		if links[0].dropped == 0 || links[1].dropped == 0 || retx == 0 {
-			t.Errorf("the loss path did not run: dropped %d/%d, retransmitted %d", links[0].dropped, links[1].dropped, retx)
+		_, dropA := links[0].Counts()
+		_, dropB := links[1].Counts()
+		t.Logf("dropped A %d, B %d; retransmitted %d", dropA, dropB, retx)
+		if dropA == 0 || dropB == 0 || retx == 0 {
+			t.Errorf("the loss path did not run: dropped %d/%d, retransmitted %d", dropA, dropB, retx)
 		}
 	})
 }
