@@ -15,7 +15,7 @@
 //     and the 64-byte WRITE message rate; process-wide heap allocations per
 //     message from runtime.MemStats;
 //   - 64-byte WRITE_WITH_IMM ping-pong round trips at MTU 1500: busy-poll
-//     (both devices in busy-poll mode, netdev.Options.BusyPoll: no device
+//     (both devices in busy-poll mode, qp.InterfaceOptions.BusyPoll: no device
 //     goroutines; each end's goroutine spins on CQ.Poll, which reads the
 //     link and runs the timers — a core per device) and blocking (normal
 //     devices, both sides sleep in CQ.Wait);
@@ -34,6 +34,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/goroce/goroce/qp"
 	"io"
 	"log/slog"
 	"os"
@@ -46,8 +47,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
-	"github.com/goroce/goroce/netdev"
-	"github.com/goroce/goroce/transport"
 )
 
 var logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -110,7 +109,7 @@ func main() {
 	var list []string
 	for _, b := range strings.Split(*backends, ",") {
 		switch b {
-		case netdev.AFXDP, netdev.AFPacket, netdev.UDP:
+		case qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP:
 			list = append(list, b)
 		default:
 			fmt.Fprintf(os.Stderr, "bench: unknown backend %q (afxdp, afpacket, udp)\n", b)
@@ -224,8 +223,8 @@ func measureBackend(pair *netns.Pair, mtu int, backend string, cell limit, depth
 	var streams []streamRes
 	ops := []struct {
 		name string
-		op   transport.WROpcode
-	}{{"WRITE", transport.WRRDMAWrite}, {"READ", transport.WRRDMARead}}
+		op   qp.WROpcode
+	}{{"WRITE", qp.WRRDMAWrite}, {"READ", qp.WRRDMARead}}
 	if latencyOnly {
 		ops = nil
 	}

@@ -1,21 +1,22 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/qp"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
-	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/wire"
 )
 
 type rawPair struct {
 	a, b         nic.Link
-	infoA, infoB *netdev.Info
+	infoA, infoB *qp.InterfaceInfo
 	ab, ba       wire.Frame // RDMA WRITE ONLY templates, A→B and B→A
 }
 
@@ -24,16 +25,18 @@ func (r *rawPair) Close() {
 	r.b.Close()
 }
 
-// openRaw opens the backend links netdev would use on both ends, without
+// openRaw opens the backend links qp.OpenInterface would use on both ends, without
 // devices, for frame-level measurements on the same veth.
 func openRaw(pair *netns.Pair, backend string) (*rawPair, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
 	r := &rawPair{}
-	open := func(s netns.Side) (nic.Link, *netdev.Info, error) {
+	open := func(s netns.Side) (nic.Link, *qp.InterfaceInfo, error) {
 		var l nic.Link
-		var info *netdev.Info
+		var info *qp.InterfaceInfo
 		err := pair.Do(s, func() error {
 			var err error
-			l, info, err = netdev.OpenLink(pair.End(s).Ifname, netdev.Options{Backend: backend, Logger: logger})
+			l, info, err = qp.OpenInterfaceLink(ctx, pair.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
 			return err
 		})
 		return l, info, err
@@ -46,7 +49,7 @@ func openRaw(pair *netns.Pair, backend string) (*rawPair, error) {
 		r.a.Close()
 		return nil, err
 	}
-	tmpl := func(src, dst *netdev.Info) wire.Frame {
+	tmpl := func(src, dst *qp.InterfaceInfo) wire.Frame {
 		f := wire.Frame{SrcIP: src.IP, DstIP: dst.IP, HopLimit: 64, SrcPort: 0xC000,
 			BTH:  wire.BTHFields{Opcode: wire.RCRDMAWriteOnly, PKey: 0xFFFF, DestQP: 0x11, AckReq: true},
 			RETH: wire.RETHFields{VA: 0x1000, RKey: 0x1234}}

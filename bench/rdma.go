@@ -10,10 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
-	"github.com/goroce/goroce/memreg"
-	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 )
 
 const (
@@ -25,7 +22,7 @@ const (
 
 type rdmaEnd struct {
 	dev      *qp.Device
-	info     *netdev.Info
+	info     *qp.InterfaceInfo
 	scq, rcq *qp.CQ
 	q        *qp.QP
 	buf      []byte
@@ -46,16 +43,21 @@ func (p *rdmaPair) Close() {
 	p.b.dev.Close()
 }
 
+// setupTimeout bounds opening and connecting a pair of devices.
+const setupTimeout = 10 * time.Second
+
 // openRDMA opens a device on each end of pair with backend and connects
 // one RC QP pair at the smaller path MTU. With busy, the devices are in
-// busy-poll mode (netdev.Options.BusyPoll): no receive or timer goroutine,
+// busy-poll mode (qp.InterfaceOptions.BusyPoll): no receive or timer goroutine,
 // each end's CQ polling drives its device.
 func openRDMA(pair *netns.Pair, backend string, depth int, busy bool) (*rdmaPair, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
 	mk := func(s netns.Side) (*rdmaEnd, error) {
 		e := &rdmaEnd{}
 		err := pair.Do(s, func() error {
 			var err error
-			e.dev, e.info, err = netdev.Open(pair.End(s).Ifname, netdev.Options{Backend: backend, Logger: logger, Seed: int64(s) + 1,
+			e.dev, e.info, err = qp.OpenInterface(ctx, pair.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger, Seed: int64(s) + 1,
 				BusyPoll: busy})
 			return err
 		})
@@ -72,7 +74,7 @@ func openRDMA(pair *netns.Pair, backend string, depth int, busy bool) (*rdmaPair
 			return nil, err
 		}
 		e.buf = make([]byte, bufSize)
-		e.mr, err = pd.RegMR(e.buf, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead)
+		e.mr, err = pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead)
 		if err != nil {
 			e.dev.Close()
 			return nil, err
@@ -92,12 +94,12 @@ func openRDMA(pair *netns.Pair, backend string, depth int, busy bool) (*rdmaPair
 	mtu := min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
 	p.pmtu = mtu.Bytes()
 	o := qp.ConnectOptions{}
-	if err := a.q.Connect(qp.Remote{QPN: b.q.QPN(), PSN: 0x200, GID: pair.B.Addr, MTU: mtu}, qp.ConnectOptions{SQPSN: 0x100}); err != nil {
+	if err := a.q.Connect(ctx, qp.Remote{QPN: b.q.QPN(), PSN: 0x200, GID: pair.B.Addr, MTU: mtu}, qp.ConnectOptions{SQPSN: 0x100}); err != nil {
 		p.Close()
 		return nil, err
 	}
 	o.SQPSN = 0x200
-	if err := b.q.Connect(qp.Remote{QPN: a.q.QPN(), PSN: 0x100, GID: pair.A.Addr, MTU: mtu}, o); err != nil {
+	if err := b.q.Connect(ctx, qp.Remote{QPN: a.q.QPN(), PSN: 0x100, GID: pair.A.Addr, MTU: mtu}, o); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -118,12 +120,12 @@ func (t throughput) msgsPerSec() float64 { return float64(t.msgs) / t.elapsed.Se
 // (RDMA WRITE into b's remote half, or RDMA READ from it) until limit.d has
 // passed or limit.n messages were posted, and waits for the last
 // completion. Completions are taken with CQ.Wait (sleeping when empty).
-func stream(p *rdmaPair, op transport.WROpcode, size, depth int, lim limit) (throughput, error) {
+func stream(p *rdmaPair, op qp.WROpcode, size, depth int, lim limit) (throughput, error) {
 	a, b := p.a, p.b
-	if op == transport.WRRDMARead {
+	if op == qp.WRRDMARead {
 		depth = min(depth, 16) // max_rd_atomic (ConnectOptions default 16)
 	}
-	wr := &qp.SendWR{Opcode: op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, size)},
+	wr := &qp.SendWR{Opcode: op, Flags: qp.SendSignaled, SGL: []qp.SGE{a.sge(0, size)},
 		RemoteAddr: b.mr.IOVA() + half, RKey: b.mr.RKey()}
 	wcs := make([]qp.WC, depth)
 	list := make([]qp.SendWR, depth)
@@ -155,8 +157,8 @@ func stream(p *rdmaPair, op transport.WROpcode, size, depth int, lim limit) (thr
 			return throughput{}, fmt.Errorf("%d of %d completed: %w", done, posted, err)
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Status != transport.WCSuccess {
-				return throughput{}, fmt.Errorf("completion %v", wc)
+			if err := wc.Err(); err != nil {
+				return throughput{}, err
 			}
 			done++
 		}
@@ -232,8 +234,8 @@ func pingPong(p *rdmaPair, busy bool, lim limit) (latency, error) {
 			if err != nil {
 				return err
 			}
-			if wc[0].Status != transport.WCSuccess {
-				return fmt.Errorf("receive completion %v", wc[0])
+			if err := wc[0].Err(); err != nil {
+				return fmt.Errorf("receive: %w", err)
 			}
 			// Drain the send completions of our own writes (not timed).
 			var s [8]qp.WC
@@ -247,7 +249,7 @@ func pingPong(p *rdmaPair, busy bool, lim limit) (latency, error) {
 		}
 	}
 	write := func(from, to *rdmaEnd) error {
-		return from.q.PostSend(&qp.SendWR{Opcode: transport.WRRDMAWriteWithImm, Flags: transport.SendSignaled,
+		return from.q.PostSend(&qp.SendWR{Opcode: qp.WRRDMAWriteWithImm, Flags: qp.SendSignaled,
 			SGL: []qp.SGE{from.sge(0, size)}, RemoteAddr: to.mr.IOVA() + half, RKey: to.mr.RKey(), Imm: 1})
 	}
 	var wg sync.WaitGroup

@@ -46,10 +46,10 @@ func TestConcurrentQPs(t *testing.T) {
 			t.Fatal(err)
 		}
 		psn := uint32(1000 * (i + 1))
-		if err := c.sa.Connect(Remote{QPN: c.sb.QPN(), PSN: psn + 1, GID: ipB}, ConnectOptions{SQPSN: psn}); err != nil {
+		if err := c.sa.Connect(context.Background(), Remote{QPN: c.sb.QPN(), PSN: psn + 1, GID: ipB}, ConnectOptions{SQPSN: psn}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.sb.Connect(Remote{QPN: c.sa.QPN(), PSN: psn, GID: ipA}, ConnectOptions{SQPSN: psn + 1}); err != nil {
+		if err := c.sb.Connect(context.Background(), Remote{QPN: c.sa.QPN(), PSN: psn, GID: ipA}, ConnectOptions{SQPSN: psn + 1}); err != nil {
 			t.Fatal(err)
 		}
 		conns[i] = c

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-
-	"github.com/goroce/goroce/transport"
 )
 
 // ErrCQOverrun is returned by Poll after completions were lost because the
@@ -44,7 +42,7 @@ func (cq *CQ) Complete(wc *WC) {
 	}
 	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
 	cq.n++
-	if cq.armed && (!cq.solicitedOnly || wc.Flags&transport.WCSolicited != 0 || wc.Status != 0) {
+	if cq.armed && (!cq.solicitedOnly || wc.Flags&WCSolicited != 0 || wc.Status != 0) {
 		cq.armed = false
 		select {
 		case cq.event <- struct{}{}:

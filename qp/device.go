@@ -3,6 +3,16 @@
 // libibverbs (ibv_open_device, ibv_alloc_pd, ibv_reg_mr, ibv_create_cq,
 // ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_post_recv, ibv_poll_cq).
 //
+// A program imports only this package. OpenInterface binds a Device to a
+// network interface (AF_XDP, AF_PACKET or a UDP socket); OpenMemoryPair
+// gives two Devices joined by an in-memory link; Open takes any nic.Link.
+// The work request and completion types, opcodes, flags, statuses, QP
+// states, attribute masks and access flags are all declared here (see
+// Example_write). A failed completion's WC.Err is a *CompletionError that
+// unwraps to its WCStatus: errors.Is(wc.Err(), WCRemAccessErr). Everything
+// that waits takes a context: OpenInterface, QP.Connect and QP.Modify (the
+// peer's MAC is resolved then), CQ.Wait, CQ.WaitEvent, Device.Progress.
+//
 // Model. A Device owns one nic.Link, one memory-registration table and the
 // RC engines (transport.QP) of its queue pairs. The engines are
 // deterministic state machines without goroutines or timers; the Device
@@ -40,28 +50,12 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// Re-exported engine types, so applications import only this package.
-type (
-	SendWR    = transport.SendWR
-	RecvWR    = transport.RecvWR
-	SGE       = transport.SGE
-	WC        = transport.WC
-	Attr      = transport.Attr
-	AttrMask  = transport.AttrMask
-	AV        = transport.AV
-	Caps      = transport.Caps
-	State     = transport.State
-	MTU       = transport.MTU
-	Access    = memreg.Access
-	MR        = memreg.MR
-	Counters  = transport.Counters
-	WCStatus  = transport.WCStatus
-	WROpcode  = transport.WROpcode
-	SendFlags = transport.SendFlags
-)
-
 // ErrClosed is returned after a Device was closed.
 var ErrClosed = errors.New("qp: device closed")
+
+// DefaultResolveTimeout bounds a neighbour resolution whose context has no
+// deadline (Config.ResolveTimeout).
+const DefaultResolveTimeout = 3 * time.Second
 
 // GID is a 16-byte RoCE global identifier (an IPv6 address; IPv4 as
 // ::ffff:a.b.c.d).
@@ -74,10 +68,15 @@ type Config struct {
 	// IP is the device's address; the GID table is built from it (index 0 the
 	// IPv6 link-local GID from the MAC, index 1 ::ffff:IP for IPv4, as rxe).
 	IP netip.Addr
-	// Resolve finds the MAC of a peer IP (neighbour table). When nil,
+	// Resolve finds the MAC of a peer IP (neighbour table), within ctx:
+	// the context of the QP.Modify (or QP.Connect) call that moves a QP to
+	// RTR, bounded by ResolveTimeout when it has no deadline. When nil,
 	// Neighbors is consulted.
 	Resolve   func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
 	Neighbors map[netip.Addr]net.HardwareAddr
+	// ResolveTimeout bounds one Resolve call whose context has no deadline
+	// (0: DefaultResolveTimeout). A context with a deadline is used as it is.
+	ResolveTimeout time.Duration
 	// Seed makes memory keys deterministic (0: random).
 	Seed int64
 	// RetryCnt7Infinite selects rxe's retry_cnt == 7 semantics (see transport.Config).
@@ -88,7 +87,7 @@ type Config struct {
 	// vector, as the kernel does for RoCE: ib_resolve_unicast_gid_dmac
 	// (drivers/infiniband/core/verbs.c) overwrites grh.hop_limit with the
 	// route's, so rxe and mlx5 send TTL 64 even when rc_pingpong asks for 1.
-	// netdev sets it from the interface's namespace (ip_default_ttl). Zero
+	// OpenInterface sets it from the interface's namespace (ip_default_ttl). Zero
 	// keeps the application's value.
 	RouteHopLimit uint8
 	// Manual starts no goroutines: the caller drives the device with Poll
@@ -193,9 +192,9 @@ func Open(cfg Config) (*Device, error) {
 
 // PathMTU is the largest IB MTU ≤ netdev MTU − 80 (rxe's RXE_MAX_HDR_LENGTH):
 // 1500 gives 1024, 9000 gives 4096.
-func PathMTU(netdevMTU int) transport.MTU {
-	m := transport.MTU4096
-	for ; m > transport.MTU256; m-- {
+func PathMTU(netdevMTU int) MTU {
+	m := MTU4096
+	for ; m > MTU256; m-- {
 		if m.Bytes() <= netdevMTU-80 {
 			break
 		}
@@ -227,13 +226,13 @@ func (d *Device) GID(i int) (GID, error) {
 }
 
 // ActiveMTU is the port's path MTU.
-func (d *Device) ActiveMTU() transport.MTU { return d.maxMTU }
+func (d *Device) ActiveMTU() MTU { return d.maxMTU }
 
 // MAC returns the link's MAC address.
 func (d *Device) MAC() [6]byte { return d.mac }
 
 // Counters returns the device-wide transport counters.
-func (d *Device) Counters() transport.Counters {
+func (d *Device) Counters() Counters {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.counters

@@ -473,14 +473,14 @@ func TestRecoverAfterError(t *testing.T) {
 	expectWC(t, a.scq, 1, transport.WCRemAccessErr, 0)
 	expectWC(t, b.rcq, 50, transport.WCWRFlushErr, 0)
 	for _, e := range []*xend{a, b} {
-		if err := e.qp.Modify(&Attr{State: transport.StateReset}, transport.AttrState); err != nil {
+		if err := e.qp.Modify(context.Background(), &Attr{State: transport.StateReset}, transport.AttrState); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := a.qp.Connect(Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: ipB}, ConnectOptions{SQPSN: 0x777}); err != nil {
+	if err := a.qp.Connect(context.Background(), Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: ipB}, ConnectOptions{SQPSN: 0x777}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.qp.Connect(Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: ipA}, ConnectOptions{SQPSN: 0x500}); err != nil {
+	if err := b.qp.Connect(context.Background(), Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: ipA}, ConnectOptions{SQPSN: 0x500}); err != nil {
 		t.Fatal(err)
 	}
 	x.settle()

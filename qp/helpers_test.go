@@ -246,10 +246,10 @@ func newX(t testing.TB, o xopts) *xpair {
 		}
 	}
 	x.a.sentPSN, x.b.sentPSN = o.psnA, o.psnB
-	if err := x.a.qp.Connect(Remote{QPN: x.b.qp.QPN(), PSN: o.psnB, GID: ib}, ca); err != nil {
+	if err := x.a.qp.Connect(context.Background(), Remote{QPN: x.b.qp.QPN(), PSN: o.psnB, GID: ib}, ca); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.b.qp.Connect(Remote{QPN: x.a.qp.QPN(), PSN: o.psnA, GID: ia}, cb); err != nil {
+	if err := x.b.qp.Connect(context.Background(), Remote{QPN: x.a.qp.QPN(), PSN: o.psnA, GID: ia}, cb); err != nil {
 		t.Fatal(err)
 	}
 	x.a.otherQPN, x.b.otherQPN = x.b.qp.QPN(), x.a.qp.QPN()

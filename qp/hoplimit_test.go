@@ -2,6 +2,7 @@ package qp
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"net/netip"
 	"testing"
@@ -46,10 +47,10 @@ func TestRouteHopLimit(t *testing.T) {
 	}
 	qa, cqa, mra := mk(da)
 	qb, cqb, mrb := mk(db)
-	if err := qa.Connect(Remote{QPN: qb.QPN(), PSN: 1, GID: ipB}, ConnectOptions{SQPSN: 2, HopLimit: 1}); err != nil {
+	if err := qa.Connect(context.Background(), Remote{QPN: qb.QPN(), PSN: 1, GID: ipB}, ConnectOptions{SQPSN: 2, HopLimit: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := qb.Connect(Remote{QPN: qa.QPN(), PSN: 2, GID: ipA}, ConnectOptions{SQPSN: 1, HopLimit: 1}); err != nil {
+	if err := qb.Connect(context.Background(), Remote{QPN: qa.QPN(), PSN: 2, GID: ipA}, ConnectOptions{SQPSN: 1, HopLimit: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := qb.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{{Addr: mrb.IOVA(), Length: 64, LKey: mrb.LKey()}}}); err != nil {

@@ -505,7 +505,7 @@ func TestInline(t *testing.T) {
 	data := pattern(3, 200)
 	copy(a.buf, data)
 	x.recv(b, 1, b.sge(dstOff, 256))
-	if err := a.qp.Modify(&Attr{State: transport.StateSQD}, transport.AttrState); err != nil {
+	if err := a.qp.Modify(context.Background(), &Attr{State: transport.StateSQD}, transport.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendInline,
@@ -517,7 +517,7 @@ func TestInline(t *testing.T) {
 	if f := x.next(); len(f) != 0 {
 		t.Fatalf("frames sent in SQD: %v", f)
 	}
-	if err := a.qp.Modify(&Attr{State: transport.StateRTS}, transport.AttrState); err != nil {
+	if err := a.qp.Modify(context.Background(), &Attr{State: transport.StateRTS}, transport.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)

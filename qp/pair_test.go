@@ -52,10 +52,10 @@ func newPair(t *testing.T, cfg nic.MemConfig, size int) (*end, *end) {
 	}
 	a := mk(la, ipA, ipB, macB)
 	b := mk(lb, ipB, ipA, macA)
-	if err := a.qp.Connect(Remote{QPN: b.qp.QPN(), PSN: 100, GID: ipB}, ConnectOptions{SQPSN: 200}); err != nil {
+	if err := a.qp.Connect(context.Background(), Remote{QPN: b.qp.QPN(), PSN: 100, GID: ipB}, ConnectOptions{SQPSN: 200}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.qp.Connect(Remote{QPN: a.qp.QPN(), PSN: 200, GID: ipA}, ConnectOptions{SQPSN: 100}); err != nil {
+	if err := b.qp.Connect(context.Background(), Remote{QPN: a.qp.QPN(), PSN: 200, GID: ipA}, ConnectOptions{SQPSN: 100}); err != nil {
 		t.Fatal(err)
 	}
 	return a, b

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"time"
 
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -81,10 +79,12 @@ func (q *QP) Counters() Counters {
 
 // Modify changes state and attributes (ibv_modify_qp). With AttrAV, the
 // source GID is taken from the device's table at AV.SGIDIndex and the
-// destination MAC is resolved from AV.DGID.
-func (q *QP) Modify(a *Attr, mask AttrMask) error {
+// destination MAC is resolved from AV.DGID (the device's neighbour
+// resolver, Config.Resolve) within ctx; when ctx has no deadline,
+// Config.ResolveTimeout (default DefaultResolveTimeout) bounds it.
+func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	d := q.dev
-	if mask&transport.AttrAV != 0 {
+	if mask&AttrAV != 0 {
 		sgid, err := d.GID(int(a.AV.SGIDIndex))
 		if err != nil {
 			return fmt.Errorf("qp: modify: %w: %w", err, transport.ErrInvalidArgument)
@@ -97,7 +97,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 		if d.cfg.RouteHopLimit != 0 {
 			a.AV.HopLimit = d.cfg.RouteHopLimit
 		}
-		mac, err := d.resolve(a.AV.DGID)
+		mac, err := d.resolve(ctx, a.AV.DGID)
 		if err != nil {
 			return err
 		}
@@ -112,11 +112,18 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 	return err
 }
 
-func (d *Device) resolve(ip GID) (net.HardwareAddr, error) {
+func (d *Device) resolve(ctx context.Context, ip GID) (net.HardwareAddr, error) {
 	ip = ip.Unmap()
 	if d.cfg.Resolve != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
+		if _, ok := ctx.Deadline(); !ok {
+			timeout := d.cfg.ResolveTimeout
+			if timeout <= 0 {
+				timeout = DefaultResolveTimeout
+			}
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
 		mac, err := d.cfg.Resolve(ctx, ip)
 		if err != nil {
 			return nil, fmt.Errorf("qp: resolving the MAC of %v: %w", ip, err)
@@ -213,9 +220,10 @@ type ConnectOptions struct {
 
 // Connect moves the QP from RESET (or INIT) through INIT and RTR to RTS,
 // the way rc_pingpong and perftest do with explicit ibv_modify_qp calls.
-func (q *QP) Connect(r Remote, o ConnectOptions) error {
+// ctx bounds the resolution of the peer's MAC (see Modify).
+func (q *QP) Connect(ctx context.Context, r Remote, o ConnectOptions) error {
 	if o.Access == 0 {
-		o.Access = memreg.RemoteWrite | memreg.RemoteRead | memreg.RemoteAtomic
+		o.Access = RemoteWrite | RemoteRead | RemoteAtomic
 	}
 	if o.MaxRdAtomic == 0 {
 		o.MaxRdAtomic = 16
@@ -246,21 +254,21 @@ func (q *QP) Connect(r Remote, o ConnectOptions) error {
 	if r.MTU == 0 {
 		r.MTU = q.dev.maxMTU
 	}
-	if q.State() == transport.StateReset {
-		if err := q.Modify(&Attr{State: transport.StateInit, Port: 1, AccessFlags: o.Access},
-			transport.AttrState|transport.AttrPKeyIndex|transport.AttrPort|transport.AttrAccessFlags); err != nil {
+	if q.State() == StateReset {
+		if err := q.Modify(ctx, &Attr{State: StateInit, Port: 1, AccessFlags: o.Access},
+			AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
 			return err
 		}
 	}
-	if err := q.Modify(&Attr{State: transport.StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
+	if err := q.Modify(ctx, &Attr{State: StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
 		MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer,
 		AV: AV{DGID: r.GID, SGIDIndex: o.SGIDIndex, HopLimit: o.HopLimit, TrafficClass: o.TrafficClass}},
-		transport.AttrState|transport.AttrAV|transport.AttrPathMTU|transport.AttrDestQPN|transport.AttrRQPSN|
-			transport.AttrMaxDestRdAtomic|transport.AttrMinRNRTimer); err != nil {
+		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|
+			AttrMaxDestRdAtomic|AttrMinRNRTimer); err != nil {
 		return err
 	}
-	return q.Modify(&Attr{State: transport.StateRTS, Timeout: o.Timeout, RetryCnt: o.RetryCnt, RNRRetry: o.RNRRetry,
+	return q.Modify(ctx, &Attr{State: StateRTS, Timeout: o.Timeout, RetryCnt: o.RetryCnt, RNRRetry: o.RNRRetry,
 		SQPSN: wire.PSN(o.SQPSN), MaxRdAtomic: o.MaxRdAtomic},
-		transport.AttrState|transport.AttrTimeout|transport.AttrRetryCnt|transport.AttrRNRRetry|transport.AttrSQPSN|
-			transport.AttrMaxQPRdAtomic)
+		AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|
+			AttrMaxQPRdAtomic)
 }

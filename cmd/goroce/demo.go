@@ -13,10 +13,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 )
 
 func init() {
@@ -83,11 +81,11 @@ func runDemo(args []string) int {
 	opts := qp.ConnectOptions{Timeout: 14} // 67 ms local ACK timeout, as perftest and rc_pingpong use
 	optsA, optsB := opts, opts
 	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0 // B's PSNs wrap around 2^24 during the run
-	if err := a.qp.Connect(qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB}, optsA); err != nil {
+	if err := a.qp.Connect(context.Background(), qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB}, optsA); err != nil {
 		fmt.Fprintln(os.Stderr, "goroce demo: connect:", err)
 		return 1
 	}
-	if err := b.qp.Connect(qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA}, optsB); err != nil {
+	if err := b.qp.Connect(context.Background(), qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA}, optsB); err != nil {
 		fmt.Fprintln(os.Stderr, "goroce demo: connect:", err)
 		return 1
 	}
@@ -118,18 +116,18 @@ func demoOps(a, b *demoEnd, count int, seed int64, mtuBytes int) (ok bool) {
 		name string
 		run  func(a, b *demoEnd, i, size int) (int, error)
 	}{
-		{"SEND", func(a, b *demoEnd, i, size int) (int, error) { return demoSend(a, b, i, size, transport.WRSend, rng) }},
+		{"SEND", func(a, b *demoEnd, i, size int) (int, error) { return demoSend(a, b, i, size, qp.WRSend, rng) }},
 		{"SEND_WITH_IMM", func(a, b *demoEnd, i, size int) (int, error) {
-			return demoSend(a, b, i, size, transport.WRSendWithImm, rng)
+			return demoSend(a, b, i, size, qp.WRSendWithImm, rng)
 		}},
 		{"SEND_WITH_INV", func(a, b *demoEnd, i, size int) (int, error) {
-			return demoSend(a, b, i, size, transport.WRSendWithInv, rng)
+			return demoSend(a, b, i, size, qp.WRSendWithInv, rng)
 		}},
 		{"RDMA_WRITE", func(a, b *demoEnd, i, size int) (int, error) {
-			return demoWrite(a, b, i, size, transport.WRRDMAWrite, rng)
+			return demoWrite(a, b, i, size, qp.WRRDMAWrite, rng)
 		}},
 		{"RDMA_WRITE_WITH_IMM", func(a, b *demoEnd, i, size int) (int, error) {
-			return demoWrite(a, b, i, size, transport.WRRDMAWriteWithImm, rng)
+			return demoWrite(a, b, i, size, qp.WRRDMAWriteWithImm, rng)
 		}},
 		{"RDMA_READ", func(a, b *demoEnd, i, size int) (int, error) { return demoRead(a, b, i, size, rng) }},
 		{"ATOMIC_FETCH_ADD", func(a, b *demoEnd, i, size int) (int, error) { return demoFetchAdd(a, b, i) }},
@@ -213,7 +211,7 @@ func newDemoEndOn(name string, dev *qp.Device) (*demoEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.mr, err = e.pd.RegMR(e.buf, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead|memreg.RemoteAtomic)
+	e.mr, err = e.pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead|qp.RemoteAtomic)
 	return e, err
 }
 
@@ -228,8 +226,8 @@ func waitWC(cq *qp.CQ) (qp.WC, error) {
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		return qp.WC{}, fmt.Errorf("no completion: %w", err)
 	}
-	if wc[0].Status != transport.WCSuccess {
-		return wc[0], fmt.Errorf("completion %v", wc[0])
+	if err := wc[0].Err(); err != nil {
+		return wc[0], err
 	}
 	return wc[0], nil
 }
@@ -250,7 +248,7 @@ func fill(rng *rand.Rand, b []byte) {
 	}
 }
 
-func demoSend(a, b *demoEnd, i, size int, op transport.WROpcode, rng *rand.Rand) (int, error) {
+func demoSend(a, b *demoEnd, i, size int, op qp.WROpcode, rng *rand.Rand) (int, error) {
 	src := a.buf[:size]
 	fill(rng, src)
 	// The receive buffer is split over two SGEs to exercise scatter.
@@ -259,13 +257,13 @@ func demoSend(a, b *demoEnd, i, size int, op transport.WROpcode, rng *rand.Rand)
 	if err := b.qp.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{b.sge(0, half), b.sge(half, size+16-half)}}); err != nil {
 		return 0, err
 	}
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled | transport.SendSolicited,
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: qp.SendSignaled | qp.SendSolicited,
 		SGL: []qp.SGE{a.sge(0, size)}, Imm: 0xC0DE0000 + uint32(i)}
 	var invMR *qp.MR
-	if op == transport.WRSendWithInv {
+	if op == qp.WRSendWithInv {
 		// B registers a region and A's message invalidates its rkey.
 		var err error
-		invMR, err = b.pd.RegMR(make([]byte, 64), memreg.LocalWrite|memreg.RemoteWrite)
+		invMR, err = b.pd.RegMR(make([]byte, 64), qp.LocalWrite|qp.RemoteWrite)
 		if err != nil {
 			return 0, err
 		}
@@ -288,29 +286,29 @@ func demoSend(a, b *demoEnd, i, size int, op transport.WROpcode, rng *rand.Rand)
 		return 0, fmt.Errorf("message %d: received %d bytes, want %d identical bytes", i, wc.ByteLen, size)
 	}
 	switch op {
-	case transport.WRSendWithImm:
-		if wc.Flags&transport.WCWithImm == 0 || wc.Imm != wr.Imm {
+	case qp.WRSendWithImm:
+		if wc.Flags&qp.WCWithImm == 0 || wc.Imm != wr.Imm {
 			return 0, fmt.Errorf("message %d: immediate %#x flags %#x, want %#x", i, wc.Imm, wc.Flags, wr.Imm)
 		}
-	case transport.WRSendWithInv:
-		if wc.Flags&transport.WCWithInv == 0 || wc.InvRKey != wr.InvRKey || invMR.Valid() {
+	case qp.WRSendWithInv:
+		if wc.Flags&qp.WCWithInv == 0 || wc.InvRKey != wr.InvRKey || invMR.Valid() {
 			return 0, fmt.Errorf("message %d: rkey %#x not invalidated (wc %v)", i, wr.InvRKey, wc)
 		}
 	}
 	return size, nil
 }
 
-func demoWrite(a, b *demoEnd, i, size int, op transport.WROpcode, rng *rand.Rand) (int, error) {
+func demoWrite(a, b *demoEnd, i, size int, op qp.WROpcode, rng *rand.Rand) (int, error) {
 	src := a.buf[:size]
 	fill(rng, src)
 	dst := b.buf[demoHalf : demoHalf+size+1]
 	clear(dst)
-	if op == transport.WRRDMAWriteWithImm {
+	if op == qp.WRRDMAWriteWithImm {
 		if err := b.qp.PostRecv(&qp.RecvWR{WRID: uint64(i)}); err != nil {
 			return 0, err
 		}
 	}
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, size)},
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: qp.SendSignaled, SGL: []qp.SGE{a.sge(0, size)},
 		RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), Imm: 0xBEEF0000 + uint32(i)}
 	demoFence(a, b)
 	if err := a.qp.PostSend(wr); err != nil {
@@ -320,12 +318,12 @@ func demoWrite(a, b *demoEnd, i, size int, op transport.WROpcode, rng *rand.Rand
 		return 0, err
 	}
 	demoFence(a, b)
-	if op == transport.WRRDMAWriteWithImm {
+	if op == qp.WRRDMAWriteWithImm {
 		wc, err := waitWC(b.rcq)
 		if err != nil {
 			return 0, fmt.Errorf("receiver: %w", err)
 		}
-		if wc.Opcode != transport.WCRecvRDMAWithImm || wc.Imm != wr.Imm || wc.ByteLen != uint32(size) {
+		if wc.Opcode != qp.WCRecvRDMAWithImm || wc.Imm != wr.Imm || wc.ByteLen != uint32(size) {
 			return 0, fmt.Errorf("message %d: receive completion %v", i, wc)
 		}
 	}
@@ -339,7 +337,7 @@ func demoRead(a, b *demoEnd, i, size int, rng *rand.Rand) (int, error) {
 	remote := b.buf[demoHalf : demoHalf+size]
 	fill(rng, remote)
 	clear(a.buf[:size+1])
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(0, size)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey()}
 	demoFence(a, b)
 	if err := a.qp.PostSend(wr); err != nil {
@@ -361,7 +359,7 @@ func demoFetchAdd(a, b *demoEnd, i int) (int, error) {
 	demoFence(a, b)
 	before := binary.LittleEndian.Uint64(target)
 	add := uint64(i*1000 + 1)
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRAtomicFetchAdd, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), CompareAdd: add}
 	demoFence(a, b)
 	if err := a.qp.PostSend(wr); err != nil {
@@ -389,7 +387,7 @@ func demoCmpSwap(a, b *demoEnd, i int) (int, error) {
 		compare = before + 1 // must fail and leave the value alone
 	}
 	swap := uint64(0xABCD0000 + i)
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRAtomicCmpAndSwp, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), CompareAdd: compare, Swap: swap}
 	demoFence(a, b)
 	if err := a.qp.PostSend(wr); err != nil {

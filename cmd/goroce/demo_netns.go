@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,9 +9,9 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/internal/netns"
-	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 )
@@ -27,7 +28,7 @@ type demoNetnsConfig struct {
 
 // runDemoNetns runs the demo between two network namespaces it creates
 // (198.18.X.1/24 and .2/24 on a veth pair, no route out), each end's
-// device opened with netdev.Open on the chosen backend. The namespaces are
+// device opened with qp.OpenInterface on the chosen backend. The namespaces are
 // deleted on exit, also after SIGINT/SIGTERM.
 func runDemoNetns(c demoNetnsConfig) int {
 	fail := func(format string, a ...any) int {
@@ -35,7 +36,7 @@ func runDemoNetns(c demoNetnsConfig) int {
 		return 1
 	}
 	switch c.link {
-	case netdev.AFXDP, netdev.AFPacket, netdev.UDP, netdev.Auto:
+	case qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP, qp.BackendAuto:
 	case "mem":
 		fmt.Fprintln(os.Stderr, "goroce demo: --netns needs --link afxdp, afpacket, udp or auto")
 		return 2
@@ -82,10 +83,14 @@ func runDemoNetns(c demoNetnsConfig) int {
 		}
 	}()
 
+	// Opening and connecting the two ends (neighbour resolution included)
+	// must not take longer than this.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var drops [2]*nic.DropLink
-	open := func(side netns.Side, name string) (*demoEnd, *netdev.Info, error) {
-		o := netdev.Options{Backend: c.link, Name: "goroce-" + name, Logger: logger}
+	open := func(side netns.Side, name string) (*demoEnd, *qp.InterfaceInfo, error) {
+		o := qp.InterfaceOptions{Backend: c.link, Name: "goroce-" + name, Logger: logger}
 		if c.loss > 0 {
 			o.WrapLink = func(l nic.Link) nic.Link {
 				w, d := nic.WithDrops(l, c.loss, uint64(c.seed), uint64(side), nil)
@@ -94,10 +99,10 @@ func runDemoNetns(c demoNetnsConfig) int {
 			}
 		}
 		var dev *qp.Device
-		var info *netdev.Info
+		var info *qp.InterfaceInfo
 		err := pair.Do(side, func() error {
 			var err error
-			dev, info, err = netdev.Open(pair.End(side).Ifname, o)
+			dev, info, err = qp.OpenInterface(ctx, pair.End(side).Ifname, o)
 			return err
 		})
 		if err != nil {
@@ -122,17 +127,17 @@ func runDemoNetns(c demoNetnsConfig) int {
 	opts := qp.ConnectOptions{Timeout: 14}
 	optsA, optsB := opts, opts
 	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0
-	if err := a.qp.Connect(qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB, MTU: pmtu}, optsA); err != nil {
+	if err := a.qp.Connect(ctx, qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB, MTU: pmtu}, optsA); err != nil {
 		return fail("connect: %v", err)
 	}
-	if err := b.qp.Connect(qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA, MTU: pmtu}, optsB); err != nil {
+	if err := b.qp.Connect(ctx, qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA, MTU: pmtu}, optsB); err != nil {
 		return fail("connect: %v", err)
 	}
 	fmt.Printf("goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, veth in namespaces %s / %s (MTU %d)\n",
 		ipA, a.qp.QPN(), ipB, b.qp.QPN(), pmtu.Bytes(), pair.A.NS, pair.B.NS, c.mtu)
 	for _, x := range []struct {
 		side string
-		info *netdev.Info
+		info *qp.InterfaceInfo
 	}{{"A", infoA}, {"B", infoB}} {
 		fb := ""
 		if x.info.Fallback != "" {

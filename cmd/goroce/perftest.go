@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -156,7 +154,7 @@ func (r *perfRun) out(s string) { fmt.Fprint(r.env.stdout, s) }
 
 func (r *perfRun) run() error {
 	f := r.f
-	dev, err := r.env.open(f.IBDev)
+	dev, err := r.env.open(r.ctx, f.IBDev)
 	if err != nil {
 		return fmt.Errorf("Unable to find the Infiniband/RoCE device %q: %w", f.IBDev, err)
 	}
@@ -211,11 +209,11 @@ func (r *perfRun) init(dev *qp.Device) error {
 	if r.verb == perftest.Read || r.verb == perftest.Atomic {
 		r.outReads = defaultOutReads
 		if f.OutReads > 0 {
-			r.outReads = min(f.OutReads, transport.MaxRdAtomic)
+			r.outReads = min(f.OutReads, qp.MaxRdAtomic)
 		}
 	}
 	if f.InlineSize > 0 && (r.verb == perftest.Send || r.verb == perftest.Write) {
-		r.inline = uint64(min(f.InlineSize, transport.MaxInlineData))
+		r.inline = uint64(min(f.InlineSize, qp.MaxInlineData))
 	}
 	r.maxSize = f.Size
 	if f.AllSizes {
@@ -273,21 +271,21 @@ func (r *perfRun) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	if r.test != perftest.WriteLat {
 		fillRandom(r.buf, uint64(time.Now().UnixNano()))
 	}
-	access := memreg.LocalWrite
-	qpAccess := memreg.Access(0)
+	access := qp.LocalWrite
+	qpAccess := qp.Access(0)
 	switch r.verb {
 	case perftest.Write:
-		access |= memreg.RemoteWrite
-		qpAccess = memreg.RemoteWrite
+		access |= qp.RemoteWrite
+		qpAccess = qp.RemoteWrite
 	case perftest.Read:
-		access |= memreg.RemoteRead
-		qpAccess = memreg.RemoteRead
+		access |= qp.RemoteRead
+		qpAccess = qp.RemoteRead
 	case perftest.Atomic:
-		access |= memreg.RemoteAtomic
-		qpAccess = memreg.RemoteAtomic
+		access |= qp.RemoteAtomic
+		qpAccess = qp.RemoteAtomic
 	case perftest.Send:
-		access |= memreg.RemoteWrite
-		qpAccess = memreg.RemoteWrite | memreg.LocalWrite
+		access |= qp.RemoteWrite
+		qpAccess = qp.RemoteWrite | qp.LocalWrite
 	}
 	r.pd = r.dev.AllocPD()
 	var err error
@@ -313,7 +311,7 @@ func (r *perfRun) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 		if err != nil {
 			return nil, fmt.Errorf("Unable to create QP: %w", err)
 		}
-		if err := modifyToInit(q, f.IBPort, qpAccess); err != nil {
+		if err := modifyToInit(r.ctx, q, f.IBPort, qpAccess); err != nil {
 			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
 		r.qps = append(r.qps, q)
@@ -356,9 +354,9 @@ func (r *perfRun) connectQPs(local, peer []perftest.KeyMsg) error {
 		if isV4Mapped(local[i].GID) != isV4Mapped(peer[i].GID) {
 			return errors.New("Found Incompatibility issue with GID types.\n Please Try to use a different IP version.")
 		}
-		err := modifyToRTS(q, rtrRTS{mtu: transport.MTU(r.neg.MTU), destQPN: peer[i].QPN, rqPSN: peer[i].PSN,
+		err := modifyToRTS(r.ctx, q, rtrRTS{mtu: qp.MTU(r.neg.MTU), destQPN: peer[i].QPN, rqPSN: peer[i].PSN,
 			sqPSN: local[i].PSN, dgid: peer[i].GID, global: true, sgidIndex: r.gidIndex, hopLimit: 0xFF,
-			maxDestRdAtomic: uint8(local[i].OutReads), maxRdAtomic: uint8(max(min(peer[i].OutReads, transport.MaxRdAtomic), 1)),
+			maxDestRdAtomic: uint8(local[i].OutReads), maxRdAtomic: uint8(max(min(peer[i].OutReads, qp.MaxRdAtomic), 1)),
 			timeout: uint8(r.f.QPTimeout)})
 		if err != nil {
 			return fmt.Errorf("Unable to Connect the HCA's through the link: QP %d: %w", i, err)
@@ -515,24 +513,24 @@ func (r *perfRun) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWRepor
 // QP's source area towards the peer's advertised vaddr.
 func (r *perfRun) sendWR(i int, size uint64, peer perftest.KeyMsg, sge *[1]qp.SGE) qp.SendWR {
 	sge[0] = qp.SGE{Addr: r.mr.IOVA() + uint64(i)*r.buffSize, Length: uint32(size), LKey: r.mr.LKey()}
-	wr := qp.SendWR{WRID: uint64(i), Flags: transport.SendSignaled, SGL: sge[:], RemoteAddr: peer.VAddr, RKey: peer.RKey}
+	wr := qp.SendWR{WRID: uint64(i), Flags: qp.SendSignaled, SGL: sge[:], RemoteAddr: peer.VAddr, RKey: peer.RKey}
 	switch r.verb {
 	case perftest.Send:
-		wr.Opcode = transport.WRSend
+		wr.Opcode = qp.WRSend
 	case perftest.Write:
-		wr.Opcode = transport.WRRDMAWrite
+		wr.Opcode = qp.WRRDMAWrite
 	case perftest.Read:
-		wr.Opcode = transport.WRRDMARead
+		wr.Opcode = qp.WRRDMARead
 	case perftest.Atomic:
 		sge[0].Length = 8
 		if r.f.AtomicType == perftest.FetchAndAdd {
-			wr.Opcode, wr.CompareAdd = transport.WRAtomicFetchAdd, 1 // ATOMIC_ADD_VALUE
+			wr.Opcode, wr.CompareAdd = qp.WRAtomicFetchAdd, 1 // ATOMIC_ADD_VALUE
 		} else {
-			wr.Opcode, wr.CompareAdd, wr.Swap = transport.WRAtomicCmpAndSwp, 0, 0 // ATOMIC_SWAP_VALUE
+			wr.Opcode, wr.CompareAdd, wr.Swap = qp.WRAtomicCmpAndSwp, 0, 0 // ATOMIC_SWAP_VALUE
 		}
 	}
 	if (r.verb == perftest.Send || r.verb == perftest.Write) && size <= r.inline {
-		wr.Flags |= transport.SendInline
+		wr.Flags |= qp.SendInline
 	}
 	return wr
 }
@@ -599,7 +597,7 @@ func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perf
 			k := 0
 			for (duration || scnt[idx] < iters) && scnt[idx]-ccnt[idx] < txDepth {
 				if cqMod > 1 && scnt[idx]%cqMod == 0 && (duration || scnt[idx] != iters-1) {
-					w.Flags &^= transport.SendSignaled
+					w.Flags &^= qp.SendSignaled
 				}
 				if !duration {
 					tposted[totscnt] = int64(time.Since(start))
@@ -618,7 +616,7 @@ func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perf
 				scnt[idx]++
 				totscnt++
 				if scnt[idx]%cqMod == cqMod-1 || (!duration && scnt[idx] == iters-1) {
-					w.Flags |= transport.SendSignaled
+					w.Flags |= qp.SendSignaled
 				}
 			}
 			if k > 0 {
@@ -644,7 +642,7 @@ func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perf
 		}
 		for i := range n {
 			wc := &wcs[i]
-			if wc.Status != transport.WCSuccess {
+			if wc.Status != qp.WCSuccess {
 				return perftest.BWReport{}, completionError(r.side(), wc, totscnt, totccnt)
 			}
 			if id := int(wc.WRID); id < nq {
@@ -736,7 +734,7 @@ func (r *perfRun) bwServer(p *poller, size uint64) (perftest.BWReport, error) {
 		}
 		for i := range n {
 			wc := &wcs[i]
-			if wc.Status != transport.WCSuccess {
+			if wc.Status != qp.WCSuccess {
 				return perftest.BWReport{}, completionError(r.side(), wc, rcnt, rcnt)
 			}
 			id := int(wc.WRID)
@@ -806,7 +804,7 @@ func (r *perfRun) latWrite(p *poller, size uint64, peer []perftest.KeyMsg) ([]fl
 			if _, err := p.poll(r.scq, wc[:]); err != nil {
 				return nil, fmt.Errorf("poll CQ failed: %w", err)
 			}
-			if wc[0].Status != transport.WCSuccess {
+			if wc[0].Status != qp.WCSuccess {
 				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(ccnt))
 			}
 			ccnt++
@@ -834,7 +832,7 @@ func (r *perfRun) latSend(p *poller, size uint64) ([]float64, error) {
 			if _, err := p.poll(r.rcq, wc[:]); err != nil {
 				return nil, fmt.Errorf("poll CQ failed: %w", err)
 			}
-			if wc[0].Status != transport.WCSuccess {
+			if wc[0].Status != qp.WCSuccess {
 				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(rcnt))
 			}
 			rcnt++
@@ -857,7 +855,7 @@ func (r *perfRun) latSend(p *poller, size uint64) ([]float64, error) {
 			if _, err := p.poll(r.scq, wc[:]); err != nil {
 				return nil, fmt.Errorf("poll on Send CQ failed: %w", err)
 			}
-			if wc[0].Status != transport.WCSuccess {
+			if wc[0].Status != qp.WCSuccess {
 				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(scnt))
 			}
 		}
@@ -883,7 +881,7 @@ func (r *perfRun) latReadAtomic(p *poller, size uint64, peer []perftest.KeyMsg) 
 		if _, err := p.poll(r.scq, wc[:]); err != nil {
 			return nil, fmt.Errorf("poll CQ failed: %w", err)
 		}
-		if wc[0].Status != transport.WCSuccess {
+		if wc[0].Status != qp.WCSuccess {
 			return nil, completionError(r.side(), &wc[0], int64(scnt+1), int64(scnt))
 		}
 	}

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpong"
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 )
 
 func init() {
@@ -101,7 +99,7 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	ctx, cancel := runContext(env, opts)
 	defer cancel()
 
-	dev, err := env.open(f.IBDev)
+	dev, err := env.open(ctx, f.IBDev)
 	if err != nil {
 		return errf("IB device %s not found: %v\n", f.IBDev, err)
 	}
@@ -109,7 +107,7 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	prog := &progressor{dev: dev}
 	prog.start()
 	defer prog.stop()
-	pp, err := ppInitCtx(dev, f)
+	pp, err := ppInitCtx(ctx, dev, f)
 	if err != nil {
 		return errf("%v\n", err)
 	}
@@ -130,8 +128,8 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	fmt.Fprint(env.stdout, pingpong.FormatLocal(my))
 
 	connect := func(rem pingpong.Dest) error {
-		return modifyToRTS(pp.qp, rtrRTS{
-			mtu: transport.MTU(pingpong.MTUEnum(f.MTU)), destQPN: rem.QPN, rqPSN: rem.PSN, sqPSN: my.PSN,
+		return modifyToRTS(ctx, pp.qp, rtrRTS{
+			mtu: qp.MTU(pingpong.MTUEnum(f.MTU)), destQPN: rem.QPN, rqPSN: rem.PSN, sqPSN: my.PSN,
 			dgid: rem.GID, global: !allZero(rem.GID[8:]), sgidIndex: f.GIDIndex, hopLimit: 1, sl: uint8(f.SL),
 			maxDestRdAtomic: 1, maxRdAtomic: 1, timeout: 14,
 		})
@@ -218,14 +216,14 @@ func allZero(b []byte) bool {
 // filled with 0x7b and registered with LOCAL_WRITE, one CQ of rx_depth+1
 // entries for both queues, and an RC QP (max_send_wr 1, max_recv_wr
 // rx_depth) moved to INIT with no remote access.
-func ppInitCtx(dev *qp.Device, f pingpong.Flags) (*ppContext, error) {
+func ppInitCtx(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*ppContext, error) {
 	pp := &ppContext{dev: dev, size: f.Size, rxDepth: int(f.RxDepth), buf: make([]byte, f.Size)}
 	for i := range pp.buf {
 		pp.buf[i] = 0x7b // memset(ctx->buf, 0x7b, size)
 	}
 	pp.pd = dev.AllocPD()
 	var err error
-	if pp.mr, err = pp.pd.RegMR(pp.buf, memreg.LocalWrite); err != nil {
+	if pp.mr, err = pp.pd.RegMR(pp.buf, qp.LocalWrite); err != nil {
 		return nil, fmt.Errorf("Couldn't register MR: %w", err)
 	}
 	if pp.cq, err = dev.CreateCQ(int(f.RxDepth) + 1); err != nil {
@@ -236,12 +234,12 @@ func ppInitCtx(dev *qp.Device, f pingpong.Flags) (*ppContext, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't create QP: %w", err)
 	}
-	if err := modifyToInit(pp.qp, f.IBPort, 0); err != nil {
+	if err := modifyToInit(ctx, pp.qp, f.IBPort, 0); err != nil {
 		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
 	pp.sge[0] = qp.SGE{Addr: pp.mr.IOVA(), Length: f.Size, LKey: pp.mr.LKey()}
 	pp.recvWR = qp.RecvWR{WRID: pingpongRecvWRID, SGL: pp.sge[:]}
-	pp.sendWR = qp.SendWR{WRID: pingpongSendWRID, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: pp.sge[:]}
+	pp.sendWR = qp.SendWR{WRID: pingpongSendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
 	return pp, nil
 }
 
@@ -279,7 +277,7 @@ func (pp *ppContext) postRecv(n int) int {
 // refill the receive queue when one or fewer receives remain, and post the
 // next SEND once both the last SEND and the last RECV completed.
 func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
-	if wc.Status != transport.WCSuccess {
+	if wc.Status != qp.WCSuccess {
 		return errors.New(pingpong.FormatFailedStatus(int(wc.Status), wc.WRID))
 	}
 	switch wc.WRID {

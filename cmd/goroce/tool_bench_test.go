@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/goroce/goroce/qp"
 	"io"
 	"strings"
 	"testing"
@@ -10,7 +11,6 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpong"
 	"github.com/goroce/goroce/nic"
-	"github.com/goroce/goroce/transport"
 )
 
 // benchPerfPair sets up a client and a server run of test with args on the
@@ -30,7 +30,7 @@ func benchPerfPair(b *testing.B, test perftest.Test, args string) (cli, srv *per
 		if err != nil {
 			b.Fatal(err)
 		}
-		d, err := open(dev)
+		d, err := open(context.Background(), dev)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -99,11 +99,11 @@ func benchPingpong(b *testing.B, busy bool) {
 	var pps [2]*ppContext
 	var dests [2]pingpong.Dest
 	for i, name := range []string{"a", "b"} {
-		d, err := open(name)
+		d, err := open(context.Background(), name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if pps[i], err = ppInitCtx(d, f); err != nil {
+		if pps[i], err = ppInitCtx(context.Background(), d, f); err != nil {
 			b.Fatal(err)
 		}
 		g, _ := d.GID(1)
@@ -111,7 +111,7 @@ func benchPingpong(b *testing.B, busy bool) {
 	}
 	for i := range pps {
 		rem := dests[1-i]
-		if err := modifyToRTS(pps[i].qp, rtrRTS{mtu: transport.MTU1024, destQPN: rem.QPN, rqPSN: rem.PSN, sqPSN: dests[i].PSN,
+		if err := modifyToRTS(context.Background(), pps[i].qp, rtrRTS{mtu: qp.MTU1024, destQPN: rem.QPN, rqPSN: rem.PSN, sqPSN: dests[i].PSN,
 			dgid: rem.GID, global: true, sgidIndex: 1, hopLimit: 1, maxDestRdAtomic: 1, maxRdAtomic: 1, timeout: 14}); err != nil {
 			b.Fatal(err)
 		}

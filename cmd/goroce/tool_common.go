@@ -21,10 +21,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -34,8 +32,8 @@ import (
 type toolEnv struct {
 	ctx            context.Context
 	stdout, stderr io.Writer
-	// open opens the device that -d names ("" when -d is not given).
-	open func(name string) (*qp.Device, error)
+	// open opens the device that -d names ("" when -d is not given), within ctx.
+	open func(ctx context.Context, name string) (*qp.Device, error)
 	// listening, when set, learns the server's TCP address once it listens
 	// (tests pass -p 0 and connect the client to the port it got).
 	listening func(net.Addr)
@@ -54,7 +52,7 @@ type toolEnv struct {
 // default auto), in busy-poll mode when GOROCE_BUSYPOLL is 1 (no device
 // goroutines: the tool's polls drive it, a progressor between them), and
 // losing transmitted frames when GOROCE_TX_DROP is set (tool_txdrop.go).
-var openDevice = func(name string) (*qp.Device, error) {
+var openDevice = func(ctx context.Context, name string) (*qp.Device, error) {
 	if name == "" {
 		ifname, err := defaultInterface()
 		if err != nil {
@@ -64,14 +62,14 @@ var openDevice = func(name string) (*qp.Device, error) {
 	}
 	backend := os.Getenv("GOROCE_BACKEND")
 	if backend == "" {
-		backend = netdev.Auto
+		backend = qp.BackendAuto
 	}
 	level := slog.LevelWarn
 	if os.Getenv("GOROCE_VERBOSE") != "" {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	o := netdev.Options{Backend: backend, Logger: logger, BusyPoll: os.Getenv("GOROCE_BUSYPOLL") == "1"}
+	o := qp.InterfaceOptions{Backend: backend, Logger: logger, BusyPoll: os.Getenv("GOROCE_BUSYPOLL") == "1"}
 	p, seed, err := txDropFromEnv()
 	if err != nil {
 		return nil, err
@@ -79,7 +77,7 @@ var openDevice = func(name string) (*qp.Device, error) {
 	if p > 0 {
 		o.WrapLink = func(l nic.Link) nic.Link { w, _ := wrapTxDrop(l, p, seed, os.Stderr); return w }
 	}
-	dev, _, err := netdev.Open(name, o)
+	dev, _, err := qp.OpenInterface(ctx, name, o)
 	return dev, err
 }
 
@@ -421,15 +419,15 @@ func (p *progressor) stop() {
 
 // modifyToInit is the RESET→INIT transition both tools make right after
 // creating the QP (pp_init_ctx, ctx_modify_qp_to_init).
-func modifyToInit(q *qp.QP, port int, access qp.Access) error {
-	return q.Modify(&qp.Attr{State: transport.StateInit, PKeyIndex: 0, Port: uint8(port), AccessFlags: access},
-		transport.AttrState|transport.AttrPKeyIndex|transport.AttrPort|transport.AttrAccessFlags)
+func modifyToInit(ctx context.Context, q *qp.QP, port int, access qp.Access) error {
+	return q.Modify(ctx, &qp.Attr{State: qp.StateInit, PKeyIndex: 0, Port: uint8(port), AccessFlags: access},
+		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags)
 }
 
 // rtrRTS are the values of the INIT→RTR→RTS transitions that differ
 // between the tools (PROTOCOL.md §4).
 type rtrRTS struct {
-	mtu             transport.MTU
+	mtu             qp.MTU
 	destQPN         uint32
 	rqPSN, sqPSN    uint32
 	dgid            [16]byte
@@ -448,11 +446,11 @@ var (
 	errRTS = errors.New("Failed to modify QP to RTS")
 )
 
-func modifyToRTS(q *qp.QP, a rtrRTS) error {
-	attr := qp.Attr{State: transport.StateRTR, PathMTU: a.mtu, DestQPN: a.destQPN, RQPSN: wire.PSN(a.rqPSN),
+func modifyToRTS(ctx context.Context, q *qp.QP, a rtrRTS) error {
+	attr := qp.Attr{State: qp.StateRTR, PathMTU: a.mtu, DestQPN: a.destQPN, RQPSN: wire.PSN(a.rqPSN),
 		MaxDestRdAtomic: a.maxDestRdAtomic, MinRNRTimer: 12, AV: qp.AV{SL: a.sl}}
-	mask := transport.AttrState | transport.AttrPathMTU | transport.AttrDestQPN | transport.AttrRQPSN |
-		transport.AttrMaxDestRdAtomic | transport.AttrMinRNRTimer
+	mask := qp.AttrState | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN |
+		qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
 	if a.global {
 		if a.sgidIndex < 0 || a.sgidIndex > 255 {
 			return fmt.Errorf("%w: GID index %d", errRTR, a.sgidIndex)
@@ -460,19 +458,19 @@ func modifyToRTS(q *qp.QP, a rtrRTS) error {
 		attr.AV.DGID = netip.AddrFrom16(a.dgid)
 		attr.AV.SGIDIndex = uint8(a.sgidIndex)
 		attr.AV.HopLimit = a.hopLimit
-		mask |= transport.AttrAV
+		mask |= qp.AttrAV
 	} else {
 		// On Ethernet the AV must carry a GRH; without one rxe refuses the
 		// transition (PROTOCOL.md §4), and so do we.
 		return fmt.Errorf("%w: the peer sent no GID (RoCE needs -g/-x on both sides)", errRTR)
 	}
-	if err := q.Modify(&attr, mask); err != nil {
+	if err := q.Modify(ctx, &attr, mask); err != nil {
 		return fmt.Errorf("%w: %w", errRTR, err)
 	}
-	attr = qp.Attr{State: transport.StateRTS, Timeout: a.timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: wire.PSN(a.sqPSN),
+	attr = qp.Attr{State: qp.StateRTS, Timeout: a.timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: wire.PSN(a.sqPSN),
 		MaxRdAtomic: a.maxRdAtomic}
-	if err := q.Modify(&attr, transport.AttrState|transport.AttrTimeout|transport.AttrRetryCnt|transport.AttrRNRRetry|
-		transport.AttrSQPSN|transport.AttrMaxQPRdAtomic); err != nil {
+	if err := q.Modify(ctx, &attr, qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
+		qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
 		return fmt.Errorf("%w: %w", errRTS, err)
 	}
 	return nil

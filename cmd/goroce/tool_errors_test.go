@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -30,7 +31,7 @@ func TestPerftestUsage(t *testing.T) {
 		{perftest.ReadBW, "-m 1000"},
 	} {
 		var out, errb bytes.Buffer
-		env := toolEnv{stdout: &out, stderr: &errb, open: func(string) (*qp.Device, error) {
+		env := toolEnv{stdout: &out, stderr: &errb, open: func(context.Context, string) (*qp.Device, error) {
 			t.Fatalf("%v %s: opened a device", c.test, c.args)
 			return nil, nil
 		}}

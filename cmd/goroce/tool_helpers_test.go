@@ -17,26 +17,26 @@ import (
 
 // memDevices opens two goroce devices joined by an in-memory link: "a"
 // (198.18.0.1) and "b" (198.18.0.2), the names -d selects in the tests.
-func memDevices(t testing.TB, cfg nic.MemConfig) func(name string) (*qp.Device, error) {
+func memDevices(t testing.TB, cfg nic.MemConfig) func(ctx context.Context, name string) (*qp.Device, error) {
 	t.Helper()
 	return memDevicesMode(t, cfg, false)
 }
 
 // memDevicesMode is memDevices with the devices in busy-poll mode
 // (qp.Config.BusyPoll: no device goroutines) when busy is set.
-func memDevicesMode(t testing.TB, cfg nic.MemConfig, busy bool) func(name string) (*qp.Device, error) {
+func memDevicesMode(t testing.TB, cfg nic.MemConfig, busy bool) func(ctx context.Context, name string) (*qp.Device, error) {
 	t.Helper()
 	return memDevicesOpts(t, cfg, busy, nil)
 }
 
 // memDevicesWrap is memDevices with each device's link wrapped (side 0
 // for "a", 1 for "b").
-func memDevicesWrap(t testing.TB, cfg nic.MemConfig, wrap func(l nic.Link, side uint64) nic.Link) func(name string) (*qp.Device, error) {
+func memDevicesWrap(t testing.TB, cfg nic.MemConfig, wrap func(l nic.Link, side uint64) nic.Link) func(ctx context.Context, name string) (*qp.Device, error) {
 	t.Helper()
 	return memDevicesOpts(t, cfg, false, wrap)
 }
 
-func memDevicesOpts(t testing.TB, cfg nic.MemConfig, busy bool, wrap func(l nic.Link, side uint64) nic.Link) func(name string) (*qp.Device, error) {
+func memDevicesOpts(t testing.TB, cfg nic.MemConfig, busy bool, wrap func(l nic.Link, side uint64) nic.Link) func(ctx context.Context, name string) (*qp.Device, error) {
 	t.Helper()
 	ma, mb := nic.NewMemPair(cfg)
 	var la, lb nic.Link = ma, mb
@@ -56,7 +56,7 @@ func memDevicesOpts(t testing.TB, cfg nic.MemConfig, busy bool, wrap func(l nic.
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
 	devs := map[string]*qp.Device{"a": a, "b": b}
-	return func(name string) (*qp.Device, error) {
+	return func(ctx context.Context, name string) (*qp.Device, error) {
 		d, ok := devs[name]
 		if !ok {
 			return nil, fmt.Errorf("no device %q", name)
@@ -79,7 +79,7 @@ type toolRun struct {
 // runPair runs a server (serverArgs, device "a") and then a client
 // (clientArgs plus the server's port and 127.0.0.1, device "b") of one tool
 // in this process, and returns both outcomes. The whole run is bounded.
-func runPair(t *testing.T, run func(env toolEnv, args []string) int, open func(string) (*qp.Device, error),
+func runPair(t *testing.T, run func(env toolEnv, args []string) int, open func(context.Context, string) (*qp.Device, error),
 	serverArgs, clientArgs []string) (server, client toolRun) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

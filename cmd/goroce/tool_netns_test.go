@@ -17,7 +17,7 @@ import (
 
 // TestToolsNetns runs the goroce binary's tools against each other on a
 // real interface, one per network namespace (a veth pair, 198.18.X.0/24,
-// no route out), through netdev.Open with each backend: the path a user
+// no route out), through qp.OpenInterface with each backend: the path a user
 // takes (`goroce pingpong -d IFACE -g 1`, GOROCE_BACKEND). It logs the
 // result lines, which are the goroce↔goroce figures on veth. Needs root.
 func TestToolsNetns(t *testing.T) {

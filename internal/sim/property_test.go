@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -159,10 +160,10 @@ func runProperty(t testing.TB, seed int64, totalOps int, faults nic.Faults) prop
 		o := qp.ConnectOptions{Timeout: 10, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 1, MaxRdAtomic: 4, MaxDestRdAtomic: 4}
 		oa, ob := o, o
 		oa.SQPSN, ob.SQPSN = pa, pb
-		if err := a.qps[i].Connect(qp.Remote{QPN: b.qps[i].QPN(), PSN: pb, GID: b.ep.IP}, oa); err != nil {
+		if err := a.qps[i].Connect(context.Background(), qp.Remote{QPN: b.qps[i].QPN(), PSN: pb, GID: b.ep.IP}, oa); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.qps[i].Connect(qp.Remote{QPN: a.qps[i].QPN(), PSN: pa, GID: a.ep.IP}, ob); err != nil {
+		if err := b.qps[i].Connect(context.Background(), qp.Remote{QPN: a.qps[i].QPN(), PSN: pa, GID: a.ep.IP}, ob); err != nil {
 			t.Fatal(err)
 		}
 	}

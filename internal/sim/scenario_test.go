@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -97,10 +98,10 @@ func newScen(t *testing.T, opts qp.ConnectOptions, infinite7 bool) *scen {
 	s.a, s.b = mk(&n.A), mk(&n.B)
 	oa, ob := opts, opts
 	oa.SQPSN, ob.SQPSN = scenSQPSN, scenRQPSN
-	if err := s.a.qp.Connect(qp.Remote{QPN: s.b.qp.QPN(), PSN: scenRQPSN, GID: n.B.IP}, oa); err != nil {
+	if err := s.a.qp.Connect(context.Background(), qp.Remote{QPN: s.b.qp.QPN(), PSN: scenRQPSN, GID: n.B.IP}, oa); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.b.qp.Connect(qp.Remote{QPN: s.a.qp.QPN(), PSN: scenSQPSN, GID: n.A.IP}, ob); err != nil {
+	if err := s.b.qp.Connect(context.Background(), qp.Remote{QPN: s.a.qp.QPN(), PSN: scenSQPSN, GID: n.A.IP}, ob); err != nil {
 		t.Fatal(err)
 	}
 	return s

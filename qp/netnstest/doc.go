@@ -1,5 +1,5 @@
 // Package netnstest runs goroce's RC stack (qp over transport) over the real
-// frame backends (nic/afxdp, nic/afpacket, nic/udp, opened with netdev.Open)
+// frame backends (nic/afxdp, nic/afpacket, nic/udp, opened with qp.OpenInterface)
 // between two network namespaces joined by veth (internal/netns). It has
 // only tests: every operation class with data checks, multi-packet messages
 // at MTU 1500 and 9000, several QPs at once, mixed backends, and loss.

@@ -15,11 +15,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
-	"github.com/goroce/goroce/memreg"
-	"github.com/goroce/goroce/netdev"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -36,7 +33,7 @@ type conn struct {
 type endpoint struct {
 	name  string
 	dev   *qp.Device
-	info  *netdev.Info
+	info  *qp.InterfaceInfo
 	pd    *qp.PD
 	buf   []byte
 	mr    *qp.MR
@@ -72,13 +69,13 @@ func open(t *testing.T, s setup) (*endpoint, *endpoint, int) {
 	}
 	mk := func(side netns.Side, backend string) *endpoint {
 		e := &endpoint{name: side.String()}
-		o := netdev.Options{Backend: backend, Logger: quiet, Seed: int64(side) + 1}
+		o := qp.InterfaceOptions{Backend: backend, Logger: quiet, Seed: int64(side) + 1}
 		if s.wrap != nil {
 			o.WrapLink = s.wrap(side)
 		}
 		err := p.Do(side, func() error {
 			var err error
-			e.dev, e.info, err = netdev.Open(p.End(side).Ifname, o)
+			e.dev, e.info, err = qp.OpenInterface(context.Background(), p.End(side).Ifname, o)
 			return err
 		})
 		if err != nil {
@@ -88,7 +85,7 @@ func open(t *testing.T, s setup) (*endpoint, *endpoint, int) {
 		t.Logf("side %v: %s (%s), link MTU %d, path MTU %d", side, e.info.Backend, e.info.Mode, e.info.LinkMTU, e.info.PathMTU)
 		e.pd = e.dev.AllocPD()
 		e.buf = make([]byte, s.nqp*region)
-		e.mr, err = e.pd.RegMR(e.buf, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead|memreg.RemoteAtomic)
+		e.mr, err = e.pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead|qp.RemoteAtomic)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,10 +108,10 @@ func open(t *testing.T, s setup) (*endpoint, *endpoint, int) {
 	for i := range s.nqp {
 		oa, ob := s.connect, s.connect
 		oa.SQPSN, ob.SQPSN = uint32(0x100*(i+1)), 0xFFFFF0-uint32(i) // B's PSNs wrap
-		if err := a.conns[i].qp.Connect(qp.Remote{QPN: b.conns[i].qp.QPN(), PSN: ob.SQPSN, GID: p.B.Addr, MTU: mtu}, oa); err != nil {
+		if err := a.conns[i].qp.Connect(context.Background(), qp.Remote{QPN: b.conns[i].qp.QPN(), PSN: ob.SQPSN, GID: p.B.Addr, MTU: mtu}, oa); err != nil {
 			t.Fatalf("connect A: %v", err)
 		}
-		if err := b.conns[i].qp.Connect(qp.Remote{QPN: a.conns[i].qp.QPN(), PSN: oa.SQPSN, GID: p.A.Addr, MTU: mtu}, ob); err != nil {
+		if err := b.conns[i].qp.Connect(context.Background(), qp.Remote{QPN: a.conns[i].qp.QPN(), PSN: oa.SQPSN, GID: p.A.Addr, MTU: mtu}, ob); err != nil {
 			t.Fatalf("connect B: %v", err)
 		}
 	}
@@ -128,8 +125,8 @@ func wait(cq *qp.CQ, what string) (qp.WC, error) {
 	if _, err := cq.Wait(ctx, wc[:]); err != nil {
 		return qp.WC{}, fmt.Errorf("%s: no completion: %w", what, err)
 	}
-	if wc[0].Status != transport.WCSuccess {
-		return wc[0], fmt.Errorf("%s: completion %v", what, wc[0])
+	if err := wc[0].Err(); err != nil {
+		return wc[0], fmt.Errorf("%s: %w", what, err)
 	}
 	return wc[0], nil
 }
@@ -162,15 +159,15 @@ func exercise(a, b *endpoint, c, pmtu int, rng *rand.Rand) error {
 		run  func(x, y *endpoint, i, size int) error
 	}
 	ops := []op{
-		{"SEND", func(x, y *endpoint, i, size int) error { return send(x, y, c, i, size, transport.WRSend, rng) }},
+		{"SEND", func(x, y *endpoint, i, size int) error { return send(x, y, c, i, size, qp.WRSend, rng) }},
 		{"SEND_WITH_IMM", func(x, y *endpoint, i, size int) error {
-			return send(x, y, c, i, size, transport.WRSendWithImm, rng)
+			return send(x, y, c, i, size, qp.WRSendWithImm, rng)
 		}},
 		{"RDMA_WRITE", func(x, y *endpoint, i, size int) error {
-			return write(x, y, c, i, size, transport.WRRDMAWrite, rng)
+			return write(x, y, c, i, size, qp.WRRDMAWrite, rng)
 		}},
 		{"RDMA_WRITE_WITH_IMM", func(x, y *endpoint, i, size int) error {
-			return write(x, y, c, i, size, transport.WRRDMAWriteWithImm, rng)
+			return write(x, y, c, i, size, qp.WRRDMAWriteWithImm, rng)
 		}},
 		{"RDMA_READ", func(x, y *endpoint, i, size int) error { return read(x, y, c, i, size, rng) }},
 		{"ATOMIC_FETCH_ADD", func(x, y *endpoint, i, size int) error { return fetchAdd(x, y, c, i) }},
@@ -190,7 +187,7 @@ func exercise(a, b *endpoint, c, pmtu int, rng *rand.Rand) error {
 	return nil
 }
 
-func send(a, b *endpoint, c, i, size int, op transport.WROpcode, rng *rand.Rand) error {
+func send(a, b *endpoint, c, i, size int, op qp.WROpcode, rng *rand.Rand) error {
 	src := a.local(c)[:size]
 	fill(rng, src)
 	dst := b.local(c)
@@ -199,7 +196,7 @@ func send(a, b *endpoint, c, i, size int, op transport.WROpcode, rng *rand.Rand)
 	if err := b.conns[c].qp.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{b.sge(c, 0, half), b.sge(c, half, size+16-half)}}); err != nil {
 		return err
 	}
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(c, 0, size)},
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: qp.SendSignaled, SGL: []qp.SGE{a.sge(c, 0, size)},
 		Imm: 0xC0DE0000 + uint32(i)}
 	fence(a, b)
 	if err := a.conns[c].qp.PostSend(wr); err != nil {
@@ -216,23 +213,23 @@ func send(a, b *endpoint, c, i, size int, op transport.WROpcode, rng *rand.Rand)
 	if wc.ByteLen != uint32(size) || !bytes.Equal(dst[:size], src) || dst[size] != 0 {
 		return fmt.Errorf("received %d bytes, want %d identical bytes", wc.ByteLen, size)
 	}
-	if op == transport.WRSendWithImm && (wc.Flags&transport.WCWithImm == 0 || wc.Imm != wr.Imm) {
+	if op == qp.WRSendWithImm && (wc.Flags&qp.WCWithImm == 0 || wc.Imm != wr.Imm) {
 		return fmt.Errorf("immediate %#x flags %#x, want %#x", wc.Imm, wc.Flags, wr.Imm)
 	}
 	return nil
 }
 
-func write(a, b *endpoint, c, i, size int, op transport.WROpcode, rng *rand.Rand) error {
+func write(a, b *endpoint, c, i, size int, op qp.WROpcode, rng *rand.Rand) error {
 	src := a.local(c)[:size]
 	fill(rng, src)
 	dst := b.remote(c)[:size+1]
 	clear(dst)
-	if op == transport.WRRDMAWriteWithImm {
+	if op == qp.WRRDMAWriteWithImm {
 		if err := b.conns[c].qp.PostRecv(&qp.RecvWR{WRID: uint64(i)}); err != nil {
 			return err
 		}
 	}
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(c, 0, size)},
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: qp.SendSignaled, SGL: []qp.SGE{a.sge(c, 0, size)},
 		RemoteAddr: b.remoteVA(c), RKey: b.mr.RKey(), Imm: 0xBEEF0000 + uint32(i)}
 	fence(a, b)
 	if err := a.conns[c].qp.PostSend(wr); err != nil {
@@ -242,12 +239,12 @@ func write(a, b *endpoint, c, i, size int, op transport.WROpcode, rng *rand.Rand
 		return err
 	}
 	fence(a, b)
-	if op == transport.WRRDMAWriteWithImm {
+	if op == qp.WRRDMAWriteWithImm {
 		wc, err := wait(b.conns[c].rcq, "target")
 		if err != nil {
 			return err
 		}
-		if wc.Opcode != transport.WCRecvRDMAWithImm || wc.Imm != wr.Imm || wc.ByteLen != uint32(size) {
+		if wc.Opcode != qp.WCRecvRDMAWithImm || wc.Imm != wr.Imm || wc.ByteLen != uint32(size) {
 			return fmt.Errorf("receive completion %v", wc)
 		}
 	}
@@ -262,7 +259,7 @@ func read(a, b *endpoint, c, i, size int, rng *rand.Rand) error {
 	fill(rng, remote)
 	dst := a.local(c)[:size+1]
 	clear(dst)
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(c, 0, size)}, RemoteAddr: b.remoteVA(c), RKey: b.mr.RKey()}
 	fence(a, b)
 	if err := a.conns[c].qp.PostSend(wr); err != nil {
@@ -285,7 +282,7 @@ func fetchAdd(a, b *endpoint, c, i int) error {
 	fence(a, b)
 	before := binary.LittleEndian.Uint64(target)
 	add := uint64(i*1000 + 1)
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRAtomicFetchAdd, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(c, 0, 8)}, RemoteAddr: b.remoteVA(c), RKey: b.mr.RKey(), CompareAdd: add}
 	fence(a, b)
 	if err := a.conns[c].qp.PostSend(wr); err != nil {
@@ -313,7 +310,7 @@ func cmpSwap(a, b *endpoint, c, i int) error {
 		compare = before + 1 // must fail and leave the value alone
 	}
 	swap := uint64(0xABCD0000 + i)
-	wr := &qp.SendWR{WRID: uint64(i), Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
+	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRAtomicCmpAndSwp, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(c, 0, 8)}, RemoteAddr: b.remoteVA(c), RKey: b.mr.RKey(), CompareAdd: compare, Swap: swap}
 	fence(a, b)
 	if err := a.conns[c].qp.PostSend(wr); err != nil {
@@ -358,8 +355,8 @@ func run(t *testing.T, a, b *endpoint, pmtu int, seed uint64) {
 	}
 	ca, cb := a.dev.Counters(), b.dev.Counters()
 	t.Logf("%d QP(s), path MTU %d: %v; A sent %d pkts (%d retransmitted), B sent %d (%d retransmitted)", len(a.conns), pmtu,
-		time.Since(start).Round(time.Millisecond), ca[transport.CntSentPkts], ca[transport.CntRetransmittedPkts],
-		cb[transport.CntSentPkts], cb[transport.CntRetransmittedPkts])
+		time.Since(start).Round(time.Millisecond), ca[qp.CntSentPkts], ca[qp.CntRetransmittedPkts],
+		cb[qp.CntSentPkts], cb[qp.CntRetransmittedPkts])
 	for _, e := range []*endpoint{a, b} {
 		rs := e.dev.RxStats()
 		if rs.BadICRC != 0 || rs.ParseErrors != 0 || rs.WrongDst != 0 || rs.NoQP != 0 {
@@ -371,10 +368,10 @@ func run(t *testing.T, a, b *endpoint, pmtu int, seed uint64) {
 type pair struct{ name, a, b string }
 
 var pairs = []pair{
-	{"afxdp-afxdp", netdev.AFXDP, netdev.AFXDP},
-	{"afpacket-afpacket", netdev.AFPacket, netdev.AFPacket},
-	{"afxdp-afpacket", netdev.AFXDP, netdev.AFPacket},
-	{"udp-udp", netdev.UDP, netdev.UDP},
+	{"afxdp-afxdp", qp.BackendAFXDP, qp.BackendAFXDP},
+	{"afpacket-afpacket", qp.BackendAFPacket, qp.BackendAFPacket},
+	{"afxdp-afpacket", qp.BackendAFXDP, qp.BackendAFPacket},
+	{"udp-udp", qp.BackendUDP, qp.BackendUDP},
 }
 
 // TestOperations runs every operation class, one QP, between each backend
@@ -387,7 +384,7 @@ func TestOperations(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/mtu%d", pr.name, mtu), func(t *testing.T) {
 				a, b, pmtu := open(t, setup{backA: pr.a, backB: pr.b, mtu: mtu, nqp: 1})
 				want := map[int]int{1500: 1024, 9000: 4096}[mtu]
-				if mtu == 9000 && (pr.a == netdev.AFXDP || pr.b == netdev.AFXDP) {
+				if mtu == 9000 && (pr.a == qp.BackendAFXDP || pr.b == qp.BackendAFXDP) {
 					want = 2048
 				}
 				if pmtu != want {
@@ -424,7 +421,7 @@ func TestLoss(t *testing.T) {
 		}
 		// netem exists: run udp-udp with 2% loss each way.
 		t.Log("netem available; running udp-udp with 2% loss each way")
-		a, b, pmtu := open(t, setup{backA: netdev.UDP, backB: netdev.UDP, mtu: 1500, nqp: 1, prep: netem,
+		a, b, pmtu := open(t, setup{backA: qp.BackendUDP, backB: qp.BackendUDP, mtu: 1500, nqp: 1, prep: netem,
 			connect: qp.ConnectOptions{Timeout: 13}}) // 34 ms: robust against scheduler stalls on a loaded 2-core machine
 		run(t, a, b, pmtu, 3)
 	})
@@ -438,10 +435,10 @@ func TestLoss(t *testing.T) {
 				return w
 			}
 		}
-		a, b, pmtu := open(t, setup{backA: netdev.AFXDP, backB: netdev.AFPacket, mtu: 1500, nqp: 2, wrap: wrap,
+		a, b, pmtu := open(t, setup{backA: qp.BackendAFXDP, backB: qp.BackendAFPacket, mtu: 1500, nqp: 2, wrap: wrap,
 			connect: qp.ConnectOptions{Timeout: 13}}) // 34 ms local ACK timeout: 8 spurious timeouts in a row need a 270 ms stall
 		run(t, a, b, pmtu, seed)
-		retx := a.dev.Counters()[transport.CntRetransmittedPkts] + b.dev.Counters()[transport.CntRetransmittedPkts]
+		retx := a.dev.Counters()[qp.CntRetransmittedPkts] + b.dev.Counters()[qp.CntRetransmittedPkts]
 		_, dropA := links[0].Counts()
 		_, dropB := links[1].Counts()
 		t.Logf("dropped A %d, B %d; retransmitted %d", dropA, dropB, retx)

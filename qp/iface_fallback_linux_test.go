@@ -1,4 +1,6 @@
-package netdev
+//go:build linux
+
+package qp_test
 
 import (
 	"bytes"
@@ -11,13 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 	"github.com/vishvananda/netlink"
 )
 
-// TestAutoFallbackInUserNamespace runs the auto backend where AF_XDP is
+// TestInterfaceAutoFallbackInUserNamespace runs the auto backend where AF_XDP is
 // really unavailable: inside a new user and network namespace (`unshare
 // -Urn`), the process has CAP_NET_ADMIN and CAP_NET_RAW over its own network
 // namespace — enough for a veth pair and AF_PACKET — but loading BPF
@@ -26,8 +26,8 @@ import (
 // with the AF_XDP error recorded as Info.Fallback. It then runs an RDMA
 // WRITE and READ between two UDP-backend devices there, which need no
 // privileges at all.
-func TestAutoFallbackInUserNamespace(t *testing.T) {
-	if os.Getenv("GOROCE_NETDEV_USERNS") == "1" {
+func TestInterfaceAutoFallbackInUserNamespace(t *testing.T) {
+	if os.Getenv("GOROCE_QP_USERNS") == "1" {
 		fallbackInner(t)
 		return
 	}
@@ -35,15 +35,15 @@ func TestAutoFallbackInUserNamespace(t *testing.T) {
 	if err != nil {
 		skipOrFail(t, "needs util-linux unshare")
 	}
-	cmd := exec.Command(unshare, "-Urn", os.Args[0], "-test.run", "^TestAutoFallbackInUserNamespace$", "-test.v")
-	cmd.Env = append(os.Environ(), "GOROCE_NETDEV_USERNS=1")
+	cmd := exec.Command(unshare, "-Urn", os.Args[0], "-test.run", "^TestInterfaceAutoFallbackInUserNamespace$", "-test.v")
+	cmd.Env = append(os.Environ(), "GOROCE_QP_USERNS=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil && (strings.Contains(string(out), "unshare failed") || strings.Contains(string(out), "Operation not permitted")) &&
 		!strings.Contains(string(out), "--- FAIL") {
 		skipOrFail(t, "unprivileged user namespaces not available: "+strings.TrimSpace(string(out)))
 	}
 	t.Logf("inner run:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestAutoFallbackInUserNamespace") {
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestInterfaceAutoFallbackInUserNamespace") {
 		t.Fatalf("inner run failed: %v", err)
 	}
 }
@@ -87,13 +87,13 @@ func fallbackInner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dev, info, err := Open("fbA", Options{Logger: quiet})
+	dev, info, err := qp.OpenInterface(context.Background(), "fbA", qp.InterfaceOptions{Logger: quiet})
 	if err != nil {
 		t.Fatalf("auto: %v", err)
 	}
 	defer dev.Close()
 	t.Logf("\n%s", info)
-	if info.Backend != AFPacket || info.Fallback == "" || !strings.Contains(info.Fallback, "not supported") {
+	if info.Backend != qp.BackendAFPacket || info.Fallback == "" || !strings.Contains(info.Fallback, "not supported") {
 		t.Fatalf("backend %q, fallback %q: want afpacket after an AF_XDP NotSupportedError", info.Backend, info.Fallback)
 	}
 	if !strings.Contains(info.String(), "fallback:") {
@@ -109,7 +109,7 @@ func fallbackInner(t *testing.T) {
 func udpWithoutPrivileges(t *testing.T) {
 	type end struct {
 		dev  *qp.Device
-		info *Info
+		info *qp.InterfaceInfo
 		cq   *qp.CQ
 		q    *qp.QP
 		buf  []byte
@@ -118,7 +118,7 @@ func udpWithoutPrivileges(t *testing.T) {
 	mk := func(ifname string) *end {
 		e := &end{buf: make([]byte, 64<<10)}
 		var err error
-		if e.dev, e.info, err = Open(ifname, Options{Backend: UDP, Logger: quiet}); err != nil {
+		if e.dev, e.info, err = qp.OpenInterface(context.Background(), ifname, qp.InterfaceOptions{Backend: qp.BackendUDP, Logger: quiet}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { e.dev.Close() })
@@ -128,29 +128,29 @@ func udpWithoutPrivileges(t *testing.T) {
 			Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		if e.mr, err = pd.RegMR(e.buf, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead); err != nil {
+		if e.mr, err = pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead); err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
 	a, b := mk("fbA"), mk("fbB")
 	ipA, ipB := netip.AddrFrom4([4]byte{198, 18, 1, 1}), netip.AddrFrom4([4]byte{198, 18, 1, 2})
-	if err := a.q.Connect(qp.Remote{QPN: b.q.QPN(), PSN: 7, GID: ipB}, qp.ConnectOptions{SQPSN: 9}); err != nil {
+	if err := a.q.Connect(context.Background(), qp.Remote{QPN: b.q.QPN(), PSN: 7, GID: ipB}, qp.ConnectOptions{SQPSN: 9}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.q.Connect(qp.Remote{QPN: a.q.QPN(), PSN: 9, GID: ipA}, qp.ConnectOptions{SQPSN: 7}); err != nil {
+	if err := b.q.Connect(context.Background(), qp.Remote{QPN: a.q.QPN(), PSN: 9, GID: ipA}, qp.ConnectOptions{SQPSN: 7}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range a.buf {
 		a.buf[i] = byte(i*13 + 1)
 	}
 	const n = 20000
-	for _, op := range []transport.WROpcode{transport.WRRDMAWrite, transport.WRRDMARead} {
+	for _, op := range []qp.WROpcode{qp.WRRDMAWrite, qp.WRRDMARead} {
 		off := uint64(0)
-		if op == transport.WRRDMARead {
+		if op == qp.WRRDMARead {
 			off = n // read back into the second part of a.buf
 		}
-		err := a.q.PostSend(&qp.SendWR{Opcode: op, Flags: transport.SendSignaled,
+		err := a.q.PostSend(&qp.SendWR{Opcode: op, Flags: qp.SendSignaled,
 			SGL:        []qp.SGE{{Addr: a.mr.IOVA() + off, Length: n, LKey: a.mr.LKey()}},
 			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 		if err != nil {
@@ -160,7 +160,7 @@ func udpWithoutPrivileges(t *testing.T) {
 		var wc [1]qp.WC
 		k, err := a.cq.Wait(ctx, wc[:])
 		cancel()
-		if k != 1 || err != nil || wc[0].Status != transport.WCSuccess {
+		if k != 1 || err != nil || wc[0].Status != qp.WCSuccess {
 			t.Fatalf("%v: completion %v, %v; rx A %+v B %+v; link A %+v B %+v", op, wc[0], err,
 				a.dev.RxStats(), b.dev.RxStats(), a.info.Link.Stats(), b.info.Link.Stats())
 		}

@@ -1,4 +1,6 @@
-package netdev
+//go:build linux
+
+package qp_test
 
 import (
 	"bytes"
@@ -10,10 +12,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 )
 
 // TestBusyPollEachBackend opens busy-poll devices on both ends of a veth
@@ -21,9 +21,9 @@ import (
 // a FETCH_ADD. A is driven only by the test's own CQ.Wait calls, B by
 // Device.Progress in a goroutine (a target whose application polls
 // nothing) plus the test's wait for its receive completion.
-func TestBusyPollEachBackend(t *testing.T) {
+func TestInterfaceBusyPollEachBackend(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{MTU: 1500, NoDAD: true})
-	for _, backend := range []string{AFXDP, AFPacket, UDP} {
+	for _, backend := range []string{qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP} {
 		t.Run(backend, func(t *testing.T) { busyPollBackend(t, p, backend) })
 	}
 }
@@ -38,7 +38,7 @@ func busyPollBackend(t *testing.T, p *netns.Pair, backend string) {
 	}
 	mk := func(s netns.Side) *end {
 		e := &end{buf: make([]byte, 256<<10)}
-		dev, info := open(t, p, s, Options{Backend: backend, BusyPoll: true, Seed: int64(s) + 1})
+		dev, info := open(t, p, s, qp.InterfaceOptions{Backend: backend, BusyPoll: true, Seed: int64(s) + 1})
 		e.dev = dev
 		t.Cleanup(func() { dev.Close() })
 		if !dev.BusyPoll() || info.Backend != backend {
@@ -51,16 +51,16 @@ func busyPollBackend(t *testing.T, p *netns.Pair, backend string) {
 			Cap: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		if e.mr, err = pd.RegMR(e.buf, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead|memreg.RemoteAtomic); err != nil {
+		if e.mr, err = pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead|qp.RemoteAtomic); err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
 	a, b := mk(netns.A), mk(netns.B)
-	if err := a.q.Connect(qp.Remote{QPN: b.q.QPN(), PSN: 1, GID: p.B.Addr}, qp.ConnectOptions{SQPSN: 2}); err != nil {
+	if err := a.q.Connect(context.Background(), qp.Remote{QPN: b.q.QPN(), PSN: 1, GID: p.B.Addr}, qp.ConnectOptions{SQPSN: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.q.Connect(qp.Remote{QPN: a.q.QPN(), PSN: 2, GID: p.A.Addr}, qp.ConnectOptions{SQPSN: 1}); err != nil {
+	if err := b.q.Connect(context.Background(), qp.Remote{QPN: a.q.QPN(), PSN: 2, GID: p.A.Addr}, qp.ConnectOptions{SQPSN: 1}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard only
@@ -74,13 +74,13 @@ func busyPollBackend(t *testing.T, p *netns.Pair, backend string) {
 			t.Errorf("Progress: %v", err)
 		}
 	}()
-	wait := func(e *end, wrID uint64, op transport.WCOpcode) {
+	wait := func(e *end, wrID uint64, op qp.WCOpcode) {
 		t.Helper()
 		var wc [1]qp.WC
 		if n, err := e.cq.Wait(ctx, wc[:]); n != 1 || err != nil {
 			t.Fatalf("wait for wr %d: %d, %v", wrID, n, err)
 		}
-		if wc[0].WRID != wrID || wc[0].Status != transport.WCSuccess || wc[0].Opcode != op {
+		if wc[0].WRID != wrID || wc[0].Status != qp.WCSuccess || wc[0].Opcode != op {
 			t.Fatalf("completion %v, want wr %d %v", wc[0], wrID, op)
 		}
 	}
@@ -89,7 +89,7 @@ func busyPollBackend(t *testing.T, p *netns.Pair, backend string) {
 	}
 	post := func(wr *qp.SendWR) {
 		t.Helper()
-		wr.Flags |= transport.SendSignaled
+		wr.Flags |= qp.SendSignaled
 		if err := a.q.PostSend(wr); err != nil {
 			t.Fatal(err)
 		}
@@ -105,37 +105,37 @@ func busyPollBackend(t *testing.T, p *netns.Pair, backend string) {
 		b.buf[n+i] = byte(i*13 + 5)
 	}
 	fence()
-	post(&qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, SGL: sge(a, 0, n), RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	wait(a, 1, transport.WCRDMAWrite)
+	post(&qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, SGL: sge(a, 0, n), RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+	wait(a, 1, qp.WCRDMAWrite)
 	fence()
 	if !bytes.Equal(b.buf[:n], a.buf[:n]) {
 		t.Fatal("WRITE: data differ")
 	}
-	post(&qp.SendWR{WRID: 2, Opcode: transport.WRRDMARead, SGL: sge(a, n, n), RemoteAddr: b.mr.IOVA() + n, RKey: b.mr.RKey()})
-	wait(a, 2, transport.WCRDMARead)
+	post(&qp.SendWR{WRID: 2, Opcode: qp.WRRDMARead, SGL: sge(a, n, n), RemoteAddr: b.mr.IOVA() + n, RKey: b.mr.RKey()})
+	wait(a, 2, qp.WCRDMARead)
 	if !bytes.Equal(a.buf[n:2*n], b.buf[n:2*n]) {
 		t.Fatal("READ: data differ")
 	}
 	if err := b.q.PostRecv(&qp.RecvWR{WRID: 3, SGL: sge(b, 2*n, 100)}); err != nil {
 		t.Fatal(err)
 	}
-	post(&qp.SendWR{WRID: 4, Opcode: transport.WRSend, SGL: sge(a, 0, 100)})
-	wait(a, 4, transport.WCSend)
-	wait(b, 3, transport.WCRecv)
+	post(&qp.SendWR{WRID: 4, Opcode: qp.WRSend, SGL: sge(a, 0, 100)})
+	wait(a, 4, qp.WCSend)
+	wait(b, 3, qp.WCRecv)
 	fence()
 	if !bytes.Equal(b.buf[2*n:2*n+100], a.buf[:100]) {
 		t.Fatal("SEND: data differ")
 	}
 	binary.LittleEndian.PutUint64(b.buf[3*n:], 40)
 	fence()
-	post(&qp.SendWR{WRID: 5, Opcode: transport.WRAtomicFetchAdd, SGL: sge(a, 3*n, 8), RemoteAddr: b.mr.IOVA() + 3*n,
+	post(&qp.SendWR{WRID: 5, Opcode: qp.WRAtomicFetchAdd, SGL: sge(a, 3*n, 8), RemoteAddr: b.mr.IOVA() + 3*n,
 		RKey: b.mr.RKey(), CompareAdd: 2})
-	wait(a, 5, transport.WCFetchAdd)
+	wait(a, 5, qp.WCFetchAdd)
 	fence()
 	if got, orig := binary.LittleEndian.Uint64(b.buf[3*n:]), binary.LittleEndian.Uint64(a.buf[3*n:]); got != 42 || orig != 40 {
 		t.Fatalf("FETCH_ADD: target %d (want 42), returned %d (want 40)", got, orig)
 	}
-	if c := a.q.Counters(); c[transport.CntRetryExceededErr] != 0 || c[transport.CntRcvdNAKs] != 0 {
+	if c := a.q.Counters(); c[qp.CntRetryExceededErr] != 0 || c[qp.CntRcvdNAKs] != 0 {
 		t.Errorf("A counters: %v", c)
 	}
 }
@@ -145,10 +145,10 @@ type noTry struct{ nic.Link }
 
 // TestBusyPollNeedsTryRead: a WrapLink wrapper that hides TryReadBatch
 // makes a busy-poll Open fail with a reason, releasing what it took.
-func TestBusyPollNeedsTryRead(t *testing.T) {
+func TestInterfaceBusyPollNeedsTryRead(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
 	err := p.Do(netns.A, func() error {
-		dev, _, err := Open(p.A.Ifname, Options{Backend: AFPacket, BusyPoll: true, Logger: quiet,
+		dev, _, err := qp.OpenInterface(context.Background(), p.A.Ifname, qp.InterfaceOptions{Backend: qp.BackendAFPacket, BusyPoll: true, Logger: quiet,
 			WrapLink: func(l nic.Link) nic.Link { return noTry{l} }})
 		if dev != nil {
 			dev.Close()

@@ -1,6 +1,9 @@
-package netdev
+//go:build linux
+
+package qp_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -19,20 +22,20 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func open(t *testing.T, p *netns.Pair, s netns.Side, o Options) (*qp.Device, *Info) {
+func open(t *testing.T, p *netns.Pair, s netns.Side, o qp.InterfaceOptions) (*qp.Device, *qp.InterfaceInfo) {
 	t.Helper()
 	if o.Logger == nil {
 		o.Logger = quiet
 	}
 	var dev *qp.Device
-	var info *Info
+	var info *qp.InterfaceInfo
 	err := p.Do(s, func() error {
 		var err error
-		dev, info, err = Open(p.End(s).Ifname, o)
+		dev, info, err = qp.OpenInterface(context.Background(), p.End(s).Ifname, o)
 		return err
 	})
 	if err != nil {
-		t.Fatalf("Open(%s, %s): %v", p.End(s).Ifname, o.Backend, err)
+		t.Fatalf("qp.OpenInterface(context.Background(), %s, %s): %v", p.End(s).Ifname, o.Backend, err)
 	}
 	return dev, info
 }
@@ -93,17 +96,17 @@ func addrCount(t *testing.T, p *netns.Pair, s netns.Side) int {
 	return len(as)
 }
 
-func TestOpenEachBackend(t *testing.T) {
+func TestOpenInterfaceEachBackend(t *testing.T) {
 	for _, mtu := range []int{1500, 9000} {
 		p := netns.NewPair(t, netns.Options{MTU: mtu, NoDAD: true})
-		for _, backend := range []string{Auto, AFXDP, AFPacket, UDP} {
+		for _, backend := range []string{qp.BackendAuto, qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP} {
 			t.Run(backend+"/"+itoa(mtu), func(t *testing.T) {
 				before := addrCount(t, p, netns.A)
-				dev, info := open(t, p, netns.A, Options{Backend: backend})
+				dev, info := open(t, p, netns.A, qp.InterfaceOptions{Backend: backend})
 				t.Logf("\n%s", info)
 				want := backend
-				if backend == Auto {
-					want = AFXDP
+				if backend == qp.BackendAuto {
+					want = qp.BackendAFXDP
 				}
 				if info.Backend != want {
 					t.Errorf("backend %q, want %q (fallback: %s)", info.Backend, want, info.Fallback)
@@ -115,7 +118,7 @@ func TestOpenEachBackend(t *testing.T) {
 					t.Errorf("GID[1] %v", g)
 				}
 				wantPMTU := map[int]int{1500: 1024, 9000: 4096}[mtu]
-				if want == AFXDP && mtu == 9000 {
+				if want == qp.BackendAFXDP && mtu == 9000 {
 					// One 4096-byte UMEM chunk carries IP MTU 3822 → 2048.
 					wantPMTU = 2048
 					if info.Mode != "generic" {
@@ -128,14 +131,14 @@ func TestOpenEachBackend(t *testing.T) {
 				if !strings.Contains(info.String(), "GID[  1]:\t\t::ffff:"+p.A.Addr.String()+", RoCE v2") {
 					t.Errorf("Info.String lacks the GID line:\n%s", info)
 				}
-				raw := want != UDP
+				raw := want != qp.BackendUDP
 				if info.PortHeld != raw {
 					t.Errorf("PortHeld %v with backend %s", info.PortHeld, want)
 				}
 				if portFree(t, p, netns.A, p.A.Addr) {
 					t.Errorf("UDP %v:4791 is free while the device is open", p.A.Addr)
 				}
-				if got := xdpAttached(t, p, netns.A); got != (want == AFXDP) {
+				if got := xdpAttached(t, p, netns.A); got != (want == qp.BackendAFXDP) {
 					t.Errorf("XDP program attached: %v with backend %s", got, want)
 				}
 				if err := dev.Close(); err != nil {
@@ -166,24 +169,24 @@ func itoa(n int) string {
 	return string(b)
 }
 
-func TestOpenErrors(t *testing.T) {
+func TestOpenInterfaceErrors(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
 	foreign := p.A.Addr.As4()
 	foreign[3] = 77 // in the pair's /24 but on neither end
 	cases := []struct {
 		name, ifname string
-		o            Options
+		o            qp.InterfaceOptions
 		want         string
 	}{
-		{"unknown backend", p.A.Ifname, Options{Backend: "dpdk"}, "unknown backend"},
-		{"no interface", "nonexistent0", Options{Backend: AFPacket}, "nonexistent0"},
-		{"foreign IP", p.A.Ifname, Options{Backend: AFPacket, IP: netip.AddrFrom4(foreign)}, "not an address"},
+		{"unknown backend", p.A.Ifname, qp.InterfaceOptions{Backend: "dpdk"}, "unknown backend"},
+		{"no interface", "nonexistent0", qp.InterfaceOptions{Backend: qp.BackendAFPacket}, "nonexistent0"},
+		{"foreign IP", p.A.Ifname, qp.InterfaceOptions{Backend: qp.BackendAFPacket, IP: netip.AddrFrom4(foreign)}, "not an address"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.o.Logger = quiet
 			err := p.Do(netns.A, func() error {
-				dev, _, err := Open(c.ifname, c.o)
+				dev, _, err := qp.OpenInterface(context.Background(), c.ifname, c.o)
 				if dev != nil {
 					dev.Close()
 				}
@@ -203,9 +206,9 @@ func TestOpenErrors(t *testing.T) {
 // TestResolveUnreachable connects to an address nobody has: the error says
 // the neighbour is unresolved, after the configured timeout, and is raised
 // from a goroutine whose thread is not in the device's namespace.
-func TestResolveUnreachable(t *testing.T) {
+func TestInterfaceResolveUnreachable(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
-	dev, _ := open(t, p, netns.A, Options{Backend: AFPacket, ResolveTimeout: 300 * time.Millisecond})
+	dev, _ := open(t, p, netns.A, qp.InterfaceOptions{Backend: qp.BackendAFPacket, ResolveTimeout: 300 * time.Millisecond})
 	defer dev.Close()
 	pd := dev.AllocPD()
 	cq, _ := dev.CreateCQ(16)
@@ -215,13 +218,13 @@ func TestResolveUnreachable(t *testing.T) {
 	}
 	nobody := p.A.Addr.As4()
 	nobody[3] = 99
-	err = q.Connect(qp.Remote{QPN: 0x11, GID: netip.AddrFrom4(nobody)}, qp.ConnectOptions{})
+	err = q.Connect(context.Background(), qp.Remote{QPN: 0x11, GID: netip.AddrFrom4(nobody)}, qp.ConnectOptions{})
 	if !errors.Is(err, netaddr.ErrUnresolved) {
 		t.Fatalf("Connect to %v: %v, want ErrUnresolved", netip.AddrFrom4(nobody), err)
 	}
 	t.Logf("error: %v", err)
 	// The peer that exists resolves (from this goroutine, outside the namespace).
-	if err := q.Connect(qp.Remote{QPN: 0x11, GID: p.B.Addr}, qp.ConnectOptions{}); err != nil {
+	if err := q.Connect(context.Background(), qp.Remote{QPN: 0x11, GID: p.B.Addr}, qp.ConnectOptions{}); err != nil {
 		t.Fatalf("Connect to %v: %v", p.B.Addr, err)
 	}
 }
@@ -229,13 +232,13 @@ func TestResolveUnreachable(t *testing.T) {
 // TestOpenLinkAndPassProgram: OpenLink holds the port and (AF_XDP) the
 // program until the link is closed; PassProgram puts an XDP program on an
 // AF_PACKET end and Close removes it.
-func TestOpenLinkAndPassProgram(t *testing.T) {
+func TestOpenInterfaceLinkAndPassProgram(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
 	var l interface{ Close() error }
-	var info *Info
+	var info *qp.InterfaceInfo
 	if err := p.Do(netns.A, func() error {
 		var err error
-		l, info, err = OpenLink(p.A.Ifname, Options{Backend: AFXDP, Logger: quiet})
+		l, info, err = qp.OpenInterfaceLink(context.Background(), p.A.Ifname, qp.InterfaceOptions{Backend: qp.BackendAFXDP, Logger: quiet})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -248,7 +251,7 @@ func TestOpenLinkAndPassProgram(t *testing.T) {
 		t.Errorf("after Close: XDP attached %v, port free %v", xdpAttached(t, p, netns.A), portFree(t, p, netns.A, p.A.Addr))
 	}
 
-	dev, _ := open(t, p, netns.B, Options{Backend: AFPacket, PassProgram: true})
+	dev, _ := open(t, p, netns.B, qp.InterfaceOptions{Backend: qp.BackendAFPacket, PassProgram: true})
 	if !xdpAttached(t, p, netns.B) {
 		t.Errorf("PassProgram: no XDP program on %s", p.B.Ifname)
 	}

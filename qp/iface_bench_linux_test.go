@@ -1,4 +1,6 @@
-package netdev
+//go:build linux
+
+package qp_test
 
 import (
 	"context"
@@ -6,9 +8,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/netns"
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 )
 
 // BenchmarkWrite measures one signalled RDMA WRITE and its completion over
@@ -19,7 +19,7 @@ import (
 // devices. A 64 KiB WRITE is 64 packets and one ACK, so allocs/op / 65 is
 // the per-packet figure.
 func BenchmarkWrite(b *testing.B) {
-	for _, backend := range []string{AFXDP, AFPacket, UDP} {
+	for _, backend := range []string{qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP} {
 		for _, size := range []int{64, 64 << 10} {
 			b.Run(fmt.Sprintf("%s/%d", backend, size), func(b *testing.B) { benchWrite(b, backend, size) })
 		}
@@ -38,7 +38,7 @@ func benchWrite(b *testing.B, backend string, size int) {
 		var e end
 		var err error
 		if err := p.Do(s, func() error {
-			e.dev, _, err = Open(p.End(s).Ifname, Options{Backend: backend, Logger: quiet, Seed: 1})
+			e.dev, _, err = qp.OpenInterface(context.Background(), p.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: quiet, Seed: 1})
 			return err
 		}); err != nil {
 			b.Fatal(err)
@@ -50,19 +50,19 @@ func benchWrite(b *testing.B, backend string, size int) {
 			Cap: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 			b.Fatal(err)
 		}
-		if e.mr, err = pd.RegMR(make([]byte, 1<<20), memreg.LocalWrite|memreg.RemoteWrite); err != nil {
+		if e.mr, err = pd.RegMR(make([]byte, 1<<20), qp.LocalWrite|qp.RemoteWrite); err != nil {
 			b.Fatal(err)
 		}
 		return &e
 	}
 	x, y := mk(netns.A), mk(netns.B)
-	if err := x.q.Connect(qp.Remote{QPN: y.q.QPN(), PSN: 1, GID: p.B.Addr}, qp.ConnectOptions{SQPSN: 2}); err != nil {
+	if err := x.q.Connect(context.Background(), qp.Remote{QPN: y.q.QPN(), PSN: 1, GID: p.B.Addr}, qp.ConnectOptions{SQPSN: 2}); err != nil {
 		b.Fatal(err)
 	}
-	if err := y.q.Connect(qp.Remote{QPN: x.q.QPN(), PSN: 2, GID: p.A.Addr}, qp.ConnectOptions{SQPSN: 1}); err != nil {
+	if err := y.q.Connect(context.Background(), qp.Remote{QPN: x.q.QPN(), PSN: 2, GID: p.A.Addr}, qp.ConnectOptions{SQPSN: 1}); err != nil {
 		b.Fatal(err)
 	}
-	wr := &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+	wr := &qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{{Addr: x.mr.IOVA(), Length: uint32(size), LKey: x.mr.LKey()}}, RemoteAddr: y.mr.IOVA(), RKey: y.mr.RKey()}
 	var wc [1]qp.WC
 	ctx := context.Background()
@@ -70,7 +70,7 @@ func benchWrite(b *testing.B, backend string, size int) {
 		if err := x.q.PostSend(wr); err != nil {
 			b.Fatal(err)
 		}
-		if k, err := x.cq.Wait(ctx, wc[:]); k != 1 || err != nil || wc[0].Status != transport.WCSuccess {
+		if k, err := x.cq.Wait(ctx, wc[:]); k != 1 || err != nil || wc[0].Status != qp.WCSuccess {
 			b.Fatalf("completion %v %v", wc[0], err)
 		}
 	}
