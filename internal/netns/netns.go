@@ -38,7 +38,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -128,9 +127,21 @@ func sweepStale() {
 	}
 }
 
+// TB is the part of testing.TB that RequireRoot and NewPair use. It is
+// declared here so that programs linking this package (goroce demo --netns,
+// bench/) do not link the testing package; a *testing.T or *testing.B
+// satisfies it.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Skip(args ...any)
+	Skipf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // RequireRoot skips the test when the process is not root, or fails it when
 // the environment variable CI is "true" (privileged tests must run in CI).
-func RequireRoot(t testing.TB) {
+func RequireRoot(t TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
@@ -145,7 +156,7 @@ func RequireRoot(t testing.TB) {
 // NewPair creates the namespaces and the veth pair, or ends the test: skip
 // (not root, or namespaces not permitted here) or fail (any other error, or
 // CI=true).
-func NewPair(t testing.TB, opts Options) *Pair {
+func NewPair(t TB, opts Options) *Pair {
 	t.Helper()
 	RequireRoot(t)
 	p, err := New(opts)

@@ -12,6 +12,9 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
+// The testing types satisfy TB, so tests pass their *testing.T or *testing.B.
+var _ TB = testing.TB(nil)
+
 func TestPairUDP(t *testing.T) {
 	var p *Pair
 	var names []string
