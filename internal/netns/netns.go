@@ -57,17 +57,12 @@ import (
 // Side selects one end of a Pair.
 type Side int
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Side
+
 const (
 	A Side = iota
 	B
 )
-
-func (s Side) String() string {
-	if s == A {
-		return "A"
-	}
-	return "B"
-}
 
 // Options configure NewPair and New. The zero value gives MTU 1500 and IPv6
 // DAD on.
