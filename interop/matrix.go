@@ -50,19 +50,14 @@ import (
 // Dir is the direction of a matrix cell.
 type Dir int
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Dir -linecomment
+
 const (
 	// GoroceClient: goroce's tool connects to rxe's tool (server in VM 0).
-	GoroceClient Dir = iota
+	GoroceClient Dir = iota // goroce→rxe
 	// RXEClient: rxe's tool in VM 0 connects to goroce's tool.
-	RXEClient
+	RXEClient // rxe→goroce
 )
-
-func (d Dir) String() string {
-	if d == GoroceClient {
-		return "goroce→rxe"
-	}
-	return "rxe→goroce"
-}
 
 // Tool names one program in both implementations.
 type Tool struct {

@@ -35,7 +35,8 @@ var accessNames = [...]struct {
 }
 
 // String returns the flags joined by '|', e.g. "LOCAL_WRITE|REMOTE_READ";
-// unknown bits are appended in hex; no flag at all is "0".
+// unknown bits are appended in hex; no flag at all is "0". Access is a bit
+// set, which stringer does not format, so this one is hand-written.
 func (a Access) String() string {
 	if a == 0 {
 		return "0"

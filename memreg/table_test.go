@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -430,20 +431,42 @@ func TestTableFull(t *testing.T) {
 // buffer is filled with a tag before registration and the tag is also in
 // the IOVA; any successful lookup must return memory with that tag, proving
 // a lookup never sees a half-built MR or another MR's memory.
+//
+// The interleaving is forced without timing, so that it holds with -cpu 1
+// too: all goroutines start together from a barrier, and at the end of each
+// phase a writer publishes one of its live MRs in latest[w] and waits until
+// every reader has done at least minLookups lookups after that, each reader
+// looking up every latest slot in turn. So the readers look up the table
+// while it is half-way through the writers' work, and every reader hits each
+// writer's latest MR at least once per phase.
 func TestConcurrentRegisterLookup(t *testing.T) {
 	seed := rand.Int64()
 	t.Logf("seed %d", seed)
 	tb := NewTable(seed)
 	pd := tb.AllocPD()
-	const writers, readers, rounds = 2, 2, 2000
-	var keys [64]atomic.Uint64 // tag<<32 | rkey of recently published MRs (some stale)
+	const writers, readers, rounds, phases = 2, 2, 2000, 40
+	// minLookups reader iterations after a writer read a reader's count
+	// include writers+1 that started after the latest[w] store (the one in
+	// progress may have started before), so at least one of them looks up
+	// latest[w].
+	const minLookups = 2*writers + 2
+	var keys [64]atomic.Uint64        // tag<<32 | rkey of recently published MRs (some stale)
+	var latest [writers]atomic.Uint64 // tag<<32 | rkey of an MR its writer keeps while it waits
+	var done [readers]atomic.Int64    // lookup iterations of each reader
 	var hits, misses atomic.Int64
+	var failed atomic.Bool
+	start := make(chan struct{})
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
 	for w := range writers {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(seed), uint64(w)))
 			var live []*MR
+			defer func() {
+				for _, mr := range live {
+					_ = mr.Deregister()
+				}
+			}()
+			<-start
 			for i := range rounds {
 				tag := byte(w*100 + i%100 + 1)
 				buf := make([]byte, 64)
@@ -453,12 +476,26 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 				mr, err := pd.RegisterIOVA(buf, uint64(tag)<<32, LocalWrite|RemoteWrite|RemoteRead)
 				if err != nil {
 					t.Errorf("seed %d: register: %v", seed, err)
+					failed.Store(true)
 					return
 				}
-				keys[r.IntN(len(keys))].Store(uint64(tag)<<32 | uint64(mr.RKey()))
+				key := uint64(tag)<<32 | uint64(mr.RKey())
+				keys[r.IntN(len(keys))].Store(key)
 				live = append(live, mr)
+				if (i+1)%(rounds/phases) == 0 {
+					// mr stays registered until this writer goes on.
+					latest[w].Store(key)
+					for rd := range readers {
+						for base := done[rd].Load(); done[rd].Load() < base+minLookups; {
+							if failed.Load() {
+								return
+							}
+							runtime.Gosched()
+						}
+					}
+				}
 				if len(live) > 8 {
-					k := r.IntN(len(live))
+					k := r.IntN(len(live) - 1) // never the newest, which may be latest[w]
 					if r.IntN(4) == 0 {
 						_ = tb.Invalidate(live[k].RKey(), pd)
 					}
@@ -468,24 +505,16 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 					live = append(live[:k], live[k+1:]...)
 				}
 			}
-			for _, mr := range live {
-				_ = mr.Deregister()
-			}
 		})
 	}
+	stop := make(chan struct{})
 	var rwg sync.WaitGroup
 	for rd := range readers {
 		rwg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(seed), uint64(100+rd)))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				e := keys[r.IntN(len(keys))].Load()
+			lookup := func(e uint64) bool {
 				if e == 0 {
-					continue
+					return true
 				}
 				k, tag := uint32(e), e>>32
 				b, err := tb.Remote(k, pd, RemoteRead, tag<<32, 64)
@@ -495,27 +524,48 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 					// back, 1 in 255, and names an MR with another IOVA).
 					if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrKeyMismatch) && !errors.Is(err, ErrRange) {
 						t.Errorf("seed %d: key %#x: unexpected %v", seed, k, err)
-						return
+						return false
 					}
 					misses.Add(1)
-					continue
+					return true
 				}
 				for _, v := range b {
 					if uint64(v) != tag {
 						t.Errorf("seed %d: key %#x tag %d returned byte %d", seed, k, tag, v)
-						return
+						return false
 					}
 				}
 				hits.Add(1)
+				return true
+			}
+			<-start
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if !lookup(latest[i%writers].Load()) || !lookup(keys[r.IntN(len(keys))].Load()) {
+					failed.Store(true)
+					return
+				}
+				done[rd].Add(1)
+				// Readers never block; yielding lets a waiting writer run
+				// without waiting for preemption.
+				runtime.Gosched()
 			}
 		})
 	}
+	close(start)
 	wg.Wait()
 	close(stop)
 	rwg.Wait()
 	t.Logf("hits %d misses %d", hits.Load(), misses.Load())
-	if hits.Load() == 0 {
-		t.Errorf("seed %d: no successful lookup at all", seed)
+	if failed.Load() {
+		return
+	}
+	if min := int64(readers * writers * phases); hits.Load() < min {
+		t.Errorf("seed %d: %d successful lookups, want at least %d (one per reader, writer and phase)", seed, hits.Load(), min)
 	}
 	if tb.nMRs != 0 || pd.nMRs != 0 {
 		t.Fatalf("leak: table %d pd %d", tb.nMRs, pd.nMRs)

@@ -1,7 +1,7 @@
 package transport_test
 
 // Tests from the audit of the engine against Linux rxe (docs/rxe-audit.md):
-// each pins one behaviour where goroce used to differ from rxe.
+// each pins one behaviour to rxe's, named by the rxe function that has it.
 
 import (
 	"testing"
@@ -20,8 +20,8 @@ func (e *epair) injectA(f wire.Frame, payload []byte) []logged {
 // A READ whose responder fails mid-way (its MR is invalidated before the
 // re-issued READ arrives) ends with REM_ACCESS_ERR at the first NAK, as in
 // rxe (check_psn/check_ack since "Handle remote errors in the midst of a
-// Read reply"). goroce used to take the NAK for a lost response, retry, and
-// end in RETRY_EXC_ERR once the dead responder let every retry time out.
+// Read reply"), not by taking the NAK for a lost response and retrying until
+// the dead responder has let every retry time out (RETRY_EXC_ERR).
 func TestAuditReadErrorNAKMidRead(t *testing.T) {
 	e := newEPair(t, eopts{timeout: 10, retry: 3})
 	first := e.a.sqPSN
@@ -77,7 +77,7 @@ func TestAuditReadErrorNAKAtRequestPSN(t *testing.T) {
 }
 
 // A READ response for a WQE that is not a READ completes it with FATAL_ERR
-// and moves the QP to ERR (rxe check_ack). goroce used to ignore it.
+// and moves the QP to ERR (rxe check_ack); it is not ignored.
 func TestAuditReadResponseOnSend(t *testing.T) {
 	e := newEPair(t, eopts{timeout: 10, retry: 3})
 	e.hook = func(from *side, p *wire.Packet) bool { return from != e.b } // B's ACK is lost
@@ -96,8 +96,8 @@ func TestAuditReadResponseOnSend(t *testing.T) {
 // A duplicated sequence NAK starts one go-back-N, not two: rxe does not
 // stack retries (COMPST_ERROR_RETRY ignores a retry request while one is
 // started and no response has been accepted since, unless the timer fired).
-// goroce used to resend the whole window again for the copy, and spend a
-// second unit of retry_cnt.
+// The copy must neither resend the window again nor spend a second unit of
+// retry_cnt.
 func TestAuditDuplicateSeqNAK(t *testing.T) {
 	e := newEPair(t, eopts{timeout: 10, retry: 3})
 	lost := e.a.sqPSN.Add(4)
@@ -150,7 +150,7 @@ func (m *rxeAckReq) next(op wire.Opcode) bool {
 
 // AckReq falls on exactly the packets rxe would mark, also after a
 // go-back-N: rxe's req_retry leaves noack_pkts alone, so the count runs on
-// through the resent packets (goroce used to restart it at the retry).
+// through the resent packets; the retry does not restart it.
 func TestAuditAckReqAcrossRetry(t *testing.T) {
 	e := newEPair(t, eopts{timeout: 10, retry: 3})
 	lost := e.a.sqPSN.Add(100)
@@ -190,7 +190,7 @@ func TestAuditAckReqAcrossRetry(t *testing.T) {
 // A duplicate SEND/WRITE is acknowledged at the PSN of the last SEND, WRITE
 // or atomic packet executed (rxe duplicate_request: resp.ack_psn - 1), not
 // at expected PSN - 1: a READ executed since does not move it. Acknowledging
-// a READ's last PSN made a goroce requester whose READ responses were still
+// a READ's last PSN would make a requester whose READ responses are still
 // missing start a needless go-back-N.
 func TestAuditDuplicateAckPSNSkipsReads(t *testing.T) {
 	e := newEPair(t, eopts{})

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -240,5 +239,3 @@ func TestPostValidation(t *testing.T) {
 		t.Fatalf("completions %v", w)
 	}
 }
-
-var _ = memreg.RemoteRead

@@ -37,6 +37,9 @@ var attrMaskNames = []string{"STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCES
 	"PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC",
 	"ALT_PATH", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "PATH_MIG_STATE", "CAP", "DEST_QPN"}
 
+// String joins the names of the attributes in m with '|' (ibv_qp_attr_mask
+// names without IBV_QP_), or returns "0". AttrMask is a bit set, which
+// stringer does not format, so this one is hand-written.
 func (m AttrMask) String() string {
 	s := ""
 	for i, n := range attrMaskNames {

@@ -12,30 +12,22 @@ import (
 // enum ibv_wr_opcode.
 type WROpcode uint8
 
+// The String methods of WROpcode, WCStatus, WCOpcode and State print
+// libibverbs' names without the IBV_WR_/IBV_WC_/IBV_QPS_ prefix (the line
+// comments), and TypeName(n) for other values.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=WROpcode,WCStatus,WCOpcode,State -linecomment -output=types_string.go
+
 const (
-	WRRDMAWrite        WROpcode = 0
-	WRRDMAWriteWithImm WROpcode = 1
-	WRSend             WROpcode = 2
-	WRSendWithImm      WROpcode = 3
-	WRRDMARead         WROpcode = 4
-	WRAtomicCmpAndSwp  WROpcode = 5
-	WRAtomicFetchAdd   WROpcode = 6
-	WRLocalInv         WROpcode = 7
-	WRSendWithInv      WROpcode = 9
+	WRRDMAWrite        WROpcode = 0 // RDMA_WRITE
+	WRRDMAWriteWithImm WROpcode = 1 // RDMA_WRITE_WITH_IMM
+	WRSend             WROpcode = 2 // SEND
+	WRSendWithImm      WROpcode = 3 // SEND_WITH_IMM
+	WRRDMARead         WROpcode = 4 // RDMA_READ
+	WRAtomicCmpAndSwp  WROpcode = 5 // ATOMIC_CMP_AND_SWP
+	WRAtomicFetchAdd   WROpcode = 6 // ATOMIC_FETCH_AND_ADD
+	WRLocalInv         WROpcode = 7 // LOCAL_INV
+	WRSendWithInv      WROpcode = 9 // SEND_WITH_INV
 )
-
-var wrOpcodeNames = map[WROpcode]string{
-	WRRDMAWrite: "RDMA_WRITE", WRRDMAWriteWithImm: "RDMA_WRITE_WITH_IMM", WRSend: "SEND",
-	WRSendWithImm: "SEND_WITH_IMM", WRRDMARead: "RDMA_READ", WRAtomicCmpAndSwp: "ATOMIC_CMP_AND_SWP",
-	WRAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", WRLocalInv: "LOCAL_INV", WRSendWithInv: "SEND_WITH_INV",
-}
-
-func (o WROpcode) String() string {
-	if s, ok := wrOpcodeNames[o]; ok {
-		return s
-	}
-	return fmt.Sprintf("WROpcode(%d)", uint8(o))
-}
 
 func (o WROpcode) isAtomic() bool { return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd }
 func (o WROpcode) isReadOrAtomic() bool {
@@ -93,85 +85,46 @@ type RecvWR struct {
 type WCStatus uint8
 
 const (
-	WCSuccess          WCStatus = 0
-	WCLocLenErr        WCStatus = 1
-	WCLocQPOpErr       WCStatus = 2
-	WCLocEECOpErr      WCStatus = 3
-	WCLocProtErr       WCStatus = 4
-	WCWRFlushErr       WCStatus = 5
-	WCMWBindErr        WCStatus = 6
-	WCBadRespErr       WCStatus = 7
-	WCLocAccessErr     WCStatus = 8
-	WCRemInvReqErr     WCStatus = 9
-	WCRemAccessErr     WCStatus = 10
-	WCRemOpErr         WCStatus = 11
-	WCRetryExcErr      WCStatus = 12
-	WCRNRRetryExcErr   WCStatus = 13
-	WCLocRDDViolErr    WCStatus = 14
-	WCRemInvRDReqErr   WCStatus = 15
-	WCRemAbortErr      WCStatus = 16
-	WCInvEECNErr       WCStatus = 17
-	WCInvEECStateErr   WCStatus = 18
-	WCFatalErr         WCStatus = 19
-	WCRespTimeoutErr   WCStatus = 20
-	WCGeneralErr       WCStatus = 21
-	WCTMErr            WCStatus = 22
-	WCTMRndvIncomplete WCStatus = 23
+	WCSuccess          WCStatus = 0  // SUCCESS
+	WCLocLenErr        WCStatus = 1  // LOC_LEN_ERR
+	WCLocQPOpErr       WCStatus = 2  // LOC_QP_OP_ERR
+	WCLocEECOpErr      WCStatus = 3  // LOC_EEC_OP_ERR
+	WCLocProtErr       WCStatus = 4  // LOC_PROT_ERR
+	WCWRFlushErr       WCStatus = 5  // WR_FLUSH_ERR
+	WCMWBindErr        WCStatus = 6  // MW_BIND_ERR
+	WCBadRespErr       WCStatus = 7  // BAD_RESP_ERR
+	WCLocAccessErr     WCStatus = 8  // LOC_ACCESS_ERR
+	WCRemInvReqErr     WCStatus = 9  // REM_INV_REQ_ERR
+	WCRemAccessErr     WCStatus = 10 // REM_ACCESS_ERR
+	WCRemOpErr         WCStatus = 11 // REM_OP_ERR
+	WCRetryExcErr      WCStatus = 12 // RETRY_EXC_ERR
+	WCRNRRetryExcErr   WCStatus = 13 // RNR_RETRY_EXC_ERR
+	WCLocRDDViolErr    WCStatus = 14 // LOC_RDD_VIOL_ERR
+	WCRemInvRDReqErr   WCStatus = 15 // REM_INV_RD_REQ_ERR
+	WCRemAbortErr      WCStatus = 16 // REM_ABORT_ERR
+	WCInvEECNErr       WCStatus = 17 // INV_EECN_ERR
+	WCInvEECStateErr   WCStatus = 18 // INV_EEC_STATE_ERR
+	WCFatalErr         WCStatus = 19 // FATAL_ERR
+	WCRespTimeoutErr   WCStatus = 20 // RESP_TIMEOUT_ERR
+	WCGeneralErr       WCStatus = 21 // GENERAL_ERR
+	WCTMErr            WCStatus = 22 // TM_ERR
+	WCTMRndvIncomplete WCStatus = 23 // TM_RNDV_INCOMPLETE
 )
-
-var wcStatusNames = [...]string{
-	"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
-	"MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR",
-	"RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
-	"INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR", "TM_ERR",
-	"TM_RNDV_INCOMPLETE",
-}
-
-func (s WCStatus) String() string {
-	if int(s) < len(wcStatusNames) {
-		return wcStatusNames[s]
-	}
-	return fmt.Sprintf("WCStatus(%d)", uint8(s))
-}
 
 // WCOpcode is a completion opcode (enum ibv_wc_opcode).
 type WCOpcode uint8
 
 const (
-	WCSend            WCOpcode = 0
-	WCRDMAWrite       WCOpcode = 1
-	WCRDMARead        WCOpcode = 2
-	WCCompSwap        WCOpcode = 3
-	WCFetchAdd        WCOpcode = 4
-	WCBindMW          WCOpcode = 5
-	WCLocalInv        WCOpcode = 6
-	WCRecv            WCOpcode = 128
-	WCRecvRDMAWithImm WCOpcode = 129
+	WCSend            WCOpcode = 0   // SEND
+	WCRDMAWrite       WCOpcode = 1   // RDMA_WRITE
+	WCRDMARead        WCOpcode = 2   // RDMA_READ
+	WCCompSwap        WCOpcode = 3   // COMP_SWAP
+	WCFetchAdd        WCOpcode = 4   // FETCH_ADD
+	WCBindMW          WCOpcode = 5   // BIND_MW
+	WCLocalInv        WCOpcode = 6   // LOCAL_INV
+	WCRecv            WCOpcode = 128 // RECV
+	WCRecvRDMAWithImm WCOpcode = 129 // RECV_RDMA_WITH_IMM
 )
-
-func (o WCOpcode) String() string {
-	switch o {
-	case WCSend:
-		return "SEND"
-	case WCRDMAWrite:
-		return "RDMA_WRITE"
-	case WCRDMARead:
-		return "RDMA_READ"
-	case WCCompSwap:
-		return "COMP_SWAP"
-	case WCFetchAdd:
-		return "FETCH_ADD"
-	case WCBindMW:
-		return "BIND_MW"
-	case WCLocalInv:
-		return "LOCAL_INV"
-	case WCRecv:
-		return "RECV"
-	case WCRecvRDMAWithImm:
-		return "RECV_RDMA_WITH_IMM"
-	}
-	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
-}
 
 // WCFlags are completion flags (enum ibv_wc_flags) plus goroce's Solicited.
 type WCFlags uint32
@@ -205,34 +158,14 @@ func (wc WC) String() string {
 type State uint8
 
 const (
-	StateReset State = 0
-	StateInit  State = 1
-	StateRTR   State = 2
-	StateRTS   State = 3
-	StateSQD   State = 4
-	StateSQE   State = 5
-	StateErr   State = 6
+	StateReset State = 0 // RESET
+	StateInit  State = 1 // INIT
+	StateRTR   State = 2 // RTR
+	StateRTS   State = 3 // RTS
+	StateSQD   State = 4 // SQD
+	StateSQE   State = 5 // SQE
+	StateErr   State = 6 // ERR
 )
-
-func (s State) String() string {
-	switch s {
-	case StateReset:
-		return "RESET"
-	case StateInit:
-		return "INIT"
-	case StateRTR:
-		return "RTR"
-	case StateRTS:
-		return "RTS"
-	case StateSQD:
-		return "SQD"
-	case StateSQE:
-		return "SQE"
-	case StateErr:
-		return "ERR"
-	}
-	return fmt.Sprintf("State(%d)", uint8(s))
-}
 
 // MTU is an IB path MTU enum value (enum ibv_mtu).
 type MTU uint8

@@ -1,7 +1,5 @@
 package wire
 
-import "strconv"
-
 // HeaderSet is the set of extension headers an opcode carries after the BTH.
 // On the wire they appear in this order: DETH, RETH, AtomicETH, AETH,
 // AtomicAckETH, ImmDt, IETH, CNPPad (IBTA 9.2, ib_pack.h, rxe_opcode.c).
@@ -49,6 +47,8 @@ func (s HeaderSet) Len() int {
 	return n
 }
 
+// String joins the names of the headers in s with "+" ("RETH+ImmDt"), or
+// returns "none". HeaderSet is a bit set, which stringer does not format.
 func (s HeaderSet) String() string {
 	if s == 0 {
 		return "none"
@@ -69,31 +69,17 @@ func (s HeaderSet) String() string {
 // Position is where a packet sits in its message.
 type Position uint8
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Position -linecomment
+
 // Positions. Single-packet messages (READ REQUEST, ACKs, atomics, UD sends)
 // are PosOnly; CNP is PosNone.
 const (
-	PosNone Position = iota
-	PosFirst
-	PosMiddle
-	PosLast
-	PosOnly
+	PosNone   Position = iota // none
+	PosFirst                  // first
+	PosMiddle                 // middle
+	PosLast                   // last
+	PosOnly                   // only
 )
-
-func (p Position) String() string {
-	switch p {
-	case PosNone:
-		return "none"
-	case PosFirst:
-		return "first"
-	case PosMiddle:
-		return "middle"
-	case PosLast:
-		return "last"
-	case PosOnly:
-		return "only"
-	}
-	return "Position(" + strconv.Itoa(int(p)) + ")"
-}
 
 // OpInfo describes an opcode.
 type OpInfo struct {

@@ -21,27 +21,15 @@ const SyndromeACKNoCredit Syndrome = 0x1F
 // SyndromeKind is bits 6:5 of a Syndrome.
 type SyndromeKind uint8
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=SyndromeKind -linecomment
+
 // Syndrome kinds.
 const (
-	SynACK      SyndromeKind = 0
-	SynRNRNAK   SyndromeKind = 1
-	SynReserved SyndromeKind = 2
-	SynNAK      SyndromeKind = 3
+	SynACK      SyndromeKind = 0 // ACK
+	SynRNRNAK   SyndromeKind = 1 // RNR_NAK
+	SynReserved SyndromeKind = 2 // RESERVED
+	SynNAK      SyndromeKind = 3 // NAK
 )
-
-func (k SyndromeKind) String() string {
-	switch k {
-	case SynACK:
-		return "ACK"
-	case SynRNRNAK:
-		return "RNR_NAK"
-	case SynReserved:
-		return "RESERVED"
-	case SynNAK:
-		return "NAK"
-	}
-	return "SyndromeKind(" + strconv.Itoa(int(k)) + ")"
-}
 
 // NAKCode is the low 5 bits of a NAK syndrome (IBTA 9.3.5, table 45).
 type NAKCode uint8
@@ -63,6 +51,9 @@ var nakNames = [...]string{
 	NAKInvalidRDRequest:       "INVALID_RD_REQUEST",
 }
 
+// String returns the code's name, or NAK_RESERVED_n for the reserved codes
+// 5..31, which a peer can send (hand-written for that format: stringer would
+// print NAKCode(n)).
 func (c NAKCode) String() string {
 	if int(c) < len(nakNames) {
 		return nakNames[c]

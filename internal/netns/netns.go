@@ -13,8 +13,14 @@
 // isolated, but it keeps captures unambiguous). The namespaces are named (bind
 // mounted in /var/run/netns, so `ip netns exec NAME ...` works while the test
 // runs) and deleted by t.Cleanup (NewPair) or Close (New), which also
-// destroys the veth pair. The first pair of a process also deletes namespaces left behind by test
-// processes that were killed (their PID no longer exists).
+// destroys the veth pair.
+//
+// Each namespace gets an ownership marker, /run/goroce-netns/NAME, holding
+// the creating process's PID, its start time and its PID namespace. The
+// first pair of a process deletes the namespaces whose marker names a dead
+// process of its own PID namespace (test binaries killed before their
+// cleanup ran). Namespaces without a marker, or marked by another PID
+// namespace (containers sharing /run), are never deleted.
 //
 // Code runs inside a namespace through Pair.Do, which switches one locked OS
 // thread into it. A socket opened inside Do stays in that namespace for its
@@ -28,6 +34,7 @@
 package netns
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -36,9 +43,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -49,17 +57,12 @@ import (
 // Side selects one end of a Pair.
 type Side int
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Side
+
 const (
 	A Side = iota
 	B
 )
-
-func (s Side) String() string {
-	if s == A {
-		return "A"
-	}
-	return "B"
-}
 
 // Options configure NewPair and New. The zero value gives MTU 1500 and IPv6
 // DAD on.
@@ -86,7 +89,9 @@ type End struct {
 	// NewPair waits until it is usable; otherwise the zero Addr).
 	LinkLocal netip.Addr
 
-	handle netns.NsHandle
+	handle  netns.NsHandle
+	marked  bool // New wrote markerDir/NS
+	created bool // New created the namespace NS
 }
 
 // Pair is two namespaces joined by a veth pair. A test's pair (NewPair) is
@@ -95,6 +100,7 @@ type Pair struct {
 	A, B End
 	MTU  int
 
+	vethAdded bool
 	closeOnce sync.Once
 }
 
@@ -103,34 +109,173 @@ var (
 	staleSweep sync.Once
 )
 
-// sweepStale deletes namespaces this helper created in test processes that
-// no longer exist (killed before their cleanup ran): names
-// goroce-<pid>-<n>-a|b whose <pid> is gone. Other namespaces are left alone.
-func sweepStale() {
-	entries, err := os.ReadDir("/var/run/netns")
+const (
+	// nsDir is where named namespaces are bind-mounted (ip netns,
+	// vishvananda/netns).
+	nsDir = "/var/run/netns"
+	// markerDir holds one ownership marker per namespace New creates.
+	markerDir = "/run/goroce-netns"
+)
+
+// owner identifies the process that created a namespace: its PID, that
+// process's start time (field 22 of /proc/PID/stat, in clock ticks since
+// boot; it tells a reused PID from the original) and the inode of its PID
+// namespace (PIDs mean something only inside one PID namespace). /run is
+// often shared by containers with different PID namespaces, so a PID alone
+// does not say whose a namespace is.
+type owner struct {
+	pid   int
+	start uint64
+	pidNS uint64
+}
+
+func (o owner) String() string { return fmt.Sprintf("%d %d %d\n", o.pid, o.start, o.pidNS) }
+
+func parseOwner(b []byte) (owner, error) {
+	var o owner
+	if n, err := fmt.Sscanf(string(b), "%d %d %d\n", &o.pid, &o.start, &o.pidNS); n != 3 || o.pid <= 0 || o.pidNS == 0 {
+		return owner{}, fmt.Errorf("netns: bad ownership marker %q: %v", b, err)
+	}
+	return o, nil
+}
+
+// startTime returns the start time of process pid (see parseStartTime).
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStartTime(b)
+}
+
+// parseStartTime returns field 22 (starttime) of a /proc/PID/stat line. The
+// command name (field 2) is in parentheses and may contain spaces and ')',
+// so the fields are counted from the last ')'.
+func parseStartTime(stat []byte) (uint64, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	var f []string
+	if i >= 0 {
+		f = strings.Fields(string(stat[i+1:]))
+	}
+	// f[0] is field 3 (state), so field 22 is f[19].
+	if len(f) < 20 {
+		return 0, fmt.Errorf("netns: malformed /proc/PID/stat %q", stat)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// pidNamespace returns the inode of the calling process's PID namespace.
+func pidNamespace() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// self describes this process, or fails when /proc is not this process's
+// PID namespace's (its /proc/self is then not this process), in which case
+// no PID read from /proc can be trusted.
+func self() (owner, error) {
+	pid := os.Getpid()
+	if l, err := os.Readlink("/proc/self"); err != nil || l != strconv.Itoa(pid) {
+		return owner{}, fmt.Errorf("netns: /proc does not belong to this PID namespace (/proc/self is %q, %v)", l, err)
+	}
+	start, err := startTime(pid)
+	if err != nil {
+		return owner{}, err
+	}
+	ns, err := pidNamespace()
+	if err != nil {
+		return owner{}, err
+	}
+	return owner{pid: pid, start: start, pidNS: ns}, nil
+}
+
+// mark records that this process owns namespace name. It is written before
+// the namespace exists, so every namespace New creates has a marker even if
+// the process dies right after creating it.
+func mark(dir, name string, o owner) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// O_EXCL: a marker that exists belongs to a namespace of that name
+	// which is not ours (another PID namespace's process with our PID).
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(o.String())
+	return errors.Join(err, f.Close())
+}
+
+// sweepStale deletes the namespaces whose ownership marker in markerDir says
+// they were created in this PID namespace by a process that has exited (its
+// PID is gone, or belongs to a process with another start time): namespaces
+// of killed test processes whose cleanup never ran. A namespace without a
+// marker, or whose marker names another PID namespace (a container sharing
+// /run), is never touched: its owner cannot be checked from here.
+func sweepStale(markers, namespaces string) {
+	me, err := self()
+	if err != nil {
+		return
+	}
+	entries, err := os.ReadDir(markers)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
-		var pid, n int
-		var side string
 		name := e.Name()
-		if c, _ := fmt.Sscanf(name, "goroce-%d-%d-%s", &pid, &n, &side); c != 3 || (side != "a" && side != "b") {
+		path := filepath.Join(markers, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
 			continue
 		}
-		if name != fmt.Sprintf("goroce-%d-%d-%s", pid, n, side) || pid == os.Getpid() {
+		o, err := parseOwner(b)
+		if err != nil || o.pidNS != me.pidNS {
 			continue
 		}
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); !os.IsNotExist(err) {
-			continue // still running (or cannot tell)
+		if start, err := startTime(o.pid); err == nil && start == o.start {
+			continue // the owner is alive
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			continue // cannot tell
 		}
-		netns.DeleteNamed(name)
+		if deleteNamed(namespaces, name) == nil {
+			os.Remove(path)
+		}
 	}
+}
+
+// deleteNamed deletes the named namespace dir/name (a bind mount of the
+// namespace on an empty file); one that does not exist is already deleted.
+func deleteNamed(dir, name string) error {
+	p := filepath.Join(dir, name)
+	if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+		// EINVAL: not a mount point (creation failed between creating the
+		// file and mounting on it).
+		return fmt.Errorf("netns: unmounting %s: %w", p, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("netns: %w", err)
+	}
+	return nil
+}
+
+// TB is the part of testing.TB that RequireRoot and NewPair use. It is
+// declared here so that programs linking this package (goroce demo --netns,
+// bench/) do not link the testing package; a *testing.T or *testing.B
+// satisfies it.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Skip(args ...any)
+	Skipf(format string, args ...any)
+	Fatalf(format string, args ...any)
 }
 
 // RequireRoot skips the test when the process is not root, or fails it when
 // the environment variable CI is "true" (privileged tests must run in CI).
-func RequireRoot(t testing.TB) {
+func RequireRoot(t TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
@@ -145,7 +290,7 @@ func RequireRoot(t testing.TB) {
 // NewPair creates the namespaces and the veth pair, or ends the test: skip
 // (not root, or namespaces not permitted here) or fail (any other error, or
 // CI=true).
-func NewPair(t testing.TB, opts Options) *Pair {
+func NewPair(t TB, opts Options) *Pair {
 	t.Helper()
 	RequireRoot(t)
 	p, err := New(opts)
@@ -165,7 +310,7 @@ func New(opts Options) (_ *Pair, err error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("netns: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) to create network namespaces: %w", os.ErrPermission)
 	}
-	staleSweep.Do(sweepStale)
+	staleSweep.Do(func() { sweepStale(markerDir, nsDir) })
 	if opts.MTU <= 0 {
 		opts.MTU = 1500
 	}
@@ -215,14 +360,23 @@ func (p *Pair) create(opts Options) error {
 		return err
 	}
 	defer origin.Close()
+	me, selfErr := self()
 	for _, e := range []*End{&p.A, &p.B} {
+		// Without a trustworthy owner (a /proc of another PID namespace)
+		// the namespace gets no marker, and no sweep will ever delete it.
+		if selfErr == nil {
+			if err := mark(markerDir, e.NS, me); err != nil {
+				return fmt.Errorf("marking namespace %s as ours: %w", e.NS, err)
+			}
+			e.marked = true
+		}
 		// NewNamed switches this thread into the new namespace.
 		h, err := netns.NewNamed(e.NS)
 		if err != nil {
 			netns.Set(origin)
 			return fmt.Errorf("creating namespace %s: %w", e.NS, err)
 		}
-		e.handle = h
+		e.handle, e.created = h, true
 		if opts.NoDAD {
 			err = writeSysctls(map[string]string{
 				"net/ipv6/conf/default/accept_dad": "0",
@@ -247,6 +401,7 @@ func (p *Pair) create(opts Options) error {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("creating veth %s/%s: %w", p.A.Ifname, p.B.Ifname, err)
 	}
+	p.vethAdded = true
 	for _, e := range []*End{&p.A, &p.B} {
 		l, err := netlink.LinkByName(e.Ifname)
 		if err != nil {
@@ -351,15 +506,22 @@ func (p *Pair) Close() error {
 			if e.handle.IsOpen() {
 				e.handle.Close()
 			}
-			if _, err := os.Stat(filepath.Join("/var/run/netns", e.NS)); err == nil {
-				if err := netns.DeleteNamed(e.NS); err != nil {
+			if e.created {
+				if err := deleteNamed(nsDir, e.NS); err != nil {
 					errs = append(errs, err)
+					continue // the marker lets a later sweep retry
 				}
+			}
+			if e.marked {
+				os.Remove(filepath.Join(markerDir, e.NS))
 			}
 		}
 		// If moving into a namespace failed, a veth end may be left behind in
 		// the original namespace.
 		for _, name := range []string{p.A.Ifname, p.B.Ifname} {
+			if !p.vethAdded {
+				break
+			}
 			if l, err := netlink.LinkByName(name); err == nil {
 				netlink.LinkDel(l)
 			}

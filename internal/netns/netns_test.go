@@ -1,6 +1,8 @@
 package netns
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -11,6 +13,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 )
+
+// The testing types satisfy TB, so tests pass their *testing.T or *testing.B.
+var _ TB = testing.TB(nil)
 
 func TestPairUDP(t *testing.T) {
 	var p *Pair
@@ -90,24 +95,104 @@ func TestPairsDistinct(t *testing.T) {
 	}
 }
 
+// TestSweepStale creates namespaces named like a killed test process's
+// (goroce-PID-N-a with a PID above the kernel's hard pid_max of 2^22, so no
+// such process exists) and checks that the sweep deletes exactly those whose
+// marker proves they are ours and dead: same PID namespace and a dead PID, or
+// a live PID with another start time (a reused PID). An unmarked namespace
+// and one marked by another PID namespace survive although their PIDs are
+// dead too, and so does one marked by this live process.
 func TestSweepStale(t *testing.T) {
 	RequireRoot(t)
-	// A namespace named like ours, for a PID that cannot exist (above
-	// pid_max's hard limit of 2^22), and one that is not ours.
-	dead := "goroce-4194999-1-a"
-	other := "goroce-keepme-1-a"
-	for _, n := range []string{dead, other} {
-		if err := exec.Command("ip", "netns", "add", n).Run(); err != nil {
-			t.Skipf("ip netns add: %v", err)
+	me, err := self()
+	if err != nil {
+		t.Skipf("cannot identify this process: %v", err)
+	}
+	markers := t.TempDir()
+	dead := 1<<22 + 1000 + os.Getpid()
+	cases := []struct {
+		name   string
+		marker string // "" for none
+		swept  bool
+	}{
+		{"dead", owner{pid: dead, start: 1, pidNS: me.pidNS}.String(), true},
+		{"reused", owner{pid: me.pid, start: me.start + 1, pidNS: me.pidNS}.String(), true},
+		{"live", me.String(), false},
+		{"foreign", owner{pid: dead, start: 1, pidNS: me.pidNS + 1}.String(), false},
+		{"unmarked", "", false},
+		{"garbage", "not a marker\n", false},
+	}
+	for i, c := range cases {
+		ns := fmt.Sprintf("goroce-%d-%d-a", dead, i)
+		cases[i].name = ns
+		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+		}
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		if c.marker != "" {
+			if err := os.WriteFile(filepath.Join(markers, ns), []byte(c.marker), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	defer exec.Command("ip", "netns", "del", other).Run()
-	defer exec.Command("ip", "netns", "del", dead).Run()
-	sweepStale()
-	if _, err := os.Stat(filepath.Join("/var/run/netns", dead)); !os.IsNotExist(err) {
-		t.Errorf("stale %s not removed (%v)", dead, err)
+	sweepStale(markers, nsDir)
+	for _, c := range cases {
+		_, err := os.Stat(filepath.Join(nsDir, c.name))
+		_, merr := os.Stat(filepath.Join(markers, c.name))
+		switch {
+		case c.swept && !os.IsNotExist(err):
+			t.Errorf("%s: stale namespace not removed (%v)", c.name, err)
+		case c.swept && !os.IsNotExist(merr):
+			t.Errorf("%s: marker of a removed namespace left (%v)", c.name, merr)
+		case !c.swept && err != nil:
+			t.Errorf("%s: namespace removed: %v", c.name, err)
+		}
 	}
-	if _, err := os.Stat(filepath.Join("/var/run/netns", other)); err != nil {
-		t.Errorf("%s removed: %v", other, err)
+}
+
+// TestMarkers checks that New marks both namespaces with this process as the
+// owner, and that Close removes the markers with the namespaces.
+func TestMarkers(t *testing.T) {
+	me, err := self()
+	if err != nil {
+		t.Skipf("cannot identify this process: %v", err)
+	}
+	p := NewPair(t, Options{})
+	for _, e := range []End{p.A, p.B} {
+		b, err := os.ReadFile(filepath.Join(markerDir, e.NS))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, err := parseOwner(b); err != nil || o != me {
+			t.Errorf("%s: marker %q (%v), want %q", e.NS, b, err, me)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []End{p.A, p.B} {
+		for _, f := range []string{filepath.Join(markerDir, e.NS), filepath.Join(nsDir, e.NS)} {
+			if _, err := os.Stat(f); !os.IsNotExist(err) {
+				t.Errorf("%s left after Close (%v)", f, err)
+			}
+		}
+	}
+}
+
+func TestStartTime(t *testing.T) {
+	// A command name with spaces and a ')' must not shift the fields.
+	const stat = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194304 102 0 0 0 0 0 0 0 20 0 1 0 34922 3133440 388\n"
+	if st, err := parseStartTime([]byte(stat)); err != nil || st != 34922 {
+		t.Errorf("parseStartTime = %d, %v; want 34922", st, err)
+	}
+	if _, err := parseStartTime([]byte("4242 (a) S 1")); err == nil {
+		t.Error("parseStartTime accepted a short line")
+	}
+	me, err := startTime(os.Getpid())
+	if err != nil || me == 0 {
+		t.Fatalf("startTime(self) = %d, %v", me, err)
+	}
+	if _, err := startTime(1<<22 + 1); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("startTime(no such pid): %v, want ErrNotExist", err)
 	}
 }

@@ -34,18 +34,11 @@ func BWHeader(gbits bool) string {
 // AtomicType is -A.
 type AtomicType int
 
-// Atomic types (enum order of atomicTypesStr).
+// Atomic types (enum order and names of atomicTypesStr).
 const (
-	CmpAndSwap AtomicType = iota
-	FetchAndAdd
+	CmpAndSwap  AtomicType = iota // CMP_AND_SWAP
+	FetchAndAdd                   // FETCH_AND_ADD
 )
-
-func (a AtomicType) String() string {
-	if a == CmpAndSwap {
-		return "CMP_AND_SWAP"
-	}
-	return "FETCH_AND_ADD"
-}
 
 // TestInfo is what ctx_print_test_info shows.
 type TestInfo struct {

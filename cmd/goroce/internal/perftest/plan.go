@@ -14,32 +14,25 @@ import (
 // Test is one of the eight perftest programs.
 type Test int
 
-// The tests, named after their binaries.
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Test,StepKind,AtomicType -linecomment -output=enums_string.go
+
+// The tests, named after their binaries without "ib_" (String).
 const (
-	WriteBW Test = iota
-	ReadBW
-	SendBW
-	AtomicBW
-	WriteLat
-	ReadLat
-	SendLat
-	AtomicLat
+	WriteBW   Test = iota // write_bw
+	ReadBW                // read_bw
+	SendBW                // send_bw
+	AtomicBW              // atomic_bw
+	WriteLat              // write_lat
+	ReadLat               // read_lat
+	SendLat               // send_lat
+	AtomicLat             // atomic_lat
 )
-
-var testNames = [...]string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"}
-
-func (t Test) String() string {
-	if t < 0 || int(t) >= len(testNames) {
-		return fmt.Sprintf("Test(%d)", int(t))
-	}
-	return testNames[t]
-}
 
 // ParseTest maps "write_bw" (or "ib_write_bw") to WriteBW and so on.
 func ParseTest(name string) (Test, bool) {
-	for i, n := range testNames {
-		if name == n || name == "ib_"+n {
-			return Test(i), true
+	for t := WriteBW; t <= AtomicLat; t++ {
+		if n := t.String(); name == n || name == "ib_"+n {
+			return t, true
 		}
 	}
 	return 0, false
@@ -75,41 +68,33 @@ func (t Test) BW() bool { return t <= AtomicBW }
 // StepKind is one thing a tool does on the control connection, or one hook.
 type StepKind int
 
-// The steps, in the vocabulary of the C sources.
+// The steps, in the vocabulary of the C sources; String returns the line
+// comment.
 const (
 	// StepHello is exchange_versions, check_sys_data and check_mtu.
-	StepHello StepKind = iota
+	StepHello StepKind = iota // hello
 	// StepSetup calls Hooks.Setup (ctx_init and set_up_connection: create
 	// resources and produce one KeyMsg per QP). Nothing on the wire.
-	StepSetup
+	StepSetup // setup
 	// StepKeys is the per-QP loop of ctx_hand_shake; the peer's keys are kept.
-	StepKeys
+	StepKeys // keys
 	// StepConnect calls Hooks.Connect (ctx_connect: QPs to RTR and RTS).
-	StepConnect
+	StepConnect // connect
 	// StepSync is one ctx_hand_shake on QP 0.
-	StepSync
+	StepSync // sync
 	// StepPrepare calls Hooks.Prepare for one message size before the
 	// handshake that releases the peer's traffic (send tests: receives must
 	// be posted before the peer's SENDs can arrive, ctx_set_recv_wqes).
-	StepPrepare
+	StepPrepare // prepare
 	// StepTraffic calls Hooks.Traffic for one message size.
-	StepTraffic
+	StepTraffic // traffic
 	// StepReports is xchg_bw_reports.
-	StepReports
+	StepReports // reports
 	// StepClose is ctx_close_connection (handshake, "done\0", close).
-	StepClose
+	StepClose // close
 	// StepLingerClose is Session.LingerClose (write_lat has no close).
-	StepLingerClose
+	StepLingerClose // linger-close
 )
-
-var stepNames = [...]string{"hello", "setup", "keys", "connect", "sync", "prepare", "traffic", "reports", "close", "linger-close"}
-
-func (k StepKind) String() string {
-	if k < 0 || int(k) >= len(stepNames) {
-		return fmt.Sprintf("StepKind(%d)", int(k))
-	}
-	return stepNames[k]
-}
 
 // Step is one element of a test's sequence. Size is the message size of a
 // StepTraffic.
