@@ -65,9 +65,10 @@ func dumpBytes(data []byte, opts Options) (string, Summary, error) {
 }
 
 // Memory a dump of n input bytes may allocate: the readers' and writers'
-// buffers (a quarter MiB each), then per record the output and, per new
-// flow, the 8 KiB retransmission bitmap (a 74-byte record can open a flow).
-func allocBound(n int) uint64 { return 16<<20 + 512*uint64(n) }
+// buffers (a quarter MiB each), then per record its output and the flow it
+// may open (a 74-byte record can; TestManyFlowsMemory measures about 33
+// bytes per input byte for a file of one-packet flows).
+func allocBound(n int) uint64 { return 16<<20 + 64*uint64(n) }
 
 // FuzzCapture feeds arbitrary bytes as a whole capture file through the
 // pcap/pcapng reader, the flow analysis and both formatters, as DumpFile
@@ -266,7 +267,8 @@ func slices(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 // captures: the start of each capture, one frame of every opcode, the small
 // ones also in classic pcap of both byte orders and resolutions, pcapng,
 // raw IP and Linux cooked captures, small snap lengths, files cut in a
-// record or mutated, and the huge-length headers of TestHugeLengths. Seeds
+// record or mutated, the huge-length headers of TestHugeLengths and a file
+// of one-packet flows. Seeds
 // stay under a few KiB so that the fuzzer runs fast. It only runs with
 // DUMP_WRITE_CORPUS=1.
 func TestWriteCaptureCorpus(t *testing.T) {
@@ -413,5 +415,41 @@ func TestWriteCaptureCorpus(t *testing.T) {
 	}
 	for name, b := range hugeLengthFiles() {
 		write(name, b)
+	}
+	write("many_flows", manyFlows(t, 40))
+}
+
+// manyFlows is a pcap of n RC SEND_ONLY frames, each to its own QP: n
+// flows of one request.
+func manyFlows(t testing.TB, n int) []byte {
+	fr := frames(t, []pkt{{op: wire.RCSendOnly, psn: 1}})[0].Data
+	b := pcapHeader(binary.LittleEndian, pcapMagicMicro, 65535, layers.LinkTypeEthernet)
+	for i := range n {
+		d := bytes.Clone(fr)
+		var p wire.Packet
+		if err := wire.Parse(d, &p); err != nil {
+			t.Fatal(err)
+		}
+		p.BTH.SetDestQP(uint32(i))
+		n := len(p.L3) - wire.ICRCLen
+		wire.PutICRC(p.L3[n:], wire.ICRC(p.L3[:n]))
+		b = append(b, pcapRecord(binary.LittleEndian, 1, uint32(i), d, uint32(len(d)), uint32(len(d)))...)
+	}
+	return b
+}
+
+// TestManyFlowsMemory: a capture of one-packet flows costs memory in
+// proportion to its size, not 8 KiB of retransmission bitmap per flow.
+func TestManyFlowsMemory(t *testing.T) {
+	data := manyFlows(t, 10000)
+	var s Summary
+	var err error
+	a := allocs(uint64(len(data))*48, func() { _, s, err = dumpBytes(data, Options{Quiet: true, Location: time.UTC}) })
+	if err != nil || len(s.Flows) != 10000 || s.ICRCFailures != 0 {
+		t.Fatalf("%d flows, %d ICRC failures, %v", len(s.Flows), s.ICRCFailures, err)
+	}
+	t.Logf("%d-byte file, %d flows: %d bytes allocated (%.1f per input byte)", len(data), len(s.Flows), a, float64(a)/float64(len(data)))
+	if a > uint64(len(data))*48 {
+		t.Fatalf("%d bytes allocated for a %d-byte file", a, len(data))
 	}
 }
