@@ -157,6 +157,7 @@ func TestCapturesMatchWire(t *testing.T) {
 // parser is a DecodingLayerParser for Ethernet/IP/UDP/RoCEv2.
 type parser struct {
 	eth     layers.Ethernet
+	dot1q   layers.Dot1Q
 	ip4     layers.IPv4
 	ip6     layers.IPv6
 	udp     layers.UDP
@@ -168,7 +169,7 @@ type parser struct {
 
 func newParser() *parser {
 	ps := &parser{decoded: make([]gopacket.LayerType, 0, 16)}
-	dl := []gopacket.DecodingLayer{&ps.eth, &ps.ip4, &ps.ip6, &ps.udp, &ps.payload}
+	dl := []gopacket.DecodingLayer{&ps.eth, &ps.dot1q, &ps.ip4, &ps.ip6, &ps.udp, &ps.payload}
 	dl = append(dl, ps.roce.DecodingLayers()...)
 	ps.p = gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, dl...)
 	ps.p.IgnoreUnsupported = true // TCP in the captures

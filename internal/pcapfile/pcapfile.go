@@ -5,6 +5,7 @@
 package pcapfile
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -80,11 +81,7 @@ func (rd *Reader) Next() (Record, error) {
 	if incl > 1<<26 {
 		return Record{}, fmt.Errorf("pcapfile: record length %d too large", incl)
 	}
-	if cap(rd.buf) < int(incl) {
-		rd.buf = make([]byte, incl)
-	}
-	rd.buf = rd.buf[:incl]
-	if _, err := io.ReadFull(rd.r, rd.buf); err != nil {
+	if err := rd.readData(int(incl)); err != nil {
 		return Record{}, fmt.Errorf("pcapfile: truncated record: %w", err)
 	}
 	ns := int64(frac) * 1000
@@ -92,6 +89,36 @@ func (rd *Reader) Next() (Record, error) {
 		ns = int64(frac)
 	}
 	return Record{Time: time.Unix(int64(sec), ns).UTC(), Data: rd.buf, OrigLen: int(orig)}, nil
+}
+
+// eagerMax is the longest record whose buffer is allocated before it is
+// read. Lengths come from the file, so a longer record's buffer grows with
+// the bytes actually read: a 40-byte file cannot make the reader allocate
+// the 64 MiB its record header claims.
+const eagerMax = 256 << 10
+
+// readData reads n bytes into rd.buf. A record cut short is
+// io.ErrUnexpectedEOF even when none of its bytes are there: only the end
+// of the file between records is io.EOF.
+func (rd *Reader) readData(n int) error {
+	if n <= max(eagerMax, cap(rd.buf)) {
+		if cap(rd.buf) < n {
+			rd.buf = make([]byte, n)
+		}
+		rd.buf = rd.buf[:n]
+		_, err := io.ReadFull(rd.r, rd.buf)
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	b := bytes.NewBuffer(rd.buf[:0])
+	m, err := io.CopyN(b, rd.r, int64(n))
+	rd.buf = b.Bytes()
+	if err == io.EOF || (err == nil && m < int64(n)) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // ReadAll returns copies of every record in r.

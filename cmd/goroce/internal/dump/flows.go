@@ -61,6 +61,12 @@ type flowKey struct {
 
 const seenWindow = 1 << 16 // PSNs remembered per flow for retransmission detection
 
+// seenChunk is the number of PSNs per piece of the bitmap, which is
+// allocated where requests are marked: a flow costs memory in proportion to
+// the PSNs it uses, not 8 KiB from its first request (a capture of
+// one-packet flows would otherwise allocate over 100 times its size).
+const seenChunk = 1 << 12
+
 // flow is the state and counters of one flow.
 type flow struct {
 	key     flowKey
@@ -78,7 +84,7 @@ type flow struct {
 	missing         int
 	retrans         int
 	late            int
-	seen            []uint64 // bitmap over PSN & (seenWindow-1), valid for [next-seenWindow, next)
+	seen            [seenWindow / seenChunk]*[seenChunk / 64]uint64 // bitmap over PSN & (seenWindow-1), valid for [next-seenWindow, next)
 	readReqs        int
 	transportPSNful bool // RC or UC requests seen
 
@@ -191,9 +197,6 @@ func (f *flow) request(t *flowTable, op wire.Opcode, p wire.PSN, ext *wire.Packe
 			nmax = n
 		}
 	}
-	if f.seen == nil {
-		f.seen = make([]uint64, seenWindow/64)
-	}
 	if !f.started {
 		f.started = true
 		f.next = p
@@ -244,11 +247,17 @@ func (f *flow) moveNext(e wire.PSN) {
 		return
 	}
 	if k >= seenWindow {
-		clear(f.seen)
+		for _, c := range f.seen {
+			if c != nil {
+				clear(c[:])
+			}
+		}
 	} else {
 		for i := range k {
 			q := f.next.Add(uint32(i)) & (seenWindow - 1)
-			f.seen[q/64] &^= 1 << (q % 64)
+			if c := f.seen[q/seenChunk]; c != nil {
+				c[q%seenChunk/64] &^= 1 << (q % 64)
+			}
 		}
 	}
 	f.next = e
@@ -262,13 +271,19 @@ func (f *flow) mark(p wire.PSN, n int) {
 			continue
 		}
 		b := q & (seenWindow - 1)
-		f.seen[b/64] |= 1 << (b % 64)
+		c := f.seen[b/seenChunk]
+		if c == nil {
+			c = new([seenChunk / 64]uint64)
+			f.seen[b/seenChunk] = c
+		}
+		c[b%seenChunk/64] |= 1 << (b % 64)
 	}
 }
 
 func (f *flow) isSeen(p wire.PSN) bool {
 	b := p & (seenWindow - 1)
-	return f.seen[b/64]&(1<<(b%64)) != 0
+	c := f.seen[b/seenChunk]
+	return c != nil && c[b%seenChunk/64]&(1<<(b%64)) != 0
 }
 
 // response applies the response rules above.
