@@ -209,25 +209,41 @@ func mark(dir, name string, o owner) error {
 	return errors.Join(err, f.Close())
 }
 
-// sweepStale deletes the namespaces whose ownership marker in markerDir says
-// they were created in this PID namespace by a process that has exited (its
-// PID is gone, or belongs to a process with another start time): namespaces
-// of killed test processes whose cleanup never ran. A namespace without a
-// marker, or whose marker names another PID namespace (a container sharing
-// /run), is never touched: its owner cannot be checked from here.
-func sweepStale(markers, namespaces string) {
+// MarkOwned writes dir/name, the ownership marker of namespace name, for
+// this process, so that StaleOwned(dir) reports name once this process has
+// exited. Call it before creating the namespace, and remove the marker after
+// deleting it. It fails if the marker exists (a namespace of that name is
+// someone else's) or this process cannot be identified through /proc.
+// Pair's namespaces are marked in /run/goroce-netns; other harnesses (e.g.
+// interop/) use a directory of their own, so that each sweeps only its own.
+func MarkOwned(dir, name string) error {
 	me, err := self()
 	if err != nil {
-		return
+		return err
 	}
-	entries, err := os.ReadDir(markers)
+	return mark(dir, name, me)
+}
+
+// StaleOwned returns the names marked in dir (MarkOwned) by a process of
+// this PID namespace that has exited: its PID is gone, or belongs to a
+// process with another start time. A marker of another PID namespace (a
+// container sharing /run) is never reported: its owner cannot be checked
+// from here. Nothing is reported when /proc is not this PID namespace's.
+func StaleOwned(dir string) []string {
+	me, err := self()
 	if err != nil {
-		return
+		return nil
 	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var stale []string
 	for _, e := range entries {
-		name := e.Name()
-		path := filepath.Join(markers, name)
-		b, err := os.ReadFile(path)
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			continue
 		}
@@ -240,8 +256,17 @@ func sweepStale(markers, namespaces string) {
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			continue // cannot tell
 		}
+		stale = append(stale, e.Name())
+	}
+	return stale
+}
+
+// sweepStale deletes the namespaces StaleOwned(markers) reports (those of
+// killed test processes whose cleanup never ran) and their markers.
+func sweepStale(markers, namespaces string) {
+	for _, name := range StaleOwned(markers) {
 		if deleteNamed(namespaces, name) == nil {
-			os.Remove(path)
+			os.Remove(filepath.Join(markers, name))
 		}
 	}
 }
