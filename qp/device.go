@@ -117,7 +117,18 @@ type Device struct {
 	qps     map[uint32]*QP
 	qpList  []*QP // creation order: timers run in a deterministic order
 	nextQPN uint32
-	tx      txBatch
+	// qpnLimit is the highest QP number handed out (maxQPN; tests lower
+	// it to reach the wrap quickly).
+	qpnLimit uint32
+	tx       txBatch
+
+	// failedCQs are CQs that overran since the last endCall; their QPs
+	// still have to be moved to ERR.
+	failedCQs []*CQ
+	// onAsync, when set, receives the asynchronous events (with d.mu
+	// held). It is the hook an async event stream (ibv_get_async_event)
+	// will use; today only tests read it.
+	onAsync func(asyncEvent)
 	now     func() time.Time
 
 	counters transport.Counters
@@ -159,7 +170,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := &Device{
 		cfg: cfg, mrs: memreg.NewTable(cfg.Seed), atomics: atomic.NewExecutor(),
-		qps: map[uint32]*QP{}, nextQPN: 0x11, now: cfg.Now,
+		qps: map[uint32]*QP{}, nextQPN: minQPN, qpnLimit: maxQPN, now: cfg.Now,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	copy(d.mac[:], cfg.Link.HardwareAddr())
@@ -263,6 +274,56 @@ func (d *Device) Close() error {
 	return err
 }
 
+// asyncKind names an asynchronous event (enum ibv_event_type).
+type asyncKind int
+
+const (
+	eventCQErr   asyncKind = iota // IBV_EVENT_CQ_ERR: a CQ overran
+	eventQPFatal                  // IBV_EVENT_QP_FATAL: a QP went to ERR because its CQ overran
+)
+
+// asyncEvent is one asynchronous event (struct ibv_async_event).
+type asyncEvent struct {
+	kind asyncKind
+	cq   *CQ
+	qp   *QP
+}
+
+// endCall finishes a call into the engines (d.mu held): QPs whose CQ
+// overran go to ERR, then the frames the engines produced are written.
+func (d *Device) endCall(now time.Time) {
+	if len(d.failedCQs) > 0 {
+		d.failCQs(now)
+	}
+	d.tx.flush()
+}
+
+// failCQs handles CQ overruns as rxe does (rxe_cq_post: the CQ goes to
+// the error state and IB_EVENT_CQ_ERR is raised) and as IBTA C11-25
+// requires of the QPs using it: they go to ERR, flushing their work
+// requests (into their other CQ where that one has room). Moving a QP to
+// ERR can overrun another CQ; the loop runs until none is left.
+func (d *Device) failCQs(now time.Time) {
+	for len(d.failedCQs) > 0 {
+		cq := d.failedCQs[0]
+		d.failedCQs = d.failedCQs[1:]
+		d.event(asyncEvent{kind: eventCQErr, cq: cq})
+		for _, q := range d.qpList {
+			if (q.sendCQ == cq || q.recvCQ == cq) && q.eng.State() != StateErr && q.eng.State() != StateReset {
+				q.eng.Modify(&Attr{State: StateErr}, AttrState, now)
+				d.event(asyncEvent{kind: eventQPFatal, cq: cq, qp: q})
+			}
+		}
+	}
+	d.failedCQs = d.failedCQs[:0]
+}
+
+func (d *Device) event(ev asyncEvent) {
+	if d.onAsync != nil {
+		d.onAsync(ev)
+	}
+}
+
 // AllocPD allocates a protection domain.
 func (d *Device) AllocPD() *PD { return &PD{dev: d, pd: d.mrs.AllocPD()} }
 
@@ -276,10 +337,18 @@ type PD struct {
 // registered, the remote peer may read or write buf at any time the access
 // flags allow: the application should touch it only when a completion says
 // the data it needs is there.
-func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) { return pd.pd.Register(buf, access) }
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if pd.dev.isClosed() {
+		return nil, ErrClosed
+	}
+	return pd.pd.Register(buf, access)
+}
 
 // RegMRIOVA registers buf with a chosen IOVA (ibv_reg_mr_iova).
 func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	if pd.dev.isClosed() {
+		return nil, ErrClosed
+	}
 	return pd.pd.RegisterIOVA(buf, iova, access)
 }
 
@@ -317,7 +386,7 @@ func (d *Device) rxLoop() {
 		for i := 0; i < cnt; i++ {
 			d.input(bufs[i][:sizes[i]], &pkt, now)
 		}
-		d.tx.flush()
+		d.endCall(now)
 		d.mu.Unlock()
 		d.kick()
 	}
@@ -387,7 +456,7 @@ func (d *Device) timerLoop() {
 				next = dl
 			}
 		}
-		d.tx.flush()
+		d.endCall(now)
 		d.mu.Unlock()
 		wait := time.Hour
 		if !next.IsZero() {

@@ -23,9 +23,16 @@ func newManualRx(tr nic.Poller, l nic.Link) *manualRx {
 	return m
 }
 
-// Poll (manual and busy-poll modes) processes every frame that is due on
+// busyPollBatches bounds the link batches one busy-poll Device.Poll reads:
+// it holds the device mutex, so a peer flooding the link must not keep
+// posts and other pollers out; the rest waits for the next poll.
+const busyPollBatches = 4
+
+// Poll (manual and busy-poll modes) processes the frames that are due on
 // the link and every engine deadline that has passed at the device clock's
-// current time. It returns the number of frames and timer expiries handled,
+// current time: in manual mode every due frame (the simulator's clock
+// stands still meanwhile, so there is an end), in busy-poll mode at most
+// busyPollBatches batches of them. It returns the number of frames and timer expiries handled,
 // so a simulator knows whether anything happened. In the normal mode, and
 // on a closed busy-poll device, it does nothing.
 func (d *Device) Poll() int {
@@ -39,7 +46,7 @@ func (d *Device) Poll() int {
 		return 0
 	}
 	events := 0
-	for {
+	for batches := 0; !d.busy || batches < busyPollBatches; batches++ {
 		// An error (a closed link) ends this look at the link, like the
 		// receive goroutine stops on one; a transient one is retried at the
 		// next poll.
@@ -54,7 +61,7 @@ func (d *Device) Poll() int {
 		for i := 0; i < n; i++ {
 			d.input(m.bufs[i][:m.sizes[i]], &m.pkt, now)
 		}
-		d.tx.flush()
+		d.endCall(now)
 		events += n
 	}
 	now := d.now()
@@ -64,7 +71,7 @@ func (d *Device) Poll() int {
 			events++
 		}
 	}
-	d.tx.flush()
+	d.endCall(now)
 	return events
 }
 
