@@ -134,7 +134,8 @@ type Device struct {
 	counters transport.Counters
 	rxStats  RxStats
 
-	manual *manualRx      // manual and busy-poll modes
+	poller nic.Poller     // manual and busy-poll modes: the link's non-blocking read
+	rx     *rxBatch       // manual and busy-poll modes: Poll's buffers
 	busy   bool           // busy-poll mode: CQs drive the device
 	idle   satomic.Uint32 // busy-poll: consecutive polls that found nothing
 
@@ -191,7 +192,7 @@ func Open(cfg Config) (*Device, error) {
 		if !ok {
 			return nil, fmt.Errorf("qp: open device: manual and busy-poll modes need a link with a non-blocking TryReadBatch (%T has none)", cfg.Link)
 		}
-		d.manual = newManualRx(tr, cfg.Link)
+		d.poller, d.rx = tr, newRxBatch(cfg.Link)
 		d.busy = cfg.BusyPoll
 		return d, nil
 	}
@@ -266,7 +267,7 @@ func (d *Device) Close() error {
 	d.closed = true
 	close(d.done)
 	d.mu.Unlock()
-	if d.manual != nil && !d.busy {
+	if d.poller != nil && !d.busy {
 		return nil // the simulator owns the links
 	}
 	err := d.cfg.Link.Close()
@@ -358,22 +359,74 @@ func (pd *PD) Dealloc() error { return pd.pd.Dealloc() }
 // Device returns the PD's device.
 func (pd *PD) Device() *Device { return pd.dev }
 
-// rxLoop reads frame batches and dispatches them.
-func (d *Device) rxLoop() {
-	defer d.wg.Done()
-	link := d.cfg.Link
-	n := link.BatchSize()
+// rxBatch holds the receive buffers of one drive loop.
+type rxBatch struct {
+	bufs  [][]byte
+	sizes []int
+	pkt   wire.Packet
+}
+
+func newRxBatch(l nic.Link) *rxBatch {
+	n := l.BatchSize()
 	if n <= 0 {
 		n = 32
 	}
-	bufs := make([][]byte, n)
-	sizes := make([]int, n)
-	for i := range bufs {
-		bufs[i] = make([]byte, link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	b := &rxBatch{bufs: make([][]byte, n), sizes: make([]int, n)}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, l.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
 	}
-	var pkt wire.Packet
+	return b
+}
+
+// drive is the device's one unit of work, whoever runs it (the receive
+// and timer goroutines, or Poll in the manual and busy-poll modes), with
+// d.mu held: input the n frames read into b, then, with timers set, tick
+// every engine whose deadline has passed, and write what the engines
+// produced. It returns the frames and timer expiries handled and the
+// earliest engine deadline left (zero if none).
+func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Time) {
+	now := d.now()
+	for i := 0; i < n; i++ {
+		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
+	}
+	fired := 0
+	if timers {
+		fired, next = d.timers(now, true)
+	}
+	d.endCall(now)
+	return n + fired, next
+}
+
+// timers is the one scan of the engines' deadlines (d.mu held): with fire
+// set, every engine whose deadline is at or before now ticks (in creation
+// order, so a simulation is deterministic). It returns how many ticked and
+// the earliest deadline left (zero if none).
+func (d *Device) timers(now time.Time, fire bool) (fired int, next time.Time) {
+	for _, q := range d.qpList {
+		dl, ok := q.eng.Deadline()
+		if !ok {
+			continue
+		}
+		if fire && !dl.After(now) {
+			q.eng.Tick(now)
+			fired++
+			if dl, ok = q.eng.Deadline(); !ok {
+				continue
+			}
+		}
+		if next.IsZero() || dl.Before(next) {
+			next = dl
+		}
+	}
+	return fired, next
+}
+
+// rxLoop reads frame batches (blocking) and drives the device with each.
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	b := newRxBatch(d.cfg.Link)
 	for {
-		cnt, err := link.ReadBatch(bufs, sizes)
+		n, err := d.cfg.Link.ReadBatch(b.bufs, b.sizes)
 		if err != nil {
 			return
 		}
@@ -382,11 +435,7 @@ func (d *Device) rxLoop() {
 			d.mu.Unlock()
 			return
 		}
-		now := d.now()
-		for i := 0; i < cnt; i++ {
-			d.input(bufs[i][:sizes[i]], &pkt, now)
-		}
-		d.endCall(now)
+		d.drive(b, n, true)
 		d.mu.Unlock()
 		d.kick()
 	}
@@ -431,36 +480,19 @@ func (d *Device) kick() {
 	}
 }
 
-// timerLoop calls the engines' Tick at their deadlines.
+// timerLoop drives the device at the engines' deadlines, and recomputes
+// the next one whenever another call may have moved it (kick).
 func (d *Device) timerLoop() {
 	defer d.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		d.mu.Lock()
-		now := d.now()
-		var next time.Time
-		for _, q := range d.qpList {
-			dl, ok := q.eng.Deadline()
-			if !ok {
-				continue
-			}
-			if !dl.After(now) {
-				q.eng.Tick(now)
-				dl, ok = q.eng.Deadline()
-				if !ok {
-					continue
-				}
-			}
-			if next.IsZero() || dl.Before(next) {
-				next = dl
-			}
-		}
-		d.endCall(now)
+		_, next := d.drive(nil, 0, true)
 		d.mu.Unlock()
 		wait := time.Hour
 		if !next.IsZero() {
-			wait = max(next.Sub(now), 0)
+			wait = max(next.Sub(d.now()), 0)
 		}
 		t.Reset(wait)
 		select {
