@@ -12,9 +12,16 @@ import (
 
 // InitAttr are the creation attributes of a QP (struct ibv_qp_init_attr).
 type InitAttr struct {
+	// SendCQ and RecvCQ receive the completions of the send and receive
+	// queues (the same CQ may serve both); both are required and must
+	// belong to the QP's device.
 	SendCQ, RecvCQ *CQ
-	Cap            Caps
-	SQSigAll       bool
+	// Cap sizes the queues: MaxSendWR and MaxRecvWR outstanding work
+	// requests, MaxSendSGE and MaxRecvSGE scatter/gather elements each.
+	Cap Caps
+	// SQSigAll makes every send WR generate a completion, as if each had
+	// SendSignaled (ibv_qp_init_attr.sq_sig_all).
+	SQSigAll bool
 }
 
 // QP is a reliable-connected queue pair.
@@ -291,10 +298,10 @@ func (q *QP) Destroy() error {
 // Remote describes the peer of a connection, as exchanged out of band by
 // rc_pingpong / perftest (QPN, PSN, GID) plus the path MTU to use.
 type Remote struct {
-	QPN uint32
-	PSN uint32
-	GID GID
-	MTU MTU
+	QPN uint32 // the peer QP's number
+	PSN uint32 // the first PSN the peer sends (its SQ PSN): our RQ PSN
+	GID GID    // the peer's GID (its IP address; IPv4-mapped or plain)
+	MTU MTU    // path MTU; zero: the device's active MTU
 }
 
 // ConnectOptions are the local choices for Connect; zero values take the
