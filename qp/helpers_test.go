@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/internal/pcapfile"
@@ -74,10 +75,40 @@ type xend struct {
 }
 
 type xpair struct {
-	t    testing.TB
-	a, b *xend
-	tap  *tapBuf
-	dec  tapDecoder
+	t      testing.TB
+	a, b   *xend
+	tap    *tapBuf
+	dec    tapDecoder
+	bubble bool // the test runs in a synctest bubble (bubble)
+}
+
+// bubbles holds the tests running in a synctest bubble.
+var bubbles sync.Map // testing.TB → struct{}
+
+// bubble runs f in a synctest bubble: time is fake and moves only when
+// every goroutine of the test (the devices' own included) is blocked. A
+// pair made in it by newX settles by waiting for that (synctest.Wait)
+// instead of sleeping on the wall clock, and the engines' timers (ACK
+// timeout, RNR back-off) fire at their exact fake-clock instants, after
+// everything that could run before them has: the outcome no longer
+// depends on the machine's load. Busy-poll pairs cannot use it (a
+// spinning poller never blocks, so time never moves), nor real sockets.
+func bubble(t *testing.T, f func(t *testing.T)) {
+	synctest.Test(t, func(t *testing.T) {
+		bubbles.Store(testing.TB(t), struct{}{})
+		defer bubbles.Delete(testing.TB(t))
+		f(t)
+	})
+}
+
+// pause lets the devices run: in a bubble until every goroutine is
+// blocked, otherwise for a millisecond of real time.
+func (x *xpair) pause() {
+	if x.bubble {
+		synctest.Wait()
+		return
+	}
+	time.Sleep(time.Millisecond)
 }
 
 // tapBuf is the pcap tap: an io.Writer safe for the link goroutines and
@@ -166,6 +197,16 @@ func (x *xpair) next() []capPkt {
 // holds every frame of the operation that just completed.
 func (x *xpair) settle() {
 	x.t.Helper()
+	if x.bubble {
+		for range 2000 {
+			synctest.Wait()
+			if x.a.link.Pending() == 0 && x.b.link.Pending() == 0 {
+				return
+			}
+			time.Sleep(time.Millisecond) // fake time: a held (delayed, reordered) frame comes due
+		}
+		x.t.Fatalf("links did not go idle")
+	}
 	for i := 0; i < 2000; i++ {
 		x.a.dev.Poll() // busy-poll devices move only when polled; no-op otherwise
 		x.b.dev.Poll()
@@ -194,6 +235,10 @@ func newX(t testing.TB, o xopts) *xpair {
 		o.size = 64 << 10
 	}
 	x := &xpair{t: t, tap: &tapBuf{}}
+	_, x.bubble = bubbles.Load(t)
+	if x.bubble && o.busyPoll {
+		t.Fatal("a busy-poll pair cannot run in a synctest bubble: its pollers never block")
+	}
 	mc := o.mem
 	mc.MTU = o.linkMTU
 	if !o.noTap {

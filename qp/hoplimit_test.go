@@ -19,68 +19,70 @@ import (
 // an application asking for hop limit 1 (rc_pingpong) still sends TTL 64
 // like rxe and mlx5.
 func TestRouteHopLimit(t *testing.T) {
-	var tap bytes.Buffer
-	la, lb := nic.NewMemPair(nic.MemConfig{Tap: &tap})
-	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
-	da, err := Open(Config{Link: la, IP: ipA, RouteHopLimit: 64, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer da.Close()
-	db, err := Open(Config{Link: lb, IP: ipB, Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	mk := func(d *Device) (*QP, *CQ, *MR) {
-		pd := d.AllocPD()
-		cq, _ := d.CreateCQ(16)
-		q, err := pd.CreateQP(InitAttr{SendCQ: cq, RecvCQ: cq, Cap: Caps{MaxSendWR: 4, MaxRecvWR: 4}})
+	bubble(t, func(t *testing.T) {
+		var tap bytes.Buffer
+		la, lb := nic.NewMemPair(nic.MemConfig{Tap: &tap})
+		ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+		da, err := Open(Config{Link: la, IP: ipA, RouteHopLimit: 64, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mr, err := pd.RegMR(make([]byte, 64), memreg.LocalWrite)
+		defer da.Close()
+		db, err := Open(Config{Link: lb, IP: ipB, Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return q, cq, mr
-	}
-	qa, cqa, mra := mk(da)
-	qb, cqb, mrb := mk(db)
-	if err := qa.Connect(context.Background(), Remote{QPN: qb.QPN(), PSN: 1, GID: ipB}, ConnectOptions{SQPSN: 2, HopLimit: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := qb.Connect(context.Background(), Remote{QPN: qa.QPN(), PSN: 2, GID: ipA}, ConnectOptions{SQPSN: 1, HopLimit: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := qb.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{{Addr: mrb.IOVA(), Length: 64, LKey: mrb.LKey()}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := qa.PostSend(&SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
-		SGL: []SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, cqa); wc.Status != transport.WCSuccess {
-		t.Fatal(wc)
-	}
-	if wc := wait(t, cqb); wc.Status != transport.WCSuccess {
-		t.Fatal(wc)
-	}
-	recs, err := pcapfile.ReadAll(&tap)
-	if err != nil || len(recs) < 2 {
-		t.Fatalf("%d frames, %v", len(recs), err)
-	}
-	for _, r := range recs {
-		var p wire.Packet
-		if err := wire.Parse(r.Data, &p); err != nil {
+		defer db.Close()
+		mk := func(d *Device) (*QP, *CQ, *MR) {
+			pd := d.AllocPD()
+			cq, _ := d.CreateCQ(16)
+			q, err := pd.CreateQP(InitAttr{SendCQ: cq, RecvCQ: cq, Cap: Caps{MaxSendWR: 4, MaxRecvWR: 4}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mr, err := pd.RegMR(make([]byte, 64), memreg.LocalWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return q, cq, mr
+		}
+		qa, cqa, mra := mk(da)
+		qb, cqb, mrb := mk(db)
+		if err := qa.Connect(context.Background(), Remote{QPN: qb.QPN(), PSN: 1, GID: ipB}, ConnectOptions{SQPSN: 2, HopLimit: 1}); err != nil {
 			t.Fatal(err)
 		}
-		want := uint8(1) // B keeps the application's hop limit
-		if p.SrcIP() == ipA {
-			want = 64 // A's is replaced by the route's
+		if err := qb.Connect(context.Background(), Remote{QPN: qa.QPN(), PSN: 2, GID: ipA}, ConnectOptions{SQPSN: 1, HopLimit: 1}); err != nil {
+			t.Fatal(err)
 		}
-		if p.IPv4.TTL() != want {
-			t.Fatalf("%v from %v: TTL %d, want %d", p.Opcode(), p.SrcIP(), p.IPv4.TTL(), want)
+		if err := qb.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{{Addr: mrb.IOVA(), Length: 64, LKey: mrb.LKey()}}}); err != nil {
+			t.Fatal(err)
 		}
-	}
+		if err := qa.PostSend(&SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
+			SGL: []SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := wait(t, cqa); wc.Status != transport.WCSuccess {
+			t.Fatal(wc)
+		}
+		if wc := wait(t, cqb); wc.Status != transport.WCSuccess {
+			t.Fatal(wc)
+		}
+		recs, err := pcapfile.ReadAll(&tap)
+		if err != nil || len(recs) < 2 {
+			t.Fatalf("%d frames, %v", len(recs), err)
+		}
+		for _, r := range recs {
+			var p wire.Packet
+			if err := wire.Parse(r.Data, &p); err != nil {
+				t.Fatal(err)
+			}
+			want := uint8(1) // B keeps the application's hop limit
+			if p.SrcIP() == ipA {
+				want = 64 // A's is replaced by the route's
+			}
+			if p.IPv4.TTL() != want {
+				t.Fatalf("%v from %v: TTL %d, want %d", p.Opcode(), p.SrcIP(), p.IPv4.TTL(), want)
+			}
+		}
+	})
 }

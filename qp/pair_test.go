@@ -74,21 +74,23 @@ func wait(t *testing.T, cq *CQ) WC {
 }
 
 func TestWriteSmoke(t *testing.T) {
-	a, b := newPair(t, nic.MemConfig{}, 1<<16)
-	for i := range a.buf {
-		a.buf[i] = byte(i * 7)
-	}
-	n := uint32(5000)
-	err := a.qp.PostSend(&SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []SGE{{Addr: a.mr.IOVA(), Length: n, LKey: a.mr.LKey()}}, RemoteAddr: b.mr.IOVA() + 8, RKey: b.mr.RKey()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wc := wait(t, a.cq)
-	if wc.Status != transport.WCSuccess {
-		t.Fatalf("wc %v", wc)
-	}
-	if !bytes.Equal(b.buf[8:8+n], a.buf[:n]) {
-		t.Fatal("data mismatch")
-	}
+	bubble(t, func(t *testing.T) {
+		a, b := newPair(t, nic.MemConfig{}, 1<<16)
+		for i := range a.buf {
+			a.buf[i] = byte(i * 7)
+		}
+		n := uint32(5000)
+		err := a.qp.PostSend(&SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []SGE{{Addr: a.mr.IOVA(), Length: n, LKey: a.mr.LKey()}}, RemoteAddr: b.mr.IOVA() + 8, RKey: b.mr.RKey()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc := wait(t, a.cq)
+		if wc.Status != transport.WCSuccess {
+			t.Fatalf("wc %v", wc)
+		}
+		if !bytes.Equal(b.buf[8:8+n], a.buf[:n]) {
+			t.Fatal("data mismatch")
+		}
+	})
 }
