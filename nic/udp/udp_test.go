@@ -328,7 +328,7 @@ func BenchmarkUDP(b *testing.B) {
 func (l *Link) recvLocked(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	return l.recv(bufs, sizes)
+	return l.s.recv(bufs, sizes, false)
 }
 
 // FuzzWriteBatch feeds arbitrary frames to the transmit path's parser and
@@ -346,14 +346,15 @@ func FuzzWriteBatch(f *testing.F) {
 		f.Skipf("cannot bind: %v", err)
 	}
 	defer l.Close()
+	s := l.s.(*mmsgSock)
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		if l.prepare(0, frame) {
+		if s.prepare(0, frame) {
 			// A prepared frame carries at least a BTH before the trailer.
-			if l.tx.Iovs[0].Len < 12 || l.tx.Iovs[1].Len != 4 {
-				t.Fatalf("prepared iovecs %d + %d bytes", l.tx.Iovs[0].Len, l.tx.Iovs[1].Len)
+			if s.tx.Iovs[0].Len < 12 || s.tx.Iovs[1].Len != 4 {
+				t.Fatalf("prepared iovecs %d + %d bytes", s.tx.Iovs[0].Len, s.tx.Iovs[1].Len)
 			}
 		}
-		l.tx.Clear()
+		s.tx.Clear()
 	})
 }
 
