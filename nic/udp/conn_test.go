@@ -34,33 +34,6 @@ func isPortable(l *Link) bool {
 	return ok
 }
 
-// sendRecv sends frames from a to b in chunks the socket buffer holds and
-// checks that each arrives intact, in order, with the canonical header.
-func sendRecv(t *testing.T, a, b *Link, count int) {
-	t.Helper()
-	src, dst := a.LocalAddr(), b.LocalAddr()
-	before := b.Stats().RxFrames
-	for i := 0; i < count; i += 10 {
-		var frames [][]byte
-		for j := i; j < min(i+10, count); j++ {
-			frames = append(frames, buildFrame(t, src.Addr(), dst.Addr(), uint32(j), (j*97)%1025))
-		}
-		if n, err := a.WriteBatch(frames); n != len(frames) || err != nil {
-			t.Fatalf("WriteBatch = %d, %v", n, err)
-		}
-		got := readN(t, b, len(frames))
-		for j := range got {
-			checkDelivered(t, got[j], frames[j], src, dst)
-			if len(got[j]) != len(frames[j]) {
-				t.Fatalf("frame %d: %d bytes, sent %d", i+j, len(got[j]), len(frames[j]))
-			}
-		}
-	}
-	if s := b.Stats(); s.RxFrames-before != uint64(count) || s.RxDrops != 0 {
-		t.Fatalf("receiver stats %+v", s)
-	}
-}
-
 // TestPortableLoopback: two portable links on 127.0.0.1 (and ::1) of a
 // private namespace, different ports, each sending to the other's.
 func TestPortableLoopback(t *testing.T) {
