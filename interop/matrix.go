@@ -1,3 +1,5 @@
+//go:build linux
+
 package interop
 
 // The interoperability matrix: the stock rdma-core and perftest tools run by
