@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,8 +72,9 @@ func selFor(test Test, server bool) uint8 {
 // data, MTU, key messages, reports) in the order the real tools use them.
 // Nothing may panic or hang; a failed run is a *StepError; a run that
 // succeeds negotiated values within the rules (the larger page and cache
-// line, a valid MTU no larger than ours) and learned one key per QP; and our
-// own messages on the wire decode to what we sent. The seed corpus in
+// line, a valid MTU no larger than ours), learned one key per QP (which
+// prints as two lines), put our key message on the wire, and as a BW server
+// kept the client's report exactly as sent. The seed corpus in
 // testdata/fuzz/FuzzRun is each side of the rxe captures' conversations
 // (regenerate with PERFTEST_WRITE_CORPUS=1 go test -run TestWriteFuzzCorpus).
 func FuzzRun(f *testing.F) {
@@ -105,6 +107,12 @@ func FuzzRun(f *testing.F) {
 		}
 		if len(out.Peer) != nqp {
 			t.Fatalf("%d peer keys for %d QPs", len(out.Peer), nqp)
+		}
+		// The tools print the peer's keys: two lines each.
+		for _, k := range out.Peer {
+			if l := FormatAddress("remote", k, cfg.Test.Verb(), true); strings.Count(l, "\n") != 2 {
+				t.Fatalf("FormatAddress(%+v) = %q", k, l)
+			}
 		}
 		// Our side of the conversation: every 108-byte message at a key
 		// message's place is one of our keys.
@@ -203,8 +211,8 @@ func FuzzDecodeMTU(f *testing.F) {
 
 // FuzzExchangeReports: the peer's report blobs (4- or 8-byte iteration count,
 // with or without the per-port fields) decode to a report whose encoding is
-// the peer's bytes again, bit for bit (NaNs included); a short stream is an
-// error.
+// the peer's bytes again, bit for bit (NaNs included), and prints as one
+// line; a short stream is an error.
 func FuzzExchangeReports(f *testing.F) {
 	r := BWReport{Size: 65536, Iters: 5000, BWPeak: 1, BWAvg: 2, MsgRateAvg: 3, BWAvgP1: 4, MsgRateAvgP1: 5, BWAvgP2: 6, MsgRateAvgP2: 7}
 	for _, wide := range []bool{false, true} {
@@ -238,6 +246,13 @@ func FuzzExchangeReports(f *testing.F) {
 		}
 		if enc := bytes.Join(got.blobs(wide, perPort), nil); !bytes.Equal(enc, data[:need]) {
 			t.Fatalf("report %+v encodes to % x, peer sent % x", got, enc, data[:need])
+		}
+		// A BW server prints the client's report: one line whatever the
+		// numbers (NaN, infinities, 2^64-1 iterations).
+		for _, gbits := range []bool{false, true} {
+			if l := FormatBWReport(got, gbits); strings.Count(l, "\n") != 1 || !strings.HasSuffix(l, "\n") {
+				t.Fatalf("FormatBWReport(%+v) = %q", got, l)
+			}
 		}
 	})
 }
