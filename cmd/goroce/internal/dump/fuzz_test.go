@@ -453,3 +453,28 @@ func TestManyFlowsMemory(t *testing.T) {
 		t.Fatalf("%d bytes allocated for a %d-byte file", a, len(data))
 	}
 }
+
+// TestFlowWindowPieces: retransmission detection across the pieces of the
+// bitmap, which are allocated as PSNs are marked.
+func TestFlowWindowPieces(t *testing.T) {
+	cases := []struct {
+		name string
+		psns []uint32
+		want RequestStats
+	}{
+		{"across a piece boundary", []uint32{4094, 4095, 4096, 4097, 4095, 4096}, RequestStats{Retransmitted: 2}},
+		{"gap inside the window keeps what was seen", []uint32{10, 11, 5000, 11}, RequestStats{Gaps: 1, MissingPSNs: 4988, Retransmitted: 1}},
+		{"gap past the window forgets", []uint32{10, 11, 70010, 11}, RequestStats{Gaps: 1, MissingPSNs: 69998, Late: 1}},
+		{"forgotten PSNs are not seen after reuse", []uint32{10, 70010, 10 + seenWindow, 70010}, RequestStats{Gaps: 1, MissingPSNs: 69999, Late: 1, Retransmitted: 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, s := run(t, frames(t, sends(c.psns...)), Options{Quiet: true})
+			want := c.want
+			want.Packets, want.FirstPSN, want.LastPSN = len(c.psns), c.psns[0], c.psns[len(c.psns)-1]
+			if len(s.Flows) != 1 || s.Flows[0].Requests == nil || *s.Flows[0].Requests != want {
+				t.Fatalf("got %+v\nwant %+v", s.Flows, want)
+			}
+		})
+	}
+}
