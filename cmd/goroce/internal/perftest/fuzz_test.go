@@ -259,14 +259,15 @@ func FuzzExchangeReports(f *testing.F) {
 
 // TestWriteFuzzCorpus regenerates the seed corpora of FuzzRun (each side
 // of every captured conversation, whole and cut), FuzzDecodeKeyMsg (every
-// distinct key message in the captures) and FuzzExchangeReports (the
-// captured clients' reports). It only runs with PERFTEST_WRITE_CORPUS=1.
+// distinct key message in the captures), FuzzExchangeReports (the captured
+// clients' reports), FuzzVersion and FuzzDecodeMTU (the captured Hello
+// messages). It only runs with PERFTEST_WRITE_CORPUS=1.
 func TestWriteFuzzCorpus(t *testing.T) {
 	if os.Getenv("PERFTEST_WRITE_CORPUS") != "1" {
 		t.Skip("set PERFTEST_WRITE_CORPUS=1 to regenerate the seed corpora")
 	}
 	dirs := map[string]string{}
-	for _, name := range []string{"FuzzRun", "FuzzDecodeKeyMsg", "FuzzExchangeReports"} {
+	for _, name := range []string{"FuzzRun", "FuzzDecodeKeyMsg", "FuzzExchangeReports", "FuzzVersion", "FuzzDecodeMTU"} {
 		dir := filepath.Join("testdata", "fuzz", name)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
@@ -286,7 +287,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		}
 	}
 	bs := func(b []byte) string { return fmt.Sprintf("[]byte(%q)", b) }
-	seenKey := map[string]bool{}
+	seenKey, seenHello := map[string]bool{}, map[string]bool{}
 	for _, c := range capCases {
 		cv := loadConversation(t, c)
 		base := c.pcap[:len(c.pcap)-len(".pcap")]
@@ -309,6 +310,15 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			write("FuzzRun", base+"_as_"+role, sel, bs(peer.Bytes()))
 			if c.test == WriteBW || c.test == SendBW {
 				write("FuzzRun", base+"_as_"+role+"_cut", sel, bs(peer.Bytes()[:peer.Len()/2]))
+			}
+		}
+		// Hello: the versions (messages 0-1) and MTUs (6-7) as sent.
+		for _, i := range []int{0, 1} {
+			for fuzz, m := range map[string][]byte{"FuzzVersion": cv.msgs[i].Payload, "FuzzDecodeMTU": cv.msgs[6+i].Payload} {
+				if !seenHello[fuzz+string(m)] {
+					seenHello[fuzz+string(m)] = true
+					write(fuzz, fmt.Sprintf("%s_%d", base, i), bs(m))
+				}
 			}
 		}
 		if cv.hasReport {
