@@ -1,4 +1,7 @@
-package main
+// Package perftestcmd is the perftest-compatible subcommands of goroce
+// (write_bw, read_lat, …), one per perftest.Test. Package perftest holds
+// their flags, exchanges, plan and output; this package runs the QPs.
+package perftestcmd
 
 import (
 	"context"
@@ -10,24 +13,29 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
-func init() {
-	summaries := map[perftest.Test]string{
-		perftest.WriteBW:   "ib_write_bw-compatible RDMA WRITE bandwidth test",
-		perftest.ReadBW:    "ib_read_bw-compatible RDMA READ bandwidth test",
-		perftest.SendBW:    "ib_send_bw-compatible SEND bandwidth test",
-		perftest.AtomicBW:  "ib_atomic_bw-compatible atomic bandwidth test",
-		perftest.WriteLat:  "ib_write_lat-compatible RDMA WRITE latency test",
-		perftest.ReadLat:   "ib_read_lat-compatible RDMA READ latency test",
-		perftest.SendLat:   "ib_send_lat-compatible SEND latency test",
-		perftest.AtomicLat: "ib_atomic_lat-compatible atomic latency test",
-	}
-	for t, s := range summaries {
-		register(t.String(), s, func(args []string) int { return runPerftest(defaultToolEnv(), t, args) })
-	}
+// summaries are the commands' lines in goroce's usage.
+var summaries = map[perftest.Test]string{
+	perftest.WriteBW:   "ib_write_bw-compatible RDMA WRITE bandwidth test",
+	perftest.ReadBW:    "ib_read_bw-compatible RDMA READ bandwidth test",
+	perftest.SendBW:    "ib_send_bw-compatible SEND bandwidth test",
+	perftest.AtomicBW:  "ib_atomic_bw-compatible atomic bandwidth test",
+	perftest.WriteLat:  "ib_write_lat-compatible RDMA WRITE latency test",
+	perftest.ReadLat:   "ib_read_lat-compatible RDMA READ latency test",
+	perftest.SendLat:   "ib_send_lat-compatible SEND latency test",
+	perftest.AtomicLat: "ib_atomic_lat-compatible atomic latency test",
+}
+
+// Summary is the line of test t's command in goroce's usage.
+func Summary(t perftest.Test) string { return summaries[t] }
+
+// Command is the entry point of test t's command: Run for t.
+func Command(t perftest.Test) func(env tool.Env, args []string) int {
+	return func(env tool.Env, args []string) int { return Run(env, t, args) }
 }
 
 const perftestUsage = `Usage:
@@ -75,14 +83,14 @@ const defaultOutReads = 16
 // 64 KiB pages in practice).
 const maxCycleBuffer = 1 << 24
 
-// runPerftest is one of perftest's eight tools (4.5-0.17, the exchange of
+// Run is one of perftest's eight tools (4.5-0.17, the exchange of
 // package perftest) on a goroce device. It returns the exit code.
-func runPerftest(env toolEnv, t perftest.Test, args []string) int {
-	if wantsHelp(args) {
-		fmt.Fprintf(env.stdout, perftestUsage, t)
+func Run(env tool.Env, t perftest.Test, args []string) int {
+	if tool.WantsHelp(args) {
+		fmt.Fprintf(env.Stdout, perftestUsage, t)
 		return 0
 	}
-	args, opts, err := splitToolOptions(args)
+	args, opts, err := tool.SplitOptions(args)
 	var f perftest.Flags
 	if err == nil {
 		f, err = perftest.ParseFlags(t, args)
@@ -98,14 +106,14 @@ func runPerftest(env toolEnv, t perftest.Test, args []string) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(env.stderr, "goroce %v: %v\n"+perftestUsage, t, err, t)
+		fmt.Fprintf(env.Stderr, "goroce %v: %v\n"+perftestUsage, t, err, t)
 		return 1
 	}
-	ctx, cancel := runContext(env, opts)
+	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
 	r := &perfRun{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == ""}
 	if err := r.run(); err != nil {
-		fmt.Fprintf(env.stderr, " %v\n", err)
+		fmt.Fprintf(env.Stderr, " %v\n", err)
 		return 1
 	}
 	return 0
@@ -114,7 +122,7 @@ func runPerftest(env toolEnv, t perftest.Test, args []string) int {
 // perfRun is one run of a tool: perftest's pingpong_context and
 // perftest_parameters for goroce.
 type perfRun struct {
-	env    toolEnv
+	env    tool.Env
 	ctx    context.Context
 	f      perftest.Flags
 	test   perftest.Test
@@ -122,7 +130,7 @@ type perfRun struct {
 	server bool
 
 	dev      *qp.Device
-	prog     progressor // drives a busy-poll device outside the traffic loops
+	prog     tool.Progressor // drives a busy-poll device outside the traffic loops
 	gidIndex int
 	outReads int
 	mtu      perftest.MTU // offered in the exchange
@@ -150,11 +158,11 @@ type perfRun struct {
 	peerPSN wire.PSN
 }
 
-func (r *perfRun) out(s string) { fmt.Fprint(r.env.stdout, s) }
+func (r *perfRun) out(s string) { fmt.Fprint(r.env.Stdout, s) }
 
 func (r *perfRun) run() error {
 	f := r.f
-	dev, err := r.env.open(r.ctx, f.IBDev)
+	dev, err := r.env.Open(r.ctx, f.IBDev)
 	if err != nil {
 		return fmt.Errorf("Unable to find the Infiniband/RoCE device %q: %w", f.IBDev, err)
 	}
@@ -162,23 +170,23 @@ func (r *perfRun) run() error {
 	if err := r.init(dev); err != nil {
 		return err
 	}
-	r.prog.start()
-	defer r.prog.stop()
+	r.prog.Start()
+	defer r.prog.Stop()
 	conn, err := r.connect()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	cfg := perftest.Config{Test: r.test, Server: r.server, Plan: perftest.PlanConfig{Size: f.Size, AllSizes: f.AllSizes},
-		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: exchangeTimeout}
+		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: tool.ExchangeTimeout}
 	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
 	if _, err := perftest.Run(r.ctx, conn, cfg, hooks); err != nil {
 		return fmt.Errorf("Failed to run the %v test: %w", r.test, err)
 	}
 	r.out(perftest.ResultLine)
-	if r.env.buffers != nil {
+	if r.env.Buffers != nil {
 		dev.RxStats() // takes the device lock: the last writes into buf happen before the copy
-		r.env.buffers("final", append([]byte(nil), r.buf...))
+		r.env.Buffers("final", append([]byte(nil), r.buf...))
 	}
 	return nil
 }
@@ -188,7 +196,7 @@ func (r *perfRun) run() error {
 func (r *perfRun) init(dev *qp.Device) error {
 	f := r.f
 	r.dev = dev
-	r.prog.dev = dev
+	r.prog.Dev = dev
 	// gid_index -1: perftest picks the first IPv4-mapped GID, index 1.
 	r.gidIndex = f.GIDIndex
 	if r.gidIndex == -1 {
@@ -231,16 +239,16 @@ func (r *perfRun) connect() (net.Conn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("Couldn't listen to port %d: %w", r.f.Port, err)
 		}
-		if r.env.listening != nil {
-			r.env.listening(ln.Addr())
+		if r.env.Listening != nil {
+			r.env.Listening(ln.Addr())
 		}
-		c, err := acceptOne(r.ctx, ln)
+		c, err := tool.AcceptOne(r.ctx, ln)
 		if err != nil {
 			return nil, fmt.Errorf("Unable to init the socket connection: accept: %w", err)
 		}
 		return c, nil
 	}
-	c, err := dialPeer(r.ctx, "tcp4", r.f.Host, r.f.Port)
+	c, err := tool.DialPeer(r.ctx, "tcp4", r.f.Host, r.f.Port)
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't connect to %s:%d: %w\n Unable to init the socket connection", r.f.Host, r.f.Port, err)
 	}
@@ -311,19 +319,19 @@ func (r *perfRun) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 		if err != nil {
 			return nil, fmt.Errorf("Unable to create QP: %w", err)
 		}
-		if err := modifyToInit(r.ctx, q, f.IBPort, qpAccess); err != nil {
+		if err := tool.ModifyToInit(r.ctx, q, f.IBPort, qpAccess); err != nil {
 			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
 		r.qps = append(r.qps, q)
-		keys[i] = perftest.KeyMsg{OutReads: uint16(r.outReads), QPN: q.QPN(), PSN: randomPSN(), RKey: r.mr.RKey(),
-			VAddr: perftest.TargetVAddr(r.mr.IOVA(), nq, i, r.maxSize, n.CycleBuffer), GID: gidBytes(gid)}
+		keys[i] = perftest.KeyMsg{OutReads: uint16(r.outReads), QPN: q.QPN(), PSN: tool.RandomPSN(), RKey: r.mr.RKey(),
+			VAddr: perftest.TargetVAddr(r.mr.IOVA(), nq, i, r.maxSize, n.CycleBuffer), GID: tool.GIDBytes(gid)}
 	}
 	r.out(perftest.FormatTestInfo(perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
 		Device: r.dev.Name(), NumQPs: nq, Transport: "IB", PCIeRelax: r.test.BW(), TxDepth: f.TxDepth,
 		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: n.MTU, LinkType: "Ethernet", GIDIndex: r.gidIndex,
 		InlineSize: int(r.inline), OutReads: r.outReads}))
-	if r.env.buffers != nil {
-		r.env.buffers("init", append([]byte(nil), r.buf...))
+	if r.env.Buffers != nil {
+		r.env.Buffers("init", append([]byte(nil), r.buf...))
 	}
 	return keys, nil
 }
@@ -354,10 +362,10 @@ func (r *perfRun) connectQPs(local, peer []perftest.KeyMsg) error {
 		if isV4Mapped(local[i].GID) != isV4Mapped(peer[i].GID) {
 			return errors.New("Found Incompatibility issue with GID types.\n Please Try to use a different IP version.")
 		}
-		err := modifyToRTS(r.ctx, q, rtrRTS{mtu: qp.MTU(r.neg.MTU), destQPN: peer[i].QPN, rqPSN: peer[i].PSN,
-			sqPSN: local[i].PSN, dgid: peer[i].GID, global: true, sgidIndex: r.gidIndex, hopLimit: 0xFF,
-			maxDestRdAtomic: uint8(local[i].OutReads), maxRdAtomic: uint8(max(min(peer[i].OutReads, qp.MaxRdAtomic), 1)),
-			timeout: uint8(r.f.QPTimeout)})
+		err := tool.ModifyToRTS(r.ctx, q, tool.ConnectAttrs{MTU: qp.MTU(r.neg.MTU), DestQPN: peer[i].QPN, RQPSN: peer[i].PSN,
+			SQPSN: local[i].PSN, DGID: peer[i].GID, Global: true, SGIDIndex: r.gidIndex, HopLimit: 0xFF,
+			MaxDestRdAtomic: uint8(local[i].OutReads), MaxRdAtomic: uint8(max(min(peer[i].OutReads, qp.MaxRdAtomic), 1)),
+			Timeout: uint8(r.f.QPTimeout)})
 		if err != nil {
 			return fmt.Errorf("Unable to Connect the HCA's through the link: QP %d: %w", i, err)
 		}
@@ -471,11 +479,11 @@ func (r *perfRun) increaseAddr(addr *uint64, size, cnt, base uint64) {
 
 // traffic runs one message size and prints its table line.
 func (r *perfRun) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
-	tctx, watch := watchProgress(r.ctx, r.env.idle)
-	defer watch.stop()
-	p := &poller{ctx: tctx, events: r.f.Events, watch: watch}
-	r.prog.stop() // the loops' polls drive a busy-poll device
-	defer r.prog.start()
+	tctx, watch := tool.WatchProgress(r.ctx, r.env.Idle)
+	defer watch.Stop()
+	p := &tool.Poller{Ctx: tctx, Events: r.f.Events, Watch: watch}
+	r.prog.Stop() // the loops' polls drive a busy-poll device
+	defer r.prog.Start()
 	switch {
 	case r.test.BW() && !r.server:
 		rep, err := r.bwClient(p, size, peer)
@@ -551,7 +559,7 @@ func (r *perfRun) side() string {
 // bwClient is run_iter_bw with post_list 1: keep up to tx_depth messages
 // outstanding on each QP, ask for a completion every cq_mod of them (and
 // for the last), and time every post and every completion for the peak.
-func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
+func (r *perfRun) bwClient(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
 	f := r.f
 	nq := len(r.qps)
 	duration := f.Duration > 0
@@ -633,9 +641,9 @@ func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perf
 		var n int
 		var err error
 		if posted {
-			n, err = p.tryPoll(r.scq, wcs[:])
+			n, err = p.TryPoll(r.scq, wcs[:])
 		} else {
-			n, err = p.poll(r.scq, wcs[:])
+			n, err = p.Poll(r.scq, wcs[:])
 		}
 		if err != nil {
 			return perftest.BWReport{}, fmt.Errorf("poll CQ failed: %w", err)
@@ -694,7 +702,7 @@ func peakDelta(tposted, tcompleted []int64, cqMod int64) time.Duration {
 // bwServer is run_iter_bw_server (send_bw's receiver): count the receive
 // completions, repost while more messages are due, time from the first
 // arrival to the last. Its report has no peak, as the tool's.
-func (r *perfRun) bwServer(p *poller, size uint64) (perftest.BWReport, error) {
+func (r *perfRun) bwServer(p *tool.Poller, size uint64) (perftest.BWReport, error) {
 	f := r.f
 	nq := len(r.qps)
 	iters := int64(f.Iters)
@@ -714,16 +722,16 @@ func (r *perfRun) bwServer(p *poller, size uint64) (perftest.BWReport, error) {
 		var n int
 		var err error
 		if duration {
-			n, err = p.tryPoll(r.rcq, wcs[:])
+			n, err = p.TryPoll(r.rcq, wcs[:])
 			if n == 0 && err == nil {
 				spins++
-				if err := p.idleWait(spins); err != nil {
+				if err := p.IdleWait(spins); err != nil {
 					return perftest.BWReport{}, err
 				}
 				continue
 			}
 		} else {
-			n, err = p.poll(r.rcq, wcs[:])
+			n, err = p.Poll(r.rcq, wcs[:])
 		}
 		if err != nil {
 			return perftest.BWReport{}, fmt.Errorf("Poll Receive CQ failed: %w", err)
@@ -765,7 +773,7 @@ func (r *perfRun) bwServer(p *poller, size uint64) (perftest.BWReport, error) {
 // the responder's expected PSN shows the whole WRITE executed (QP.Query
 // takes the device lock the write ran under), so the read does not race
 // the device, and the peer cannot write again before we answer.
-func (r *perfRun) latWrite(p *poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
+func (r *perfRun) latWrite(p *tool.Poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
 	iters := r.f.Iters
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, peer[0], &sge)
@@ -783,11 +791,11 @@ func (r *perfRun) latWrite(p *poller, size uint64, peer []perftest.KeyMsg) ([]fl
 			r.peerPSN = r.peerPSN.Add(npkts)
 			for spins := 1; q.Query().RQPSN.Diff(r.peerPSN) < 0; spins++ {
 				r.dev.Poll() // drives a busy-poll device; nothing in the normal mode
-				if err := p.idleWait(spins); err != nil {
+				if err := p.IdleWait(spins); err != nil {
 					return nil, fmt.Errorf("waiting for the peer's WRITE %d: %w", rcnt, err)
 				}
 			}
-			p.watch.tick()
+			p.Watch.Tick()
 			if got := r.buf[pollOff]; got != byte(rcnt) {
 				return nil, fmt.Errorf("WRITE %d from the peer ended with %d, not its count", rcnt, got)
 			}
@@ -801,7 +809,7 @@ func (r *perfRun) latWrite(p *poller, size uint64, peer []perftest.KeyMsg) ([]fl
 			}
 		}
 		if ccnt < iters {
-			if _, err := p.poll(r.scq, wc[:]); err != nil {
+			if _, err := p.Poll(r.scq, wc[:]); err != nil {
 				return nil, fmt.Errorf("poll CQ failed: %w", err)
 			}
 			if wc[0].Status != qp.WCSuccess {
@@ -817,7 +825,7 @@ func (r *perfRun) latWrite(p *poller, size uint64, peer []perftest.KeyMsg) ([]fl
 // for the peer's message, reposts the receive while more are due, and
 // answers. Every SEND is signalled and awaited (the C tool asks for one
 // completion per cq_mod; with tx_depth 1 that is the same ping-pong).
-func (r *perfRun) latSend(p *poller, size uint64) ([]float64, error) {
+func (r *perfRun) latSend(p *tool.Poller, size uint64) ([]float64, error) {
 	iters := r.f.Iters
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, perftest.KeyMsg{}, &sge)
@@ -829,7 +837,7 @@ func (r *perfRun) latSend(p *poller, size uint64) ([]float64, error) {
 	var scnt, rcnt uint64
 	for scnt < iters || rcnt < iters {
 		if rcnt < iters && !(scnt < 1 && !r.server) {
-			if _, err := p.poll(r.rcq, wc[:]); err != nil {
+			if _, err := p.Poll(r.rcq, wc[:]); err != nil {
 				return nil, fmt.Errorf("poll CQ failed: %w", err)
 			}
 			if wc[0].Status != qp.WCSuccess {
@@ -852,7 +860,7 @@ func (r *perfRun) latSend(p *poller, size uint64) ([]float64, error) {
 			if err := q.PostSend(&wr); err != nil {
 				return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 			}
-			if _, err := p.poll(r.scq, wc[:]); err != nil {
+			if _, err := p.Poll(r.scq, wc[:]); err != nil {
 				return nil, fmt.Errorf("poll on Send CQ failed: %w", err)
 			}
 			if wc[0].Status != qp.WCSuccess {
@@ -865,7 +873,7 @@ func (r *perfRun) latSend(p *poller, size uint64) ([]float64, error) {
 
 // latReadAtomic is run_iter_lat for READ and atomics: one operation at a
 // time to the peer's vaddr, each awaited.
-func (r *perfRun) latReadAtomic(p *poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
+func (r *perfRun) latReadAtomic(p *tool.Poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
 	iters := r.f.Iters
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, peer[0], &sge)
@@ -878,7 +886,7 @@ func (r *perfRun) latReadAtomic(p *poller, size uint64, peer []perftest.KeyMsg) 
 		if err := q.PostSend(&wr); err != nil {
 			return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
 		}
-		if _, err := p.poll(r.scq, wc[:]); err != nil {
+		if _, err := p.Poll(r.scq, wc[:]); err != nil {
 			return nil, fmt.Errorf("poll CQ failed: %w", err)
 		}
 		if wc[0].Status != qp.WCSuccess {
