@@ -60,6 +60,10 @@ func Run(env tool.Env, args []string) int {
 		}
 		return 2
 	}
+	if err := checkFlags(*count, *mtu, map[string]float64{"loss": *loss, "dup": *dup, "reorder": *reorder, "corrupt": *corrupt}); err != nil {
+		fmt.Fprintf(stderr, "goroce demo: %v\nRun 'goroce demo -h' for usage.\n", err)
+		return 2
+	}
 	if *linkKind != "mem" || *inNetns {
 		return runDemoNetns(env, demoNetnsConfig{link: *linkKind, netns: *inNetns, pcap: *pcapPath, count: *count,
 			loss: *loss, dup: *dup, reorder: *reorder, corrupt: *corrupt, seed: *seed, mtu: *mtu})
@@ -116,6 +120,32 @@ func Run(env tool.Env, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// The link MTUs the demo runs on: the smallest leaves room for a 256-byte
+// path MTU after rxe's 80 bytes of headers (qp.PathMTU), the largest is
+// Ethernet's (ETH_MAX_MTU, the most a veth takes).
+const (
+	minLinkMTU = 256 + 80
+	maxLinkMTU = 65535
+)
+
+// checkFlags reports the first flag value the demo cannot run with: a
+// probability outside [0, 1], a link MTU outside [minLinkMTU, maxLinkMTU],
+// a message count below 1.
+func checkFlags(count, mtu int, probs map[string]float64) error {
+	for _, name := range []string{"loss", "dup", "reorder", "corrupt"} {
+		if p := probs[name]; !(p >= 0 && p <= 1) { // also rejects NaN
+			return fmt.Errorf("--%s %v: want a probability between 0 and 1", name, p)
+		}
+	}
+	if mtu < minLinkMTU || mtu > maxLinkMTU {
+		return fmt.Errorf("--mtu %d: want a link MTU between %d and %d", mtu, minLinkMTU, maxLinkMTU)
+	}
+	if count < 1 {
+		return fmt.Errorf("-n %d: want at least one message per operation", count)
+	}
+	return nil
 }
 
 // demoOps runs every operation count times between a and b, alternating
