@@ -16,12 +16,12 @@ import (
 // benchPerfPair sets up a client and a server run of test with args on the
 // two in-memory devices and connects their QPs directly (no TCP), as the
 // exchange would.
-func benchPerfPair(b *testing.B, test perftest.Test, args string) (cli, srv *perfRun, cliKeys, srvKeys []perftest.KeyMsg) {
+func benchPerfPair(b *testing.B, test perftest.Test, args string) (cli, srv *runner, cliKeys, srvKeys []perftest.KeyMsg) {
 	b.Helper()
 	open := tooltest.MemDevices(b, nic.MemConfig{Seed: 9, QueueLen: 1 << 14})
 	env := tool.Env{Ctx: context.Background(), Stdout: io.Discard, Stderr: io.Discard}
 	neg := perftest.Negotiated{PeerVersion: perftest.Version, CycleBuffer: 4096, CacheLine: 64, MTU: perftest.MTU1024}
-	mk := func(dev string, server bool) (*perfRun, []perftest.KeyMsg) {
+	mk := func(dev string, server bool) (*runner, []perftest.KeyMsg) {
 		fargs := strings.Fields(args)
 		if !server {
 			fargs = append(fargs, "peer")
@@ -34,7 +34,7 @@ func benchPerfPair(b *testing.B, test perftest.Test, args string) (cli, srv *per
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := &perfRun{env: env, ctx: env.Ctx, f: f, test: test, verb: test.Verb(), server: server}
+		r := &runner{env: env, ctx: env.Ctx, f: f, test: test, verb: test.Verb(), server: server}
 		if err := r.init(d); err != nil {
 			b.Fatal(err)
 		}

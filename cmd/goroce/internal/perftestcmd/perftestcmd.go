@@ -38,7 +38,7 @@ func Command(t perftest.Test) func(env tool.Env, args []string) int {
 	return func(env tool.Env, args []string) int { return Run(env, t, args) }
 }
 
-const perftestUsage = `Usage:
+const usageText = `Usage:
   goroce %[1]s [options]          start a server and wait for connection
   goroce %[1]s [options] <host>   connect to server at <host>
 
@@ -87,7 +87,7 @@ const maxCycleBuffer = 1 << 24
 // package perftest) on a goroce device. It returns the exit code.
 func Run(env tool.Env, t perftest.Test, args []string) int {
 	if tool.WantsHelp(args) {
-		fmt.Fprintf(env.Stdout, perftestUsage, t)
+		fmt.Fprintf(env.Stdout, usageText, t)
 		return 0
 	}
 	args, opts, err := tool.SplitOptions(args)
@@ -106,12 +106,12 @@ func Run(env tool.Env, t perftest.Test, args []string) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "goroce %v: %v\n"+perftestUsage, t, err, t)
+		fmt.Fprintf(env.Stderr, "goroce %v: %v\n"+usageText, t, err, t)
 		return 1
 	}
 	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
-	r := &perfRun{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == ""}
+	r := &runner{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == ""}
 	if err := r.run(); err != nil {
 		fmt.Fprintf(env.Stderr, " %v\n", err)
 		return 1
@@ -119,9 +119,9 @@ func Run(env tool.Env, t perftest.Test, args []string) int {
 	return 0
 }
 
-// perfRun is one run of a tool: perftest's pingpong_context and
+// runner is one run of a tool: perftest's pingpong_context and
 // perftest_parameters for goroce.
-type perfRun struct {
+type runner struct {
 	env    tool.Env
 	ctx    context.Context
 	f      perftest.Flags
@@ -158,9 +158,9 @@ type perfRun struct {
 	peerPSN wire.PSN
 }
 
-func (r *perfRun) out(s string) { fmt.Fprint(r.env.Stdout, s) }
+func (r *runner) out(s string) { fmt.Fprint(r.env.Stdout, s) }
 
-func (r *perfRun) run() error {
+func (r *runner) run() error {
 	f := r.f
 	dev, err := r.env.Open(r.ctx, f.IBDev)
 	if err != nil {
@@ -193,7 +193,7 @@ func (r *perfRun) run() error {
 
 // init settles what the run takes from the device and the flags: GID
 // index, MTU, out_reads, inline size, the largest message.
-func (r *perfRun) init(dev *qp.Device) error {
+func (r *runner) init(dev *qp.Device) error {
 	f := r.f
 	r.dev = dev
 	r.prog.Dev = dev
@@ -232,7 +232,7 @@ func (r *perfRun) init(dev *qp.Device) error {
 
 // connect establishes the control connection: the server prints the
 // banner and accepts one client, the client connects (IPv4, as perftest).
-func (r *perfRun) connect() (net.Conn, error) {
+func (r *runner) connect() (net.Conn, error) {
 	if r.server {
 		r.out(perftest.WaitingBanner)
 		ln, err := perftest.Listen(r.f.Port)
@@ -258,7 +258,7 @@ func (r *perfRun) connect() (net.Conn, error) {
 // setup is ctx_init and set_up_connection: the buffer (random bytes, zeros
 // for write_lat), one MR over it, the CQs, the QPs in INIT, and one key
 // message per QP advertising the QP's half of the target area.
-func (r *perfRun) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
+func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	f := r.f
 	r.neg = n
 	// The cycle buffer is the larger page size of the two hosts; a peer
@@ -353,7 +353,7 @@ func fillRandom(b []byte, seed uint64) {
 // keys, with perftest's attributes (hop limit 0xFF, min_rnr_timer 12,
 // retry and RNR retry 7, max_dest_rd_atomic = our out_reads, max_rd_atomic
 // = the peer's).
-func (r *perfRun) connectQPs(local, peer []perftest.KeyMsg) error {
+func (r *runner) connectQPs(local, peer []perftest.KeyMsg) error {
 	if len(peer) != len(local) {
 		return fmt.Errorf("the peer has %d QPs, we have %d (-q must match)", len(peer), len(local))
 	}
@@ -386,7 +386,7 @@ func isV4Mapped(g [16]byte) bool {
 // after prints what the tools print between the steps: the address lines
 // after the second key exchange (ctx_print_pingpong_data), then the table
 // header, and a BW server's table line, the client's report.
-func (r *perfRun) after(_ int, st perftest.Step, out *perftest.Outcome) error {
+func (r *runner) after(_ int, st perftest.Step, out *perftest.Outcome) error {
 	switch st.Kind {
 	case perftest.StepKeys:
 		r.keysSeen++
@@ -430,7 +430,7 @@ func (r *perfRun) after(_ int, st perftest.Step, out *perftest.Outcome) error {
 // prepare is ctx_set_recv_wqes for a SEND receiver: rx_depth receives per
 // QP into the QP's target half, cycling through the cycle buffer in BW
 // tests, the address reset to the start afterwards.
-func (r *perfRun) prepare(size uint64, _ []perftest.KeyMsg) error {
+func (r *runner) prepare(size uint64, _ []perftest.KeyMsg) error {
 	if r.verb != perftest.Send || (r.test == perftest.SendBW && !r.server) {
 		return nil
 	}
@@ -460,7 +460,7 @@ func (r *perfRun) prepare(size uint64, _ []perftest.KeyMsg) error {
 
 // inc is perftest's INC(size, cache_line_size): the message size rounded
 // up to whole cache lines.
-func (r *perfRun) inc(size uint64) uint64 {
+func (r *runner) inc(size uint64) uint64 {
 	if size > r.cacheLine {
 		return (size + r.cacheLine - 1) / r.cacheLine * r.cacheLine
 	}
@@ -469,7 +469,7 @@ func (r *perfRun) inc(size uint64) uint64 {
 
 // increaseAddr is increase_loc_addr / increase_rem_addr: the next message
 // goes one INC further, back to base after cycle_buffer / INC messages.
-func (r *perfRun) increaseAddr(addr *uint64, size, cnt, base uint64) {
+func (r *runner) increaseAddr(addr *uint64, size, cnt, base uint64) {
 	inc := r.inc(size)
 	*addr += inc
 	if slots := r.cycle / inc; slots == 0 || (cnt+1)%slots == 0 {
@@ -478,7 +478,7 @@ func (r *perfRun) increaseAddr(addr *uint64, size, cnt, base uint64) {
 }
 
 // traffic runs one message size and prints its table line.
-func (r *perfRun) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
+func (r *runner) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
 	tctx, watch := tool.WatchProgress(r.ctx, r.env.Idle)
 	defer watch.Stop()
 	p := &tool.Poller{Ctx: tctx, Events: r.f.Events, Watch: watch}
@@ -519,7 +519,7 @@ func (r *perfRun) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWRepor
 
 // sendWR builds the work request of QP i for this test: the message at the
 // QP's source area towards the peer's advertised vaddr.
-func (r *perfRun) sendWR(i int, size uint64, peer perftest.KeyMsg, sge *[1]qp.SGE) qp.SendWR {
+func (r *runner) sendWR(i int, size uint64, peer perftest.KeyMsg, sge *[1]qp.SGE) qp.SendWR {
 	sge[0] = qp.SGE{Addr: r.mr.IOVA() + uint64(i)*r.buffSize, Length: uint32(size), LKey: r.mr.LKey()}
 	wr := qp.SendWR{WRID: uint64(i), Flags: qp.SendSignaled, SGL: sge[:], RemoteAddr: peer.VAddr, RKey: peer.RKey}
 	switch r.verb {
@@ -549,7 +549,7 @@ func completionError(side string, wc *qp.WC, scnt, ccnt int64) error {
 		side, wc.Status, wc.Status, wc.WRID, scnt, ccnt)
 }
 
-func (r *perfRun) side() string {
+func (r *runner) side() string {
 	if r.server {
 		return "server"
 	}
@@ -559,7 +559,7 @@ func (r *perfRun) side() string {
 // bwClient is run_iter_bw with post_list 1: keep up to tx_depth messages
 // outstanding on each QP, ask for a completion every cq_mod of them (and
 // for the last), and time every post and every completion for the peak.
-func (r *perfRun) bwClient(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
+func (r *runner) bwClient(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
 	f := r.f
 	nq := len(r.qps)
 	duration := f.Duration > 0
@@ -702,7 +702,7 @@ func peakDelta(tposted, tcompleted []int64, cqMod int64) time.Duration {
 // bwServer is run_iter_bw_server (send_bw's receiver): count the receive
 // completions, repost while more messages are due, time from the first
 // arrival to the last. Its report has no peak, as the tool's.
-func (r *perfRun) bwServer(p *tool.Poller, size uint64) (perftest.BWReport, error) {
+func (r *runner) bwServer(p *tool.Poller, size uint64) (perftest.BWReport, error) {
 	f := r.f
 	nq := len(r.qps)
 	iters := int64(f.Iters)
@@ -773,7 +773,7 @@ func (r *perfRun) bwServer(p *tool.Poller, size uint64) (perftest.BWReport, erro
 // the responder's expected PSN shows the whole WRITE executed (QP.Query
 // takes the device lock the write ran under), so the read does not race
 // the device, and the peer cannot write again before we answer.
-func (r *perfRun) latWrite(p *tool.Poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
+func (r *runner) latWrite(p *tool.Poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
 	iters := r.f.Iters
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, peer[0], &sge)
@@ -825,7 +825,7 @@ func (r *perfRun) latWrite(p *tool.Poller, size uint64, peer []perftest.KeyMsg) 
 // for the peer's message, reposts the receive while more are due, and
 // answers. Every SEND is signalled and awaited (the C tool asks for one
 // completion per cq_mod; with tx_depth 1 that is the same ping-pong).
-func (r *perfRun) latSend(p *tool.Poller, size uint64) ([]float64, error) {
+func (r *runner) latSend(p *tool.Poller, size uint64) ([]float64, error) {
 	iters := r.f.Iters
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, perftest.KeyMsg{}, &sge)
@@ -873,7 +873,7 @@ func (r *perfRun) latSend(p *tool.Poller, size uint64) ([]float64, error) {
 
 // latReadAtomic is run_iter_lat for READ and atomics: one operation at a
 // time to the peer's vaddr, each awaited.
-func (r *perfRun) latReadAtomic(p *tool.Poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
+func (r *runner) latReadAtomic(p *tool.Poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
 	iters := r.f.Iters
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, peer[0], &sge)

@@ -26,14 +26,14 @@ func benchPingpong(b *testing.B, busy bool) {
 	open := tooltest.MemDevicesMode(b, nic.MemConfig{Seed: 9}, busy)
 	f := pingpong.DefaultFlags()
 	f.GIDIndex, f.RxDepth = 1, 500
-	var pps [2]*ppContext
+	var pps [2]*endpoint
 	var dests [2]pingpong.Dest
 	for i, name := range []string{"a", "b"} {
 		d, err := open(context.Background(), name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if pps[i], err = ppInitCtx(context.Background(), d, f); err != nil {
+		if pps[i], err = initEndpoint(context.Background(), d, f); err != nil {
 			b.Fatal(err)
 		}
 		g, _ := d.GID(1)
@@ -59,8 +59,8 @@ func benchPingpong(b *testing.B, busy bool) {
 	for b.Loop() {
 		errc := make(chan error, 1)
 		go func() { errc <- pps[0].loop(p[0], iters) }()
-		pps[1].pending = pingpongRecvWRID | pingpongSendWRID
-		pps[0].pending = pingpongRecvWRID
+		pps[1].pending = recvWRID | sendWRID
+		pps[0].pending = recvWRID
 		if err := pps[1].qp.PostSend(&pps[1].sendWR); err != nil {
 			b.Fatal(err)
 		}

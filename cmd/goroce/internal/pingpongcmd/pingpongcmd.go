@@ -17,11 +17,11 @@ import (
 
 // The work request IDs of rc_pingpong.c.
 const (
-	pingpongRecvWRID = 1
-	pingpongSendWRID = 2
+	recvWRID = 1
+	sendWRID = 2
 )
 
-const pingpongUsage = `Usage:
+const usageText = `Usage:
   goroce pingpong            start a server and wait for connection
   goroce pingpong <host>     connect to server at <host>
 
@@ -54,22 +54,22 @@ const Summary = "ibv_rc_pingpong-compatible RC SEND/RECV ping-pong (server witho
 // work requests and output lines. It returns the exit code.
 func Run(env tool.Env, args []string) int {
 	if tool.WantsHelp(args) {
-		fmt.Fprint(env.Stdout, pingpongUsage)
+		fmt.Fprint(env.Stdout, usageText)
 		return 0
 	}
 	args, opts, err := tool.SplitOptions(args)
 	if err == nil {
 		var f pingpong.Flags
 		if f, err = pingpong.ParseFlags(args); err == nil {
-			return pingpongMain(env, opts, f)
+			return run(env, opts, f)
 		}
 	}
-	fmt.Fprintf(env.Stderr, "goroce pingpong: %v\n%s", err, pingpongUsage)
+	fmt.Fprintf(env.Stderr, "goroce pingpong: %v\n%s", err, usageText)
 	return 1
 }
 
-// ppContext is struct pingpong_context.
-type ppContext struct {
+// endpoint is struct pingpong_context.
+type endpoint struct {
 	dev     *qp.Device
 	pd      *qp.PD
 	mr      *qp.MR
@@ -85,7 +85,8 @@ type ppContext struct {
 	sge     [1]qp.SGE
 }
 
-func pingpongMain(env tool.Env, opts tool.Options, f pingpong.Flags) int {
+// run is main() of rc_pingpong.c once the options are parsed.
+func run(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 	errf := func(format string, a ...any) int {
 		fmt.Fprintf(env.Stderr, format, a...)
 		return 1
@@ -109,7 +110,7 @@ func pingpongMain(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 	prog := &tool.Progressor{Dev: dev}
 	prog.Start()
 	defer prog.Stop()
-	pp, err := ppInitCtx(ctx, dev, f)
+	pp, err := initEndpoint(ctx, dev, f)
 	if err != nil {
 		return errf("%v\n", err)
 	}
@@ -138,9 +139,9 @@ func pingpongMain(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 	}
 	var rem pingpong.Dest
 	if f.Host == "" {
-		rem, err = ppServerExchange(ctx, env, f, my, connect)
+		rem, err = serverExchange(ctx, env, f, my, connect)
 	} else {
-		rem, err = ppClientExchange(ctx, f, my)
+		rem, err = clientExchange(ctx, f, my)
 	}
 	if err != nil {
 		return errf("%v\n", err)
@@ -153,7 +154,7 @@ func pingpongMain(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 	}
 
 	pageSize := os.Getpagesize()
-	pp.pending = pingpongRecvWRID
+	pp.pending = recvWRID
 	if f.Host != "" {
 		if f.Check {
 			// for (i = 0; i < size; i += page_size) buf[i] = i / page_size % sizeof(char): 0
@@ -164,7 +165,7 @@ func pingpongMain(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 		if err := pp.qp.PostSend(&pp.sendWR); err != nil {
 			return errf("Couldn't post send\n")
 		}
-		pp.pending |= pingpongSendWRID
+		pp.pending |= sendWRID
 	}
 
 	tctx, watch := tool.WatchProgress(ctx, env.Idle)
@@ -214,12 +215,12 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// ppInitCtx is pp_init_ctx: a page-size-independent buffer of size bytes
+// initEndpoint is pp_init_ctx: a page-size-independent buffer of size bytes
 // filled with 0x7b and registered with LOCAL_WRITE, one CQ of rx_depth+1
 // entries for both queues, and an RC QP (max_send_wr 1, max_recv_wr
 // rx_depth) moved to INIT with no remote access.
-func ppInitCtx(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*ppContext, error) {
-	pp := &ppContext{dev: dev, size: f.Size, rxDepth: int(f.RxDepth), buf: make([]byte, f.Size)}
+func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*endpoint, error) {
+	pp := &endpoint{dev: dev, size: f.Size, rxDepth: int(f.RxDepth), buf: make([]byte, f.Size)}
 	for i := range pp.buf {
 		pp.buf[i] = 0x7b // memset(ctx->buf, 0x7b, size)
 	}
@@ -240,15 +241,15 @@ func ppInitCtx(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*ppContex
 		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
 	pp.sge[0] = qp.SGE{Addr: pp.mr.IOVA(), Length: f.Size, LKey: pp.mr.LKey()}
-	pp.recvWR = qp.RecvWR{WRID: pingpongRecvWRID, SGL: pp.sge[:]}
-	pp.sendWR = qp.SendWR{WRID: pingpongSendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
+	pp.recvWR = qp.RecvWR{WRID: recvWRID, SGL: pp.sge[:]}
+	pp.sendWR = qp.SendWR{WRID: sendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
 	return pp, nil
 }
 
 // loop is rc_pingpong's main loop: poll (or sleep on events), count, and
 // keep the ping-pong going until iters messages went each way. The client
 // posted the first SEND before.
-func (pp *ppContext) loop(p *tool.Poller, iters uint32) error {
+func (pp *endpoint) loop(p *tool.Poller, iters uint32) error {
 	var rcnt, scnt uint32
 	var wc [2]qp.WC
 	for rcnt < iters || scnt < iters {
@@ -266,7 +267,7 @@ func (pp *ppContext) loop(p *tool.Poller, iters uint32) error {
 }
 
 // postRecv is pp_post_recv: it returns how many receives it posted.
-func (pp *ppContext) postRecv(n int) int {
+func (pp *endpoint) postRecv(n int) int {
 	for i := range n {
 		if pp.qp.PostRecv(&pp.recvWR) != nil {
 			return i
@@ -278,14 +279,14 @@ func (pp *ppContext) postRecv(n int) int {
 // parseWC is parse_single_wc without timestamps: count the completion,
 // refill the receive queue when one or fewer receives remain, and post the
 // next SEND once both the last SEND and the last RECV completed.
-func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
+func (pp *endpoint) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
 	if wc.Status != qp.WCSuccess {
 		return errors.New(pingpong.FormatFailedStatus(int(wc.Status), wc.WRID))
 	}
 	switch wc.WRID {
-	case pingpongSendWRID:
+	case sendWRID:
 		*scnt++
-	case pingpongRecvWRID:
+	case recvWRID:
 		pp.routs--
 		if pp.routs <= 1 {
 			pp.routs += pp.postRecv(pp.rxDepth - pp.routs)
@@ -302,14 +303,14 @@ func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error 
 		if err := pp.qp.PostSend(&pp.sendWR); err != nil {
 			return fmt.Errorf("Couldn't post send\n")
 		}
-		pp.pending = pingpongRecvWRID | pingpongSendWRID
+		pp.pending = recvWRID | sendWRID
 	}
 	return nil
 }
 
-// ppServerExchange is pp_server_exch_dest: listen (every address family),
+// serverExchange is pp_server_exch_dest: listen (every address family),
 // accept one client, read its record, connect the QP, answer.
-func ppServerExchange(ctx context.Context, env tool.Env, f pingpong.Flags, my pingpong.Dest,
+func serverExchange(ctx context.Context, env tool.Env, f pingpong.Flags, my pingpong.Dest,
 	connect func(pingpong.Dest) error) (pingpong.Dest, error) {
 	ln, err := pingpong.Listen(f.Port)
 	if err != nil {
@@ -338,8 +339,8 @@ func ppServerExchange(ctx context.Context, env tool.Env, f pingpong.Flags, my pi
 	return rem, nil
 }
 
-// ppClientExchange is pp_client_exch_dest.
-func ppClientExchange(ctx context.Context, f pingpong.Flags, my pingpong.Dest) (pingpong.Dest, error) {
+// clientExchange is pp_client_exch_dest.
+func clientExchange(ctx context.Context, f pingpong.Flags, my pingpong.Dest) (pingpong.Dest, error) {
 	conn, err := tool.DialPeer(ctx, "tcp", f.Host, f.Port)
 	if err != nil {
 		return pingpong.Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w", f.Host, f.Port, err)
