@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
+	"github.com/goroce/goroce/qp"
 )
 
 // runMain runs goroce with args through the command table, its device
@@ -13,7 +16,10 @@ import (
 func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var o, e bytes.Buffer
-	env := tool.Env{Stdout: &o, Stderr: &e}
+	env := tool.Env{Stdout: &o, Stderr: &e, Open: func(_ context.Context, name string) (*qp.Device, error) {
+		t.Errorf("goroce %q opened device %q", args, name)
+		return nil, errors.New("no device in this test")
+	}}
 	code = run(env, args)
 	return code, o.String(), e.String()
 }
