@@ -12,8 +12,6 @@ import (
 // The bandwidth tests' traffic loops (perftest_resources.c run_iter_bw,
 // run_iter_bw_server) and the peak of their report.
 
-import ()
-
 // bwClient is run_iter_bw with post_list 1: keep up to tx_depth messages
 // outstanding on each QP, ask for a completion every cq_mod of them (and
 // for the last), and time every post and every completion for the peak.

@@ -12,8 +12,6 @@ import (
 // The latency tests' traffic loops (perftest_resources.c run_iter_lat_*):
 // strict ping-pong of one message at a time, one sample per iteration.
 
-import ()
-
 // latWrite is run_iter_lat_write: both sides RDMA WRITE size bytes to the
 // peer's vaddr, the last byte carrying the iteration count; each waits for
 // the peer's count in its own target area before writing the next. The
