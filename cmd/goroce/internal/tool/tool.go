@@ -1,8 +1,10 @@
-package main
-
-// Shared by the ibv_rc_pingpong- and perftest-compatible subcommands
-// (pingpong.go, perftest.go): how they open a device, how they wait for
-// completions, and the bounds that keep a dead peer from hanging a script.
+// Package tool is what goroce's subcommands share: the environment a
+// subcommand runs in (Env: its outputs, its context and how it opens a
+// device), and the pieces the ibv_rc_pingpong- and perftest-compatible
+// subcommands have in common: how they wait for completions, how they
+// connect to the peer, the QP transitions, and the bounds that keep a dead
+// peer from hanging a script.
+package tool
 
 import (
 	"context"
@@ -26,33 +28,42 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// toolEnv is what a tool subcommand takes from its surroundings. The
-// registered commands use defaultToolEnv; tests build their own (devices on
-// an in-memory link, captured output, the server's port).
-type toolEnv struct {
-	ctx            context.Context
-	stdout, stderr io.Writer
-	// open opens the device that -d names ("" when -d is not given), within ctx.
-	open func(ctx context.Context, name string) (*qp.Device, error)
-	// listening, when set, learns the server's TCP address once it listens
+// Env is what a subcommand takes from its surroundings. The goroce binary
+// runs its commands with DefaultEnv; tests build their own (devices on an
+// in-memory link, captured output, the server's port).
+type Env struct {
+	// Ctx bounds the run; nil means context.Background().
+	Ctx            context.Context
+	Stdout, Stderr io.Writer
+	// Open opens the device that -d names ("" when -d is not given), within ctx.
+	Open func(ctx context.Context, name string) (*qp.Device, error)
+	// Listening, when set, learns the server's TCP address once it listens
 	// (tests pass -p 0 and connect the client to the port it got).
-	listening func(net.Addr)
-	// buffers, when set, sees a copy of the registered buffer after setup
+	Listening func(net.Addr)
+	// Buffers, when set, sees a copy of the registered buffer after setup
 	// ("init") and at the end of a successful run ("final").
-	buffers func(stage string, buf []byte)
-	// idle bounds how long a traffic phase may go without any completion
+	Buffers func(stage string, buf []byte)
+	// Idle bounds how long a traffic phase may go without any completion
 	// (or, in write_lat, any arrival) before the run fails; 0 means
-	// defaultIdle.
-	idle time.Duration
+	// DefaultIdle.
+	Idle time.Duration
 }
 
-// openDevice opens the goroce device of a tool run: the RoCE device bound
+// Context is e.Ctx, or context.Background() when it is nil.
+func (e Env) Context() context.Context {
+	if e.Ctx == nil {
+		return context.Background()
+	}
+	return e.Ctx
+}
+
+// OpenDevice opens the goroce device of a tool run: the RoCE device bound
 // to network interface name (the first usable interface when name is ""),
 // with the backend that GOROCE_BACKEND names (auto, afxdp, afpacket or udp;
 // default auto), in busy-poll mode when GOROCE_BUSYPOLL is 1 (no device
-// goroutines: the tool's polls drive it, a progressor between them), and
-// losing transmitted frames when GOROCE_TX_DROP is set (tool_txdrop.go).
-var openDevice = func(ctx context.Context, name string) (*qp.Device, error) {
+// goroutines: the tool's polls drive it, a Progressor between them), and
+// losing transmitted frames when GOROCE_TX_DROP is set (txdrop.go).
+func OpenDevice(ctx context.Context, name string) (*qp.Device, error) {
 	if name == "" {
 		ifname, err := defaultInterface()
 		if err != nil {
@@ -70,19 +81,21 @@ var openDevice = func(ctx context.Context, name string) (*qp.Device, error) {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o := qp.InterfaceOptions{Backend: backend, Logger: logger, BusyPoll: os.Getenv("GOROCE_BUSYPOLL") == "1"}
-	p, seed, err := txDropFromEnv()
+	p, seed, err := TxDropFromEnv()
 	if err != nil {
 		return nil, err
 	}
 	if p > 0 {
-		o.WrapLink = func(l nic.Link) nic.Link { w, _ := wrapTxDrop(l, p, seed, os.Stderr); return w }
+		o.WrapLink = func(l nic.Link) nic.Link { w, _ := WrapTxDrop(l, p, seed, os.Stderr); return w }
 	}
 	dev, _, err := qp.OpenInterface(ctx, name, o)
 	return dev, err
 }
 
-func defaultToolEnv() toolEnv {
-	return toolEnv{ctx: context.Background(), stdout: os.Stdout, stderr: os.Stderr, open: openDevice}
+// DefaultEnv is the environment of the goroce binary: the process's
+// standard outputs and OpenDevice.
+func DefaultEnv() Env {
+	return Env{Ctx: context.Background(), Stdout: os.Stdout, Stderr: os.Stderr, Open: OpenDevice}
 }
 
 // defaultInterface is what stands in for "the first RDMA device" of the
@@ -111,12 +124,12 @@ func defaultInterface() (string, error) {
 }
 
 const (
-	// exchangeTimeout bounds the out-of-band exchange once connected.
-	exchangeTimeout = 30 * time.Second
+	// ExchangeTimeout bounds the out-of-band exchange once connected.
+	ExchangeTimeout = 30 * time.Second
 	// dialTimeout bounds one TCP connection attempt.
 	dialTimeout = 10 * time.Second
-	// defaultIdle: perftest's check_alive gives up after 60 s without progress.
-	defaultIdle = 60 * time.Second
+	// DefaultIdle: perftest's check_alive gives up after 60 s without progress.
+	DefaultIdle = 60 * time.Second
 )
 
 // keepAlive makes a silent dead peer (host gone, cable pulled) surface as
@@ -129,19 +142,19 @@ func tuneConn(c net.Conn) {
 	}
 }
 
-// toolOptions are goroce's additions to the tools' command lines. They
+// Options are goroce's additions to the tools' command lines. They
 // are taken out before the tool's own parser sees the arguments, so that
 // the rest is parsed exactly as the C tool parses it.
-type toolOptions struct {
+type Options struct {
 	// timeout bounds the whole run, waiting for the peer included; on
 	// expiry the tool exits 1. With a timeout, a client whose server is not
 	// listening yet retries until the timeout instead of failing at once.
-	timeout time.Duration
+	Timeout time.Duration
 }
 
-// wantsHelp reports whether args ask for the usage (-h, --help, before
+// WantsHelp reports whether args ask for the usage (-h, --help, before
 // any "--").
-func wantsHelp(args []string) bool {
+func WantsHelp(args []string) bool {
 	for _, a := range args {
 		switch a {
 		case "--":
@@ -153,10 +166,10 @@ func wantsHelp(args []string) bool {
 	return false
 }
 
-// splitToolOptions removes --timeout=DUR / --timeout DUR (seconds, or a Go
+// SplitOptions removes --timeout=DUR / --timeout DUR (seconds, or a Go
 // duration such as 1m30s) from args.
-func splitToolOptions(args []string) ([]string, toolOptions, error) {
-	var o toolOptions
+func SplitOptions(args []string) ([]string, Options, error) {
+	var o Options
 	rest := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -182,7 +195,7 @@ func splitToolOptions(args []string) ([]string, toolOptions, error) {
 		if err != nil {
 			return nil, o, fmt.Errorf("--timeout %q: %w", val, err)
 		}
-		o.timeout = d
+		o.Timeout = d
 	}
 	return rest, o, nil
 }
@@ -201,22 +214,19 @@ func parseSeconds(s string) (time.Duration, error) {
 	return d, err
 }
 
-// runContext derives the run's context from env and the options; the
+// RunContext derives the run's context from env and the options; the
 // cancel function must be called.
-func runContext(env toolEnv, o toolOptions) (context.Context, context.CancelFunc) {
-	ctx := env.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if o.timeout > 0 {
-		return context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("timed out after %v (--timeout)", o.timeout))
+func RunContext(env Env, o Options) (context.Context, context.CancelFunc) {
+	ctx := env.Context()
+	if o.Timeout > 0 {
+		return context.WithTimeoutCause(ctx, o.Timeout, fmt.Errorf("timed out after %v (--timeout)", o.Timeout))
 	}
 	return context.WithCancel(ctx)
 }
 
-// acceptOne accepts a single connection on ln and closes ln, giving up when
+// AcceptOne accepts a single connection on ln and closes ln, giving up when
 // ctx ends.
-func acceptOne(ctx context.Context, ln net.Listener) (net.Conn, error) {
+func AcceptOne(ctx context.Context, ln net.Listener) (net.Conn, error) {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	defer ln.Close()
@@ -231,10 +241,10 @@ func acceptOne(ctx context.Context, ln net.Listener) (net.Conn, error) {
 	return c, nil
 }
 
-// dialPeer connects to host:port. Without a deadline on ctx it tries once,
+// DialPeer connects to host:port. Without a deadline on ctx it tries once,
 // as the C tools do; with one (--timeout) a refused connection is retried
 // until the deadline, so that a script may start both ends at once.
-func dialPeer(ctx context.Context, network, host string, port int) (net.Conn, error) {
+func DialPeer(ctx context.Context, network, host string, port int) (net.Conn, error) {
 	d := net.Dialer{Timeout: dialTimeout, KeepAliveConfig: keepAlive}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	_, retry := ctx.Deadline()
@@ -242,6 +252,10 @@ func dialPeer(ctx context.Context, network, host string, port int) (net.Conn, er
 		c, err := d.DialContext(ctx, network, addr)
 		if err == nil {
 			return c, nil
+		}
+		if retry && ctx.Err() != nil {
+			// The deadline ended the attempt (an i/o timeout): say so.
+			return nil, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err)
 		}
 		if !retry || !errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, err
@@ -254,10 +268,10 @@ func dialPeer(ctx context.Context, network, host string, port int) (net.Conn, er
 	}
 }
 
-// withExchangeDeadline bounds an exchange on c by exchangeTimeout and by
+// WithExchangeDeadline bounds an exchange on c by ExchangeTimeout and by
 // ctx; the returned function lifts both.
-func withExchangeDeadline(ctx context.Context, c net.Conn) func() {
-	c.SetDeadline(time.Now().Add(exchangeTimeout))
+func WithExchangeDeadline(ctx context.Context, c net.Conn) func() {
+	c.SetDeadline(time.Now().Add(ExchangeTimeout))
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	return func() {
 		stop()
@@ -265,24 +279,24 @@ func withExchangeDeadline(ctx context.Context, c net.Conn) func() {
 	}
 }
 
-// randomPSN is lrand48() & 0xffffff.
-func randomPSN() uint32 { return rand.Uint32() & 0xffffff }
+// RandomPSN is lrand48() & 0xffffff.
+func RandomPSN() uint32 { return rand.Uint32() & 0xffffff }
 
-// progressWatch cancels a context when a counter of completions stops
+// ProgressWatch cancels a context when a counter of completions stops
 // moving for idle: a traffic phase whose peer died (or never sends) fails
 // instead of spinning forever, as perftest's check_alive does.
-type progressWatch struct {
+type ProgressWatch struct {
 	n      atomic.Uint64
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 }
 
-func watchProgress(ctx context.Context, idle time.Duration) (context.Context, *progressWatch) {
+func WatchProgress(ctx context.Context, idle time.Duration) (context.Context, *ProgressWatch) {
 	if idle <= 0 {
-		idle = defaultIdle
+		idle = DefaultIdle
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	w := &progressWatch{cancel: cancel, done: make(chan struct{})}
+	w := &ProgressWatch{cancel: cancel, done: make(chan struct{})}
 	tick := max(idle/8, time.Millisecond)
 	go func() {
 		defer close(w.done)
@@ -306,40 +320,40 @@ func watchProgress(ctx context.Context, idle time.Duration) (context.Context, *p
 	return ctx, w
 }
 
-func (w *progressWatch) tick() { w.n.Add(1) }
+func (w *ProgressWatch) Tick() { w.n.Add(1) }
 
-func (w *progressWatch) stop() {
+func (w *ProgressWatch) Stop() {
 	w.cancel(nil)
 	<-w.done
 }
 
-// poller waits for completions: polling (the tools' default) or CQ events
+// Poller waits for completions: polling (the tools' default) or CQ events
 // (-e). The C tools spin on ibv_poll_cq; here the device's receive and
 // timer goroutines must run for a completion to appear at all, so a
-// spinning poller yields the processor between empty polls and, after
+// spinning Poller yields the processor between empty polls and, after
 // spinPolls of them, sleeps on the CQ like -e (on a busy-poll device
 // CQ.Wait spins and drives the device itself). On a machine with cores to
 // spare a completion is caught while spinning; on a loaded one the waiter
 // stops competing with the goroutines that produce it.
-type poller struct {
-	ctx    context.Context
-	events bool
-	watch  *progressWatch
+type Poller struct {
+	Ctx    context.Context
+	Events bool           // sleep on CQ events (-e) instead of polling
+	Watch  *ProgressWatch // learns of every completion
 }
 
 // spinPolls is how many empty polls a polling waiter makes before it
 // sleeps on the CQ.
 const spinPolls = 64
 
-// poll returns at least one completion, or the reason it could not.
-func (p *poller) poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
-	if p.events {
-		n, err := cq.Wait(p.ctx, wcs)
-		if err != nil && p.ctx.Err() != nil {
-			return 0, context.Cause(p.ctx)
+// Poll returns at least one completion, or the reason it could not.
+func (p *Poller) Poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
+	if p.Events {
+		n, err := cq.Wait(p.Ctx, wcs)
+		if err != nil && p.Ctx.Err() != nil {
+			return 0, context.Cause(p.Ctx)
 		}
 		if n > 0 {
-			p.watch.tick()
+			p.Watch.Tick()
 		}
 		return n, err
 	}
@@ -347,68 +361,68 @@ func (p *poller) poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
 		n, err := cq.Poll(wcs)
 		if n > 0 || err != nil {
 			if n > 0 {
-				p.watch.tick()
+				p.Watch.Tick()
 			}
 			return n, err
 		}
 		runtime.Gosched()
 	}
-	if p.ctx.Err() != nil {
-		return 0, context.Cause(p.ctx)
+	if p.Ctx.Err() != nil {
+		return 0, context.Cause(p.Ctx)
 	}
-	n, err := cq.Wait(p.ctx, wcs)
-	if err != nil && p.ctx.Err() != nil {
-		return 0, context.Cause(p.ctx)
+	n, err := cq.Wait(p.Ctx, wcs)
+	if err != nil && p.Ctx.Err() != nil {
+		return 0, context.Cause(p.Ctx)
 	}
 	if n > 0 {
-		p.watch.tick()
+		p.Watch.Tick()
 	}
 	return n, err
 }
 
-// tryPoll polls once, without waiting.
-func (p *poller) tryPoll(cq *qp.CQ, wcs []qp.WC) (int, error) {
+// TryPoll polls once, without waiting.
+func (p *Poller) TryPoll(cq *qp.CQ, wcs []qp.WC) (int, error) {
 	n, err := cq.Poll(wcs)
 	if n > 0 {
-		p.watch.tick()
+		p.Watch.Tick()
 	}
 	return n, err
 }
 
-// idleWait is called when a loop found nothing to do: it yields, and
+// IdleWait is called when a loop found nothing to do: it yields, and
 // reports the context's end.
-func (p *poller) idleWait(spins int) error {
-	if spins%64 == 0 && p.ctx.Err() != nil {
-		return context.Cause(p.ctx)
+func (p *Poller) IdleWait(spins int) error {
+	if spins%64 == 0 && p.Ctx.Err() != nil {
+		return context.Cause(p.Ctx)
 	}
 	runtime.Gosched()
 	return nil
 }
 
-// progressor keeps a busy-poll device (qp.Config.BusyPoll, which runs no
+// Progressor keeps a busy-poll device (qp.Config.BusyPoll, which runs no
 // goroutine of its own) answering its peer while the tool is not polling
 // it: during the exchanges, on a perftest server that is only an RDMA
 // target, between phases. The traffic loops stop it and drive the device
 // through their own CQ polls. On a normal device it does nothing.
-type progressor struct {
-	dev    *qp.Device
+type Progressor struct {
+	Dev    *qp.Device
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func (p *progressor) start() {
-	if p.dev == nil || !p.dev.BusyPoll() || p.cancel != nil {
+func (p *Progressor) Start() {
+	if p.Dev == nil || !p.Dev.BusyPoll() || p.cancel != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel, p.done = cancel, make(chan struct{})
 	go func() {
 		defer close(p.done)
-		p.dev.Progress(ctx)
+		p.Dev.Progress(ctx)
 	}()
 }
 
-func (p *progressor) stop() {
+func (p *Progressor) Stop() {
 	if p.cancel == nil {
 		return
 	}
@@ -417,64 +431,64 @@ func (p *progressor) stop() {
 	p.cancel = nil
 }
 
-// modifyToInit is the RESET→INIT transition both tools make right after
+// ModifyToInit is the RESET→INIT transition both tools make right after
 // creating the QP (pp_init_ctx, ctx_modify_qp_to_init).
-func modifyToInit(ctx context.Context, q *qp.QP, port int, access qp.Access) error {
+func ModifyToInit(ctx context.Context, q *qp.QP, port int, access qp.Access) error {
 	return q.Modify(ctx, &qp.Attr{State: qp.StateInit, PKeyIndex: 0, Port: uint8(port), AccessFlags: access},
 		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags)
 }
 
-// rtrRTS are the values of the INIT→RTR→RTS transitions that differ
+// ConnectAttrs are the values of the INIT→RTR→RTS transitions that differ
 // between the tools (PROTOCOL.md §4).
-type rtrRTS struct {
-	mtu             qp.MTU
-	destQPN         uint32
-	rqPSN, sqPSN    uint32
-	dgid            [16]byte
-	global          bool // is_global: rc_pingpong sets it only for a GID with a non-zero interface id
-	sgidIndex       int
-	hopLimit        uint8
-	sl              uint8
-	maxDestRdAtomic uint8
-	maxRdAtomic     uint8
-	timeout         uint8
+type ConnectAttrs struct {
+	MTU             qp.MTU
+	DestQPN         uint32
+	RQPSN, SQPSN    uint32
+	DGID            [16]byte
+	Global          bool // is_global: rc_pingpong sets it only for a GID with a non-zero interface id
+	SGIDIndex       int
+	HopLimit        uint8
+	SL              uint8
+	MaxDestRdAtomic uint8
+	MaxRdAtomic     uint8
+	Timeout         uint8
 }
 
-// errRTR and errRTS say which transition failed.
+// ErrRTR and ErrRTS say which transition failed.
 var (
-	errRTR = errors.New("Failed to modify QP to RTR")
-	errRTS = errors.New("Failed to modify QP to RTS")
+	ErrRTR = errors.New("Failed to modify QP to RTR")
+	ErrRTS = errors.New("Failed to modify QP to RTS")
 )
 
-func modifyToRTS(ctx context.Context, q *qp.QP, a rtrRTS) error {
-	attr := qp.Attr{State: qp.StateRTR, PathMTU: a.mtu, DestQPN: a.destQPN, RQPSN: wire.PSN(a.rqPSN),
-		MaxDestRdAtomic: a.maxDestRdAtomic, MinRNRTimer: 12, AV: qp.AV{SL: a.sl}}
+func ModifyToRTS(ctx context.Context, q *qp.QP, a ConnectAttrs) error {
+	attr := qp.Attr{State: qp.StateRTR, PathMTU: a.MTU, DestQPN: a.DestQPN, RQPSN: wire.PSN(a.RQPSN),
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: 12, AV: qp.AV{SL: a.SL}}
 	mask := qp.AttrState | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN |
 		qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-	if a.global {
-		if a.sgidIndex < 0 || a.sgidIndex > 255 {
-			return fmt.Errorf("%w: GID index %d", errRTR, a.sgidIndex)
+	if a.Global {
+		if a.SGIDIndex < 0 || a.SGIDIndex > 255 {
+			return fmt.Errorf("%w: GID index %d", ErrRTR, a.SGIDIndex)
 		}
-		attr.AV.DGID = netip.AddrFrom16(a.dgid)
-		attr.AV.SGIDIndex = uint8(a.sgidIndex)
-		attr.AV.HopLimit = a.hopLimit
+		attr.AV.DGID = netip.AddrFrom16(a.DGID)
+		attr.AV.SGIDIndex = uint8(a.SGIDIndex)
+		attr.AV.HopLimit = a.HopLimit
 		mask |= qp.AttrAV
 	} else {
 		// On Ethernet the AV must carry a GRH; without one rxe refuses the
 		// transition (PROTOCOL.md §4), and so do we.
-		return fmt.Errorf("%w: the peer sent no GID (RoCE needs -g/-x on both sides)", errRTR)
+		return fmt.Errorf("%w: the peer sent no GID (RoCE needs -g/-x on both sides)", ErrRTR)
 	}
 	if err := q.Modify(ctx, &attr, mask); err != nil {
-		return fmt.Errorf("%w: %w", errRTR, err)
+		return fmt.Errorf("%w: %w", ErrRTR, err)
 	}
-	attr = qp.Attr{State: qp.StateRTS, Timeout: a.timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: wire.PSN(a.sqPSN),
-		MaxRdAtomic: a.maxRdAtomic}
+	attr = qp.Attr{State: qp.StateRTS, Timeout: a.Timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: wire.PSN(a.SQPSN),
+		MaxRdAtomic: a.MaxRdAtomic}
 	if err := q.Modify(ctx, &attr, qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
 		qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
-		return fmt.Errorf("%w: %w", errRTS, err)
+		return fmt.Errorf("%w: %w", ErrRTS, err)
 	}
 	return nil
 }
 
-// gidBytes is a GID as the 16 bytes the exchanges carry.
-func gidBytes(g qp.GID) [16]byte { return g.As16() }
+// GIDBytes is a GID as the 16 bytes the exchanges carry.
+func GIDBytes(g qp.GID) [16]byte { return g.As16() }

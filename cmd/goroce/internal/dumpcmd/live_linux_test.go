@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package dumpcmd
 
 import (
 	"strings"
@@ -15,7 +15,7 @@ import (
 
 // TestDumpLive runs `goroce dump -i VETH -c 3 -t 20s` inside a namespace
 // while the other namespace sends RoCEv2 frames to it.
-func TestDumpLive(t *testing.T) {
+func TestLive(t *testing.T) {
 	pair := netns.NewPair(t, netns.Options{NoDAD: true})
 	var fd int
 	if err := pair.Do(netns.A, func() (err error) {

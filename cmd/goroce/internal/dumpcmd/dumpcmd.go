@@ -1,11 +1,12 @@
-package main
+// Package dumpcmd is the goroce dump subcommand: its command line, file
+// or live input, and exit codes. Package dump decodes and prints.
+package dumpcmd
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,13 +14,11 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/dump"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 )
 
-func init() {
-	register("dump", "decode RoCEv2 from pcap/pcapng files or a live interface", runDump)
-}
-
-func runDump(args []string) int { return dumpMain(args, os.Stdout, os.Stderr) }
+// Summary is the command's line in goroce's usage.
+const Summary = "decode RoCEv2 from pcap/pcapng files or a live interface"
 
 const dumpUsage = `usage: goroce dump [flags] FILE.pcap|FILE.pcapng|-
        goroce dump [flags] -i IFACE
@@ -35,9 +34,10 @@ socket and needs root; Ctrl-C or SIGTERM ends it with the summary.
 flags:
 `
 
-// dumpMain is runDump with its outputs; it returns the exit code: 0 on
-// success, 1 when the input cannot be read, 2 for bad flags.
-func dumpMain(args []string, stdout, stderr io.Writer) int {
+// Run runs goroce dump with args and returns the exit code: 0 on success,
+// 1 when the input cannot be read, 2 for bad flags.
+func Run(env tool.Env, args []string) int {
+	stdout, stderr := env.Stdout, env.Stderr
 	fs := flag.NewFlagSet("goroce dump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -109,7 +109,7 @@ func dumpMain(args []string, stdout, stderr io.Writer) int {
 	}
 
 	opts.Flush = true
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(env.Context(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if *dur > 0 {
 		var c context.CancelFunc

@@ -1,9 +1,14 @@
-package main
+// Package democmd is the goroce demo subcommand: two endpoints in one
+// process run every RC operation against each other, over an in-memory
+// link with seeded faults or, with --netns, over a veth pair between two
+// network namespaces it creates.
+package democmd
 
 import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,13 +18,13 @@ import (
 	"os"
 	"time"
 
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 )
 
-func init() {
-	register("demo", "two endpoints in one process run every RC operation over an in-memory link", runDemo)
-}
+// Summary is the command's line in goroce's usage.
+const Summary = "two endpoints in one process run every RC operation over an in-memory link"
 
 type demoEnd struct {
 	name string
@@ -33,8 +38,12 @@ type demoEnd struct {
 	inv  []byte // a separate region whose rkey the SEND_WITH_INV invalidates
 }
 
-func runDemo(args []string) int {
+// Run runs the demo with args and returns the exit code: 0 when every
+// operation succeeded, 1 when one failed, 2 for bad flags.
+func Run(env tool.Env, args []string) int {
+	stdout, stderr := env.Stdout, env.Stderr
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	pcapPath := fs.String("pcap", "", "write every frame to this pcap file")
 	count := fs.Int("n", 20, "messages per operation")
 	loss := fs.Float64("loss", 0, "drop probability per frame (each direction)")
@@ -46,10 +55,17 @@ func runDemo(args []string) int {
 	linkKind := fs.String("link", "mem", "frame backend: mem (in-memory), or with --netns afxdp, afpacket, udp, auto")
 	inNetns := fs.Bool("netns", false, "run between two network namespaces joined by veth, created and removed by the demo (root)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := checkFlags(*count, *mtu, map[string]float64{"loss": *loss, "dup": *dup, "reorder": *reorder, "corrupt": *corrupt}); err != nil {
+		fmt.Fprintf(stderr, "goroce demo: %v\nRun 'goroce demo -h' for usage.\n", err)
 		return 2
 	}
 	if *linkKind != "mem" || *inNetns {
-		return runDemoNetns(demoNetnsConfig{link: *linkKind, netns: *inNetns, pcap: *pcapPath, count: *count,
+		return runDemoNetns(env, demoNetnsConfig{link: *linkKind, netns: *inNetns, pcap: *pcapPath, count: *count,
 			loss: *loss, dup: *dup, reorder: *reorder, corrupt: *corrupt, seed: *seed, mtu: *mtu})
 	}
 	faulty := *loss > 0 || *dup > 0 || *reorder > 0 || *corrupt > 0
@@ -57,7 +73,7 @@ func runDemo(args []string) int {
 	if *pcapPath != "" {
 		f, err := os.Create(*pcapPath)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "goroce demo:", err)
+			fmt.Fprintln(stderr, "goroce demo:", err)
 			return 1
 		}
 		defer f.Close()
@@ -68,13 +84,13 @@ func runDemo(args []string) int {
 	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
 	a, err := newDemoEnd("A", la, ipA, ipB, lb.HardwareAddr())
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "goroce demo:", err)
+		fmt.Fprintln(stderr, "goroce demo:", err)
 		return 1
 	}
 	defer a.dev.Close()
 	b, err := newDemoEnd("B", lb, ipB, ipA, la.HardwareAddr())
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "goroce demo:", err)
+		fmt.Fprintln(stderr, "goroce demo:", err)
 		return 1
 	}
 	defer b.dev.Close()
@@ -82,23 +98,23 @@ func runDemo(args []string) int {
 	optsA, optsB := opts, opts
 	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0 // B's PSNs wrap around 2^24 during the run
 	if err := a.qp.Connect(context.Background(), qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB}, optsA); err != nil {
-		fmt.Fprintln(os.Stderr, "goroce demo: connect:", err)
+		fmt.Fprintln(stderr, "goroce demo: connect:", err)
 		return 1
 	}
 	if err := b.qp.Connect(context.Background(), qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA}, optsB); err != nil {
-		fmt.Fprintln(os.Stderr, "goroce demo: connect:", err)
+		fmt.Fprintln(stderr, "goroce demo: connect:", err)
 		return 1
 	}
 	mtuBytes := a.dev.ActiveMTU().Bytes()
-	fmt.Printf("goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, in-memory link (MTU %d)\n",
+	fmt.Fprintf(stdout, "goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, in-memory link (MTU %d)\n",
 		ipA, a.qp.QPN(), ipB, b.qp.QPN(), mtuBytes, *mtu)
 	if faulty {
-		fmt.Printf("faults per frame, each direction: loss %.3g dup %.3g reorder %.3g corrupt %.3g, seed %d\n",
+		fmt.Fprintf(stdout, "faults per frame, each direction: loss %.3g dup %.3g reorder %.3g corrupt %.3g, seed %d\n",
 			*loss, *dup, *reorder, *corrupt, *seed)
 	}
-	ok := demoOps(a, b, *count, *seed, mtuBytes)
+	ok := demoOps(stdout, a, b, *count, *seed, mtuBytes)
 	if faulty || !ok {
-		printDemoCounters(a, b, la, lb)
+		printDemoCounters(stdout, a, b, la, lb)
 	}
 	if !ok {
 		return 1
@@ -106,10 +122,36 @@ func runDemo(args []string) int {
 	return 0
 }
 
+// The link MTUs the demo runs on: the smallest leaves room for a 256-byte
+// path MTU after rxe's 80 bytes of headers (qp.PathMTU), the largest is
+// Ethernet's (ETH_MAX_MTU, the most a veth takes).
+const (
+	minLinkMTU = 256 + 80
+	maxLinkMTU = 65535
+)
+
+// checkFlags reports the first flag value the demo cannot run with: a
+// probability outside [0, 1], a link MTU outside [minLinkMTU, maxLinkMTU],
+// a message count below 1.
+func checkFlags(count, mtu int, probs map[string]float64) error {
+	for _, name := range []string{"loss", "dup", "reorder", "corrupt"} {
+		if p := probs[name]; !(p >= 0 && p <= 1) { // also rejects NaN
+			return fmt.Errorf("--%s %v: want a probability between 0 and 1", name, p)
+		}
+	}
+	if mtu < minLinkMTU || mtu > maxLinkMTU {
+		return fmt.Errorf("--mtu %d: want a link MTU between %d and %d", mtu, minLinkMTU, maxLinkMTU)
+	}
+	if count < 1 {
+		return fmt.Errorf("-n %d: want at least one message per operation", count)
+	}
+	return nil
+}
+
 // demoOps runs every operation count times between a and b, alternating
 // the direction, prints one line per operation and the elapsed time, and
 // reports whether all succeeded.
-func demoOps(a, b *demoEnd, count int, seed int64, mtuBytes int) (ok bool) {
+func demoOps(w io.Writer, a, b *demoEnd, count int, seed int64, mtuBytes int) (ok bool) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	sizes := []int{0, 1, mtuBytes - 1, mtuBytes, mtuBytes + 1, 3 * mtuBytes, 64 << 10}
 	ops := []struct {
@@ -134,7 +176,7 @@ func demoOps(a, b *demoEnd, count int, seed int64, mtuBytes int) (ok bool) {
 		{"ATOMIC_CMP_SWAP", func(a, b *demoEnd, i, size int) (int, error) { return demoCmpSwap(a, b, i) }},
 	}
 	start := time.Now()
-	fmt.Printf("\n%-22s %8s %12s  %s\n", "operation", "messages", "bytes", "result")
+	fmt.Fprintf(w, "\n%-22s %8s %12s  %s\n", "operation", "messages", "bytes", "result")
 	ok = true
 	for _, op := range ops {
 		var total int
@@ -155,15 +197,15 @@ func demoOps(a, b *demoEnd, count int, seed int64, mtuBytes int) (ok bool) {
 			result = "FAILED: " + failure.Error()
 			ok = false
 		}
-		fmt.Printf("%-22s %8d %12d  %s\n", op.name, count, total, result)
+		fmt.Fprintf(w, "%-22s %8d %12d  %s\n", op.name, count, total, result)
 	}
-	fmt.Printf("\nelapsed %v\n", time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(w, "\nelapsed %v\n", time.Since(start).Round(time.Millisecond))
 	return ok
 }
 
-func printDemoCounters(a, b *demoEnd, la, lb *nic.MemLink) {
+func printDemoCounters(w io.Writer, a, b *demoEnd, la, lb *nic.MemLink) {
 	ca, cb := a.dev.Counters(), b.dev.Counters()
-	fmt.Printf("\n%-24s %10s %10s\n", "counter", "A", "B")
+	fmt.Fprintf(w, "\n%-24s %10s %10s\n", "counter", "A", "B")
 	ca.Each(func(name string, v uint64) {
 		var vb uint64
 		cb.Each(func(n string, x uint64) {
@@ -172,17 +214,17 @@ func printDemoCounters(a, b *demoEnd, la, lb *nic.MemLink) {
 			}
 		})
 		if v != 0 || vb != 0 {
-			fmt.Printf("%-24s %10d %10d\n", name, v, vb)
+			fmt.Fprintf(w, "%-24s %10d %10d\n", name, v, vb)
 		}
 	})
 	ra, rb := a.dev.RxStats(), b.dev.RxStats()
-	fmt.Printf("%-24s %10d %10d\n", "rx_bad_icrc_dropped", ra.BadICRC, rb.BadICRC)
-	fmt.Printf("%-24s %10d %10d\n", "rx_malformed_dropped", ra.ParseErrors+ra.NotRoCE, rb.ParseErrors+rb.NotRoCE)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "rx_bad_icrc_dropped", ra.BadICRC, rb.BadICRC)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "rx_malformed_dropped", ra.ParseErrors+ra.NotRoCE, rb.ParseErrors+rb.NotRoCE)
 	ma, mb := la.MemStats(), lb.MemStats()
-	fmt.Printf("%-24s %10d %10d\n", "link_dropped", ma.Dropped, mb.Dropped)
-	fmt.Printf("%-24s %10d %10d\n", "link_duplicated", ma.Duplicated, mb.Duplicated)
-	fmt.Printf("%-24s %10d %10d\n", "link_reordered", ma.Reordered, mb.Reordered)
-	fmt.Printf("%-24s %10d %10d\n", "link_corrupted", ma.Corrupted, mb.Corrupted)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_dropped", ma.Dropped, mb.Dropped)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_duplicated", ma.Duplicated, mb.Duplicated)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_reordered", ma.Reordered, mb.Reordered)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_corrupted", ma.Corrupted, mb.Corrupted)
 }
 
 const demoHalf = 1 << 20

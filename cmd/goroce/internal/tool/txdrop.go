@@ -1,4 +1,4 @@
-package main
+package tool
 
 import (
 	"fmt"
@@ -17,9 +17,9 @@ import (
 // (go-back-N after a NAK or the ACK timeout) must make up for them. At exit
 // the tool reports on stderr how many it dropped.
 
-// txDropFromEnv reads GOROCE_TX_DROP and GOROCE_TX_DROP_SEED; p is 0 when
+// TxDropFromEnv reads GOROCE_TX_DROP and GOROCE_TX_DROP_SEED; p is 0 when
 // the variable is unset.
-func txDropFromEnv() (p float64, seed uint64, err error) {
+func TxDropFromEnv() (p float64, seed uint64, err error) {
 	v := os.Getenv("GOROCE_TX_DROP")
 	if v == "" {
 		return 0, 0, nil
@@ -37,9 +37,9 @@ func txDropFromEnv() (p float64, seed uint64, err error) {
 	return p, seed, nil
 }
 
-// wrapTxDrop wraps l in a nic.DropLink; the result has TryReadBatch exactly
+// WrapTxDrop wraps l in a nic.DropLink; the result has TryReadBatch exactly
 // when l has it. With a report writer, the count goes there at Close.
-func wrapTxDrop(l nic.Link, p float64, seed uint64, report io.Writer) (nic.Link, *nic.DropLink) {
+func WrapTxDrop(l nic.Link, p float64, seed uint64, report io.Writer) (nic.Link, *nic.DropLink) {
 	var onClose func(frames, dropped uint64)
 	if report != nil {
 		onClose = func(frames, dropped uint64) {

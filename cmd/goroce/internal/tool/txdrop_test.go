@@ -1,7 +1,8 @@
-package main
+package tool
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ func TestTxDropLink(t *testing.T) {
 	a, b := nic.NewMemPair(nic.MemConfig{Seed: 1})
 	defer b.Close()
 	var report bytes.Buffer
-	l, d := wrapTxDrop(a, 0.25, 7, &report)
+	l, d := WrapTxDrop(a, 0.25, 7, &report)
 	if _, ok := l.(nic.Poller); !ok {
 		t.Fatal("the in-memory link is a nic.Poller: the wrapper must forward TryReadBatch")
 	}
@@ -42,33 +43,18 @@ func TestTxDropLink(t *testing.T) {
 		t.Fatalf("seed 7: %d written, %d dropped, %d arrived", f, dropped, got)
 	}
 	l.Close()
-	if want := "dropped " + itoa(int(dropped)) + " of 800"; !strings.Contains(report.String(), want) {
+	if want := "dropped " + strconv.Itoa(int(dropped)) + " of 800"; !strings.Contains(report.String(), want) {
 		t.Errorf("report %q, want %q", report.String(), want)
 	}
 	for _, v := range []string{"x", "1", "-0.1"} {
 		t.Setenv("GOROCE_TX_DROP", v)
-		if _, _, err := txDropFromEnv(); err == nil {
+		if _, _, err := TxDropFromEnv(); err == nil {
 			t.Errorf("GOROCE_TX_DROP=%s accepted", v)
 		}
 	}
 	t.Setenv("GOROCE_TX_DROP", "0.02")
 	t.Setenv("GOROCE_TX_DROP_SEED", "0x10")
-	if p, seed, err := txDropFromEnv(); p != 0.02 || seed != 16 || err != nil {
+	if p, seed, err := TxDropFromEnv(); p != 0.02 || seed != 16 || err != nil {
 		t.Errorf("env: %v %v %v", p, seed, err)
 	}
-}
-
-// TestPingpongTxDrop: the tools recover from their own transmit losses
-// (the wrapper between the device and an in-memory link, both ways).
-func TestPingpongTxDrop(t *testing.T) {
-	open := memDevicesWrap(t, nic.MemConfig{Seed: 3}, func(l nic.Link, side uint64) nic.Link {
-		w, _ := wrapTxDrop(l, 0.05, side, nil)
-		return w
-	})
-	args := []string{"-g", "1", "-n", "60", "-s", "3000", "-e", "-c"}
-	s, c := runPair(t, runPingpong, open, args, args)
-	if s.code != 0 || c.code != 0 {
-		t.Fatalf("exit codes server %d client %d", s.code, c.code)
-	}
-	checkPingpongOutput(t, s, c, "360000", "60")
 }

@@ -1,4 +1,4 @@
-package main
+package perftestcmd
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool/tooltest"
 	"github.com/goroce/goroce/nic"
 )
 
@@ -119,41 +121,41 @@ func TestPerftestMem(t *testing.T) {
 	const page = 4096 // the cycle buffer both sides agree on (BUFF_SIZE for small messages)
 	cases := []struct {
 		perftestCase
-		check func(t *testing.T, s, c toolRun)
+		check func(t *testing.T, s, c tooltest.Outcome)
 	}{
-		{perftestCase{perftest.WriteBW, []string{"-s", "64", "-n", "20", "-F", "-x", "1"}, 64, 20, 1, 1}, func(t *testing.T, s, c toolRun) {
+		{perftestCase{perftest.WriteBW, []string{"-s", "64", "-n", "20", "-F", "-x", "1"}, 64, 20, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			// 20 WRITEs of 64 bytes at cache-line steps: the first 1280
 			// bytes of the target area are the client's source bytes.
-			sameBytes(t, "server target", s.final[page:page+20*64], "client source", c.initial[:20*64])
+			sameBytes(t, "server target", s.Final[page:page+20*64], "client source", c.Initial[:20*64])
 		}},
-		{perftestCase{perftest.WriteBW, []string{"-s", "3000", "-n", "30", "-q", "2", "-t", "8", "-Q", "4", "--report_gbits"}, 3000, 30, 2, 1}, func(t *testing.T, s, c toolRun) {
+		{perftestCase{perftest.WriteBW, []string{"-s", "3000", "-n", "30", "-q", "2", "-t", "8", "-Q", "4", "--report_gbits"}, 3000, 30, 2, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			// 3000 > page/2: no cycling, every WRITE of QP i lands at
 			// target i (buffer: 2 sources then 2 targets of one page each).
 			for i := range 2 {
-				sameBytes(t, fmt.Sprintf("server target %d", i), s.final[(2+i)*page:(2+i)*page+3000],
-					fmt.Sprintf("client source %d", i), c.initial[i*page:i*page+3000])
+				sameBytes(t, fmt.Sprintf("server target %d", i), s.Final[(2+i)*page:(2+i)*page+3000],
+					fmt.Sprintf("client source %d", i), c.Initial[i*page:i*page+3000])
 			}
 		}},
-		{perftestCase{perftest.ReadBW, []string{"-s", "64", "-n", "20"}, 64, 20, 1, 1}, func(t *testing.T, s, c toolRun) {
-			sameBytes(t, "client local", c.final[:20*64], "server target", s.initial[page:page+20*64])
+		{perftestCase{perftest.ReadBW, []string{"-s", "64", "-n", "20"}, 64, 20, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "client local", c.Final[:20*64], "server target", s.Initial[page:page+20*64])
 		}},
-		{perftestCase{perftest.ReadBW, []string{"-s", "5000", "-n", "12", "-e"}, 5000, 12, 1, 1}, func(t *testing.T, s, c toolRun) {
-			sameBytes(t, "client local", c.final[:5000], "server target", s.initial[5000:10000])
+		{perftestCase{perftest.ReadBW, []string{"-s", "5000", "-n", "12", "-e"}, 5000, 12, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "client local", c.Final[:5000], "server target", s.Initial[5000:10000])
 		}},
-		{perftestCase{perftest.SendBW, []string{"-s", "64", "-n", "20"}, 64, 20, 1, 1}, func(t *testing.T, s, c toolRun) {
-			sameBytes(t, "server receive area", s.final[page:page+20*64], "client source", c.initial[:20*64])
+		{perftestCase{perftest.SendBW, []string{"-s", "64", "-n", "20"}, 64, 20, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "server receive area", s.Final[page:page+20*64], "client source", c.Initial[:20*64])
 		}},
-		{perftestCase{perftest.SendBW, []string{"-s", "2100", "-n", "50", "-r", "8", "-t", "16", "-e"}, 2100, 50, 1, 1}, func(t *testing.T, s, c toolRun) {
+		{perftestCase{perftest.SendBW, []string{"-s", "2100", "-n", "50", "-r", "8", "-t", "16", "-e"}, 2100, 50, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			// rx_depth 8 < 50 messages: the receives are reposted. 2100 >
 			// page/2: every message uses the start of its area.
-			sameBytes(t, "server receive area", s.final[page:page+2100], "client source", c.initial[:2100])
+			sameBytes(t, "server receive area", s.Final[page:page+2100], "client source", c.Initial[:2100])
 		}},
-		{perftestCase{perftest.AtomicBW, []string{"-n", "100", "-A", "FETCH_AND_ADD"}, 8, 100, 1, 1}, func(t *testing.T, s, c toolRun) {
+		{perftestCase{perftest.AtomicBW, []string{"-n", "100", "-A", "FETCH_AND_ADD"}, 8, 100, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			// 64 slots of 64 bytes: slots 0..35 get two adds, 36..63 one.
 			for k := range 64 {
 				off := page + 64*k
-				before := binary.NativeEndian.Uint64(s.initial[off:])
-				after := binary.NativeEndian.Uint64(s.final[off:])
+				before := binary.NativeEndian.Uint64(s.Initial[off:])
+				after := binary.NativeEndian.Uint64(s.Final[off:])
 				want := before + 1
 				if k < 36 {
 					want++
@@ -162,41 +164,41 @@ func TestPerftestMem(t *testing.T) {
 					t.Errorf("slot %d: %#x → %#x, want %#x", k, before, after, want)
 				}
 			}
-			if !bytes.Equal(s.final[page+8:page+64], s.initial[page+8:page+64]) {
+			if !bytes.Equal(s.Final[page+8:page+64], s.Initial[page+8:page+64]) {
 				t.Error("bytes next to the counter changed")
 			}
 		}},
-		{perftestCase{perftest.AtomicBW, []string{"-n", "50", "-A", "CMP_AND_SWAP", "-q", "2"}, 8, 50, 2, 1}, func(t *testing.T, s, c toolRun) {
-			sameBytes(t, "server buffer after", s.final, "before", s.initial)
+		{perftestCase{perftest.AtomicBW, []string{"-n", "50", "-A", "CMP_AND_SWAP", "-q", "2"}, 8, 50, 2, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "server buffer after", s.Final, "before", s.Initial)
 		}},
-		{perftestCase{perftest.WriteLat, []string{"-n", "20"}, 2, 20, 1, 1}, func(t *testing.T, s, c toolRun) {
-			for _, r := range []toolRun{s, c} {
-				if r.final[page+1] != 20 || r.final[1] != 20 {
-					t.Errorf("last counts: received %d, sent %d", r.final[page+1], r.final[1])
+		{perftestCase{perftest.WriteLat, []string{"-n", "20"}, 2, 20, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			for _, r := range []tooltest.Outcome{s, c} {
+				if r.Final[page+1] != 20 || r.Final[1] != 20 {
+					t.Errorf("last counts: received %d, sent %d", r.Final[page+1], r.Final[1])
 				}
 			}
 		}},
-		{perftestCase{perftest.WriteLat, []string{"-n", "15", "-s", "3000"}, 3000, 15, 1, 1}, func(t *testing.T, s, c toolRun) {
+		{perftestCase{perftest.WriteLat, []string{"-n", "15", "-s", "3000"}, 3000, 15, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			// Multi-packet WRITEs: the count is in the LAST packet.
-			if s.final[page+2999] != 15 || c.final[page+2999] != 15 {
-				t.Errorf("last counts %d %d", s.final[page+2999], c.final[page+2999])
+			if s.Final[page+2999] != 15 || c.Final[page+2999] != 15 {
+				t.Errorf("last counts %d %d", s.Final[page+2999], c.Final[page+2999])
 			}
 		}},
-		{perftestCase{perftest.ReadLat, []string{"-n", "10", "-s", "100"}, 100, 10, 1, 1}, func(t *testing.T, s, c toolRun) {
-			sameBytes(t, "client local", c.final[:100], "server target", s.initial[page:page+100])
+		{perftestCase{perftest.ReadLat, []string{"-n", "10", "-s", "100"}, 100, 10, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "client local", c.Final[:100], "server target", s.Initial[page:page+100])
 		}},
-		{perftestCase{perftest.SendLat, []string{"-n", "12", "-s", "32", "-r", "4"}, 32, 12, 1, 1}, func(t *testing.T, s, c toolRun) {
-			sameBytes(t, "server receive area", s.final[page:page+32], "client source", c.initial[:32])
-			sameBytes(t, "client receive area", c.final[page:page+32], "server source", s.initial[:32])
+		{perftestCase{perftest.SendLat, []string{"-n", "12", "-s", "32", "-r", "4"}, 32, 12, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "server receive area", s.Final[page:page+32], "client source", c.Initial[:32])
+			sameBytes(t, "client receive area", c.Final[page:page+32], "server source", s.Initial[:32])
 		}},
-		{perftestCase{perftest.AtomicLat, []string{"-n", "10"}, 8, 10, 1, 1}, func(t *testing.T, s, c toolRun) {
-			before := binary.NativeEndian.Uint64(s.initial[page:])
-			if after := binary.NativeEndian.Uint64(s.final[page:]); after != before+10 {
+		{perftestCase{perftest.AtomicLat, []string{"-n", "10"}, 8, 10, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			before := binary.NativeEndian.Uint64(s.Initial[page:])
+			if after := binary.NativeEndian.Uint64(s.Final[page:]); after != before+10 {
 				t.Errorf("counter %#x → %#x, want +10", before, after)
 			}
 			// Each FETCH_AND_ADD returns the old value into the client's
 			// source area: the last one saw before+9.
-			if got := binary.NativeEndian.Uint64(c.final); got != before+9 {
+			if got := binary.NativeEndian.Uint64(c.Final); got != before+9 {
 				t.Errorf("last fetched value %#x, want %#x", got, before+9)
 			}
 		}},
@@ -204,15 +206,15 @@ func TestPerftestMem(t *testing.T) {
 	for _, tc := range cases {
 		name := tc.test.String() + "/" + strings.Join(tc.args, "_")
 		t.Run(name, func(t *testing.T) {
-			open := memDevices(t, nic.MemConfig{Seed: 3})
-			run := func(env toolEnv, args []string) int { return runPerftest(env, tc.test, args) }
-			s, c := runPair(t, run, open, tc.args, tc.args)
-			if s.code != 0 || c.code != 0 {
-				t.Fatalf("exit codes: server %d, client %d", s.code, c.code)
+			open := tooltest.MemDevices(t, nic.MemConfig{Seed: 3})
+			run := func(env tool.Env, args []string) int { return Run(env, tc.test, args) }
+			s, c := tooltest.RunPair(t, run, open, tc.args, tc.args)
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("exit codes: server %d, client %d", s.Code, c.Code)
 			}
-			checkPerftestOutput(t, tc.perftestCase, true, s.stdout)
-			checkPerftestOutput(t, tc.perftestCase, false, c.stdout)
-			if len(s.final) == 0 || len(c.final) == 0 || len(s.initial) == 0 || len(c.initial) == 0 {
+			checkPerftestOutput(t, tc.perftestCase, true, s.Stdout)
+			checkPerftestOutput(t, tc.perftestCase, false, c.Stdout)
+			if len(s.Final) == 0 || len(c.Final) == 0 || len(s.Initial) == 0 || len(c.Initial) == 0 {
 				t.Fatal("buffers not reported")
 			}
 			tc.check(t, s, c)
@@ -243,26 +245,26 @@ func TestPerftestAllSizesAndDuration(t *testing.T) {
 			if raceEnabled {
 				t.Skip("-a moves 2 × 16 MiB per iteration: half a minute under the race detector; the plain run covers it")
 			}
-			open := memDevices(t, nic.MemConfig{Seed: 5})
-			run := func(env toolEnv, args []string) int { return runPerftest(env, c.test, args) }
-			s, cl := runPair(t, run, open, c.args, c.args)
-			if s.code != 0 || cl.code != 0 {
-				t.Fatalf("exit codes: server %d, client %d", s.code, cl.code)
+			open := tooltest.MemDevices(t, nic.MemConfig{Seed: 5})
+			run := func(env tool.Env, args []string) int { return Run(env, c.test, args) }
+			s, cl := tooltest.RunPair(t, run, open, c.args, c.args)
+			if s.Code != 0 || cl.Code != 0 {
+				t.Fatalf("exit codes: server %d, client %d", s.Code, cl.Code)
 			}
-			checkPerftestOutput(t, c, true, s.stdout)
-			checkPerftestOutput(t, c, false, cl.stdout)
+			checkPerftestOutput(t, c, true, s.Stdout)
+			checkPerftestOutput(t, c, false, cl.Stdout)
 		})
 	}
 	for _, test := range []perftest.Test{perftest.WriteBW, perftest.SendBW} {
 		t.Run(test.String()+"/-D", func(t *testing.T) {
-			open := memDevices(t, nic.MemConfig{Seed: 5})
-			run := func(env toolEnv, args []string) int { return runPerftest(env, test, args) }
+			open := tooltest.MemDevices(t, nic.MemConfig{Seed: 5})
+			run := func(env tool.Env, args []string) int { return Run(env, test, args) }
 			args := []string{"-D", "1", "-s", "1024"}
-			s, cl := runPair(t, run, open, args, args)
-			if s.code != 0 || cl.code != 0 {
-				t.Fatalf("exit codes: server %d, client %d", s.code, cl.code)
+			s, cl := tooltest.RunPair(t, run, open, args, args)
+			if s.Code != 0 || cl.Code != 0 {
+				t.Fatalf("exit codes: server %d, client %d", s.Code, cl.Code)
 			}
-			for _, out := range []string{s.stdout, cl.stdout} {
+			for _, out := range []string{s.Stdout, cl.Stdout} {
 				lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 				m := bwRE.FindStringSubmatch(lines[len(lines)-2])
 				if m == nil || m[1] != "1024" || m[2] == "0" {
@@ -273,20 +275,11 @@ func TestPerftestAllSizesAndDuration(t *testing.T) {
 	}
 }
 
-// TestToolsBusyPoll runs the tools on devices in busy-poll mode (no device
+// TestBusyPoll runs the tools on devices in busy-poll mode (no device
 // goroutines): the traffic loops must drive the device through their CQ
 // polls, and between phases, and on a server that is only an RDMA target,
-// the tool's progressor must keep it answering.
-func TestToolsBusyPoll(t *testing.T) {
-	t.Run("pingpong", func(t *testing.T) {
-		open := memDevicesMode(t, nic.MemConfig{Seed: 11}, true)
-		args := []string{"-g", "1", "-n", "20", "-c", "-s", "5000"}
-		s, c := runPair(t, runPingpong, open, args, args)
-		if s.code != 0 || c.code != 0 {
-			t.Fatalf("exit codes server %d client %d", s.code, c.code)
-		}
-		checkPingpongOutput(t, s, c, "200000", "20")
-	})
+// the tool's Progressor must keep it answering.
+func TestBusyPoll(t *testing.T) {
 	for _, tc := range []perftestCase{
 		{perftest.WriteBW, []string{"-s", "4096", "-n", "50"}, 4096, 50, 1, 1},
 		{perftest.ReadLat, []string{"-n", "10"}, 2, 10, 1, 1},
@@ -294,14 +287,14 @@ func TestToolsBusyPoll(t *testing.T) {
 		{perftest.SendBW, []string{"-s", "64", "-n", "30"}, 64, 30, 1, 1},
 	} {
 		t.Run(tc.test.String(), func(t *testing.T) {
-			open := memDevicesMode(t, nic.MemConfig{Seed: 11}, true)
-			run := func(env toolEnv, args []string) int { return runPerftest(env, tc.test, args) }
-			s, c := runPair(t, run, open, tc.args, tc.args)
-			if s.code != 0 || c.code != 0 {
-				t.Fatalf("exit codes: server %d, client %d", s.code, c.code)
+			open := tooltest.MemDevicesMode(t, nic.MemConfig{Seed: 11}, true)
+			run := func(env tool.Env, args []string) int { return Run(env, tc.test, args) }
+			s, c := tooltest.RunPair(t, run, open, tc.args, tc.args)
+			if s.Code != 0 || c.Code != 0 {
+				t.Fatalf("exit codes: server %d, client %d", s.Code, c.Code)
 			}
-			checkPerftestOutput(t, tc, true, s.stdout)
-			checkPerftestOutput(t, tc, false, c.stdout)
+			checkPerftestOutput(t, tc, true, s.Stdout)
+			checkPerftestOutput(t, tc, false, c.Stdout)
 		})
 	}
 }

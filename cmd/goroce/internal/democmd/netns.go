@@ -1,4 +1,4 @@
-package main
+package democmd
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
@@ -30,27 +31,28 @@ type demoNetnsConfig struct {
 // (198.18.X.1/24 and .2/24 on a veth pair, no route out), each end's
 // device opened with qp.OpenInterface on the chosen backend. The namespaces are
 // deleted on exit, also after SIGINT/SIGTERM.
-func runDemoNetns(c demoNetnsConfig) int {
+func runDemoNetns(env tool.Env, c demoNetnsConfig) int {
+	stdout, stderr := env.Stdout, env.Stderr
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "goroce demo: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "goroce demo: "+format+"\n", a...)
 		return 1
 	}
 	switch c.link {
 	case qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP, qp.BackendAuto:
 	case "mem":
-		fmt.Fprintln(os.Stderr, "goroce demo: --netns needs --link afxdp, afpacket, udp or auto")
+		fmt.Fprintln(stderr, "goroce demo: --netns needs --link afxdp, afpacket, udp or auto")
 		return 2
 	default:
-		fmt.Fprintf(os.Stderr, "goroce demo: unknown --link %q (mem, afxdp, afpacket, udp, auto)\n", c.link)
+		fmt.Fprintf(stderr, "goroce demo: unknown --link %q (mem, afxdp, afpacket, udp, auto)\n", c.link)
 		return 2
 	}
 	if !c.netns {
 		// The demo sends real frames only inside namespaces it made itself.
-		fmt.Fprintf(os.Stderr, "goroce demo: --link %s needs --netns (the demo only sends between namespaces it creates)\n", c.link)
+		fmt.Fprintf(stderr, "goroce demo: --link %s needs --netns (the demo only sends between namespaces it creates)\n", c.link)
 		return 2
 	}
 	if c.pcap != "" || c.dup > 0 || c.reorder > 0 || c.corrupt > 0 {
-		fmt.Fprintln(os.Stderr, "goroce demo: --pcap, --dup, --reorder and --corrupt need the in-memory link (use --loss, or capture with tcpdump in a namespace)")
+		fmt.Fprintln(stderr, "goroce demo: --pcap, --dup, --reorder and --corrupt need the in-memory link (use --loss, or capture with tcpdump in a namespace)")
 		return 2
 	}
 
@@ -77,7 +79,7 @@ func runDemoNetns(c demoNetnsConfig) int {
 	defer signal.Stop(sig)
 	go func() {
 		if s, ok := <-sig; ok {
-			fmt.Fprintf(os.Stderr, "\ngoroce demo: %v: removing namespaces %s, %s\n", s, pair.A.NS, pair.B.NS)
+			fmt.Fprintf(stderr, "\ngoroce demo: %v: removing namespaces %s, %s\n", s, pair.A.NS, pair.B.NS)
 			done()
 			os.Exit(130)
 		}
@@ -85,7 +87,7 @@ func runDemoNetns(c demoNetnsConfig) int {
 
 	// Opening and connecting the two ends (neighbour resolution included)
 	// must not take longer than this.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(env.Context(), 30*time.Second)
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var drops [2]*nic.DropLink
@@ -133,7 +135,7 @@ func runDemoNetns(c demoNetnsConfig) int {
 	if err := b.qp.Connect(ctx, qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA, MTU: pmtu}, optsB); err != nil {
 		return fail("connect: %v", err)
 	}
-	fmt.Printf("goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, veth in namespaces %s / %s (MTU %d)\n",
+	fmt.Fprintf(stdout, "goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, veth in namespaces %s / %s (MTU %d)\n",
 		ipA, a.qp.QPN(), ipB, b.qp.QPN(), pmtu.Bytes(), pair.A.NS, pair.B.NS, c.mtu)
 	for _, x := range []struct {
 		side string
@@ -143,16 +145,16 @@ func runDemoNetns(c demoNetnsConfig) int {
 		if x.info.Fallback != "" {
 			fb = " (fallback: " + x.info.Fallback + ")"
 		}
-		fmt.Printf("backend %s: %s, mode %s, %s, link MTU %d, port path MTU %d%s\n", x.side, x.info.Backend, x.info.Mode,
+		fmt.Fprintf(stdout, "backend %s: %s, mode %s, %s, link MTU %d, port path MTU %d%s\n", x.side, x.info.Backend, x.info.Mode,
 			x.info.Ifname, x.info.LinkMTU, x.info.PathMTU, fb)
 	}
 	if c.loss > 0 {
-		fmt.Printf("loss per transmitted frame, each side: %.3g, seed %d\n", c.loss, c.seed)
+		fmt.Fprintf(stdout, "loss per transmitted frame, each side: %.3g, seed %d\n", c.loss, c.seed)
 	}
-	ok := demoOps(a, b, c.count, c.seed, pmtu.Bytes())
+	ok := demoOps(stdout, a, b, c.count, c.seed, pmtu.Bytes())
 	if c.loss > 0 || !ok {
 		ca, cb := a.dev.Counters(), b.dev.Counters()
-		fmt.Printf("\n%-24s %10s %10s\n", "counter", "A", "B")
+		fmt.Fprintf(stdout, "\n%-24s %10s %10s\n", "counter", "A", "B")
 		ca.Each(func(name string, v uint64) {
 			var vb uint64
 			cb.Each(func(n string, x uint64) {
@@ -161,11 +163,11 @@ func runDemoNetns(c demoNetnsConfig) int {
 				}
 			})
 			if v != 0 || vb != 0 {
-				fmt.Printf("%-24s %10d %10d\n", name, v, vb)
+				fmt.Fprintf(stdout, "%-24s %10d %10d\n", name, v, vb)
 			}
 		})
 		if c.loss > 0 {
-			fmt.Printf("%-24s %10d %10d\n", "link_dropped", dropped(drops[0]), dropped(drops[1]))
+			fmt.Fprintf(stdout, "%-24s %10d %10d\n", "link_dropped", dropped(drops[0]), dropped(drops[1]))
 		}
 	}
 	if !ok {

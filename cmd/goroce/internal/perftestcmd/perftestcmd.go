@@ -1,4 +1,7 @@
-package main
+// Package perftestcmd is the perftest-compatible subcommands of goroce
+// (write_bw, read_lat, …), one per perftest.Test. Package perftest holds
+// their flags, exchanges, plan and output; this package runs the QPs.
+package perftestcmd
 
 import (
 	"context"
@@ -10,27 +13,32 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
-func init() {
-	summaries := map[perftest.Test]string{
-		perftest.WriteBW:   "ib_write_bw-compatible RDMA WRITE bandwidth test",
-		perftest.ReadBW:    "ib_read_bw-compatible RDMA READ bandwidth test",
-		perftest.SendBW:    "ib_send_bw-compatible SEND bandwidth test",
-		perftest.AtomicBW:  "ib_atomic_bw-compatible atomic bandwidth test",
-		perftest.WriteLat:  "ib_write_lat-compatible RDMA WRITE latency test",
-		perftest.ReadLat:   "ib_read_lat-compatible RDMA READ latency test",
-		perftest.SendLat:   "ib_send_lat-compatible SEND latency test",
-		perftest.AtomicLat: "ib_atomic_lat-compatible atomic latency test",
-	}
-	for t, s := range summaries {
-		register(t.String(), s, func(args []string) int { return runPerftest(defaultToolEnv(), t, args) })
-	}
+// summaries are the commands' lines in goroce's usage.
+var summaries = map[perftest.Test]string{
+	perftest.WriteBW:   "ib_write_bw-compatible RDMA WRITE bandwidth test",
+	perftest.ReadBW:    "ib_read_bw-compatible RDMA READ bandwidth test",
+	perftest.SendBW:    "ib_send_bw-compatible SEND bandwidth test",
+	perftest.AtomicBW:  "ib_atomic_bw-compatible atomic bandwidth test",
+	perftest.WriteLat:  "ib_write_lat-compatible RDMA WRITE latency test",
+	perftest.ReadLat:   "ib_read_lat-compatible RDMA READ latency test",
+	perftest.SendLat:   "ib_send_lat-compatible SEND latency test",
+	perftest.AtomicLat: "ib_atomic_lat-compatible atomic latency test",
 }
 
-const perftestUsage = `Usage:
+// Summary is the line of test t's command in goroce's usage.
+func Summary(t perftest.Test) string { return summaries[t] }
+
+// Command is the entry point of test t's command: Run for t.
+func Command(t perftest.Test) func(env tool.Env, args []string) int {
+	return func(env tool.Env, args []string) int { return Run(env, t, args) }
+}
+
+const usageText = `Usage:
   goroce %[1]s [options]          start a server and wait for connection
   goroce %[1]s [options] <host>   connect to server at <host>
 
@@ -75,14 +83,14 @@ const defaultOutReads = 16
 // 64 KiB pages in practice).
 const maxCycleBuffer = 1 << 24
 
-// runPerftest is one of perftest's eight tools (4.5-0.17, the exchange of
+// Run is one of perftest's eight tools (4.5-0.17, the exchange of
 // package perftest) on a goroce device. It returns the exit code.
-func runPerftest(env toolEnv, t perftest.Test, args []string) int {
-	if wantsHelp(args) {
-		fmt.Fprintf(env.stdout, perftestUsage, t)
+func Run(env tool.Env, t perftest.Test, args []string) int {
+	if tool.WantsHelp(args) {
+		fmt.Fprintf(env.Stdout, usageText, t)
 		return 0
 	}
-	args, opts, err := splitToolOptions(args)
+	args, opts, err := tool.SplitOptions(args)
 	var f perftest.Flags
 	if err == nil {
 		f, err = perftest.ParseFlags(t, args)
@@ -98,23 +106,23 @@ func runPerftest(env toolEnv, t perftest.Test, args []string) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(env.stderr, "goroce %v: %v\n"+perftestUsage, t, err, t)
+		fmt.Fprintf(env.Stderr, "goroce %v: %v\n"+usageText, t, err, t)
 		return 1
 	}
-	ctx, cancel := runContext(env, opts)
+	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
-	r := &perfRun{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == ""}
+	r := &runner{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == ""}
 	if err := r.run(); err != nil {
-		fmt.Fprintf(env.stderr, " %v\n", err)
+		fmt.Fprintf(env.Stderr, " %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-// perfRun is one run of a tool: perftest's pingpong_context and
+// runner is one run of a tool: perftest's pingpong_context and
 // perftest_parameters for goroce.
-type perfRun struct {
-	env    toolEnv
+type runner struct {
+	env    tool.Env
 	ctx    context.Context
 	f      perftest.Flags
 	test   perftest.Test
@@ -122,7 +130,7 @@ type perfRun struct {
 	server bool
 
 	dev      *qp.Device
-	prog     progressor // drives a busy-poll device outside the traffic loops
+	prog     tool.Progressor // drives a busy-poll device outside the traffic loops
 	gidIndex int
 	outReads int
 	mtu      perftest.MTU // offered in the exchange
@@ -150,11 +158,11 @@ type perfRun struct {
 	peerPSN wire.PSN
 }
 
-func (r *perfRun) out(s string) { fmt.Fprint(r.env.stdout, s) }
+func (r *runner) out(s string) { fmt.Fprint(r.env.Stdout, s) }
 
-func (r *perfRun) run() error {
+func (r *runner) run() error {
 	f := r.f
-	dev, err := r.env.open(r.ctx, f.IBDev)
+	dev, err := r.env.Open(r.ctx, f.IBDev)
 	if err != nil {
 		return fmt.Errorf("Unable to find the Infiniband/RoCE device %q: %w", f.IBDev, err)
 	}
@@ -162,33 +170,33 @@ func (r *perfRun) run() error {
 	if err := r.init(dev); err != nil {
 		return err
 	}
-	r.prog.start()
-	defer r.prog.stop()
+	r.prog.Start()
+	defer r.prog.Stop()
 	conn, err := r.connect()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	cfg := perftest.Config{Test: r.test, Server: r.server, Plan: perftest.PlanConfig{Size: f.Size, AllSizes: f.AllSizes},
-		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: exchangeTimeout}
+		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: tool.ExchangeTimeout}
 	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
 	if _, err := perftest.Run(r.ctx, conn, cfg, hooks); err != nil {
 		return fmt.Errorf("Failed to run the %v test: %w", r.test, err)
 	}
 	r.out(perftest.ResultLine)
-	if r.env.buffers != nil {
+	if r.env.Buffers != nil {
 		dev.RxStats() // takes the device lock: the last writes into buf happen before the copy
-		r.env.buffers("final", append([]byte(nil), r.buf...))
+		r.env.Buffers("final", append([]byte(nil), r.buf...))
 	}
 	return nil
 }
 
 // init settles what the run takes from the device and the flags: GID
 // index, MTU, out_reads, inline size, the largest message.
-func (r *perfRun) init(dev *qp.Device) error {
+func (r *runner) init(dev *qp.Device) error {
 	f := r.f
 	r.dev = dev
-	r.prog.dev = dev
+	r.prog.Dev = dev
 	// gid_index -1: perftest picks the first IPv4-mapped GID, index 1.
 	r.gidIndex = f.GIDIndex
 	if r.gidIndex == -1 {
@@ -224,23 +232,23 @@ func (r *perfRun) init(dev *qp.Device) error {
 
 // connect establishes the control connection: the server prints the
 // banner and accepts one client, the client connects (IPv4, as perftest).
-func (r *perfRun) connect() (net.Conn, error) {
+func (r *runner) connect() (net.Conn, error) {
 	if r.server {
 		r.out(perftest.WaitingBanner)
 		ln, err := perftest.Listen(r.f.Port)
 		if err != nil {
 			return nil, fmt.Errorf("Couldn't listen to port %d: %w", r.f.Port, err)
 		}
-		if r.env.listening != nil {
-			r.env.listening(ln.Addr())
+		if r.env.Listening != nil {
+			r.env.Listening(ln.Addr())
 		}
-		c, err := acceptOne(r.ctx, ln)
+		c, err := tool.AcceptOne(r.ctx, ln)
 		if err != nil {
 			return nil, fmt.Errorf("Unable to init the socket connection: accept: %w", err)
 		}
 		return c, nil
 	}
-	c, err := dialPeer(r.ctx, "tcp4", r.f.Host, r.f.Port)
+	c, err := tool.DialPeer(r.ctx, "tcp4", r.f.Host, r.f.Port)
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't connect to %s:%d: %w\n Unable to init the socket connection", r.f.Host, r.f.Port, err)
 	}
@@ -250,7 +258,7 @@ func (r *perfRun) connect() (net.Conn, error) {
 // setup is ctx_init and set_up_connection: the buffer (random bytes, zeros
 // for write_lat), one MR over it, the CQs, the QPs in INIT, and one key
 // message per QP advertising the QP's half of the target area.
-func (r *perfRun) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
+func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	f := r.f
 	r.neg = n
 	// The cycle buffer is the larger page size of the two hosts; a peer
@@ -311,19 +319,19 @@ func (r *perfRun) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 		if err != nil {
 			return nil, fmt.Errorf("Unable to create QP: %w", err)
 		}
-		if err := modifyToInit(r.ctx, q, f.IBPort, qpAccess); err != nil {
+		if err := tool.ModifyToInit(r.ctx, q, f.IBPort, qpAccess); err != nil {
 			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
 		r.qps = append(r.qps, q)
-		keys[i] = perftest.KeyMsg{OutReads: uint16(r.outReads), QPN: q.QPN(), PSN: randomPSN(), RKey: r.mr.RKey(),
-			VAddr: perftest.TargetVAddr(r.mr.IOVA(), nq, i, r.maxSize, n.CycleBuffer), GID: gidBytes(gid)}
+		keys[i] = perftest.KeyMsg{OutReads: uint16(r.outReads), QPN: q.QPN(), PSN: tool.RandomPSN(), RKey: r.mr.RKey(),
+			VAddr: perftest.TargetVAddr(r.mr.IOVA(), nq, i, r.maxSize, n.CycleBuffer), GID: tool.GIDBytes(gid)}
 	}
 	r.out(perftest.FormatTestInfo(perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
 		Device: r.dev.Name(), NumQPs: nq, Transport: "IB", PCIeRelax: r.test.BW(), TxDepth: f.TxDepth,
 		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: n.MTU, LinkType: "Ethernet", GIDIndex: r.gidIndex,
 		InlineSize: int(r.inline), OutReads: r.outReads}))
-	if r.env.buffers != nil {
-		r.env.buffers("init", append([]byte(nil), r.buf...))
+	if r.env.Buffers != nil {
+		r.env.Buffers("init", append([]byte(nil), r.buf...))
 	}
 	return keys, nil
 }
@@ -345,7 +353,7 @@ func fillRandom(b []byte, seed uint64) {
 // keys, with perftest's attributes (hop limit 0xFF, min_rnr_timer 12,
 // retry and RNR retry 7, max_dest_rd_atomic = our out_reads, max_rd_atomic
 // = the peer's).
-func (r *perfRun) connectQPs(local, peer []perftest.KeyMsg) error {
+func (r *runner) connectQPs(local, peer []perftest.KeyMsg) error {
 	if len(peer) != len(local) {
 		return fmt.Errorf("the peer has %d QPs, we have %d (-q must match)", len(peer), len(local))
 	}
@@ -354,10 +362,10 @@ func (r *perfRun) connectQPs(local, peer []perftest.KeyMsg) error {
 		if isV4Mapped(local[i].GID) != isV4Mapped(peer[i].GID) {
 			return errors.New("Found Incompatibility issue with GID types.\n Please Try to use a different IP version.")
 		}
-		err := modifyToRTS(r.ctx, q, rtrRTS{mtu: qp.MTU(r.neg.MTU), destQPN: peer[i].QPN, rqPSN: peer[i].PSN,
-			sqPSN: local[i].PSN, dgid: peer[i].GID, global: true, sgidIndex: r.gidIndex, hopLimit: 0xFF,
-			maxDestRdAtomic: uint8(local[i].OutReads), maxRdAtomic: uint8(max(min(peer[i].OutReads, qp.MaxRdAtomic), 1)),
-			timeout: uint8(r.f.QPTimeout)})
+		err := tool.ModifyToRTS(r.ctx, q, tool.ConnectAttrs{MTU: qp.MTU(r.neg.MTU), DestQPN: peer[i].QPN, RQPSN: peer[i].PSN,
+			SQPSN: local[i].PSN, DGID: peer[i].GID, Global: true, SGIDIndex: r.gidIndex, HopLimit: 0xFF,
+			MaxDestRdAtomic: uint8(local[i].OutReads), MaxRdAtomic: uint8(max(min(peer[i].OutReads, qp.MaxRdAtomic), 1)),
+			Timeout: uint8(r.f.QPTimeout)})
 		if err != nil {
 			return fmt.Errorf("Unable to Connect the HCA's through the link: QP %d: %w", i, err)
 		}
@@ -378,7 +386,7 @@ func isV4Mapped(g [16]byte) bool {
 // after prints what the tools print between the steps: the address lines
 // after the second key exchange (ctx_print_pingpong_data), then the table
 // header, and a BW server's table line, the client's report.
-func (r *perfRun) after(_ int, st perftest.Step, out *perftest.Outcome) error {
+func (r *runner) after(_ int, st perftest.Step, out *perftest.Outcome) error {
 	switch st.Kind {
 	case perftest.StepKeys:
 		r.keysSeen++
@@ -422,7 +430,7 @@ func (r *perfRun) after(_ int, st perftest.Step, out *perftest.Outcome) error {
 // prepare is ctx_set_recv_wqes for a SEND receiver: rx_depth receives per
 // QP into the QP's target half, cycling through the cycle buffer in BW
 // tests, the address reset to the start afterwards.
-func (r *perfRun) prepare(size uint64, _ []perftest.KeyMsg) error {
+func (r *runner) prepare(size uint64, _ []perftest.KeyMsg) error {
 	if r.verb != perftest.Send || (r.test == perftest.SendBW && !r.server) {
 		return nil
 	}
@@ -452,7 +460,7 @@ func (r *perfRun) prepare(size uint64, _ []perftest.KeyMsg) error {
 
 // inc is perftest's INC(size, cache_line_size): the message size rounded
 // up to whole cache lines.
-func (r *perfRun) inc(size uint64) uint64 {
+func (r *runner) inc(size uint64) uint64 {
 	if size > r.cacheLine {
 		return (size + r.cacheLine - 1) / r.cacheLine * r.cacheLine
 	}
@@ -461,7 +469,7 @@ func (r *perfRun) inc(size uint64) uint64 {
 
 // increaseAddr is increase_loc_addr / increase_rem_addr: the next message
 // goes one INC further, back to base after cycle_buffer / INC messages.
-func (r *perfRun) increaseAddr(addr *uint64, size, cnt, base uint64) {
+func (r *runner) increaseAddr(addr *uint64, size, cnt, base uint64) {
 	inc := r.inc(size)
 	*addr += inc
 	if slots := r.cycle / inc; slots == 0 || (cnt+1)%slots == 0 {
@@ -470,12 +478,12 @@ func (r *perfRun) increaseAddr(addr *uint64, size, cnt, base uint64) {
 }
 
 // traffic runs one message size and prints its table line.
-func (r *perfRun) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
-	tctx, watch := watchProgress(r.ctx, r.env.idle)
-	defer watch.stop()
-	p := &poller{ctx: tctx, events: r.f.Events, watch: watch}
-	r.prog.stop() // the loops' polls drive a busy-poll device
-	defer r.prog.start()
+func (r *runner) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
+	tctx, watch := tool.WatchProgress(r.ctx, r.env.Idle)
+	defer watch.Stop()
+	p := &tool.Poller{Ctx: tctx, Events: r.f.Events, Watch: watch}
+	r.prog.Stop() // the loops' polls drive a busy-poll device
+	defer r.prog.Start()
 	switch {
 	case r.test.BW() && !r.server:
 		rep, err := r.bwClient(p, size, peer)
@@ -511,7 +519,7 @@ func (r *perfRun) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWRepor
 
 // sendWR builds the work request of QP i for this test: the message at the
 // QP's source area towards the peer's advertised vaddr.
-func (r *perfRun) sendWR(i int, size uint64, peer perftest.KeyMsg, sge *[1]qp.SGE) qp.SendWR {
+func (r *runner) sendWR(i int, size uint64, peer perftest.KeyMsg, sge *[1]qp.SGE) qp.SendWR {
 	sge[0] = qp.SGE{Addr: r.mr.IOVA() + uint64(i)*r.buffSize, Length: uint32(size), LKey: r.mr.LKey()}
 	wr := qp.SendWR{WRID: uint64(i), Flags: qp.SendSignaled, SGL: sge[:], RemoteAddr: peer.VAddr, RKey: peer.RKey}
 	switch r.verb {
@@ -541,362 +549,9 @@ func completionError(side string, wc *qp.WC, scnt, ccnt int64) error {
 		side, wc.Status, wc.Status, wc.WRID, scnt, ccnt)
 }
 
-func (r *perfRun) side() string {
+func (r *runner) side() string {
 	if r.server {
 		return "server"
 	}
 	return "client"
-}
-
-// bwClient is run_iter_bw with post_list 1: keep up to tx_depth messages
-// outstanding on each QP, ask for a completion every cq_mod of them (and
-// for the last), and time every post and every completion for the peak.
-func (r *perfRun) bwClient(p *poller, size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
-	f := r.f
-	nq := len(r.qps)
-	duration := f.Duration > 0
-	iters := int64(f.Iters)
-	txDepth, cqMod := int64(f.TxDepth), int64(max(f.CQMod, 1))
-	wrs := make([]qp.SendWR, nq)
-	sges := make([][1]qp.SGE, nq)
-	locBase, remBase := make([]uint64, nq), make([]uint64, nq)
-	for i := range nq {
-		wrs[i] = r.sendWR(i, size, peer[i], &sges[i])
-		locBase[i], remBase[i] = sges[i][0].Addr, wrs[i].RemoteAddr
-	}
-	cycling := size <= r.cycle/2
-	scnt, ccnt := make([]int64, nq), make([]int64, nq)
-	tot := iters * int64(nq)
-	var tposted, tcompleted []int64
-	if !duration {
-		tposted, tcompleted = make([]int64, tot), make([]int64, tot)
-		for i := range tcompleted {
-			tcompleted[i] = -1
-		}
-	}
-	list, listSGE := make([]qp.SendWR, txDepth), make([]qp.SGE, txDepth)
-	var wcs [16]qp.WC // CTX_POLL_BATCH
-	var totscnt, totccnt int64
-	start := time.Now()
-	deadline := start.Add(time.Duration(f.Duration) * time.Second)
-	for {
-		if duration {
-			if !time.Now().Before(deadline) {
-				break
-			}
-		} else if totscnt >= tot && totccnt >= tot {
-			break
-		}
-		posted := false
-		for idx, q := range r.qps {
-			w := &wrs[idx]
-			// Every WR the window allows goes into one list, posted with one
-			// PostSendList: one batch write to the link instead of one per WR
-			// (perftest posts them one ibv_post_send at a time; a NIC's
-			// doorbell is cheap, a system call is not).
-			k := 0
-			for (duration || scnt[idx] < iters) && scnt[idx]-ccnt[idx] < txDepth {
-				if cqMod > 1 && scnt[idx]%cqMod == 0 && (duration || scnt[idx] != iters-1) {
-					w.Flags &^= qp.SendSignaled
-				}
-				if !duration {
-					tposted[totscnt] = int64(time.Since(start))
-				}
-				listSGE[k] = sges[idx][0]
-				list[k] = *w
-				list[k].SGL = listSGE[k : k+1]
-				k++
-				posted = true
-				if cycling {
-					r.increaseAddr(&sges[idx][0].Addr, size, uint64(scnt[idx]), locBase[idx])
-					if r.verb != perftest.Send {
-						r.increaseAddr(&w.RemoteAddr, size, uint64(scnt[idx]), remBase[idx])
-					}
-				}
-				scnt[idx]++
-				totscnt++
-				if scnt[idx]%cqMod == cqMod-1 || (!duration && scnt[idx] == iters-1) {
-					w.Flags |= qp.SendSignaled
-				}
-			}
-			if k > 0 {
-				if n, err := q.PostSendList(list[:k]); err != nil {
-					return perftest.BWReport{}, fmt.Errorf("Couldn't post send: qp %d scnt=%d: %w", idx, scnt[idx]-int64(k-n), err)
-				}
-			}
-		}
-		if !duration && totccnt >= tot {
-			continue
-		}
-		// With nothing posted the loop can only wait for completions; the
-		// C loop spins, p.poll spins a little and then sleeps on the CQ.
-		var n int
-		var err error
-		if posted {
-			n, err = p.tryPoll(r.scq, wcs[:])
-		} else {
-			n, err = p.poll(r.scq, wcs[:])
-		}
-		if err != nil {
-			return perftest.BWReport{}, fmt.Errorf("poll CQ failed: %w", err)
-		}
-		for i := range n {
-			wc := &wcs[i]
-			if wc.Status != qp.WCSuccess {
-				return perftest.BWReport{}, completionError(r.side(), wc, totscnt, totccnt)
-			}
-			if id := int(wc.WRID); id < nq {
-				ccnt[id] += cqMod
-			}
-			totccnt += cqMod
-			if !duration {
-				now := int64(time.Since(start))
-				if totccnt >= tot-1 {
-					tcompleted[tot-1] = now
-				} else {
-					tcompleted[totccnt-1] = now
-				}
-			}
-		}
-	}
-	if duration {
-		return perftest.NewBWReport(size, uint64(totccnt), time.Duration(f.Duration)*time.Second, 0, f.ReportGbits), nil
-	}
-	total := time.Duration(tcompleted[tot-1] - tposted[0])
-	return perftest.NewBWReport(size, uint64(tot), total, peakDelta(tposted, tcompleted, cqMod), f.ReportGbits), nil
-}
-
-// peakDelta is print_report_bw's search for the peak: the smallest time
-// per message over every run of messages from a post i to a completion j
-// (j on the cq_mod lattice). It is quadratic like the C code; past ~10^8
-// pairs only runs starting at a completion boundary are tried.
-func peakDelta(tposted, tcompleted []int64, cqMod int64) time.Duration {
-	n := int64(len(tposted))
-	step := int64(1)
-	if n*(n/cqMod+1) > 1e8 {
-		step = cqMod
-	}
-	best := int64(-1)
-	for i := int64(0); i < n; i += step {
-		for j := (i+cqMod)/cqMod*cqMod - 1; j < n; j += cqMod {
-			if tcompleted[j] < 0 {
-				continue
-			}
-			t := (tcompleted[j] - tposted[i]) / (j - i + 1)
-			if t > 0 && (best < 0 || t < best) {
-				best = t
-			}
-		}
-	}
-	return time.Duration(max(best, 0))
-}
-
-// bwServer is run_iter_bw_server (send_bw's receiver): count the receive
-// completions, repost while more messages are due, time from the first
-// arrival to the last. Its report has no peak, as the tool's.
-func (r *perfRun) bwServer(p *poller, size uint64) (perftest.BWReport, error) {
-	f := r.f
-	nq := len(r.qps)
-	iters := int64(f.Iters)
-	rxDepth := int64(f.RxDepth)
-	duration := f.Duration > 0
-	tot := iters * int64(nq)
-	rcntQ := make([]int64, nq)
-	var rcnt int64
-	var wcs [16]qp.WC
-	var first, deadline time.Time
-	cycling := size <= r.cycle/2
-	spins := 0
-	for duration || rcnt < tot {
-		if duration && !first.IsZero() && !time.Now().Before(deadline) {
-			break
-		}
-		var n int
-		var err error
-		if duration {
-			n, err = p.tryPoll(r.rcq, wcs[:])
-			if n == 0 && err == nil {
-				spins++
-				if err := p.idleWait(spins); err != nil {
-					return perftest.BWReport{}, err
-				}
-				continue
-			}
-		} else {
-			n, err = p.poll(r.rcq, wcs[:])
-		}
-		if err != nil {
-			return perftest.BWReport{}, fmt.Errorf("Poll Receive CQ failed: %w", err)
-		}
-		if first.IsZero() {
-			first = time.Now()
-			deadline = first.Add(time.Duration(f.Duration) * time.Second)
-		}
-		for i := range n {
-			wc := &wcs[i]
-			if wc.Status != qp.WCSuccess {
-				return perftest.BWReport{}, completionError(r.side(), wc, rcnt, rcnt)
-			}
-			id := int(wc.WRID)
-			if id >= nq {
-				return perftest.BWReport{}, fmt.Errorf("completion for unknown wr_id %d", wc.WRID)
-			}
-			rcntQ[id]++
-			rcnt++
-			if duration || rcntQ[id]+rxDepth <= iters {
-				if err := r.qps[id].PostRecv(&r.rwr[id]); err != nil {
-					return perftest.BWReport{}, fmt.Errorf("Couldn't post recv Qp=%d rcnt=%d: %w", id, rcntQ[id], err)
-				}
-				if cycling {
-					r.increaseAddr(&r.rsge[id][0].Addr, size, uint64(rcntQ[id]+rxDepth), r.rxBase[id])
-				}
-			}
-		}
-	}
-	return perftest.NewBWReport(size, uint64(rcnt), time.Since(first), 0, f.ReportGbits), nil
-}
-
-// latWrite is run_iter_lat_write: both sides RDMA WRITE size bytes to the
-// peer's vaddr, the last byte carrying the iteration count; each waits for
-// the peer's count in its own target area before writing the next. The
-// server writes first (write_lat.pcap: 198.18.0.11 sends the first WRITE).
-//
-// The C tool spins on the byte (volatile). Here the byte is read only once
-// the responder's expected PSN shows the whole WRITE executed (QP.Query
-// takes the device lock the write ran under), so the read does not race
-// the device, and the peer cannot write again before we answer.
-func (r *perfRun) latWrite(p *poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
-	iters := r.f.Iters
-	var sge [1]qp.SGE
-	wr := r.sendWR(0, size, peer[0], &sge)
-	q := r.qps[0]
-	postOff := size - 1
-	pollOff := uint64(len(r.qps))*r.buffSize + size - 1
-	npkts := uint32(max((size+uint64(r.neg.MTU.Bytes())-1)/uint64(r.neg.MTU.Bytes()), 1))
-	tposted := make([]time.Duration, iters)
-	start := time.Now()
-	var wc [1]qp.WC
-	var scnt, ccnt, rcnt uint64
-	for scnt < iters || ccnt < iters || rcnt < iters {
-		if rcnt < iters && !(scnt < 1 && r.server) {
-			rcnt++
-			r.peerPSN = r.peerPSN.Add(npkts)
-			for spins := 1; q.Query().RQPSN.Diff(r.peerPSN) < 0; spins++ {
-				r.dev.Poll() // drives a busy-poll device; nothing in the normal mode
-				if err := p.idleWait(spins); err != nil {
-					return nil, fmt.Errorf("waiting for the peer's WRITE %d: %w", rcnt, err)
-				}
-			}
-			p.watch.tick()
-			if got := r.buf[pollOff]; got != byte(rcnt) {
-				return nil, fmt.Errorf("WRITE %d from the peer ended with %d, not its count", rcnt, got)
-			}
-		}
-		if scnt < iters {
-			tposted[scnt] = time.Since(start)
-			scnt++
-			r.buf[postOff] = byte(scnt)
-			if err := q.PostSend(&wr); err != nil {
-				return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
-			}
-		}
-		if ccnt < iters {
-			if _, err := p.poll(r.scq, wc[:]); err != nil {
-				return nil, fmt.Errorf("poll CQ failed: %w", err)
-			}
-			if wc[0].Status != qp.WCSuccess {
-				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(ccnt))
-			}
-			ccnt++
-		}
-	}
-	return latSamples(tposted, 2), nil
-}
-
-// latSend is run_iter_lat_send: the client sends first; each side waits
-// for the peer's message, reposts the receive while more are due, and
-// answers. Every SEND is signalled and awaited (the C tool asks for one
-// completion per cq_mod; with tx_depth 1 that is the same ping-pong).
-func (r *perfRun) latSend(p *poller, size uint64) ([]float64, error) {
-	iters := r.f.Iters
-	var sge [1]qp.SGE
-	wr := r.sendWR(0, size, perftest.KeyMsg{}, &sge)
-	q := r.qps[0]
-	rxDepth := uint64(r.f.RxDepth)
-	tposted := make([]time.Duration, iters)
-	start := time.Now()
-	var wc [1]qp.WC
-	var scnt, rcnt uint64
-	for scnt < iters || rcnt < iters {
-		if rcnt < iters && !(scnt < 1 && !r.server) {
-			if _, err := p.poll(r.rcq, wc[:]); err != nil {
-				return nil, fmt.Errorf("poll CQ failed: %w", err)
-			}
-			if wc[0].Status != qp.WCSuccess {
-				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(rcnt))
-			}
-			rcnt++
-			if rcnt+rxDepth <= iters {
-				id := int(wc[0].WRID)
-				if id >= len(r.qps) {
-					return nil, fmt.Errorf("completion for unknown wr_id %d", wc[0].WRID)
-				}
-				if err := r.qps[id].PostRecv(&r.rwr[id]); err != nil {
-					return nil, fmt.Errorf("Couldn't post recv: rcnt=%d: %w", rcnt, err)
-				}
-			}
-		}
-		if scnt < iters {
-			tposted[scnt] = time.Since(start)
-			scnt++
-			if err := q.PostSend(&wr); err != nil {
-				return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
-			}
-			if _, err := p.poll(r.scq, wc[:]); err != nil {
-				return nil, fmt.Errorf("poll on Send CQ failed: %w", err)
-			}
-			if wc[0].Status != qp.WCSuccess {
-				return nil, completionError(r.side(), &wc[0], int64(scnt), int64(scnt))
-			}
-		}
-	}
-	return latSamples(tposted, 2), nil
-}
-
-// latReadAtomic is run_iter_lat for READ and atomics: one operation at a
-// time to the peer's vaddr, each awaited.
-func (r *perfRun) latReadAtomic(p *poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
-	iters := r.f.Iters
-	var sge [1]qp.SGE
-	wr := r.sendWR(0, size, peer[0], &sge)
-	q := r.qps[0]
-	tposted := make([]time.Duration, iters)
-	start := time.Now()
-	var wc [1]qp.WC
-	for scnt := range iters {
-		tposted[scnt] = time.Since(start)
-		if err := q.PostSend(&wr); err != nil {
-			return nil, fmt.Errorf("Couldn't post send: scnt=%d: %w", scnt, err)
-		}
-		if _, err := p.poll(r.scq, wc[:]); err != nil {
-			return nil, fmt.Errorf("poll CQ failed: %w", err)
-		}
-		if wc[0].Status != qp.WCSuccess {
-			return nil, completionError(r.side(), &wc[0], int64(scnt+1), int64(scnt))
-		}
-	}
-	return latSamples(tposted, 1), nil
-}
-
-// latSamples is print_report_lat's delta[i] = tposted[i+1] - tposted[i] in
-// microseconds, divided by the round-trip factor (2 for the ping-pongs).
-func latSamples(tposted []time.Duration, rtt float64) []float64 {
-	if len(tposted) < 2 {
-		return nil
-	}
-	s := make([]float64, len(tposted)-1)
-	for i := range s {
-		s[i] = float64(tposted[i+1]-tposted[i]) / float64(time.Microsecond) / rtt
-	}
-	return s
 }

@@ -1,4 +1,7 @@
-package main
+// Package pingpongcmd is the goroce pingpong subcommand: ibv_rc_pingpong
+// on a goroce device. Package pingpong holds its exchange format, flags
+// and output lines; this package runs the QP.
+package pingpongcmd
 
 import (
 	"context"
@@ -8,21 +11,17 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpong"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/qp"
 )
 
-func init() {
-	register("pingpong", "ibv_rc_pingpong-compatible RC SEND/RECV ping-pong (server without host, client with host)",
-		func(args []string) int { return runPingpong(defaultToolEnv(), args) })
-}
-
 // The work request IDs of rc_pingpong.c.
 const (
-	pingpongRecvWRID = 1
-	pingpongSendWRID = 2
+	recvWRID = 1
+	sendWRID = 2
 )
 
-const pingpongUsage = `Usage:
+const usageText = `Usage:
   goroce pingpong            start a server and wait for connection
   goroce pingpong <host>     connect to server at <host>
 
@@ -47,27 +46,30 @@ in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GORO
 (drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
 `
 
-// runPingpong is ibv_rc_pingpong (rdma-core 44, libibverbs/examples/
+// Summary is the command's line in goroce's usage.
+const Summary = "ibv_rc_pingpong-compatible RC SEND/RECV ping-pong (server without host, client with host)"
+
+// Run is ibv_rc_pingpong (rdma-core 44, libibverbs/examples/
 // rc_pingpong.c) on a goroce device: the same exchange, QP attributes,
 // work requests and output lines. It returns the exit code.
-func runPingpong(env toolEnv, args []string) int {
-	if wantsHelp(args) {
-		fmt.Fprint(env.stdout, pingpongUsage)
+func Run(env tool.Env, args []string) int {
+	if tool.WantsHelp(args) {
+		fmt.Fprint(env.Stdout, usageText)
 		return 0
 	}
-	args, opts, err := splitToolOptions(args)
+	args, opts, err := tool.SplitOptions(args)
 	if err == nil {
 		var f pingpong.Flags
 		if f, err = pingpong.ParseFlags(args); err == nil {
-			return pingpongMain(env, opts, f)
+			return run(env, opts, f)
 		}
 	}
-	fmt.Fprintf(env.stderr, "goroce pingpong: %v\n%s", err, pingpongUsage)
+	fmt.Fprintf(env.Stderr, "goroce pingpong: %v\n%s", err, usageText)
 	return 1
 }
 
-// ppContext is struct pingpong_context.
-type ppContext struct {
+// endpoint is struct pingpong_context.
+type endpoint struct {
 	dev     *qp.Device
 	pd      *qp.PD
 	mr      *qp.MR
@@ -83,9 +85,10 @@ type ppContext struct {
 	sge     [1]qp.SGE
 }
 
-func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
+// run is main() of rc_pingpong.c once the options are parsed.
+func run(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 	errf := func(format string, a ...any) int {
-		fmt.Fprintf(env.stderr, format, a...)
+		fmt.Fprintf(env.Stderr, format, a...)
 		return 1
 	}
 	switch {
@@ -96,18 +99,18 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	case f.DM:
 		return errf("Device doesn't support dm allocation\n")
 	}
-	ctx, cancel := runContext(env, opts)
+	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
 
-	dev, err := env.open(ctx, f.IBDev)
+	dev, err := env.Open(ctx, f.IBDev)
 	if err != nil {
 		return errf("IB device %s not found: %v\n", f.IBDev, err)
 	}
 	defer dev.Close()
-	prog := &progressor{dev: dev}
-	prog.start()
-	defer prog.stop()
-	pp, err := ppInitCtx(ctx, dev, f)
+	prog := &tool.Progressor{Dev: dev}
+	prog.Start()
+	defer prog.Stop()
+	pp, err := initEndpoint(ctx, dev, f)
 	if err != nil {
 		return errf("%v\n", err)
 	}
@@ -117,33 +120,33 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	if f.IBPort != 1 {
 		return errf("Couldn't get port info\n")
 	}
-	my := pingpong.Dest{QPN: pp.qp.QPN(), PSN: randomPSN()}
+	my := pingpong.Dest{QPN: pp.qp.QPN(), PSN: tool.RandomPSN()}
 	if f.GIDIndex >= 0 {
 		g, err := dev.GID(f.GIDIndex)
 		if err != nil {
 			return errf("can't read sgid of index %d\n", f.GIDIndex)
 		}
-		my.GID = gidBytes(g)
+		my.GID = tool.GIDBytes(g)
 	}
-	fmt.Fprint(env.stdout, pingpong.FormatLocal(my))
+	fmt.Fprint(env.Stdout, pingpong.FormatLocal(my))
 
 	connect := func(rem pingpong.Dest) error {
-		return modifyToRTS(ctx, pp.qp, rtrRTS{
-			mtu: qp.MTU(pingpong.MTUEnum(f.MTU)), destQPN: rem.QPN, rqPSN: rem.PSN, sqPSN: my.PSN,
-			dgid: rem.GID, global: !allZero(rem.GID[8:]), sgidIndex: f.GIDIndex, hopLimit: 1, sl: uint8(f.SL),
-			maxDestRdAtomic: 1, maxRdAtomic: 1, timeout: 14,
+		return tool.ModifyToRTS(ctx, pp.qp, tool.ConnectAttrs{
+			MTU: qp.MTU(pingpong.MTUEnum(f.MTU)), DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: my.PSN,
+			DGID: rem.GID, Global: !allZero(rem.GID[8:]), SGIDIndex: f.GIDIndex, HopLimit: 1, SL: uint8(f.SL),
+			MaxDestRdAtomic: 1, MaxRdAtomic: 1, Timeout: 14,
 		})
 	}
 	var rem pingpong.Dest
 	if f.Host == "" {
-		rem, err = ppServerExchange(ctx, env, f, my, connect)
+		rem, err = serverExchange(ctx, env, f, my, connect)
 	} else {
-		rem, err = ppClientExchange(ctx, f, my)
+		rem, err = clientExchange(ctx, f, my)
 	}
 	if err != nil {
 		return errf("%v\n", err)
 	}
-	fmt.Fprint(env.stdout, pingpong.FormatRemote(rem))
+	fmt.Fprint(env.Stdout, pingpong.FormatRemote(rem))
 	if f.Host != "" {
 		if err := connect(rem); err != nil {
 			return errf("%v\n", err)
@@ -151,7 +154,7 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 	}
 
 	pageSize := os.Getpagesize()
-	pp.pending = pingpongRecvWRID
+	pp.pending = recvWRID
 	if f.Host != "" {
 		if f.Check {
 			// for (i = 0; i < size; i += page_size) buf[i] = i / page_size % sizeof(char): 0
@@ -162,20 +165,20 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 		if err := pp.qp.PostSend(&pp.sendWR); err != nil {
 			return errf("Couldn't post send\n")
 		}
-		pp.pending |= pingpongSendWRID
+		pp.pending |= sendWRID
 	}
 
-	tctx, watch := watchProgress(ctx, env.idle)
-	defer watch.stop()
-	p := &poller{ctx: tctx, events: f.Events, watch: watch}
-	prog.stop() // the loop's polls drive a busy-poll device
+	tctx, watch := tool.WatchProgress(ctx, env.Idle)
+	defer watch.Stop()
+	p := &tool.Poller{Ctx: tctx, Events: f.Events, Watch: watch}
+	prog.Stop() // the loop's polls drive a busy-poll device
 	start := time.Now()
 	if err := pp.loop(p, f.Iters); err != nil {
 		return errf("%v", err)
 	}
 	elapsed := time.Since(start)
-	prog.start()
-	fmt.Fprint(env.stdout, pingpong.FormatStats(f.Size, f.Iters, elapsed))
+	prog.Start()
+	fmt.Fprint(env.Stdout, pingpong.FormatStats(f.Size, f.Iters, elapsed))
 
 	bad := false
 	if f.Host == "" && f.Check {
@@ -189,13 +192,13 @@ func pingpongMain(env toolEnv, opts toolOptions, f pingpong.Flags) int {
 				ok = ok && c == 0x7b
 			}
 			if !ok {
-				fmt.Fprint(env.stdout, pingpong.FormatInvalidPage(page))
+				fmt.Fprint(env.Stdout, pingpong.FormatInvalidPage(page))
 				bad = true
 			}
 		}
 	}
-	if env.buffers != nil {
-		env.buffers("final", append([]byte(nil), pp.buf...))
+	if env.Buffers != nil {
+		env.Buffers("final", append([]byte(nil), pp.buf...))
 	}
 	if bad {
 		return 1
@@ -212,12 +215,12 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// ppInitCtx is pp_init_ctx: a page-size-independent buffer of size bytes
+// initEndpoint is pp_init_ctx: a page-size-independent buffer of size bytes
 // filled with 0x7b and registered with LOCAL_WRITE, one CQ of rx_depth+1
 // entries for both queues, and an RC QP (max_send_wr 1, max_recv_wr
 // rx_depth) moved to INIT with no remote access.
-func ppInitCtx(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*ppContext, error) {
-	pp := &ppContext{dev: dev, size: f.Size, rxDepth: int(f.RxDepth), buf: make([]byte, f.Size)}
+func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*endpoint, error) {
+	pp := &endpoint{dev: dev, size: f.Size, rxDepth: int(f.RxDepth), buf: make([]byte, f.Size)}
 	for i := range pp.buf {
 		pp.buf[i] = 0x7b // memset(ctx->buf, 0x7b, size)
 	}
@@ -234,23 +237,23 @@ func ppInitCtx(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*ppContex
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't create QP: %w", err)
 	}
-	if err := modifyToInit(ctx, pp.qp, f.IBPort, 0); err != nil {
+	if err := tool.ModifyToInit(ctx, pp.qp, f.IBPort, 0); err != nil {
 		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
 	pp.sge[0] = qp.SGE{Addr: pp.mr.IOVA(), Length: f.Size, LKey: pp.mr.LKey()}
-	pp.recvWR = qp.RecvWR{WRID: pingpongRecvWRID, SGL: pp.sge[:]}
-	pp.sendWR = qp.SendWR{WRID: pingpongSendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
+	pp.recvWR = qp.RecvWR{WRID: recvWRID, SGL: pp.sge[:]}
+	pp.sendWR = qp.SendWR{WRID: sendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
 	return pp, nil
 }
 
 // loop is rc_pingpong's main loop: poll (or sleep on events), count, and
 // keep the ping-pong going until iters messages went each way. The client
 // posted the first SEND before.
-func (pp *ppContext) loop(p *poller, iters uint32) error {
+func (pp *endpoint) loop(p *tool.Poller, iters uint32) error {
 	var rcnt, scnt uint32
 	var wc [2]qp.WC
 	for rcnt < iters || scnt < iters {
-		n, err := p.poll(pp.cq, wc[:])
+		n, err := p.Poll(pp.cq, wc[:])
 		if err != nil {
 			return fmt.Errorf("poll CQ failed: %w\n", err)
 		}
@@ -264,7 +267,7 @@ func (pp *ppContext) loop(p *poller, iters uint32) error {
 }
 
 // postRecv is pp_post_recv: it returns how many receives it posted.
-func (pp *ppContext) postRecv(n int) int {
+func (pp *endpoint) postRecv(n int) int {
 	for i := range n {
 		if pp.qp.PostRecv(&pp.recvWR) != nil {
 			return i
@@ -276,14 +279,14 @@ func (pp *ppContext) postRecv(n int) int {
 // parseWC is parse_single_wc without timestamps: count the completion,
 // refill the receive queue when one or fewer receives remain, and post the
 // next SEND once both the last SEND and the last RECV completed.
-func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
+func (pp *endpoint) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
 	if wc.Status != qp.WCSuccess {
 		return errors.New(pingpong.FormatFailedStatus(int(wc.Status), wc.WRID))
 	}
 	switch wc.WRID {
-	case pingpongSendWRID:
+	case sendWRID:
 		*scnt++
-	case pingpongRecvWRID:
+	case recvWRID:
 		pp.routs--
 		if pp.routs <= 1 {
 			pp.routs += pp.postRecv(pp.rxDepth - pp.routs)
@@ -300,28 +303,28 @@ func (pp *ppContext) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error 
 		if err := pp.qp.PostSend(&pp.sendWR); err != nil {
 			return fmt.Errorf("Couldn't post send\n")
 		}
-		pp.pending = pingpongRecvWRID | pingpongSendWRID
+		pp.pending = recvWRID | sendWRID
 	}
 	return nil
 }
 
-// ppServerExchange is pp_server_exch_dest: listen (every address family),
+// serverExchange is pp_server_exch_dest: listen (every address family),
 // accept one client, read its record, connect the QP, answer.
-func ppServerExchange(ctx context.Context, env toolEnv, f pingpong.Flags, my pingpong.Dest,
+func serverExchange(ctx context.Context, env tool.Env, f pingpong.Flags, my pingpong.Dest,
 	connect func(pingpong.Dest) error) (pingpong.Dest, error) {
 	ln, err := pingpong.Listen(f.Port)
 	if err != nil {
 		return pingpong.Dest{}, fmt.Errorf("Couldn't listen to port %d: %w", f.Port, err)
 	}
-	if env.listening != nil {
-		env.listening(ln.Addr())
+	if env.Listening != nil {
+		env.Listening(ln.Addr())
 	}
-	conn, err := acceptOne(ctx, ln)
+	conn, err := tool.AcceptOne(ctx, ln)
 	if err != nil {
 		return pingpong.Dest{}, fmt.Errorf("accept() failed: %w", err)
 	}
 	defer conn.Close()
-	defer withExchangeDeadline(ctx, conn)()
+	defer tool.WithExchangeDeadline(ctx, conn)()
 	var connErr error
 	rem, err := pingpong.ServerExchange(conn, my, func(d pingpong.Dest) error {
 		connErr = connect(d)
@@ -336,14 +339,14 @@ func ppServerExchange(ctx context.Context, env toolEnv, f pingpong.Flags, my pin
 	return rem, nil
 }
 
-// ppClientExchange is pp_client_exch_dest.
-func ppClientExchange(ctx context.Context, f pingpong.Flags, my pingpong.Dest) (pingpong.Dest, error) {
-	conn, err := dialPeer(ctx, "tcp", f.Host, f.Port)
+// clientExchange is pp_client_exch_dest.
+func clientExchange(ctx context.Context, f pingpong.Flags, my pingpong.Dest) (pingpong.Dest, error) {
+	conn, err := tool.DialPeer(ctx, "tcp", f.Host, f.Port)
 	if err != nil {
 		return pingpong.Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w", f.Host, f.Port, err)
 	}
 	defer conn.Close()
-	defer withExchangeDeadline(ctx, conn)()
+	defer tool.WithExchangeDeadline(ctx, conn)()
 	rem, err := pingpong.ClientExchange(conn, my)
 	if err != nil {
 		return rem, fmt.Errorf("Couldn't read/write remote address: %w", ctxErr(ctx, err))

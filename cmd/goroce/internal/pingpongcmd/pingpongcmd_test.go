@@ -1,4 +1,4 @@
-package main
+package pingpongcmd
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool/tooltest"
 	"github.com/goroce/goroce/nic"
 )
 
@@ -20,9 +22,9 @@ var (
 
 // checkPingpongOutput checks the four lines rc_pingpong prints and that
 // each side's remote line is the other's local one (QPN, PSN, GID).
-func checkPingpongOutput(t *testing.T, s, c toolRun, bytesWant, itersWant string) {
+func checkPingpongOutput(t *testing.T, s, c tooltest.Outcome, bytesWant, itersWant string) {
 	t.Helper()
-	sl, cl := strings.Split(strings.TrimSuffix(s.stdout, "\n"), "\n"), strings.Split(strings.TrimSuffix(c.stdout, "\n"), "\n")
+	sl, cl := strings.Split(strings.TrimSuffix(s.Stdout, "\n"), "\n"), strings.Split(strings.TrimSuffix(c.Stdout, "\n"), "\n")
 	for _, side := range []struct {
 		name  string
 		lines []string
@@ -61,12 +63,12 @@ func TestPingpongMem(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			open := memDevices(t, nic.MemConfig{Seed: 1})
-			s, cl := runPair(t, runPingpong, open, c.args, c.args)
-			if s.code != 0 || cl.code != 0 {
-				t.Fatalf("exit codes server %d client %d", s.code, cl.code)
+			open := tooltest.MemDevices(t, nic.MemConfig{Seed: 1})
+			s, cl := tooltest.RunPair(t, Run, open, c.args, c.args)
+			if s.Code != 0 || cl.Code != 0 {
+				t.Fatalf("exit codes server %d client %d", s.Code, cl.Code)
 			}
-			checkPingpongOutput(t, s, cl, itoa(2*c.size*c.n), itoa(c.n))
+			checkPingpongOutput(t, s, cl, strconv.Itoa(2*c.size*c.n), strconv.Itoa(c.n))
 			// Both buffers end with what the client sent: 0x7b, and 0 at
 			// each page start when -c set them.
 			want := bytes.Repeat([]byte{0x7b}, c.size)
@@ -75,7 +77,7 @@ func TestPingpongMem(t *testing.T) {
 					want[i] = 0
 				}
 			}
-			if !bytes.Equal(s.final, want) || !bytes.Equal(cl.final, want) {
+			if !bytes.Equal(s.Final, want) || !bytes.Equal(cl.Final, want) {
 				t.Errorf("buffers differ from the client's data")
 			}
 		})
@@ -86,11 +88,11 @@ func TestPingpongMem(t *testing.T) {
 // reorders frames; RC recovery must still deliver every message.
 func TestPingpongLossy(t *testing.T) {
 	f := nic.Faults{Drop: 0.05, Duplicate: 0.02, Reorder: 0.05}
-	open := memDevices(t, nic.MemConfig{Seed: 7, AtoB: f, BtoA: f})
+	open := tooltest.MemDevices(t, nic.MemConfig{Seed: 7, AtoB: f, BtoA: f})
 	args := []string{"-g", "1", "-n", "40", "-e", "-c", "-s", "3000"}
-	s, c := runPair(t, runPingpong, open, args, args)
-	if s.code != 0 || c.code != 0 {
-		t.Fatalf("seed 7: exit codes server %d client %d", s.code, c.code)
+	s, c := tooltest.RunPair(t, Run, open, args, args)
+	if s.Code != 0 || c.Code != 0 {
+		t.Fatalf("seed 7: exit codes server %d client %d", s.Code, c.Code)
 	}
 	checkPingpongOutput(t, s, c, "240000", "40")
 }
@@ -98,37 +100,63 @@ func TestPingpongLossy(t *testing.T) {
 // TestPingpongErrors: usage errors, no -g (RoCE needs a GID: the server
 // fails at RTR, the client sees the connection close), unsupported options.
 func TestPingpongErrors(t *testing.T) {
-	open := memDevices(t, nic.MemConfig{Seed: 1})
+	open := tooltest.MemDevices(t, nic.MemConfig{Seed: 1})
 	var out, errb bytes.Buffer
-	env := toolEnv{stdout: &out, stderr: &errb, open: open}
+	env := tool.Env{Stdout: &out, Stderr: &errb, Open: open}
 	for _, args := range [][]string{{"-m", "1000"}, {"-x"}, {"a", "b"}, {"-o"}, {"-t"}, {"-j"}, {"--timeout"}, {"--timeout=abc"}} {
 		out.Reset()
 		errb.Reset()
-		if code := runPingpong(env, append([]string{"-d", "a"}, args...)); code != 1 {
+		if code := Run(env, append([]string{"-d", "a"}, args...)); code != 1 {
 			t.Errorf("%q: exit %d", args, code)
 		}
 		if errb.Len() == 0 {
 			t.Errorf("%q: nothing on stderr", args)
 		}
 	}
-	if code := runPingpong(env, []string{"-d", "nosuch", "-g", "1"}); code != 1 || !strings.Contains(errb.String(), "IB device nosuch not found") {
+	if code := Run(env, []string{"-d", "nosuch", "-g", "1"}); code != 1 || !strings.Contains(errb.String(), "IB device nosuch not found") {
 		t.Errorf("unknown device: exit %d, %q", code, errb.String())
 	}
 
-	open = memDevices(t, nic.MemConfig{Seed: 1})
-	s, c := runPair(t, runPingpong, open, []string{"-n", "5"}, []string{"-n", "5"})
-	if s.code != 1 || c.code != 1 {
-		t.Fatalf("without -g: exit codes server %d client %d", s.code, c.code)
+	open = tooltest.MemDevices(t, nic.MemConfig{Seed: 1})
+	s, c := tooltest.RunPair(t, Run, open, []string{"-n", "5"}, []string{"-n", "5"})
+	if s.Code != 1 || c.Code != 1 {
+		t.Fatalf("without -g: exit codes server %d client %d", s.Code, c.Code)
 	}
-	if !strings.Contains(s.stderr, "Failed to modify QP to RTR") || !strings.Contains(s.stderr, "Couldn't connect to remote QP") {
-		t.Errorf("server stderr: %q", s.stderr)
+	if !strings.Contains(s.Stderr, "Failed to modify QP to RTR") || !strings.Contains(s.Stderr, "Couldn't connect to remote QP") {
+		t.Errorf("server stderr: %q", s.Stderr)
 	}
-	if !strings.Contains(c.stderr, "Couldn't read/write remote address") {
-		t.Errorf("client stderr: %q", c.stderr)
+	if !strings.Contains(c.Stderr, "Couldn't read/write remote address") {
+		t.Errorf("client stderr: %q", c.Stderr)
 	}
-	if !strings.HasPrefix(s.stdout, "  local address:  LID 0x0000, QPN 0x000011, PSN 0x") || !strings.HasSuffix(strings.TrimSpace(s.stdout), "GID ::") {
-		t.Errorf("server stdout: %q", s.stdout)
+	if !strings.HasPrefix(s.Stdout, "  local address:  LID 0x0000, QPN 0x000011, PSN 0x") || !strings.HasSuffix(strings.TrimSpace(s.Stdout), "GID ::") {
+		t.Errorf("server stdout: %q", s.Stdout)
 	}
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
+// TestPingpongTxDrop: the tools recover from their own transmit losses
+// (the wrapper between the device and an in-memory link, both ways).
+func TestPingpongTxDrop(t *testing.T) {
+	open := tooltest.MemDevicesWrap(t, nic.MemConfig{Seed: 3}, func(l nic.Link, side uint64) nic.Link {
+		w, _ := tool.WrapTxDrop(l, 0.05, side, nil)
+		return w
+	})
+	args := []string{"-g", "1", "-n", "60", "-s", "3000", "-e", "-c"}
+	s, c := tooltest.RunPair(t, Run, open, args, args)
+	if s.Code != 0 || c.Code != 0 {
+		t.Fatalf("exit codes server %d client %d", s.Code, c.Code)
+	}
+	checkPingpongOutput(t, s, c, "360000", "60")
+}
+
+// TestBusyPoll runs pingpong on devices in busy-poll mode (no device
+// goroutines): its loop must drive the device through its CQ polls, and
+// the Progressor between the phases.
+func TestBusyPoll(t *testing.T) {
+	open := tooltest.MemDevicesMode(t, nic.MemConfig{Seed: 11}, true)
+	args := []string{"-g", "1", "-n", "20", "-c", "-s", "5000"}
+	s, c := tooltest.RunPair(t, Run, open, args, args)
+	if s.Code != 0 || c.Code != 0 {
+		t.Fatalf("exit codes server %d client %d", s.Code, c.Code)
+	}
+	checkPingpongOutput(t, s, c, "200000", "20")
+}

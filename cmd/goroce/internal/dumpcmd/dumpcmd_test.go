@@ -1,27 +1,23 @@
-package main
+package dumpcmd
 
 import (
 	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 )
 
-const smallPcap = "../../testdata/rxe/rc_pingpong_small.pcap"
+const smallPcap = "../../../../testdata/rxe/rc_pingpong_small.pcap"
 
 func runDumpCLI(args ...string) (code int, stdout, stderr string) {
 	var o, e bytes.Buffer
-	code = dumpMain(args, &o, &e)
+	code = Run(tool.Env{Stdout: &o, Stderr: &e}, args)
 	return code, o.String(), e.String()
 }
 
-func TestDumpRegistered(t *testing.T) {
-	if c, ok := commands["dump"]; !ok || c.run == nil || !strings.Contains(c.summary, "RoCEv2") {
-		t.Fatalf("dump not registered: %+v", c)
-	}
-}
-
-func TestDumpCLI(t *testing.T) {
+func TestCLI(t *testing.T) {
 	code, out, errOut := runDumpCLI("-utc", smallPcap)
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -51,14 +47,14 @@ func TestDumpCLI(t *testing.T) {
 	}
 }
 
-func TestDumpCLIErrors(t *testing.T) {
+func TestCLIErrors(t *testing.T) {
 	cases := []struct {
 		args   []string
 		code   int
 		stderr string
 	}{
 		{[]string{"/nonexistent/x.pcap"}, 1, "no such file or directory"},
-		{[]string{"dump.go"}, 1, "not a pcap or pcapng file"},
+		{[]string{"dumpcmd.go"}, 1, "not a pcap or pcapng file"},
 		{nil, 2, "give a capture file or -i IFACE"},
 		{[]string{"-x"}, 2, "flag provided but not defined"},
 		{[]string{"a.pcap", "b.pcap"}, 2, "one capture file at a time"},
