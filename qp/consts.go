@@ -239,6 +239,10 @@ const (
 	CntRetryRNRExceededErr = transport.CntRetryRNRExceededErr
 	CntAckDeferred         = transport.CntAckDeferred
 	CntLocalAckTimeoutErr  = transport.CntLocalAckTimeoutErr
+	CntSendErr             = transport.CntSendErr
+	CntLinkDowned          = transport.CntLinkDowned
+	CntRDMASends           = transport.CntRDMASends
+	CntRDMARecvs           = transport.CntRDMARecvs
 	CntRetransmittedPkts   = transport.CntRetransmittedPkts
 	CntRcvdUnknownPSN      = transport.CntRcvdUnknownPSN
 	CntRcvdStaleResponse   = transport.CntRcvdStaleResponse

@@ -125,10 +125,10 @@ type Device struct {
 	// failedCQs are CQs that overran since the last endCall; their QPs
 	// still have to be moved to ERR.
 	failedCQs []*CQ
-	// onAsync, when set, receives the asynchronous events (with d.mu
-	// held). It is the hook an async event stream (ibv_get_async_event)
-	// will use; today only tests read it.
+	// onAsync, when set, also receives the CQ-overrun events (with d.mu
+	// held), for tests.
 	onAsync func(asyncEvent)
+	ev      eventState // AsyncEvent's queue and what feeds it (events.go)
 	now     func() time.Time
 
 	counters transport.Counters
@@ -247,7 +247,7 @@ func (d *Device) MAC() [6]byte { return d.mac }
 func (d *Device) Counters() Counters {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.counters
+	return d.countersLocked()
 }
 
 // RxStats returns the receive-path drop counters.
@@ -293,6 +293,7 @@ type asyncEvent struct {
 // endCall finishes a call into the engines (d.mu held): QPs whose CQ
 // overran go to ERR, then the frames the engines produced are written.
 func (d *Device) endCall(now time.Time) {
+	d.afterCall()
 	if len(d.failedCQs) > 0 {
 		d.failCQs(now)
 	}
@@ -323,6 +324,7 @@ func (d *Device) event(ev asyncEvent) {
 	if d.onAsync != nil {
 		d.onAsync(ev)
 	}
+	d.raise(ev.public())
 }
 
 // AllocPD allocates a protection domain.
@@ -428,6 +430,7 @@ func (d *Device) rxLoop() {
 	for {
 		n, err := d.cfg.Link.ReadBatch(b.bufs, b.sizes)
 		if err != nil {
+			d.linkFailed(err)
 			return
 		}
 		d.mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/nic/afxdp"
+	"github.com/goroce/goroce/nic/netaddr"
 )
 
 // Backend names for InterfaceOptions.Backend.
@@ -181,4 +182,26 @@ func (o *InterfaceOptions) defaults(ifname string) error {
 		return nil
 	}
 	return fmt.Errorf("qp: open interface: unknown backend %q (auto, afxdp, afpacket, udp)", o.Backend)
+}
+
+// chooseIP returns want if it is an address of ifc, or the default.
+func chooseIP(ifc *netaddr.Interface, want netip.Addr) (netip.Addr, error) {
+	if want.IsValid() {
+		want = want.Unmap()
+		if _, ok := ifc.GIDIndex(want); !ok {
+			return netip.Addr{}, fmt.Errorf("qp: open interface: %v is not an address of %s", want, ifc.Name)
+		}
+		return want, nil
+	}
+	for _, g := range ifc.GIDs {
+		if g.IsIPv4() {
+			return g.Addr(), nil
+		}
+	}
+	for _, g := range ifc.GIDs {
+		if a := g.Addr(); !a.IsLinkLocalUnicast() {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("qp: open interface: %s has no IPv4 or global IPv6 address to use as GID index 1", ifc.Name)
 }

@@ -101,6 +101,12 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 		pr.cfg.Link.Close()
 		return nil, nil, err
 	}
+	pw, err := watchPort(dev, pr.info.Ifindex)
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	owned.closers = append(owned.closers, pw)
 	info := pr.info
 	info.PathMTU = dev.ActiveMTU().Bytes()
 	info.GIDs = dev.GIDs()
@@ -204,28 +210,6 @@ func prepare(ctx context.Context, ifname string, o *InterfaceOptions) (_ *prepar
 		return nil, fmt.Errorf("qp: open interface %s: %w", ifname, err)
 	}
 	return pr, nil
-}
-
-// chooseIP returns want if it is an address of ifc, or the default.
-func chooseIP(ifc *netaddr.Interface, want netip.Addr) (netip.Addr, error) {
-	if want.IsValid() {
-		want = want.Unmap()
-		if _, ok := ifc.GIDIndex(want); !ok {
-			return netip.Addr{}, fmt.Errorf("qp: open interface: %v is not an address of %s", want, ifc.Name)
-		}
-		return want, nil
-	}
-	for _, g := range ifc.GIDs {
-		if g.IsIPv4() {
-			return g.Addr(), nil
-		}
-	}
-	for _, g := range ifc.GIDs {
-		if a := g.Addr(); !a.IsLinkLocalUnicast() {
-			return a, nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("qp: open interface: %s has no IPv4 or global IPv6 address to use as GID index 1", ifc.Name)
 }
 
 func openLink(ifname string, ip netip.Addr, ifc *netaddr.Interface, o *InterfaceOptions, info *InterfaceInfo) (nic.Link, error) {

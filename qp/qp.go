@@ -65,14 +65,16 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	if err != nil {
 		return nil, err
 	}
+	hooks := d.qpHooks(ia.RecvCQ)
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
-		SendCQ: ia.SendCQ, RecvCQ: ia.RecvCQ, Out: &d.tx, PortMaxMTU: d.maxMTU,
+		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
 		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
 	}
+	hooks.attach(eng)
 	d.nextQPN = qpn + 1
 	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ}
 	d.qps[qpn] = q
@@ -216,6 +218,9 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	now := d.now()
 	err := q.eng.PostSend(wr, now)
+	if err == nil {
+		q.countSend(wr)
+	}
 	d.endCall(now)
 	d.mu.Unlock()
 	d.kick()
@@ -252,6 +257,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		if err = q.eng.PostSend(&wrs[n], now); err != nil {
 			break
 		}
+		q.countSend(&wrs[n])
 		n++
 	}
 	d.endCall(now)

@@ -28,6 +28,18 @@ const (
 	// The ACK timer fired.
 	CntLocalAckTimeoutErr // local_ack_timeout_err
 
+	// rxe's counters of what happens outside the engine: the owner of the
+	// engines (package qp) maintains them; the engine never touches them.
+
+	// Frames the link failed to send (rxe: rxe_xmit_packet errors).
+	CntSendErr // send_err
+	// The port went down (rxe: NETDEV_DOWN or carrier loss).
+	CntLinkDowned // link_downed
+	// SEND, SEND_WITH_IMM and SEND_WITH_INV work requests.
+	CntRDMASends // rdma_sends
+	// Successful receive completions.
+	CntRDMARecvs // rdma_recvs
+
 	// goroce's own counters.
 
 	// Packets sent again by go-back-N.

@@ -20,22 +20,26 @@ func _() {
 	_ = x[CntRetryRNRExceededErr-9]
 	_ = x[CntAckDeferred-10]
 	_ = x[CntLocalAckTimeoutErr-11]
-	_ = x[CntRetransmittedPkts-12]
-	_ = x[CntRcvdUnknownPSN-13]
-	_ = x[CntRcvdStaleResponse-14]
-	_ = x[CntRcvdBadAddr-15]
-	_ = x[CntRcvdBadPKey-16]
-	_ = x[CntRcvdBadOpcode-17]
-	_ = x[CntRcvdWrongState-18]
-	_ = x[CntSentNAKs-19]
-	_ = x[CntRcvdNAKs-20]
-	_ = x[CntSendErrors-21]
-	_ = x[NumCounters-22]
+	_ = x[CntSendErr-12]
+	_ = x[CntLinkDowned-13]
+	_ = x[CntRDMASends-14]
+	_ = x[CntRDMARecvs-15]
+	_ = x[CntRetransmittedPkts-16]
+	_ = x[CntRcvdUnknownPSN-17]
+	_ = x[CntRcvdStaleResponse-18]
+	_ = x[CntRcvdBadAddr-19]
+	_ = x[CntRcvdBadPKey-20]
+	_ = x[CntRcvdBadOpcode-21]
+	_ = x[CntRcvdWrongState-22]
+	_ = x[CntSentNAKs-23]
+	_ = x[CntRcvdNAKs-24]
+	_ = x[CntSendErrors-25]
+	_ = x[NumCounters-26]
 }
 
-const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsNumCounters"
+const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errsend_errlink_downedrdma_sendsrdma_recvsretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsNumCounters"
 
-var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 199, 215, 234, 247, 260, 275, 291, 300, 309, 320, 331}
+var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 189, 200, 210, 220, 238, 254, 273, 286, 299, 314, 330, 339, 348, 359, 370}
 
 func (i Counter) String() string {
 	idx := int(i) - 0

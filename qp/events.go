@@ -1,0 +1,396 @@
+package qp
+
+// Asynchronous events (ibv_get_async_event).
+//
+// What raises what, and where the rule comes from:
+//
+//   - EventCQErr: a CQ overran (rxe_cq_post raises IB_EVENT_CQ_ERR), then
+//     EventQPFatal for each QP using it, which goes to ERR (IBTA C11-25).
+//   - EventQPReqErr, EventQPAccessErr, EventQPFatal: the responder NAKed a
+//     request with INVALID_REQUEST, REMOTE_ACCESS_ERROR or
+//     REMOTE_OPERATIONAL_ERROR and moved its QP to ERR (IBTA 11.6.3.1,
+//     "Invalid Request / Local Access Violation / Local Work Queue
+//     Catastrophic" affiliated errors; mlx5 raises them). rxe raises none
+//     of these: its rxe_qp_error (called from the completer's COMPST_ERROR
+//     and the responder's RESPST_ERROR) only sets IB_QPS_ERR and schedules
+//     the tasks. Requester-side failures (retry exceeded, a NAK received)
+//     are reported by the error completion alone, as IBTA, rxe and mlx5 do;
+//     so is the class J error of a SEND_WITH_INVALIDATE with a bad rkey.
+//   - EventCommEst: a QP in RTR accepted its first packet (IBTA 11.6.3.1;
+//     rdmavt's rvt_comm_est, qib, hfi1). rxe does not raise it.
+//   - EventPortActive, EventPortErr: the interface of a device opened with
+//     OpenInterface went up or down (rxe_port_up / rxe_port_down in
+//     rxe_net.c raise IB_EVENT_PORT_ACTIVE / IB_EVENT_PORT_ERR on
+//     NETDEV_UP / NETDEV_DOWN and carrier changes). Linux only (netlink).
+//   - EventDeviceFatal: the link's receive path failed for good while the
+//     device was open.
+//
+// EventPathMig and EventPathMigErr do not apply (goroce has no alternate
+// path: APM is not implemented, like rxe, whose IB_DEVICE_AUTO_PATH_MIG
+// flag is set but which has no migration logic). EventSQDrained is not
+// raised yet. EventSRQLimitReached and EventQPLastWQEReached belong to
+// shared receive queues.
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
+)
+
+// AsyncEventType is an asynchronous event type; the values are
+// libibverbs' enum ibv_event_type, String gives its name without the
+// IBV_EVENT_ prefix.
+type AsyncEventType int
+
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=AsyncEventType -linecomment -output=events_string.go
+
+const (
+	EventCQErr            AsyncEventType = 0  // CQ_ERR
+	EventQPFatal          AsyncEventType = 1  // QP_FATAL
+	EventQPReqErr         AsyncEventType = 2  // QP_REQ_ERR
+	EventQPAccessErr      AsyncEventType = 3  // QP_ACCESS_ERR
+	EventCommEst          AsyncEventType = 4  // COMM_EST
+	EventSQDrained        AsyncEventType = 5  // SQ_DRAINED
+	EventPathMig          AsyncEventType = 6  // PATH_MIG
+	EventPathMigErr       AsyncEventType = 7  // PATH_MIG_ERR
+	EventDeviceFatal      AsyncEventType = 8  // DEVICE_FATAL
+	EventPortActive       AsyncEventType = 9  // PORT_ACTIVE
+	EventPortErr          AsyncEventType = 10 // PORT_ERR
+	EventLIDChange        AsyncEventType = 11 // LID_CHANGE
+	EventPKeyChange       AsyncEventType = 12 // PKEY_CHANGE
+	EventSMChange         AsyncEventType = 13 // SM_CHANGE
+	EventSRQErr           AsyncEventType = 14 // SRQ_ERR
+	EventSRQLimitReached  AsyncEventType = 15 // SRQ_LIMIT_REACHED
+	EventQPLastWQEReached AsyncEventType = 16 // QP_LAST_WQE_REACHED
+	EventClientReregister AsyncEventType = 17 // CLIENT_REREGISTER
+	EventGIDChange        AsyncEventType = 18 // GID_CHANGE
+	EventWQFatal          AsyncEventType = 19 // WQ_FATAL
+)
+
+// AsyncEvent is one asynchronous event (struct ibv_async_event): its type
+// and the object it concerns.
+type AsyncEvent struct {
+	Type AsyncEventType
+	// QP is the queue pair of the QP events (QP_FATAL, QP_REQ_ERR,
+	// QP_ACCESS_ERR, COMM_EST).
+	QP *QP
+	// CQ is the completion queue of CQ_ERR, and the overrun CQ that made a
+	// QP fatal (QP_FATAL after CQ_ERR).
+	CQ *CQ
+	// Port is the port number of PORT_ACTIVE and PORT_ERR (always 1).
+	Port int
+	// Syndrome is the NAK the responder sent for QP_REQ_ERR,
+	// QP_ACCESS_ERR and a responder's QP_FATAL.
+	Syndrome wire.Syndrome
+	// Err is the link's error (DEVICE_FATAL).
+	Err error
+	// Dropped is how many events the device discarded, because its queue
+	// was full, since the event returned before this one.
+	Dropped uint64
+}
+
+// AsyncEventQueueLen bounds a device's queue of undelivered events. The
+// engines never wait for a reader: past this many, events are dropped and
+// counted (AsyncEvent.Dropped, Device.DroppedAsyncEvents).
+const AsyncEventQueueLen = 256
+
+// AsyncEvent returns the device's next asynchronous event, blocking until
+// there is one, the context ends or the device is closed (ErrClosed, once
+// the events queued before Close were returned). It is the Go form of
+// ibv_get_async_event; there is nothing to acknowledge.
+//
+// It blocks rather than handing out a channel for the reasons CQ.Wait
+// does: the device keeps a bounded queue it owns (so overflow is counted
+// and reported, not a blocked sender), Close ends every wait with
+// ErrClosed without a channel close racing the engines, and a context
+// bounds each wait. A program that wants a channel runs this in a
+// goroutine.
+//
+// Events are raised while the device is driven: on a busy-poll device only
+// while someone polls it.
+func (d *Device) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	q := &d.ev.queue
+	for {
+		if ev, ok := q.pop(); ok {
+			return ev, nil
+		}
+		select {
+		case <-q.wait():
+		case <-d.done:
+			if ev, ok := q.pop(); ok {
+				return ev, nil
+			}
+			return AsyncEvent{}, ErrClosed
+		case <-ctx.Done():
+			return AsyncEvent{}, ctx.Err()
+		}
+	}
+}
+
+// DroppedAsyncEvents returns how many events were discarded since the
+// device opened because the queue was full.
+func (d *Device) DroppedAsyncEvents() uint64 {
+	q := &d.ev.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dropped
+}
+
+// eventState is the device's async-event machinery.
+type eventState struct {
+	queue asyncQueue
+	// commEst are the QPs that may still raise COMM_EST (created, not yet
+	// past RTR), under d.mu.
+	commEst []*qpHooks
+	// The port as the interface watcher last saw it, under d.mu. A device
+	// on no interface (OpenMemoryPair, Open) has an always active port.
+	portWatched bool
+	portDown    bool // not up with carrier: PORT_DOWN
+	ifDown      bool // administratively down (phys_state DISABLED, not POLLING)
+}
+
+// setPort records the port's state at open (no event).
+func (e *eventState) setPort(active, up bool) {
+	e.portWatched, e.portDown, e.ifDown = true, !active, !up
+}
+
+// portState records the interface's state and raises PORT_ACTIVE or
+// PORT_ERR on a change (counting link_downed, as rxe_port_down does).
+func (d *Device) portState(active, up bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	was := !d.ev.portDown
+	d.ev.portDown, d.ev.ifDown = !active, !up
+	switch {
+	case d.closed || was == active:
+	case active:
+		d.raise(AsyncEvent{Type: EventPortActive, Port: 1})
+	default:
+		d.counters[CntLinkDowned]++
+		d.raise(AsyncEvent{Type: EventPortErr, Port: 1})
+	}
+}
+
+// portGone raises DEVICE_FATAL for a deleted interface.
+func (d *Device) portGone() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	if !d.ev.portDown {
+		d.ev.portDown = true
+		d.counters[CntLinkDowned]++
+		d.raise(AsyncEvent{Type: EventPortErr, Port: 1})
+	}
+	d.ev.ifDown = true
+	d.raise(AsyncEvent{Type: EventDeviceFatal, Err: errInterfaceGone})
+}
+
+var errInterfaceGone = errors.New("qp: the network interface was deleted")
+
+// asyncQueue is a bounded FIFO of events. push never blocks; its own
+// lock is a leaf (taken under d.mu or none).
+type asyncQueue struct {
+	mu      sync.Mutex
+	ring    []AsyncEvent
+	head, n int
+	dropped uint64 // total
+	lost    uint64 // since the last event handed out
+	ready   chan struct{}
+}
+
+func (q *asyncQueue) wait() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ready == nil {
+		q.ready = make(chan struct{}, 1)
+	}
+	return q.ready
+}
+
+func (q *asyncQueue) push(ev AsyncEvent) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ring == nil {
+		q.ring = make([]AsyncEvent, AsyncEventQueueLen)
+	}
+	if q.n == len(q.ring) {
+		q.dropped++
+		q.lost++
+		return
+	}
+	q.ring[(q.head+q.n)%len(q.ring)] = ev
+	q.n++
+	if q.ready == nil {
+		q.ready = make(chan struct{}, 1)
+	}
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *asyncQueue) pop() (AsyncEvent, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n == 0 {
+		return AsyncEvent{}, false
+	}
+	ev := q.ring[q.head]
+	q.ring[q.head] = AsyncEvent{}
+	q.head = (q.head + 1) % len(q.ring)
+	q.n--
+	ev.Dropped, q.lost = q.lost, 0
+	if q.n > 0 {
+		select {
+		case q.ready <- struct{}{}:
+		default:
+		}
+	}
+	return ev, true
+}
+
+// raise queues ev for AsyncEvent.
+func (d *Device) raise(ev AsyncEvent) { d.ev.queue.push(ev) }
+
+// public converts the device core's event record.
+func (ev asyncEvent) public() AsyncEvent {
+	t := EventCQErr
+	if ev.kind == eventQPFatal {
+		t = EventQPFatal
+	}
+	return AsyncEvent{Type: t, QP: ev.qp, CQ: ev.cq}
+}
+
+// afterCall runs at the start of every endCall (d.mu held): COMM_EST for
+// the QPs in RTR that accepted a packet. The list holds only QPs not yet
+// connected, so a device whose QPs are all in RTS pays one length check.
+func (d *Device) afterCall() {
+	if len(d.ev.commEst) == 0 {
+		return
+	}
+	keep := d.ev.commEst[:0]
+	for _, h := range d.ev.commEst {
+		q := d.qps[h.eng.QPN()]
+		if q == nil || q.eng != h.eng {
+			continue // destroyed
+		}
+		switch h.eng.State() {
+		case StateReset, StateInit:
+			keep = append(keep, h)
+			continue
+		case StateRTR:
+			if h.eng.Counters[CntRcvdPkts] == 0 {
+				keep = append(keep, h)
+				continue
+			}
+			d.raise(AsyncEvent{Type: EventCommEst, QP: q})
+		}
+	}
+	clear(d.ev.commEst[len(keep):])
+	d.ev.commEst = keep
+}
+
+// qpHooks sit between one QP's engine and the device: they forward the
+// engine's frames to the device's batch (transport.Output) and its receive
+// completions to the receive CQ (transport.CompletionQueue), and watch
+// both for what the counters and async events need: a NAK the responder
+// sent (the engine counts sent_naks before it builds one) and successful
+// receive completions (rdma_recvs). Per packet that costs one call and one
+// comparison.
+type qpHooks struct {
+	d    *Device
+	out  transport.Output
+	rcq  transport.CompletionQueue
+	eng  *transport.QP
+	buf  []byte
+	naks uint64
+	pkt  wire.Packet
+}
+
+// qpHooks returns the hooks for a QP about to be created (d.mu held);
+// attach completes them once its engine exists.
+func (d *Device) qpHooks(recvCQ *CQ) *qpHooks {
+	return &qpHooks{d: d, out: &d.tx, rcq: recvCQ}
+}
+
+func (h *qpHooks) attach(eng *transport.QP) {
+	h.eng = eng
+	h.d.ev.commEst = append(h.d.ev.commEst, h)
+}
+
+// Frame implements transport.Output.
+func (h *qpHooks) Frame() []byte {
+	h.buf = h.out.Frame()
+	return h.buf
+}
+
+// Send implements transport.Output.
+func (h *qpHooks) Send(n int) {
+	h.out.Send(n)
+	if c := h.eng.Counters[CntSentNAKs]; c != h.naks {
+		h.naks = c
+		h.sentNAK(h.buf[:n])
+	}
+}
+
+// sentNAK raises the affiliated error of a class A or C NAK (the
+// responder moves the QP to ERR right after sending it).
+func (h *qpHooks) sentNAK(frame []byte) {
+	if err := wire.Parse(frame, &h.pkt); err != nil || h.pkt.Opcode() != wire.RCAcknowledge {
+		return
+	}
+	syn := h.pkt.AETH.Syndrome()
+	if syn.Kind() != wire.SynNAK {
+		return // RNR NAK: the requester retries
+	}
+	var t AsyncEventType
+	switch syn.NAK() {
+	case wire.NAKInvalidRequest:
+		t = EventQPReqErr
+	case wire.NAKRemoteAccessError:
+		t = EventQPAccessErr
+	case wire.NAKRemoteOperationalError:
+		t = EventQPFatal
+	default:
+		return // PSN sequence error: class B, the QP stays up
+	}
+	h.d.raise(AsyncEvent{Type: t, QP: h.d.qps[h.eng.QPN()], Syndrome: syn})
+}
+
+// Complete implements transport.CompletionQueue for the receive side.
+func (h *qpHooks) Complete(wc *WC) {
+	if wc.Status == WCSuccess {
+		// rxe counts RXE_CNT_RDMA_RECV for every successful receive
+		// completion (rxe_resp.c do_complete).
+		h.eng.Counters[CntRDMARecvs]++
+		h.d.counters[CntRDMARecvs]++
+	}
+	h.rcq.Complete(wc)
+}
+
+// countSend counts a posted SEND work request (rdma_sends; see
+// docs/metrics.md for how this differs from rxe, which counts at
+// completion). d.mu held.
+func (q *QP) countSend(wr *SendWR) {
+	switch wr.Opcode {
+	case WRSend, WRSendWithImm, WRSendWithInv:
+		q.eng.Counters[CntRDMASends]++
+		q.dev.counters[CntRDMASends]++
+	}
+}
+
+// linkFailed raises DEVICE_FATAL when the link's receive path ended with
+// err while the device was still open.
+func (d *Device) linkFailed(err error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if !closed {
+		d.raise(AsyncEvent{Type: EventDeviceFatal, Err: err})
+	}
+}
