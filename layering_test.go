@@ -87,6 +87,24 @@ func TestLayering(t *testing.T) {
 		}
 	}
 
+	// client_golang only for the programs that import metrics/: no library
+	// package outside metrics depends on it (qp publishes through expvar).
+	for _, path := range paths {
+		p := pkgs[path]
+		if !own(path) || under(path, "metrics", "cmd", "interop", "bench") {
+			continue
+		}
+		if path == module+"/qp" {
+			checked["qp without prometheus"] = true
+		}
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, "github.com/prometheus/") {
+				t.Errorf("%s depends on %s: only metrics/ (and programs) may: %s", rel(path), d, chain(pkgs, path, d))
+				break
+			}
+		}
+	}
+
 	// Programs must not link the testing package.
 	for _, path := range paths {
 		p := pkgs[path]
@@ -105,7 +123,7 @@ func TestLayering(t *testing.T) {
 		}
 	}
 
-	for _, c := range []string{"wire", "memreg", "atomic", "transport", "nic", "qp", "cmd/goroce"} {
+	for _, c := range []string{"wire", "memreg", "atomic", "transport", "nic", "qp", "cmd/goroce", "qp without prometheus"} {
 		if !checked[c] {
 			t.Errorf("no package %s in the build graph: the layering rules name packages that no longer exist", c)
 		}

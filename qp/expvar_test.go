@@ -1,0 +1,63 @@
+package qp
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// TestExpvar: the device's expvar is JSON with rxe's counters under
+// hw_counters (rdma_sends/rdma_recvs counting 3 SENDs and their 3 receive
+// completions), goroce's own under goroce_counters, and the QP's.
+func TestExpvar(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		for i := range 3 {
+			x.recv(x.b, uint64(i), x.b.sge(0, 64))
+			x.post(x.a, &SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{x.a.sge(0, 64)}})
+			expectWC(t, x.a.scq, uint64(i), WCSuccess, WCSend)
+			expectWC(t, x.b.rcq, uint64(i), WCSuccess, WCRecv)
+		}
+		type qpv struct {
+			State  string            `json:"state"`
+			HW     map[string]uint64 `json:"hw_counters"`
+			Goroce map[string]uint64 `json:"goroce_counters"`
+		}
+		var va, vb struct {
+			HW     map[string]uint64 `json:"hw_counters"`
+			Goroce map[string]uint64 `json:"goroce_counters"`
+			Port   map[string]uint64 `json:"port_counters"`
+			QPs    map[string]qpv    `json:"qps"`
+		}
+		if err := json.Unmarshal([]byte(x.a.dev.Expvar().String()), &va); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(x.b.dev.Expvar().String()), &vb); err != nil {
+			t.Fatal(err)
+		}
+		if va.HW["rdma_sends"] != 3 || vb.HW["rdma_recvs"] != 3 || va.HW["rdma_recvs"] != 0 {
+			t.Fatalf("rdma_sends %d (A), rdma_recvs %d (B) %d (A); want 3, 3, 0", va.HW["rdma_sends"], vb.HW["rdma_recvs"], va.HW["rdma_recvs"])
+		}
+		if va.HW["sent_pkts"] != 3 || vb.HW["rcvd_pkts"] != 3 {
+			t.Fatalf("sent_pkts %d rcvd_pkts %d, want 3 each", va.HW["sent_pkts"], vb.HW["rcvd_pkts"])
+		}
+		if _, ok := va.HW["retransmitted_pkts"]; ok {
+			t.Fatal("goroce's retransmitted_pkts listed among rxe's hw_counters")
+		}
+		if _, ok := va.Goroce["retransmitted_pkts"]; !ok {
+			t.Fatal("retransmitted_pkts missing from goroce_counters")
+		}
+		q := va.QPs["0x11"]
+		if q.State != "RTS" || q.HW["rdma_sends"] != 3 {
+			t.Fatalf("QP 0x11: %+v", q)
+		}
+		if va.Port["port_xmit_packets"] == 0 || va.Port["port_xmit_data"] == 0 {
+			t.Fatalf("port counters %v", va.Port)
+		}
+		if err := x.a.dev.PublishExpvar("goroce_test_a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.b.dev.PublishExpvar("goroce_test_a"); err == nil {
+			t.Fatal("PublishExpvar under a taken name succeeded")
+		}
+	})
+}
