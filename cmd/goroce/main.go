@@ -3,7 +3,7 @@
 // and perftest-compatible benchmarks.
 //
 // Each subcommand is a package under internal/ named after it with the
-// suffix cmd (democmd, dumpcmd, pingpongcmd, perftestcmd), whose Run takes
+// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, perftestcmd), whose Run takes
 // a tool.Env: the outputs, the context and the device opener that main
 // passes here and tests pass their own of. The protocol and format logic a
 // subcommand runs on lives beside it (internal/dump, internal/pingpong,
@@ -16,6 +16,7 @@ import (
 	"os"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/democmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/devinfocmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/dumpcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
 	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
@@ -34,6 +35,7 @@ var commands = []command{
 	perftestCommand(perftest.AtomicBW),
 	perftestCommand(perftest.AtomicLat),
 	{"demo", democmd.Summary, democmd.Run},
+	{"devinfo", devinfocmd.Summary, devinfocmd.Run},
 	{"dump", dumpcmd.Summary, dumpcmd.Run},
 	{"pingpong", pingpongcmd.Summary, pingpongcmd.Run},
 	perftestCommand(perftest.ReadBW),

@@ -67,6 +67,7 @@ perftest options goroce implements (the values and defaults of perftest 4.5):
 goroce options:
   --timeout=<seconds>       give up (exit 1) after this long, waiting for the peer included;
                             a client then retries a refused connection until the timeout
+  --metrics=<host:port>     serve /metrics (Prometheus) and /debug/vars (expvar) during the run
 Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device
 in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_TX_DROP=P
 (drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
@@ -111,7 +112,7 @@ func Run(env tool.Env, t perftest.Test, args []string) int {
 	}
 	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
-	r := &runner{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == ""}
+	r := &runner{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == "", opts: opts}
 	if err := r.run(); err != nil {
 		fmt.Fprintf(env.Stderr, " %v\n", err)
 		return 1
@@ -123,6 +124,7 @@ func Run(env tool.Env, t perftest.Test, args []string) int {
 // perftest_parameters for goroce.
 type runner struct {
 	env    tool.Env
+	opts   tool.Options // goroce's own options (--timeout, --metrics)
 	ctx    context.Context
 	f      perftest.Flags
 	test   perftest.Test
@@ -167,6 +169,8 @@ func (r *runner) run() error {
 		return fmt.Errorf("Unable to find the Infiniband/RoCE device %q: %w", f.IBDev, err)
 	}
 	defer dev.Close()
+	_, stopMetrics := tool.StartMetrics(r.env, r.opts, dev)
+	defer stopMetrics()
 	if err := r.init(dev); err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ Options (those of ibv_rc_pingpong):
 goroce options:
   --timeout=<seconds>    give up (exit 1) after this long, waiting for the peer included;
                          a client then retries a refused connection until the timeout
+  --metrics=<host:port>  serve /metrics (Prometheus) and /debug/vars (expvar) during the run
 Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device
 in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_TX_DROP=P
 (drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
@@ -107,6 +108,8 @@ func run(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 		return errf("IB device %s not found: %v\n", f.IBDev, err)
 	}
 	defer dev.Close()
+	_, stopMetrics := tool.StartMetrics(env, opts, dev)
+	defer stopMetrics()
 	prog := &tool.Progressor{Dev: dev}
 	prog.Start()
 	defer prog.Stop()

@@ -43,6 +43,9 @@ type Env struct {
 	// Buffers, when set, sees a copy of the registered buffer after setup
 	// ("init") and at the end of a successful run ("final").
 	Buffers func(stage string, buf []byte)
+	// MetricsListening, when set, learns where --metrics serves (tests
+	// pass --metrics 127.0.0.1:0).
+	MetricsListening func(net.Addr)
 	// Idle bounds how long a traffic phase may go without any completion
 	// (or, in write_lat, any arrival) before the run fails; 0 means
 	// DefaultIdle.
@@ -150,6 +153,9 @@ type Options struct {
 	// expiry the tool exits 1. With a timeout, a client whose server is not
 	// listening yet retries until the timeout instead of failing at once.
 	Timeout time.Duration
+	// Metrics is the address --metrics ADDR serves the device's counters
+	// on for the duration of the run (StartMetrics).
+	Metrics string
 }
 
 // WantsHelp reports whether args ask for the usage (-h, --help, before
@@ -166,8 +172,9 @@ func WantsHelp(args []string) bool {
 	return false
 }
 
-// SplitOptions removes --timeout=DUR / --timeout DUR (seconds, or a Go
-// duration such as 1m30s) from args.
+// SplitOptions removes goroce's own options from args: --timeout=DUR /
+// --timeout DUR (seconds, or a Go duration such as 1m30s) and
+// --metrics=ADDR / --metrics ADDR.
 func SplitOptions(args []string) ([]string, Options, error) {
 	var o Options
 	rest := make([]string, 0, len(args))
@@ -176,6 +183,21 @@ func SplitOptions(args []string) ([]string, Options, error) {
 		if a == "--" {
 			rest = append(rest, args[i:]...)
 			break
+		}
+		if a == "--metrics" || strings.HasPrefix(a, "--metrics=") {
+			v, ok := strings.CutPrefix(a, "--metrics=")
+			if !ok {
+				if i+1 == len(args) {
+					return nil, o, errors.New("option --metrics requires an argument")
+				}
+				i++
+				v = args[i]
+			}
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return nil, o, fmt.Errorf("--metrics %q: want host:port: %w", v, err)
+			}
+			o.Metrics = v
+			continue
 		}
 		var val string
 		switch {
