@@ -54,6 +54,7 @@ func Run(env tool.Env, args []string) int {
 	mtu := fs.Int("mtu", 1500, "link MTU (1500 gives path MTU 1024, 9000 gives 4096)")
 	linkKind := fs.String("link", "mem", "frame backend: mem (in-memory), or with --netns afxdp, afpacket, udp, auto")
 	inNetns := fs.Bool("netns", false, "run between two network namespaces joined by veth, created and removed by the demo (root)")
+	metricsAddr := fs.String("metrics", "", "serve /metrics (Prometheus) and /debug/vars (expvar) on this host:port during the run")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -66,7 +67,8 @@ func Run(env tool.Env, args []string) int {
 	}
 	if *linkKind != "mem" || *inNetns {
 		return runDemoNetns(env, demoNetnsConfig{link: *linkKind, netns: *inNetns, pcap: *pcapPath, count: *count,
-			loss: *loss, dup: *dup, reorder: *reorder, corrupt: *corrupt, seed: *seed, mtu: *mtu})
+			loss: *loss, dup: *dup, reorder: *reorder, corrupt: *corrupt, seed: *seed, mtu: *mtu,
+			metrics: *metricsAddr})
 	}
 	faulty := *loss > 0 || *dup > 0 || *reorder > 0 || *corrupt > 0
 	var tap io.Writer
@@ -94,6 +96,8 @@ func Run(env tool.Env, args []string) int {
 		return 1
 	}
 	defer b.dev.Close()
+	_, stopMetrics := tool.StartMetrics(env, tool.Options{Metrics: *metricsAddr}, a.dev, b.dev)
+	defer stopMetrics()
 	opts := qp.ConnectOptions{Timeout: 14} // 67 ms local ACK timeout, as perftest and rc_pingpong use
 	optsA, optsB := opts, opts
 	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0 // B's PSNs wrap around 2^24 during the run

@@ -25,6 +25,7 @@ type demoNetnsConfig struct {
 	loss, dup, reorder, corrupt float64
 	seed                        int64
 	mtu                         int
+	metrics                     string // --metrics ADDR
 }
 
 // runDemoNetns runs the demo between two network namespaces it creates
@@ -124,6 +125,8 @@ func runDemoNetns(env tool.Env, c demoNetnsConfig) int {
 	if err != nil {
 		return fail("side B: %v", err)
 	}
+	_, stopMetrics := tool.StartMetrics(env, tool.Options{Metrics: c.metrics}, a.dev, b.dev)
+	defer stopMetrics()
 	ipA, ipB := pair.A.Addr, pair.B.Addr
 	pmtu := min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
 	opts := qp.ConnectOptions{Timeout: 14}
