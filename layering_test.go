@@ -97,7 +97,7 @@ func TestLayering(t *testing.T) {
 		if internal && p.Name != "main" {
 			continue // reached by programs only through the packages checked here
 		}
-		if path == module+"/cmd/goroce" || path == module+"/qp" {
+		if path == module+"/cmd/goroce" || path == module+"/qp" || path == module+"/sim" {
 			checked[rel(path)] = true
 		}
 		if slices.Contains(p.Deps, "testing") {
@@ -105,7 +105,7 @@ func TestLayering(t *testing.T) {
 		}
 	}
 
-	for _, c := range []string{"wire", "memreg", "atomic", "transport", "nic", "qp", "cmd/goroce"} {
+	for _, c := range []string{"wire", "memreg", "atomic", "transport", "nic", "qp", "sim", "cmd/goroce"} {
 		if !checked[c] {
 			t.Errorf("no package %s in the build graph: the layering rules name packages that no longer exist", c)
 		}

@@ -1,16 +1,15 @@
-package sim
+package sim_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/memreg"
-
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
+	"github.com/goroce/goroce/sim/simtest"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -21,34 +20,16 @@ import (
 // newRxeScen is newScen with a chosen path MTU and memory size per side.
 func newRxeScen(t *testing.T, opts qp.ConnectOptions, mtu qp.MTU, memSize int) *scen {
 	s := &scen{t: t}
-	n, err := NewPair(Config{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
+	n := simtest.NewPair(t, sim.Config{Seed: 1})
 	s.n = n
-	n.A.Link.SetFaults(nic.Faults{Filter: record(n.Clock, &s.ab, &s.dropAB)})
-	n.B.Link.SetFaults(nic.Faults{Filter: record(n.Clock, &s.ba, &s.dropBA)})
-	mk := func(ep *Endpoint) *scenEnd {
-		e := &scenEnd{pd: ep.Dev.AllocPD(), mem: make([]byte, memSize)}
-		e.cq, _ = ep.Dev.CreateCQ(256)
-		if e.qp, err = e.pd.CreateQP(qp.InitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16}}); err != nil {
-			t.Fatal(err)
-		}
-		if e.mr, err = e.pd.RegMR(e.mem, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead|memreg.RemoteAtomic); err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	s.a, s.b = mk(&n.A), mk(&n.B)
-	oa, ob := opts, opts
-	oa.SQPSN, ob.SQPSN = scenSQPSN, scenRQPSN
-	if err := s.a.qp.Connect(context.Background(), qp.Remote{QPN: s.b.qp.QPN(), PSN: scenRQPSN, GID: n.B.IP, MTU: mtu}, oa); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.b.qp.Connect(context.Background(), qp.Remote{QPN: s.a.qp.QPN(), PSN: scenSQPSN, GID: n.A.IP, MTU: mtu}, ob); err != nil {
-		t.Fatal(err)
-	}
+	n.A.Link.SetFaults(nic.Faults{Filter: record(n.Clock(), &s.ab, &s.dropAB)})
+	n.B.Link.SetFaults(nic.Faults{Filter: record(n.Clock(), &s.ba, &s.dropBA)})
+	o := sim.QPOptions{BufSize: memSize, CQSize: 256, SharedCQ: true, Caps: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16},
+		Connect: opts, PathMTU: mtu}
+	oa, ob := o, o
+	oa.Connect.SQPSN, ob.Connect.SQPSN = scenSQPSN, scenRQPSN
+	a, b := simtest.ConnectQPs(t, n, oa, ob)
+	s.a, s.b = scenEndOf(a), scenEndOf(b)
 	return s
 }
 

@@ -1,15 +1,15 @@
-package sim
+package sim_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
+	"github.com/goroce/goroce/sim/simtest"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -31,7 +31,7 @@ type sent struct {
 
 type scen struct {
 	t      *testing.T
-	n      *Net
+	n      *sim.Net
 	a, b   *scenEnd
 	ab, ba []sent                         // frames sent A→B and B→A
 	dropAB func(s sent, seen []sent) bool // decides drops A→B
@@ -46,7 +46,7 @@ type scenEnd struct {
 	mr  *qp.MR
 }
 
-func record(c *Clock, log *[]sent, drop *func(sent, []sent) bool) func([]byte) bool {
+func record(c *sim.Clock, log *[]sent, drop *func(sent, []sent) bool) func([]byte) bool {
 	return func(frame []byte) bool {
 		var p wire.Packet
 		if err := wire.Parse(frame, &p); err != nil {
@@ -74,37 +74,20 @@ const scenSQPSN, scenRQPSN = 0x1000, 0x2000
 
 func newScen(t *testing.T, opts qp.ConnectOptions, infinite7 bool) *scen {
 	s := &scen{t: t}
-	n, err := NewPair(Config{Seed: 1, RetryCnt7Infinite: infinite7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Close)
+	n := simtest.NewPair(t, sim.Config{Seed: 1, RetryCnt7Infinite: infinite7})
 	s.n = n
-	n.A.Link.SetFaults(nic.Faults{Filter: record(n.Clock, &s.ab, &s.dropAB)})
-	n.B.Link.SetFaults(nic.Faults{Filter: record(n.Clock, &s.ba, &s.dropBA)})
-	mk := func(ep *Endpoint) *scenEnd {
-		e := &scenEnd{pd: ep.Dev.AllocPD(), mem: make([]byte, 1<<16)}
-		e.cq, _ = ep.Dev.CreateCQ(256)
-		e.qp, err = e.pd.CreateQP(qp.InitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.mr, err = e.pd.RegMR(e.mem, memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead|memreg.RemoteAtomic)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	s.a, s.b = mk(&n.A), mk(&n.B)
-	oa, ob := opts, opts
-	oa.SQPSN, ob.SQPSN = scenSQPSN, scenRQPSN
-	if err := s.a.qp.Connect(context.Background(), qp.Remote{QPN: s.b.qp.QPN(), PSN: scenRQPSN, GID: n.B.IP}, oa); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.b.qp.Connect(context.Background(), qp.Remote{QPN: s.a.qp.QPN(), PSN: scenSQPSN, GID: n.A.IP}, ob); err != nil {
-		t.Fatal(err)
-	}
+	n.A.Link.SetFaults(nic.Faults{Filter: record(n.Clock(), &s.ab, &s.dropAB)})
+	n.B.Link.SetFaults(nic.Faults{Filter: record(n.Clock(), &s.ba, &s.dropBA)})
+	o := sim.QPOptions{BufSize: 1 << 16, CQSize: 256, SharedCQ: true, Caps: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16}, Connect: opts}
+	oa, ob := o, o
+	oa.Connect.SQPSN, ob.Connect.SQPSN = scenSQPSN, scenRQPSN
+	a, b := simtest.ConnectQPs(t, n, oa, ob)
+	s.a, s.b = scenEndOf(a), scenEndOf(b)
 	return s
+}
+
+func scenEndOf(e *sim.QPEnd) *scenEnd {
+	return &scenEnd{pd: e.PD, cq: e.SendCQ, qp: e.QP, mem: e.Buf, mr: e.MR}
 }
 
 func (e *scenEnd) sge(off, n int) qp.SGE {
@@ -115,11 +98,7 @@ func (e *scenEnd) sge(off, n int) qp.SGE {
 func (s *scen) waitWC(cq *qp.CQ) qp.WC {
 	s.t.Helper()
 	var wc [1]qp.WC
-	err := s.n.RunUntil(func() bool {
-		k, _ := cq.Poll(wc[:])
-		return k == 1
-	}, 100000, time.Hour)
-	if err != nil {
+	if _, err := s.n.Wait(cq, wc[:], time.Hour); err != nil {
 		s.t.Fatal(err)
 	}
 	return wc[0]
@@ -290,7 +269,7 @@ func TestScenarioBlackHole(t *testing.T) {
 		if tc.sends == 0 {
 			// rxe mode: retry_cnt 7 is infinite; after 50 timeouts it still retries.
 			var wc [1]qp.WC
-			err := s.n.RunUntil(func() bool { k, _ := s.a.cq.Poll(wc[:]); return k > 0 || len(s.ab) >= 150 }, 1e6, time.Hour)
+			err := s.n.RunUntil(func() bool { k, _ := s.a.cq.Poll(wc[:]); return k > 0 || len(s.ab) >= 150 }, time.Hour)
 			if err != nil || len(s.ab) < 150 {
 				t.Fatalf("retry_cnt 7 (rxe mode): %v, %d transmissions, wc %v", err, len(s.ab), wc[0])
 			}
@@ -332,7 +311,7 @@ func TestScenarioRNR(t *testing.T) {
 			t.Fatal(err)
 		}
 		if retry == 7 {
-			if err := s.n.RunUntil(func() bool { return len(s.ab) >= 20 }, 1e6, time.Hour); err != nil {
+			if err := s.n.RunUntil(func() bool { return len(s.ab) >= 20 }, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.b.qp.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{s.b.sge(0, 100)}}); err != nil {

@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
+	"github.com/goroce/goroce/sim/simtest"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -37,7 +39,7 @@ const (
 )
 
 type side struct {
-	ep      *Endpoint
+	ep      *sim.Endpoint
 	pd      *qp.PD
 	cq      *qp.CQ
 	qps     []*qp.QP
@@ -100,7 +102,7 @@ func payload(seed int64, dir, qi int, seq uint64, n int) []byte {
 	return b
 }
 
-func newSide(t testing.TB, ep *Endpoint) *side {
+func newSide(t testing.TB, ep *sim.Endpoint) *side {
 	s := &side{ep: ep, pd: ep.Dev.AllocPD(), mem: make([]byte, memSize()), mem2: make([]byte, 1<<16)}
 	var err error
 	if s.cq, err = ep.Dev.CreateCQ(1 << 16); err != nil {
@@ -139,12 +141,8 @@ type propResult struct {
 }
 
 func runProperty(t testing.TB, seed int64, totalOps int, faults nic.Faults) propResult {
-	n, err := NewPair(Config{Seed: seed, AtoB: faults, BtoA: faults})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	a, b := newSide(t, &n.A), newSide(t, &n.B)
+	n := simtest.NewPair(t, sim.Config{Seed: seed, AtoB: faults, BtoA: faults})
+	a, b := newSide(t, n.A), newSide(t, n.B)
 	for _, s := range []*side{a, b} {
 		r := rand.New(rand.NewPCG(uint64(seed), 99))
 		for i := readSrcOff(); i < readSrcOff()+propSrcSize; i++ {
@@ -265,7 +263,7 @@ func runProperty(t testing.TB, seed int64, totalOps int, faults nic.Faults) prop
 			}
 		}
 		before := completed
-		stepsBefore := n.Steps
+		stepsBefore := n.Steps()
 		for completed == before && fatal == nil {
 			if !n.Step() {
 				fail("idle with %d of %d operations complete", completed, totalOps)
@@ -273,12 +271,12 @@ func runProperty(t testing.TB, seed int64, totalOps int, faults nic.Faults) prop
 			}
 			drain(a)
 			drain(b)
-			if n.Steps-stepsBefore > 2_000_000 {
+			if n.Steps()-stepsBefore > 2_000_000 {
 				fail("no completion in 2e6 steps")
 			}
 		}
-		if n.Clock.Elapsed() > 24*time.Hour {
-			fail("simulated time ran away: %v", n.Clock.Elapsed())
+		if n.Clock().Elapsed() > 24*time.Hour {
+			fail("simulated time ran away: %v", n.Clock().Elapsed())
 		}
 	}
 	if fatal != nil {
@@ -310,7 +308,7 @@ func runProperty(t testing.TB, seed int64, totalOps int, faults nic.Faults) prop
 			}
 		}
 		return true
-	}, 1_000_000, time.Hour)
+	}, time.Hour)
 	if fatal != nil {
 		t.Fatal(fatal)
 	}
@@ -327,8 +325,8 @@ func runProperty(t testing.TB, seed int64, totalOps int, faults nic.Faults) prop
 	res.counters = ca
 	res.counters.Add(&cb)
 	res.link = [2]nic.MemStats{n.A.Link.MemStats(), n.B.Link.MemStats()}
-	res.simTime = n.Clock.Elapsed()
-	res.steps = n.Steps
+	res.simTime = n.Clock().Elapsed()
+	res.steps = n.Steps()
 	return res
 }
 
@@ -546,7 +544,7 @@ func TestPropertyLossy(t *testing.T) {
 	}
 	faults := nic.Faults{Drop: 0.05, Duplicate: 0.02, Reorder: 0.05, Corrupt: 0.005}
 	total := 0
-	for _, seed := range Seeds(1, 2, 3) {
+	for _, seed := range simtest.Seeds(t, 1, 2, 3) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			start := time.Now()
 			r := runProperty(t, seed, ops, faults)
