@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 // Shared helpers of the data-path tests (ops_test.go, errors_test.go,
 // wire_test.go, bench_test.go): a configurable two-endpoint pair over the
@@ -21,6 +21,7 @@ import (
 	"github.com/goroce/goroce/internal/pcapfile"
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -44,9 +45,9 @@ type xopts struct {
 	linkMTU      int
 	psnA, psnB   uint32 // first PSN each side sends
 	setPSN       bool   // use psnA/psnB even when zero
-	connA, connB ConnectOptions
+	connA, connB qp.ConnectOptions
 	sqSigAllA    bool
-	capsA        Caps
+	capsA        qp.Caps
 	size         int // main buffer of each side
 	noTap        bool
 	v6           bool // IPv6 GIDs (ip6A/ip6B) instead of IPv4
@@ -58,14 +59,14 @@ type xopts struct {
 // same PD (buf2/mr2) and an MR in another PD (bufO/mrO), and separate send
 // and receive CQs.
 type xend struct {
-	dev        *Device
-	pd, pdO    *PD
-	scq, rcq   *CQ
-	qp         *QP
+	dev        *qp.Device
+	pd, pdO    *qp.PD
+	scq, rcq   *qp.CQ
+	qp         *qp.QP
 	buf, buf2  []byte
-	mr, mr2    *MR
+	mr, mr2    *qp.MR
 	bufO       []byte
-	mrO        *MR
+	mrO        *qp.MR
 	link       *nic.MemLink
 	ip         netip.Addr
 	otherQPN   uint32
@@ -200,8 +201,8 @@ func newX(t testing.TB, o xopts) *xpair {
 		mc.Tap = x.tap
 	}
 	la, lb := nic.NewMemPair(mc)
-	mk := func(l *nic.MemLink, ip, peer netip.Addr, peerMAC net.HardwareAddr, sigAll bool, caps Caps) *xend {
-		d, err := Open(Config{Link: l, IP: ip, Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC}, Seed: 1,
+	mk := func(l *nic.MemLink, ip, peer netip.Addr, peerMAC net.HardwareAddr, sigAll bool, caps qp.Caps) *xend {
+		d, err := qp.Open(qp.Config{Link: l, IP: ip, Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC}, Seed: 1,
 			BusyPoll: o.busyPoll})
 		if err != nil {
 			t.Fatal(err)
@@ -211,9 +212,9 @@ func newX(t testing.TB, o xopts) *xpair {
 		e.scq, _ = d.CreateCQ(8192)
 		e.rcq, _ = d.CreateCQ(8192)
 		if caps.MaxSendWR == 0 {
-			caps = Caps{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}
+			caps = qp.Caps{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}
 		}
-		e.qp, err = e.pd.CreateQP(InitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: caps, SQSigAll: sigAll})
+		e.qp, err = e.pd.CreateQP(qp.InitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: caps, SQSigAll: sigAll})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,22 +235,22 @@ func newX(t testing.TB, o xopts) *xpair {
 		ia, ib = ip6A, ip6B
 	}
 	x.a = mk(la, ia, ib, lb.HardwareAddr(), o.sqSigAllA, o.capsA)
-	x.b = mk(lb, ib, ia, la.HardwareAddr(), false, Caps{})
+	x.b = mk(lb, ib, ia, la.HardwareAddr(), false, qp.Caps{})
 	ca, cb := o.connA, o.connB
 	ca.SQPSN, cb.SQPSN = o.psnA, o.psnB
 	// An ACK timeout of ≈1.07 s (18) instead of Connect's 67 ms: on a loaded
 	// machine (and under -race) a 67 ms stall makes go-back-N resend, which
 	// tests counting frames would see.
-	for _, c := range []*ConnectOptions{&ca, &cb} {
+	for _, c := range []*qp.ConnectOptions{&ca, &cb} {
 		if c.Timeout == 0 && !c.SetRetry {
 			c.Timeout = 18
 		}
 	}
 	x.a.sentPSN, x.b.sentPSN = o.psnA, o.psnB
-	if err := x.a.qp.Connect(context.Background(), Remote{QPN: x.b.qp.QPN(), PSN: o.psnB, GID: ib}, ca); err != nil {
+	if err := x.a.qp.Connect(context.Background(), qp.Remote{QPN: x.b.qp.QPN(), PSN: o.psnB, GID: ib}, ca); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.b.qp.Connect(context.Background(), Remote{QPN: x.a.qp.QPN(), PSN: o.psnA, GID: ia}, cb); err != nil {
+	if err := x.b.qp.Connect(context.Background(), qp.Remote{QPN: x.a.qp.QPN(), PSN: o.psnA, GID: ia}, cb); err != nil {
 		t.Fatal(err)
 	}
 	x.a.otherQPN, x.b.otherQPN = x.b.qp.QPN(), x.a.qp.QPN()
@@ -257,12 +258,12 @@ func newX(t testing.TB, o xopts) *xpair {
 }
 
 // sge returns an SGE of e's main MR at offset off.
-func (e *xend) sge(off, n int) SGE {
-	return SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
+func (e *xend) sge(off, n int) qp.SGE {
+	return qp.SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
 }
 
-func (e *xend) sge2(off, n int) SGE {
-	return SGE{Addr: e.mr2.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr2.LKey()}
+func (e *xend) sge2(off, n int) qp.SGE {
+	return qp.SGE{Addr: e.mr2.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr2.LKey()}
 }
 
 // reset fills every buffer of e with the canary.
@@ -321,11 +322,11 @@ func checkBuf(t testing.TB, name string, buf []byte, regions ...region) {
 
 // waitWC waits for one completion (the timeout only guards against a hang;
 // no test outcome depends on timing).
-func waitWC(t testing.TB, cq *CQ) WC {
+func waitWC(t testing.TB, cq *qp.CQ) qp.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var wc [1]WC
+	var wc [1]qp.WC
 	n, err := cq.Wait(ctx, wc[:])
 	if err != nil || n != 1 {
 		t.Fatalf("waiting for a completion: n=%d err=%v", n, err)
@@ -334,7 +335,7 @@ func waitWC(t testing.TB, cq *CQ) WC {
 }
 
 // expectWC waits for a completion and checks its WR ID, status and opcode.
-func expectWC(t testing.TB, cq *CQ, wrID uint64, st WCStatus, op transport.WCOpcode) WC {
+func expectWC(t testing.TB, cq *qp.CQ, wrID uint64, st qp.WCStatus, op transport.WCOpcode) qp.WC {
 	t.Helper()
 	wc := waitWC(t, cq)
 	if wc.WRID != wrID || wc.Status != st || (st == transport.WCSuccess && wc.Opcode != op) {
@@ -344,24 +345,24 @@ func expectWC(t testing.TB, cq *CQ, wrID uint64, st WCStatus, op transport.WCOpc
 }
 
 // noWC asserts that cq is empty right now.
-func noWC(t testing.TB, cq *CQ, what string) {
+func noWC(t testing.TB, cq *qp.CQ, what string) {
 	t.Helper()
-	var wc [4]WC
+	var wc [4]qp.WC
 	if n, _ := cq.Poll(wc[:]); n != 0 {
 		t.Fatalf("%s: unexpected completion(s): %v", what, wc[:n])
 	}
 }
 
-func (x *xpair) post(e *xend, wr *SendWR) {
+func (x *xpair) post(e *xend, wr *qp.SendWR) {
 	x.t.Helper()
 	if err := e.qp.PostSend(wr); err != nil {
 		x.t.Fatalf("post send %v: %v", wr.Opcode, err)
 	}
 }
 
-func (x *xpair) recv(e *xend, wrID uint64, sgl ...SGE) {
+func (x *xpair) recv(e *xend, wrID uint64, sgl ...qp.SGE) {
 	x.t.Helper()
-	if err := e.qp.PostRecv(&RecvWR{WRID: wrID, SGL: sgl}); err != nil {
+	if err := e.qp.PostRecv(&qp.RecvWR{WRID: wrID, SGL: sgl}); err != nil {
 		x.t.Fatalf("post recv: %v", err)
 	}
 }
