@@ -20,6 +20,7 @@ import (
 
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -88,8 +89,8 @@ func TestBusyPollOps(t *testing.T) {
 // place, and A counted one ACK timeout and one retransmitted packet.
 func TestBusyPollRetransmit(t *testing.T) {
 	var dropped atomic.Int32
-	mem := nic.MemConfig{}
-	mem.AtoB.Filter = func(f []byte) bool {
+	var drop sim.Faults
+	drop.Filter = func(f []byte) bool {
 		var p wire.Packet
 		if wire.Parse(f, &p) == nil && p.Opcode() == wire.RCRDMAWriteOnly && dropped.Load() == 0 {
 			dropped.Add(1)
@@ -100,7 +101,7 @@ func TestBusyPollRetransmit(t *testing.T) {
 	// Timeout 14: 4.096 µs · 2^14 ≈ 67 ms (IBTA C9-140); 7 retries. A shorter
 	// timer ran out 8 times in a row when -race and a parallel test binary
 	// kept B's polling goroutine off the CPU for ~35 ms (RETRY_EXC_ERR).
-	x := newX(t, xopts{busyPoll: true, mem: mem, connA: qp.ConnectOptions{Timeout: 14}})
+	x := newX(t, xopts{busyPoll: true, faultsAB: drop, connA: qp.ConnectOptions{Timeout: 14}})
 	driveByCQ(t, x.b)
 	a, b := x.a, x.b
 	a.reset()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -29,31 +30,17 @@ func TestConcurrentQPs(t *testing.T) {
 	}
 	conns := make([]*conn, nq)
 	for i := range conns {
-		c := &conn{bufA: make([]byte, 8192), bufB: make([]byte, 8192)}
-		c.cqa, _ = x.a.dev.CreateCQ(64)
-		c.cqb, _ = x.b.dev.CreateCQ(64)
-		var err error
-		caps := qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
-		if c.sa, err = x.a.pd.CreateQP(qp.InitAttr{SendCQ: c.cqa, RecvCQ: c.cqa, Cap: caps}); err != nil {
-			t.Fatal(err)
-		}
-		if c.sb, err = x.b.pd.CreateQP(qp.InitAttr{SendCQ: c.cqb, RecvCQ: c.cqb, Cap: caps}); err != nil {
-			t.Fatal(err)
-		}
-		if c.mrA, err = x.a.pd.RegMR(c.bufA, allAccess); err != nil {
-			t.Fatal(err)
-		}
-		if c.mrB, err = x.b.pd.RegMR(c.bufB, allAccess); err != nil {
-			t.Fatal(err)
-		}
+		// More QP pairs on the same two devices, from the shared harness.
 		psn := uint32(1000 * (i + 1))
-		if err := c.sa.Connect(context.Background(), qp.Remote{QPN: c.sb.QPN(), PSN: psn + 1, GID: ipB}, qp.ConnectOptions{SQPSN: psn}); err != nil {
+		o := sim.QPOptions{BufSize: 8192, CQSize: 64, SharedCQ: true,
+			Caps: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
+		oa, ob := o, o
+		oa.Connect.SQPSN, ob.Connect.SQPSN = psn, psn+1
+		ea, eb, err := sim.ConnectQPs(context.Background(), x.a.dev, x.b.dev, oa, ob)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.sb.Connect(context.Background(), qp.Remote{QPN: c.sa.QPN(), PSN: psn, GID: ipA}, qp.ConnectOptions{SQPSN: psn + 1}); err != nil {
-			t.Fatal(err)
-		}
-		conns[i] = c
+		conns[i] = &conn{sa: ea.QP, sb: eb.QP, cqa: ea.SendCQ, cqb: eb.SendCQ, bufA: ea.Buf, bufB: eb.Buf, mrA: ea.MR, mrB: eb.MR}
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, nq)
@@ -116,7 +103,7 @@ func TestConcurrentQPs(t *testing.T) {
 func TestLossyLink(t *testing.T) {
 	const seed = 7
 	f := nic.Faults{Drop: 0.02, Corrupt: 0.02, Duplicate: 0.02, Reorder: 0.02}
-	x := newX(t, xopts{noTap: true, size: 1 << 18, mem: nic.MemConfig{Seed: seed, AtoB: f, BtoA: f},
+	x := newX(t, xopts{noTap: true, size: 1 << 18, seed: seed, faultsAB: f, faultsBA: f,
 		connA: qp.ConnectOptions{Timeout: 14, RetryCnt: 7}, connB: qp.ConnectOptions{Timeout: 14, RetryCnt: 7}}) // 67 ms: a 1 ms timer timed out spuriously under -race and load
 	a, b := x.a, x.b
 	a.reset()

@@ -211,7 +211,7 @@ func TestMisalignedAtomic(t *testing.T) {
 	}
 	x.recv(b, 100, b.sge(0, 64))
 	// Forge a FETCH_ADD from A's address at the PSN B expects.
-	f := wire.Frame{DstMAC: b.dev.MAC(), SrcMAC: a.dev.MAC(), SrcIP: ipA, DstIP: ipB, HopLimit: 64,
+	f := wire.Frame{DstMAC: b.dev.MAC(), SrcMAC: a.dev.MAC(), SrcIP: a.ip, DstIP: b.ip, HopLimit: 64,
 		SrcPort: wire.RCSourcePort(a.qp.QPN(), b.qp.QPN()),
 		BTH: wire.BTHFields{Opcode: wire.RCFetchAdd, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), AckReq: true,
 			PSN: wire.PSN(a.sentPSN)},
@@ -478,10 +478,10 @@ func TestRecoverAfterError(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := a.qp.Connect(context.Background(), qp.Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: ipB}, qp.ConnectOptions{SQPSN: 0x777}); err != nil {
+	if err := a.qp.Connect(context.Background(), qp.Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: b.ip}, qp.ConnectOptions{SQPSN: 0x777}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.qp.Connect(context.Background(), qp.Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: ipA}, qp.ConnectOptions{SQPSN: 0x500}); err != nil {
+	if err := b.qp.Connect(context.Background(), qp.Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: a.ip}, qp.ConnectOptions{SQPSN: 0x500}); err != nil {
 		t.Fatal(err)
 	}
 	x.settle()

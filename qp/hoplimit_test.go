@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/pcapfile"
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -33,38 +33,27 @@ func TestRouteHopLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	mk := func(d *qp.Device) (*qp.QP, *qp.CQ, *qp.MR) {
-		pd := d.AllocPD()
-		cq, _ := d.CreateCQ(16)
-		q, err := pd.CreateQP(qp.InitAttr{SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mr, err := pd.RegMR(make([]byte, 64), memreg.LocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return q, cq, mr
-	}
-	qa, cqa, mra := mk(da)
-	qb, cqb, mrb := mk(db)
-	if err := qa.Connect(context.Background(), qp.Remote{QPN: qb.QPN(), PSN: 1, GID: ipB}, qp.ConnectOptions{SQPSN: 2, HopLimit: 1}); err != nil {
+	// The devices are the test's own (RouteHopLimit is a device option);
+	// their QPs come from the shared harness.
+	o := sim.QPOptions{BufSize: 64, CQSize: 16, SharedCQ: true, Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4}}
+	oa, ob := o, o
+	oa.Connect, ob.Connect = qp.ConnectOptions{SQPSN: 2, HopLimit: 1}, qp.ConnectOptions{SQPSN: 1, HopLimit: 1}
+	ea, eb, err := sim.ConnectQPs(context.Background(), da, db, oa, ob)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qb.Connect(context.Background(), qp.Remote{QPN: qa.QPN(), PSN: 2, GID: ipA}, qp.ConnectOptions{SQPSN: 1, HopLimit: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := qb.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{{Addr: mrb.IOVA(), Length: 64, LKey: mrb.LKey()}}}); err != nil {
+	qa, qb, cqa, cqb := ea.QP, eb.QP, ea.SendCQ, eb.SendCQ
+	if err := qb.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{eb.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := qa.PostSend(&qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}}); err != nil {
+		SGL: []qp.SGE{ea.SGE(0, 8)}}); err != nil {
 		t.Fatal(err)
 	}
-	if wc := wait(t, cqa); wc.Status != transport.WCSuccess {
+	if wc := waitWC(t, cqa); wc.Status != transport.WCSuccess {
 		t.Fatal(wc)
 	}
-	if wc := wait(t, cqb); wc.Status != transport.WCSuccess {
+	if wc := waitWC(t, cqb); wc.Status != transport.WCSuccess {
 		t.Fatal(wc)
 	}
 	recs, err := pcapfile.ReadAll(&tap)

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 )
 
 func TestPostSendList(t *testing.T) {
-	a, b := newPair(t, nic.MemConfig{}, 1<<16)
+	x := newX(t, xopts{noTap: true})
+	a, b := x.a, x.b
 	for i := range a.buf {
 		a.buf[i] = byte(i*3 + 1)
 	}
@@ -27,7 +27,7 @@ func TestPostSendList(t *testing.T) {
 		t.Fatalf("posted %d, err %v; want 10 and an error for the 11th", n, err)
 	}
 	for i := 0; i < 10; i++ {
-		if wc := wait(t, a.cq); wc.Status != transport.WCSuccess || wc.WRID != uint64(i) {
+		if wc := waitWC(t, a.scq); wc.Status != transport.WCSuccess || wc.WRID != uint64(i) {
 			t.Fatalf("completion %d: %v", i, wc)
 		}
 	}
