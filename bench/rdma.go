@@ -11,6 +11,7 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 )
 
 const (
@@ -61,25 +62,7 @@ func openRDMA(pair *netns.Pair, backend string, depth int, busy bool) (*rdmaPair
 				BusyPoll: busy})
 			return err
 		})
-		if err != nil {
-			return nil, err
-		}
-		pd := e.dev.AllocPD()
-		e.scq, _ = e.dev.CreateCQ(1 << 16)
-		e.rcq, _ = e.dev.CreateCQ(1 << 16)
-		e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.scq, RecvCQ: e.rcq,
-			Cap: qp.Caps{MaxSendWR: max(depth, 64), MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			e.dev.Close()
-			return nil, err
-		}
-		e.buf = make([]byte, bufSize)
-		e.mr, err = pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead)
-		if err != nil {
-			e.dev.Close()
-			return nil, err
-		}
-		return e, nil
+		return e, err
 	}
 	a, err := mk(netns.A)
 	if err != nil {
@@ -91,18 +74,24 @@ func openRDMA(pair *netns.Pair, backend string, depth int, busy bool) (*rdmaPair
 		return nil, fmt.Errorf("side B: %w", err)
 	}
 	p := &rdmaPair{a: a, b: b}
-	mtu := min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
-	p.pmtu = mtu.Bytes()
-	o := qp.ConnectOptions{}
-	if err := a.q.Connect(ctx, qp.Remote{QPN: b.q.QPN(), PSN: 0x200, GID: pair.B.Addr, MTU: mtu}, qp.ConnectOptions{SQPSN: 0x100}); err != nil {
+	// The QPs come from the shared two-endpoint harness, connected at the
+	// smaller path MTU.
+	o := sim.QPOptions{BufSize: bufSize, Access: qp.LocalWrite | qp.RemoteWrite | qp.RemoteRead, CQSize: 1 << 16,
+		Caps: qp.Caps{MaxSendWR: max(depth, 64), MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	oa, ob := o, o
+	oa.Connect.SQPSN, ob.Connect.SQPSN = 0x100, 0x200
+	ea, eb, err := sim.ConnectQPs(ctx, a.dev, b.dev, oa, ob)
+	if err != nil {
 		p.Close()
 		return nil, err
 	}
-	o.SQPSN = 0x200
-	if err := b.q.Connect(ctx, qp.Remote{QPN: a.q.QPN(), PSN: 0x100, GID: pair.A.Addr, MTU: mtu}, o); err != nil {
-		p.Close()
-		return nil, err
+	for _, x := range []struct {
+		e *rdmaEnd
+		q *sim.QPEnd
+	}{{a, ea}, {b, eb}} {
+		x.e.scq, x.e.rcq, x.e.q, x.e.buf, x.e.mr = x.q.SendCQ, x.q.RecvCQ, x.q.QP, x.q.Buf, x.q.MR
 	}
+	p.pmtu = min(a.dev.ActiveMTU(), b.dev.ActiveMTU()).Bytes()
 	return p, nil
 }
 
