@@ -5,6 +5,11 @@ package transport_test
 // (wire.Parse, ICRC checked) and hands it to the peer's Receive, on a fake
 // clock. No goroutine, no allocation per packet in the harness itself, so
 // the benchmarks measure the engine's own allocations.
+//
+// This is the engine-level harness, below qp: transport cannot import qp,
+// so the one device-level harness (package sim: sim.NewPair and
+// sim.ConnectQPs, used by qp's tests and bench) cannot serve
+// here. Tests of whole devices belong there.
 
 import (
 	"fmt"
