@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/nic"
@@ -19,7 +20,9 @@ import (
 // by its own goroutine (post, wait, verify) while the devices' receive and
 // timer goroutines run; under -race this checks the device/CQ locking, and
 // every message must arrive intact on its own connection.
-func TestConcurrentQPs(t *testing.T) {
+func TestConcurrentQPs(t *testing.T) { synctest.Test(t, testConcurrentQPs) }
+
+func testConcurrentQPs(t *testing.T) {
 	x := newX(t, xopts{noTap: true, size: 1 << 16})
 	const nq, rounds = 4, 100
 	type conn struct {
@@ -100,7 +103,9 @@ func TestConcurrentQPs(t *testing.T) {
 // directions (seeded): every operation completes successfully with the
 // right data, and every FETCH_ADD is executed exactly once although
 // requests and ATOMIC ACKs get lost and resent.
-func TestLossyLink(t *testing.T) {
+func TestLossyLink(t *testing.T) { synctest.Test(t, testLossyLink) }
+
+func testLossyLink(t *testing.T) {
 	const seed = 7
 	f := nic.Faults{Drop: 0.02, Corrupt: 0.02, Duplicate: 0.02, Reorder: 0.02}
 	x := newX(t, xopts{noTap: true, size: 1 << 18, seed: seed, faultsAB: f, faultsBA: f,

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/memreg"
@@ -184,7 +185,7 @@ func TestRemoteErrors(t *testing.T) {
 		}, nak: wire.NAKSyndrome(wire.NAKRemoteOperationalError), req: transport.WCRemOpErr, recv: transport.WCLocQPOpErr},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { runErrCase(t, c) })
+		t.Run(c.name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { runErrCase(t, c) }) })
 	}
 }
 
@@ -192,7 +193,9 @@ func TestRemoteErrors(t *testing.T) {
 // not 8-byte aligned (rxe validate_send_wr, EINVAL) or whose local buffer is
 // shorter than 8 bytes; a forged misaligned atomic frame injected on the
 // link is answered with NAK 0x61 and moves the responder to ERR.
-func TestMisalignedAtomic(t *testing.T) {
+func TestMisalignedAtomic(t *testing.T) { synctest.Test(t, testMisalignedAtomic) }
+
+func testMisalignedAtomic(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	a.reset()
@@ -246,7 +249,9 @@ func TestMisalignedAtomic(t *testing.T) {
 
 // TestRNR: a SEND with no RECV posted gets an RNR NAK (0x20|min_rnr_timer,
 // PSN of the SEND); once a RECV is posted the retry succeeds.
-func TestRNR(t *testing.T) {
+func TestRNR(t *testing.T) { synctest.Test(t, testRNR) }
+
+func testRNR(t *testing.T) {
 	x := newX(t, xopts{connB: qp.ConnectOptions{MinRNRTimer: 14}}) // 1.28 ms
 	a, b := x.a, x.b
 	a.reset()
@@ -308,40 +313,42 @@ func TestRNRRetryExceeded(t *testing.T) {
 		op    transport.WROpcode
 	}{{0, transport.WRSend}, {3, transport.WRSend}, {3, transport.WRRDMAWriteWithImm}} {
 		t.Run(fmt.Sprintf("%v_rnr_retry_%d", tc.op, tc.retry), func(t *testing.T) {
-			x := newX(t, xopts{
-				connA: qp.ConnectOptions{SetRetry: true, RNRRetry: tc.retry, RetryCnt: 7, Timeout: 18},
-				connB: qp.ConnectOptions{MinRNRTimer: 1}, // 10 µs
-			})
-			a, b := x.a, x.b
-			b.reset()
-			x.next()
-			x.post(a, &qp.SendWR{WRID: 1, Opcode: tc.op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 100)},
-				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-			x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
-				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-			expectWC(t, a.scq, 1, transport.WCRNRRetryExcErr, 0)
-			expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
-			if a.qp.State() != transport.StateErr || b.qp.State() != transport.StateRTS {
-				t.Fatalf("states A=%v B=%v, want ERR/RTS", a.qp.State(), b.qp.State())
-			}
-			x.settle()
-			ps := x.next() // every retransmission counts here
-			sends, rnrs := 0, 0
-			for _, p := range ps {
-				switch {
-				case p.fromA && p.p.BTH.PSN() == wire.PSN(a.sentPSN):
-					sends++
-				case !p.fromA && p.p.AETH != nil && p.p.AETH.Syndrome() == 0x21:
-					rnrs++
+			synctest.Test(t, func(t *testing.T) {
+				x := newX(t, xopts{
+					connA: qp.ConnectOptions{SetRetry: true, RNRRetry: tc.retry, RetryCnt: 7, Timeout: 18},
+					connB: qp.ConnectOptions{MinRNRTimer: 1}, // 10 µs
+				})
+				a, b := x.a, x.b
+				b.reset()
+				x.next()
+				x.post(a, &qp.SendWR{WRID: 1, Opcode: tc.op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 100)},
+					RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+				x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
+					RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+				expectWC(t, a.scq, 1, transport.WCRNRRetryExcErr, 0)
+				expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
+				if a.qp.State() != transport.StateErr || b.qp.State() != transport.StateRTS {
+					t.Fatalf("states A=%v B=%v, want ERR/RTS", a.qp.State(), b.qp.State())
 				}
-			}
-			if sends != int(tc.retry)+1 || rnrs != sends {
-				t.Fatalf("%d transmissions and %d RNR NAKs, want %d each: %v", sends, rnrs, tc.retry+1, ps)
-			}
-			checkBuf(t, "responder", b.buf)
-			if c := a.qp.Counters(); c[transport.CntRetryRNRExceededErr] != 1 || c[transport.CntRcvdRNRErr] != uint64(rnrs) {
-				t.Fatalf("counters: retry_rnr_exceeded_err %d rcvd_rnr_err %d", c[transport.CntRetryRNRExceededErr], c[transport.CntRcvdRNRErr])
-			}
+				x.settle()
+				ps := x.next() // every retransmission counts here
+				sends, rnrs := 0, 0
+				for _, p := range ps {
+					switch {
+					case p.fromA && p.p.BTH.PSN() == wire.PSN(a.sentPSN):
+						sends++
+					case !p.fromA && p.p.AETH != nil && p.p.AETH.Syndrome() == 0x21:
+						rnrs++
+					}
+				}
+				if sends != int(tc.retry)+1 || rnrs != sends {
+					t.Fatalf("%d transmissions and %d RNR NAKs, want %d each: %v", sends, rnrs, tc.retry+1, ps)
+				}
+				checkBuf(t, "responder", b.buf)
+				if c := a.qp.Counters(); c[transport.CntRetryRNRExceededErr] != 1 || c[transport.CntRcvdRNRErr] != uint64(rnrs) {
+					t.Fatalf("counters: retry_rnr_exceeded_err %d rcvd_rnr_err %d", c[transport.CntRetryRNRExceededErr], c[transport.CntRcvdRNRErr])
+				}
+			})
 		})
 	}
 }
@@ -374,44 +381,48 @@ func TestLocalProtErr(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			x := newX(t, xopts{})
-			a, b := x.a, x.b
-			roBuf := make([]byte, 64)
-			for i := range roBuf {
-				roBuf[i] = canary
-			}
-			ro, err := a.pd.RegMR(roBuf, memreg.RemoteRead) // no LOCAL_WRITE
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.reset()
-			x.next()
-			wr := c.wr(x, ro)
-			wr.WRID, wr.Flags = 1, transport.SendSignaled
-			x.post(a, wr)
-			x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
-				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-			expectWC(t, a.scq, 1, transport.WCLocProtErr, 0)
-			expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
-			if a.qp.State() != transport.StateErr {
-				t.Fatalf("requester state %v", a.qp.State())
-			}
-			x.settle()
-			reqs := requests(x.next(), true)
-			if c.sends != (len(reqs) > 0) {
-				t.Fatalf("requests on the wire: %v", reqs)
-			}
-			checkBuf(t, "read-only MR", roBuf)
-			if !c.sends {
-				checkBuf(t, "responder", b.buf)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				x := newX(t, xopts{})
+				a, b := x.a, x.b
+				roBuf := make([]byte, 64)
+				for i := range roBuf {
+					roBuf[i] = canary
+				}
+				ro, err := a.pd.RegMR(roBuf, memreg.RemoteRead) // no LOCAL_WRITE
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.reset()
+				x.next()
+				wr := c.wr(x, ro)
+				wr.WRID, wr.Flags = 1, transport.SendSignaled
+				x.post(a, wr)
+				x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
+					RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+				expectWC(t, a.scq, 1, transport.WCLocProtErr, 0)
+				expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
+				if a.qp.State() != transport.StateErr {
+					t.Fatalf("requester state %v", a.qp.State())
+				}
+				x.settle()
+				reqs := requests(x.next(), true)
+				if c.sends != (len(reqs) > 0) {
+					t.Fatalf("requests on the wire: %v", reqs)
+				}
+				checkBuf(t, "read-only MR", roBuf)
+				if !c.sends {
+					checkBuf(t, "responder", b.buf)
+				}
+			})
 		})
 	}
 }
 
 // TestSolicitedOnlyWakesOnError: a CQ armed for solicited completions only
 // is woken by an error completion.
-func TestSolicitedOnlyWakesOnError(t *testing.T) {
+func TestSolicitedOnlyWakesOnError(t *testing.T) { synctest.Test(t, testSolicitedOnlyWakesOnError) }
+
+func testSolicitedOnlyWakesOnError(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	x.recv(b, 1, b.sge(0, 8))
@@ -428,7 +439,9 @@ func TestSolicitedOnlyWakesOnError(t *testing.T) {
 // TestSendWithInvBadRKey: SEND_WITH_INV naming an rkey that cannot be
 // invalidated is rxe's class J error: no NAK (the SEND is acknowledged),
 // the RECV completes with REM_INV_REQ_ERR and the responder goes to ERR.
-func TestSendWithInvBadRKey(t *testing.T) {
+func TestSendWithInvBadRKey(t *testing.T) { synctest.Test(t, testSendWithInvBadRKey) }
+
+func testSendWithInvBadRKey(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	b.reset()
@@ -453,7 +466,9 @@ func TestSendWithInvBadRKey(t *testing.T) {
 
 // TestZeroLengthSkipsRKey: zero-length READ and WRITE skip the R_Key check
 // (rxe check_rkey): they succeed with a bogus rkey and address.
-func TestZeroLengthSkipsRKey(t *testing.T) {
+func TestZeroLengthSkipsRKey(t *testing.T) { synctest.Test(t, testZeroLengthSkipsRKey) }
+
+func testZeroLengthSkipsRKey(t *testing.T) {
 	x := newX(t, xopts{})
 	for i, op := range []transport.WROpcode{transport.WRRDMAWrite, transport.WRRDMARead} {
 		x.post(x.a, &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, RemoteAddr: 0xdead0000, RKey: 0xbadbad})
@@ -465,7 +480,9 @@ func TestZeroLengthSkipsRKey(t *testing.T) {
 // TestRecoverAfterError: after an error both QPs go through RESET and are
 // connected again (new PSNs); every operation then works, and nothing of
 // the old connection (RECVs, PSNs, read/atomic history) leaks into it.
-func TestRecoverAfterError(t *testing.T) {
+func TestRecoverAfterError(t *testing.T) { synctest.Test(t, testRecoverAfterError) }
+
+func testRecoverAfterError(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	x.recv(b, 50, b.sge(0, 64))

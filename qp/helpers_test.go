@@ -160,7 +160,11 @@ func (x *xpair) next() []capPkt {
 }
 
 // settle waits until neither link has frames in flight, so that the tap
-// holds every frame of the operation that just completed.
+// holds every frame of the operation that just completed. In a
+// testing/synctest bubble (most tests here run in one) each time.Sleep
+// returns only when every goroutine of the bubble, the devices' included,
+// is blocked, so the first look that finds both links empty is final;
+// outside one (TestOpsMatrix, the busy-poll tests) it polls on real time.
 func (x *xpair) settle() {
 	x.t.Helper()
 	for i := 0; i < 2000; i++ {
@@ -360,8 +364,9 @@ func requests(ps []capPkt, fromA bool) []capPkt {
 	return out
 }
 
-// firstCopies drops retransmissions: with the real clock an ACK timeout can
-// fire on a loaded machine, and go-back-N then resends packets. Every
+// firstCopies drops retransmissions: with the real clock (tests outside a
+// synctest bubble) an ACK timeout can fire on a loaded machine, and
+// go-back-N then resends packets. Every
 // resent frame must equal the first copy in its BTH and payload.
 func firstCopies(t testing.TB, ps []capPkt) []capPkt {
 	t.Helper()

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 
 	"github.com/goroce/goroce/internal/pcapfile"
 	"github.com/goroce/goroce/nic"
@@ -19,7 +20,9 @@ import (
 // AV's hop limit is replaced by the route's, as the kernel does for RoCE, so
 // an application asking for hop limit 1 (rc_pingpong) still sends TTL 64
 // like rxe and mlx5.
-func TestRouteHopLimit(t *testing.T) {
+func TestRouteHopLimit(t *testing.T) { synctest.Test(t, testRouteHopLimit) }
+
+func testRouteHopLimit(t *testing.T) {
 	var tap bytes.Buffer
 	la, lb := nic.NewMemPair(nic.MemConfig{Tap: &tap})
 	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")

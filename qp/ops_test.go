@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/memreg"
@@ -282,7 +283,9 @@ func runAtomics(t *testing.T, x *xpair) {
 // TestSGLists: SEND with 4 SGEs on the sender and 3 on the receiver, WRITE
 // gathering 4 SGEs and READ scattering into 4, from two MRs, with uneven
 // lengths that cross packet boundaries.
-func TestSGLists(t *testing.T) {
+func TestSGLists(t *testing.T) { synctest.Test(t, testSGLists) }
+
+func testSGLists(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	a.reset()
@@ -329,7 +332,9 @@ func TestSGLists(t *testing.T) {
 
 // TestImmByteOrder: the 32-bit immediate goes on the wire big-endian and
 // the receive completion's Imm equals the WR's Imm.
-func TestImmByteOrder(t *testing.T) {
+func TestImmByteOrder(t *testing.T) { synctest.Test(t, testImmByteOrder) }
+
+func testImmByteOrder(t *testing.T) {
 	x := newX(t, xopts{})
 	x.next()
 	const imm = 0x01020304
@@ -352,50 +357,56 @@ func TestImmByteOrder(t *testing.T) {
 // one of the requester's own keys the same way.
 func TestInvalidate(t *testing.T) {
 	t.Run("send_with_inv", func(t *testing.T) {
-		x := newX(t, xopts{})
-		a, b := x.a, x.b
-		a.reset()
-		b.reset()
-		x.recv(b, 1, b.sge(0, 16))
-		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
-			SGL: []qp.SGE{a.sge(0, 16)}, InvRKey: b.mr2.RKey()})
-		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
-		wc := expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
-		if wc.Flags&transport.WCWithInv == 0 || wc.InvRKey != b.mr2.RKey() || b.mr2.Valid() {
-			t.Fatalf("completion %v, mr2 valid=%v", wc, b.mr2.Valid())
-		}
-		x.settle()
-		x.next()
-		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []qp.SGE{a.sge(0, 16)}, RemoteAddr: b.mr2.IOVA(), RKey: b.mr2.RKey()})
-		expectWC(t, a.scq, 2, transport.WCRemAccessErr, 0)
-		x.settle()
-		nak := filter(x.next(), false)
-		if len(nak) != 1 || nak[0].p.Opcode() != wire.RCAcknowledge || nak[0].p.AETH.Syndrome() != 0x62 {
-			t.Fatalf("want one NAK 0x62, got %v", nak)
-		}
-		checkBuf(t, "invalidated MR", b.buf2)
+		synctest.Test(t, func(t *testing.T) {
+			x := newX(t, xopts{})
+			a, b := x.a, x.b
+			a.reset()
+			b.reset()
+			x.recv(b, 1, b.sge(0, 16))
+			x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{a.sge(0, 16)}, InvRKey: b.mr2.RKey()})
+			expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
+			wc := expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
+			if wc.Flags&transport.WCWithInv == 0 || wc.InvRKey != b.mr2.RKey() || b.mr2.Valid() {
+				t.Fatalf("completion %v, mr2 valid=%v", wc, b.mr2.Valid())
+			}
+			x.settle()
+			x.next()
+			x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{a.sge(0, 16)}, RemoteAddr: b.mr2.IOVA(), RKey: b.mr2.RKey()})
+			expectWC(t, a.scq, 2, transport.WCRemAccessErr, 0)
+			x.settle()
+			nak := filter(x.next(), false)
+			if len(nak) != 1 || nak[0].p.Opcode() != wire.RCAcknowledge || nak[0].p.AETH.Syndrome() != 0x62 {
+				t.Fatalf("want one NAK 0x62, got %v", nak)
+			}
+			checkBuf(t, "invalidated MR", b.buf2)
+		})
 	})
 	t.Run("local_inv", func(t *testing.T) {
-		x := newX(t, xopts{})
-		a, b := x.a, x.b
-		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, InvRKey: a.mr2.RKey()})
-		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCLocalInv)
-		if a.mr2.Valid() {
-			t.Fatal("mr2 still valid after LOCAL_INV")
-		}
-		a.reset()
-		b.reset()
-		x.post(b, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []qp.SGE{b.sge(0, 16)}, RemoteAddr: a.mr2.IOVA(), RKey: a.mr2.RKey()})
-		expectWC(t, b.scq, 2, transport.WCRemAccessErr, 0)
-		checkBuf(t, "invalidated MR", a.buf2)
+		synctest.Test(t, func(t *testing.T) {
+			x := newX(t, xopts{})
+			a, b := x.a, x.b
+			x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, InvRKey: a.mr2.RKey()})
+			expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCLocalInv)
+			if a.mr2.Valid() {
+				t.Fatal("mr2 still valid after LOCAL_INV")
+			}
+			a.reset()
+			b.reset()
+			x.post(b, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{b.sge(0, 16)}, RemoteAddr: a.mr2.IOVA(), RKey: a.mr2.RKey()})
+			expectWC(t, b.scq, 2, transport.WCRemAccessErr, 0)
+			checkBuf(t, "invalidated MR", a.buf2)
+		})
 	})
 }
 
 // TestSolicited: a CQ armed with ReqNotify(true) is woken by a receive of an
 // SE-marked message only, not by unsolicited ones (IBTA 11.4.2.2).
-func TestSolicited(t *testing.T) {
+func TestSolicited(t *testing.T) { synctest.Test(t, testSolicited) }
+
+func testSolicited(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	for i := 1; i <= 3; i++ {
@@ -439,7 +450,9 @@ func TestSolicited(t *testing.T) {
 
 // TestZeroLengthReadPSN: a zero-length READ uses exactly one PSN; the next
 // request carries the following PSN.
-func TestZeroLengthReadPSN(t *testing.T) {
+func TestZeroLengthReadPSN(t *testing.T) { synctest.Test(t, testZeroLengthReadPSN) }
+
+func testZeroLengthReadPSN(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	x.next()
@@ -464,7 +477,9 @@ func TestZeroLengthReadPSN(t *testing.T) {
 
 // TestUnsignaled: unsignalled WRs produce no CQE; a later signalled one
 // does, and its CQE comes after the unsignalled ones completed.
-func TestUnsignaled(t *testing.T) {
+func TestUnsignaled(t *testing.T) { synctest.Test(t, testUnsignaled) }
+
+func testUnsignaled(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	for i := 1; i <= 5; i++ {
@@ -482,7 +497,9 @@ func TestUnsignaled(t *testing.T) {
 }
 
 // TestSQSigAll: with sq_sig_all every send WR completes, signalled or not.
-func TestSQSigAll(t *testing.T) {
+func TestSQSigAll(t *testing.T) { synctest.Test(t, testSQSigAll) }
+
+func testSQSigAll(t *testing.T) {
 	x := newX(t, xopts{sqSigAllA: true})
 	a, b := x.a, x.b
 	for i := 1; i <= 3; i++ {
@@ -498,7 +515,9 @@ func TestSQSigAll(t *testing.T) {
 // drained (SQD) so the WR is queued, not sent, by PostSend; the buffer is
 // overwritten at once and the QP returned to RTS: the receiver gets the
 // bytes of post time.
-func TestInline(t *testing.T) {
+func TestInline(t *testing.T) { synctest.Test(t, testInline) }
+
+func testInline(t *testing.T) {
 	x := newX(t, xopts{})
 	a, b := x.a, x.b
 	a.reset()
@@ -533,7 +552,9 @@ func TestInline(t *testing.T) {
 // TestFillSQ posts as many WRs as the send queue holds (more than the
 // 128-PSN window), then one more (ErrQueueFull), and checks every
 // completion arrives in order.
-func TestFillSQ(t *testing.T) {
+func TestFillSQ(t *testing.T) { synctest.Test(t, testFillSQ) }
+
+func testFillSQ(t *testing.T) {
 	x := newX(t, xopts{capsA: qp.Caps{MaxSendWR: 300, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	a, b := x.a, x.b
 	// Stop B from answering until the queue is full: B's link drops nothing,
@@ -556,7 +577,9 @@ func TestFillSQ(t *testing.T) {
 
 // TestPSNWrap: traffic starting at PSN 0xFFFFF0 wraps to 0 inside a
 // multi-packet message and inside a READ's PSN range.
-func TestPSNWrap(t *testing.T) {
+func TestPSNWrap(t *testing.T) { synctest.Test(t, testPSNWrap) }
+
+func testPSNWrap(t *testing.T) {
 	x := newX(t, xopts{psnA: 0xFFFFF0, psnB: 0xFFFFFE})
 	a, b := x.a, x.b
 	a.reset()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 
 	"github.com/goroce/goroce/qp"
 )
@@ -15,7 +16,9 @@ var (
 	ipB = netip.MustParseAddr("198.18.0.2")
 )
 
-func TestWriteSmoke(t *testing.T) {
+func TestWriteSmoke(t *testing.T) { synctest.Test(t, testWriteSmoke) }
+
+func testWriteSmoke(t *testing.T) {
 	x := newX(t, xopts{noTap: true})
 	a, b := x.a, x.b
 	for i := range a.buf {

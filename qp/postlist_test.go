@@ -3,12 +3,15 @@ package qp_test
 import (
 	"bytes"
 	"testing"
+	"testing/synctest"
 
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 )
 
-func TestPostSendList(t *testing.T) {
+func TestPostSendList(t *testing.T) { synctest.Test(t, testPostSendList) }
+
+func testPostSendList(t *testing.T) {
 	x := newX(t, xopts{noTap: true})
 	a, b := x.a, x.b
 	for i := range a.buf {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 
 	"github.com/goroce/goroce/internal/pcapfile"
 	"github.com/goroce/goroce/qp"
@@ -181,34 +182,36 @@ func TestWireMatchesRxe(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
-			m := loadRxeMessage(t, c.file)
-			x := newX(t, xopts{})
-			x.next()
-			c.run(x, m)
-			x.settle()
-			ps := x.next()
-			reqs, resps := requests(ps, true), filter(ps, false)
-			if len(reqs) != len(m.reqs) || len(resps) != len(m.resps) {
-				t.Fatalf("goroce sent %d requests / %d responses, rxe %d / %d: %v", len(reqs), len(resps), len(m.reqs), len(m.resps), ps)
-			}
-			rxeReq, rxeResp := m.reqs[0].p.BTH.DestQP(), m.resps[0].p.BTH.DestQP()
-			for i := range reqs {
-				compareFrame(t, "request "+reqs[i].p.Opcode().String(), &m.reqs[i], &reqs[i], rxeResp, rxeReq, x.a.qp.QPN(), x.b.qp.QPN())
-			}
-			for i := range resps {
-				compareFrame(t, "response "+resps[i].p.Opcode().String(), &m.resps[i], &resps[i], rxeReq, rxeResp, x.b.qp.QPN(), x.a.qp.QPN())
-			}
-			// ACK/response PSN rules: the ACK names the request's PSN; READ
-			// responses run from the request's PSN.
-			for i, r := range resps {
-				want := reqs[len(reqs)-1].p.BTH.PSN()
-				if reqs[0].p.Opcode() == wire.RCRDMAReadRequest {
-					want = reqs[0].p.BTH.PSN().Add(uint32(i))
+			synctest.Test(t, func(t *testing.T) {
+				m := loadRxeMessage(t, c.file)
+				x := newX(t, xopts{})
+				x.next()
+				c.run(x, m)
+				x.settle()
+				ps := x.next()
+				reqs, resps := requests(ps, true), filter(ps, false)
+				if len(reqs) != len(m.reqs) || len(resps) != len(m.resps) {
+					t.Fatalf("goroce sent %d requests / %d responses, rxe %d / %d: %v", len(reqs), len(resps), len(m.reqs), len(m.resps), ps)
 				}
-				if r.p.BTH.PSN() != want {
-					t.Errorf("response %d PSN %#x, want %#x", i, uint32(r.p.BTH.PSN()), uint32(want))
+				rxeReq, rxeResp := m.reqs[0].p.BTH.DestQP(), m.resps[0].p.BTH.DestQP()
+				for i := range reqs {
+					compareFrame(t, "request "+reqs[i].p.Opcode().String(), &m.reqs[i], &reqs[i], rxeResp, rxeReq, x.a.qp.QPN(), x.b.qp.QPN())
 				}
-			}
+				for i := range resps {
+					compareFrame(t, "response "+resps[i].p.Opcode().String(), &m.resps[i], &resps[i], rxeReq, rxeResp, x.b.qp.QPN(), x.a.qp.QPN())
+				}
+				// ACK/response PSN rules: the ACK names the request's PSN; READ
+				// responses run from the request's PSN.
+				for i, r := range resps {
+					want := reqs[len(reqs)-1].p.BTH.PSN()
+					if reqs[0].p.Opcode() == wire.RCRDMAReadRequest {
+						want = reqs[0].p.BTH.PSN().Add(uint32(i))
+					}
+					if r.p.BTH.PSN() != want {
+						t.Errorf("response %d PSN %#x, want %#x", i, uint32(r.p.BTH.PSN()), uint32(want))
+					}
+				}
+			})
 		})
 	}
 }
@@ -229,7 +232,9 @@ func (x *xpair) doSend(n int) {
 // TestWireHopLimitTOS: the AV's hop limit and traffic class are written
 // as the IPv4 TTL and TOS of every frame, in both directions; Connect's
 // default hop limit is 64, what rxe shows in every capture.
-func TestWireHopLimitTOS(t *testing.T) {
+func TestWireHopLimitTOS(t *testing.T) { synctest.Test(t, testWireHopLimitTOS) }
+
+func testWireHopLimitTOS(t *testing.T) {
 	x := newX(t, xopts{connA: qp.ConnectOptions{HopLimit: 5, TrafficClass: 0x68}})
 	x.next()
 	x.doWrite(8)
@@ -249,7 +254,9 @@ func TestWireHopLimitTOS(t *testing.T) {
 // the IPv6 header rxe writes: version 6, traffic class from the AV, flow
 // label 0 (ip6_flow_hdr(..., 0)), next header UDP, hop limit from the AV,
 // payload length, UDP checksum 0, ICRC over the IPv6 pseudo-header.
-func TestIPv6(t *testing.T) {
+func TestIPv6(t *testing.T) { synctest.Test(t, testIPv6) }
+
+func testIPv6(t *testing.T) {
 	x := newX(t, xopts{v6: true, connA: qp.ConnectOptions{TrafficClass: 0x20, HopLimit: 9}})
 	a, b := x.a, x.b
 	a.reset()

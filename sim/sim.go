@@ -48,6 +48,12 @@
 // polling drives the devices). They are not deterministic, but they run the
 // same faults and the same setup code (ConnectQPs) over the devices as an
 // application runs in production; RunUntil and Wait then wait in real time.
+// Inside a testing/synctest bubble, Goroutines mode runs on the bubble's
+// fake clock: time moves only when every goroutine (the devices' receive
+// and timer goroutines included) is blocked, so a retransmission timeout
+// costs no real time and never fires because the machine was slow. BusyPoll
+// mode cannot run in a bubble (its spinning never blocks, so time stands
+// still).
 package sim
 
 import (

@@ -2,9 +2,11 @@ package sim_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/qp"
@@ -108,6 +110,36 @@ func TestRealTimeModes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Goroutines mode in a synctest bubble: the devices' goroutines run on the
+// bubble's fake clock, so the ACK timeouts of a link losing 30 % of the
+// frames (67 ms each, qp.Connect's default) pass without real waiting.
+func TestGoroutinesInSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := sim.Faults{Drop: 0.3}
+		n := simtest.NewPair(t, sim.Config{Mode: sim.Goroutines, Seed: 11, AtoB: f, BtoA: f})
+		a, b := simtest.ConnectQPs(t, n, sim.QPOptions{}, sim.QPOptions{})
+		start := time.Now()
+		for i := range 10 {
+			postWrite(t, a, b, 8192)
+			wc := make([]qp.WC, 1)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+			_, err := a.SendCQ.Wait(ctx, wc)
+			cancel()
+			if err != nil || wc[0].Status != qp.WCSuccess {
+				t.Fatalf("WRITE %d: %v %v", i, wc[0], err)
+			}
+		}
+		c := a.QP.Counters()
+		t.Logf("%d retransmitted packets, %d ACK timeouts, %v of bubble time", c[qp.CntRetransmittedPkts], c[qp.CntLocalAckTimeoutErr], time.Since(start))
+		if c[qp.CntRetransmittedPkts] == 0 {
+			t.Fatal("30 % loss and no retransmission")
+		}
+		if c[qp.CntLocalAckTimeoutErr] > 0 && time.Since(start) < 67*time.Millisecond {
+			t.Fatalf("%d ACK timeouts in %v of bubble time", c[qp.CntLocalAckTimeoutErr], time.Since(start))
+		}
+	})
 }
 
 func TestEnvSeed(t *testing.T) {
