@@ -311,31 +311,53 @@ const maxStepsPerInstant = 1_000_000
 // In the real-time modes it polls both devices (BusyPoll) or yields the
 // processor briefly (Goroutines) and reports true.
 func (n *Net) Step() bool {
-	n.steps++
 	switch n.mode {
 	case BusyPoll:
+		n.steps++
 		n.A.Dev.Poll()
 		n.B.Dev.Poll()
 		return true
 	case Goroutines:
+		n.steps++
 		time.Sleep(50 * time.Microsecond)
 		return true
 	}
+	return n.step(time.Time{}) != idle
+}
+
+type stepResult int
+
+const (
+	stepped stepResult = iota // handled what was due, or moved the clock to the next event
+	idle                      // nothing is pending anywhere
+	atStop                    // the next event is after stop, and the clock is at stop
+)
+
+// step is one Manual step whose clock never passes stop (zero: no bound).
+func (n *Net) step(stop time.Time) stepResult {
+	n.steps++
 	if n.A.Dev.Poll()+n.B.Dev.Poll() > 0 {
-		return true
+		return stepped
 	}
 	next, ok := n.nextEvent()
 	if !ok {
-		return false
+		return idle
 	}
-	if now := n.clock.Now(); next.After(now) {
-		n.clock.set(next)
-	} else {
+	now := n.clock.Now()
+	if !next.After(now) {
 		// Due but not handled yet (a reordered frame held back until a
 		// later one overtakes it): move time so the hold expires.
-		n.clock.set(now.Add(time.Microsecond))
+		next = now.Add(time.Microsecond)
 	}
-	return true
+	if !stop.IsZero() && next.After(stop) {
+		if now.Before(stop) {
+			n.clock.set(stop) // the next step handles what is due at stop
+			return stepped
+		}
+		return atStop
+	}
+	n.clock.set(next)
+	return stepped
 }
 
 // nextEvent returns the earliest pending event: a frame becoming due on
@@ -355,62 +377,75 @@ func (n *Net) nextEvent() (time.Time, bool) {
 // when nothing is pending any more. cond is called between steps, from the
 // caller's goroutine.
 func (n *Net) RunUntil(cond func() bool, limit time.Duration) error {
-	start := n.clock.Elapsed()
-	deadline := start + limit
-	lastT, still := start, 0
-	for !cond() {
-		t := n.clock.Elapsed()
-		if t > deadline {
-			return n.errorf(ErrTimeout, "after %v", limit)
-		}
-		if t == lastT {
-			if still++; still > maxStepsPerInstant {
-				return n.errorf(ErrLivelock, "%d steps", maxStepsPerInstant)
+	if n.mode != Manual {
+		deadline := n.clock.Elapsed() + limit
+		for !cond() {
+			if n.clock.Elapsed() > deadline {
+				return n.errorf(ErrTimeout, "after %v", limit)
 			}
-		} else {
-			lastT, still = t, 0
+			n.Step()
 		}
-		if !n.Step() {
+		return nil
+	}
+	stop := n.clock.Now().Add(limit)
+	var guard livelockGuard
+	for !cond() {
+		switch n.step(stop) {
+		case idle:
 			if cond() {
 				return nil
 			}
 			return n.errorf(ErrIdle, "")
+		case atStop:
+			if cond() {
+				return nil
+			}
+			return n.errorf(ErrTimeout, "after %v", limit)
+		}
+		if guard.stuck(n.clock.Now()) {
+			return n.errorf(ErrLivelock, "%d steps", maxStepsPerInstant)
 		}
 	}
 	return nil
+}
+
+// livelockGuard counts the steps at one simulated instant.
+type livelockGuard struct {
+	at    time.Time
+	steps int
+}
+
+func (g *livelockGuard) stuck(now time.Time) bool {
+	if !now.Equal(g.at) {
+		g.at, g.steps = now, 0
+	}
+	g.steps++
+	return g.steps > maxStepsPerInstant
 }
 
 // RunFor lets d pass: in Manual mode it handles every event up to now+d
 // and leaves the clock there; in the real-time modes it keeps the devices
 // going for d of real time.
 func (n *Net) RunFor(d time.Duration) error {
-	end := n.clock.Elapsed() + d
 	if n.mode != Manual {
+		end := n.clock.Elapsed() + d
 		return ignoreTimeout(n.RunUntil(func() bool { return n.clock.Elapsed() >= end }, d+time.Second))
 	}
-	stop := Epoch.Add(end)
-	for still := 0; ; {
-		n.steps++
-		if n.A.Dev.Poll()+n.B.Dev.Poll() > 0 {
-			if still++; still > maxStepsPerInstant {
-				return n.errorf(ErrLivelock, "%d steps", maxStepsPerInstant)
-			}
-			continue
-		}
-		still = 0
-		now := n.clock.Now()
-		next, ok := n.nextEvent()
-		if ok && !next.After(now) {
-			next = now.Add(time.Microsecond) // a held frame: let the hold expire
-		}
-		if !ok || next.After(stop) {
-			if now.Before(stop) {
-				n.clock.set(stop) // and handle what is due at stop
-				continue
+	stop := n.clock.Now().Add(d)
+	var guard livelockGuard
+	for {
+		switch n.step(stop) {
+		case idle:
+			if n.clock.Now().Before(stop) {
+				n.clock.set(stop)
 			}
 			return nil
+		case atStop:
+			return nil
 		}
-		n.clock.set(next)
+		if guard.stuck(n.clock.Now()) {
+			return n.errorf(ErrLivelock, "%d steps", maxStepsPerInstant)
+		}
 	}
 }
 
