@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/nic"
@@ -233,38 +234,40 @@ func TestBusyPollOpenErrors(t *testing.T) {
 func TestCQPollDrivesOnlyBusyDevices(t *testing.T) {
 	for _, mode := range []string{"manual", "busy"} {
 		t.Run(mode, func(t *testing.T) {
-			la, lb := nic.NewMemPair(nic.MemConfig{})
-			defer la.Close()
-			defer lb.Close()
-			d, err := qp.Open(qp.Config{Link: lb, IP: ipB, Manual: mode == "manual", BusyPoll: mode == "busy",
-				Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			cq, _ := d.CreateCQ(4)
-			if _, err := la.WriteBatch([][]byte{make([]byte, 60)}); err != nil { // not RoCE: counted
-				t.Fatal(err)
-			}
-			var wc [1]qp.WC
-			cq.Poll(wc[:])
-			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-			if mode == "manual" {
-				cq.Wait(ctx, wc[:]) // sleeps until ctx ends, reads nothing
-			}
-			cancel()
-			read := d.RxStats().Frames
-			switch {
-			case mode == "manual" && (read != 0 || lb.Pending() != 1):
-				t.Fatalf("manual: CQ.Poll drove the device (frames read %d, pending %d)", read, lb.Pending())
-			case mode == "busy" && (read != 1 || lb.Pending() != 0):
-				t.Fatalf("busy: CQ.Poll did not drive the device (frames read %d, pending %d)", read, lb.Pending())
-			}
-			if mode == "manual" {
-				if n := d.Poll(); n != 1 || d.RxStats().NotRoCE+d.RxStats().ParseErrors != 1 {
-					t.Fatalf("manual: Device.Poll handled %d events, rx %+v", n, d.RxStats())
+			synctest.Test(t, func(t *testing.T) {
+				la, lb := nic.NewMemPair(nic.MemConfig{})
+				defer la.Close()
+				defer lb.Close()
+				d, err := qp.Open(qp.Config{Link: lb, IP: ipB, Manual: mode == "manual", BusyPoll: mode == "busy",
+					Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
+				defer d.Close()
+				cq, _ := d.CreateCQ(4)
+				if _, err := la.WriteBatch([][]byte{make([]byte, 60)}); err != nil { // not RoCE: counted
+					t.Fatal(err)
+				}
+				var wc [1]qp.WC
+				cq.Poll(wc[:])
+				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				if mode == "manual" {
+					cq.Wait(ctx, wc[:]) // sleeps until ctx ends, reads nothing
+				}
+				cancel()
+				read := d.RxStats().Frames
+				switch {
+				case mode == "manual" && (read != 0 || lb.Pending() != 1):
+					t.Fatalf("manual: CQ.Poll drove the device (frames read %d, pending %d)", read, lb.Pending())
+				case mode == "busy" && (read != 1 || lb.Pending() != 0):
+					t.Fatalf("busy: CQ.Poll did not drive the device (frames read %d, pending %d)", read, lb.Pending())
+				}
+				if mode == "manual" {
+					if n := d.Poll(); n != 1 || d.RxStats().NotRoCE+d.RxStats().ParseErrors != 1 {
+						t.Fatalf("manual: Device.Poll handled %d events, rx %+v", n, d.RxStats())
+					}
+				}
+			})
 		})
 	}
 }
