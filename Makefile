@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := $(shell $(GO) list ./... | grep -v /interop)
 RACE    := $(PKGS)
 
-.PHONY: all build test vet fmt-check generate-check unit race bench interop ci demo
+.PHONY: all build test vet fmt-check generate-check unit race bench cross interop ci demo
 
 all: build
 
@@ -39,7 +39,21 @@ race:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS)
 
-test: fmt-check vet generate-check race bench
+# The systems and architectures besides linux/amd64 that goroce builds for.
+CROSS   := darwin/amd64 darwin/arm64 windows/amd64 freebsd/amd64 linux/arm64
+
+# Every package, with its tests (go vet type-checks the test files), and the
+# goroce binary build on each of them. The first run compiles the standard
+# library and the dependencies for each target (minutes); after that the
+# build cache makes it a few seconds per target.
+cross:
+	@set -e; for t in $(CROSS); do \
+		echo "cross: GOOS=$${t%/*} GOARCH=$${t#*/}"; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) vet ./...; \
+		GOOS=$${t%/*} GOARCH=$${t#*/} $(GO) build -o /dev/null ./cmd/goroce; \
+	done
+
+test: fmt-check vet generate-check cross race bench
 
 demo:
 	$(GO) run ./cmd/goroce demo

@@ -1,6 +1,7 @@
 package gopacketroce
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -22,51 +23,62 @@ import (
 // of the same bytes with the same RETH (VA, R_Key, DMA length) and AETH
 // (syndrome, MSN) values, the same payload, and an ICRC that verifies.
 // When gopacket decodes a whole BTH without error, wire.ParseBTH must
-// accept the UDP payload it decoded and agree on the BTH. The seed corpus
+// accept the UDP payload it decoded and agree on the BTH. Each input is
+// checked as it is and with its ICRC fixed. The seed corpus
 // in testdata/fuzz/FuzzLayers holds one rxe frame per opcode plus built
 // IPv6 and VLAN frames (regenerate with GOPACKETROCE_WRITE_CORPUS=1 go
 // test -run TestWriteFuzzCorpus).
 func FuzzLayers(f *testing.F) {
 	ps := newParser()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		pkt := gopacket.NewPacket(data, layers.LayerTypeEthernet, noCopy)
-		_ = pkt.String()
-		ok, present := VerifyICRC(pkt)
-		perr := ps.p.DecodeLayers(data, &ps.decoded)
-
-		var p wire.Packet
-		if werr := wire.Parse(data, &p); werr == nil {
-			if e := pkt.ErrorLayer(); e != nil {
-				t.Fatalf("wire parses, gopacket: %v", e.Error())
-			}
-			checkAgainstWire(t, "NewPacket", pkt.Layer, &p)
-			checkReth(t, "NewPacket", pkt.Layer, &p)
-			if !ok || !present {
-				t.Fatalf("wire parses, VerifyICRC = %v, %v", ok, present)
-			}
-			if perr != nil {
-				t.Fatalf("wire parses, DecodeLayers: %v", perr)
-			}
-			checkAgainstWire(t, "DecodingLayerParser", ps.get, &p)
-			checkReth(t, "DecodingLayerParser", ps.get, &p)
-		} else if errors.Is(werr, wire.ErrBadICRC) && ok && present {
-			t.Fatal("wire: bad ICRC, VerifyICRC: ok")
-		}
-
-		if bl, _ := pkt.Layer(LayerTypeBTH).(*BTH); bl != nil && pkt.ErrorLayer() == nil {
-			udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
-			if udp == nil {
-				t.Fatal("BTH without UDP")
-			}
-			var q wire.Packet
-			if err := wire.ParseBTH(udp.Payload, &q); err != nil {
-				t.Fatalf("gopacket decoded %v, wire.ParseBTH: %v", bl, err)
-			}
-			if bl.Fields() != q.BTH.Fields() || len(bl.PadBytes) != q.Pad || bl.ICRC() != q.ICRC {
-				t.Fatalf("BTH %+v, wire %+v", bl.Fields(), q.BTH.Fields())
-			}
+		checkLayers(t, ps, data)
+		// Most mutations break the ICRC, and wire rejects the frame; the
+		// same frame with its ICRC fixed compares the mutated headers too.
+		if fixed := bytes.Clone(data); FixICRC(fixed) == nil && !bytes.Equal(fixed, data) {
+			checkLayers(t, ps, fixed)
 		}
 	})
+}
+
+func checkLayers(t *testing.T, ps *parser, data []byte) {
+	t.Helper()
+	pkt := gopacket.NewPacket(data, layers.LayerTypeEthernet, noCopy)
+	_ = pkt.String()
+	ok, present := VerifyICRC(pkt)
+	perr := ps.p.DecodeLayers(data, &ps.decoded)
+
+	var p wire.Packet
+	if werr := wire.Parse(data, &p); werr == nil {
+		if e := pkt.ErrorLayer(); e != nil {
+			t.Fatalf("wire parses, gopacket: %v", e.Error())
+		}
+		checkAgainstWire(t, "NewPacket", pkt.Layer, &p)
+		checkReth(t, "NewPacket", pkt.Layer, &p)
+		if !ok || !present {
+			t.Fatalf("wire parses, VerifyICRC = %v, %v", ok, present)
+		}
+		if perr != nil {
+			t.Fatalf("wire parses, DecodeLayers: %v", perr)
+		}
+		checkAgainstWire(t, "DecodingLayerParser", ps.get, &p)
+		checkReth(t, "DecodingLayerParser", ps.get, &p)
+	} else if errors.Is(werr, wire.ErrBadICRC) && ok && present {
+		t.Fatal("wire: bad ICRC, VerifyICRC: ok")
+	}
+
+	if bl, _ := pkt.Layer(LayerTypeBTH).(*BTH); bl != nil && pkt.ErrorLayer() == nil {
+		udp, _ := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		if udp == nil {
+			t.Fatal("BTH without UDP")
+		}
+		var q wire.Packet
+		if err := wire.ParseBTH(udp.Payload, &q); err != nil {
+			t.Fatalf("gopacket decoded %v, wire.ParseBTH: %v", bl, err)
+		}
+		if bl.Fields() != q.BTH.Fields() || len(bl.PadBytes) != q.Pad || bl.ICRC() != q.ICRC {
+			t.Fatalf("BTH %+v, wire %+v", bl.Fields(), q.BTH.Fields())
+		}
+	}
 }
 
 // checkReth compares the RETH and AETH field values (checkAgainstWire

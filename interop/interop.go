@@ -1,37 +1,5 @@
-// Package interop runs the real Linux Soft-RoCE (rxe) as a peer for goroce's
-// wire-compatibility tests, on machines whose own kernel has no RDMA: Debian's
-// kernel with rdma_rxe boots in a qemu VM (TCG, no KVM needed) from a small
-// initramfs that build-vm.sh makes from Debian packages, with the unmodified
-// rdma-core tools (ibv_rc_pingpong, ibv_devinfo, rping, ...) and perftest.
-//
-// The model:
-//
-//	netns goroce-ix-<pid>  (the "bridge namespace"; qemu and tcpdump run here)
-//	  br0 ── tap0 ── qemu VM 0: eth0 198.18.0.11/24, rxe0 on eth0
-//	   │  ── tap1 ── qemu VM 1: eth0 198.18.0.12/24, rxe0 on eth0
-//	   └──── vbr ═══ veth ═══╗
-//	netns goroce-ix-<pid>-h  (the "host namespace": where a goroce endpoint runs)
-//	  ix0 198.18.0.1/24 (MAC 02:00:c6:12:00:01), lo; no default route
-//
-// Every link carries Config.MTU. Nothing is routed out of the namespaces and
-// only 198.18.0.0/24 is used. A harness is created by New and torn down by
-// Close, which t.Cleanup also calls: qemu and tcpdump are stopped by the PID
-// that was started and both namespaces are deleted.
-//
-// Jobs: each VM shares a host directory with the guest over 9p (mounted on
-// /jobs). The host writes new/ID/cmd (atomically, by rename); the guest's job
-// daemon (vm/jobd) moves it to run/ID, runs it with bash in its own session,
-// and leaves out, err, pid and finally rc there. Run waits for rc; a job that
-// outlives its timeout is killed (by a second job, kill -- -PGID). So several
-// jobs can run at once in one VM, and a job's output is readable while it runs.
-//
-// A goroce endpoint runs in the host namespace: HostExec prepares a command
-// to run there, HostDo runs a Go function on an OS thread switched into it
-// (sockets opened inside stay in that namespace). The endpoint talks to the
-// VMs at VMIP(i) on HostIface() with source HostIP(). A program that speaks
-// RoCEv2 itself over AF_PACKET/AF_XDP should also bind a UDP socket to
-// HostIP():4791, or the host namespace's kernel answers rxe's packets with ICMP
-// port unreachable.
+//go:build linux
+
 package interop
 
 import (
@@ -53,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -97,7 +66,10 @@ type Harness struct {
 	ns     string // bridge namespace
 	hostNS string
 	dir    string // per-harness scratch directory (shares, logs)
-	vms    []*vm
+	// created lists the namespaces this harness marked and created, the
+	// only ones Close deletes.
+	created []string
+	vms     []*vm
 
 	mu       sync.Mutex
 	captures []*Capture
@@ -157,7 +129,7 @@ func New(t testing.TB, cfg Config) *Harness {
 		}
 		cfg.Image = img
 	}
-	cleanStale()
+	cleanStale(markerDir, "/run/netns")
 
 	n := harnessCounter.Add(1)
 	h := &Harness{t: t, cfg: cfg}
@@ -266,9 +238,14 @@ func ip(args ...string) error {
 func (h *Harness) setupNetwork() error {
 	mtu := strconv.Itoa(h.cfg.MTU)
 	for _, ns := range []string{h.ns, h.hostNS} {
+		if err := netns.MarkOwned(markerDir, ns); err != nil {
+			return fmt.Errorf("marking namespace %s as ours: %w", ns, err)
+		}
 		if err := ip("netns", "add", ns); err != nil {
+			os.Remove(filepath.Join(markerDir, ns))
 			return err
 		}
+		h.created = append(h.created, ns)
 	}
 	// The bridge namespace needs no IPv6 at all (no addresses there); in the
 	// host namespace link-local IPv6 stays usable, without DAD delay.
@@ -528,44 +505,39 @@ func (h *Harness) Close() {
 			h.t.Log(h.consoleTail(v, 40))
 		}
 	}
-	for _, ns := range []string{h.ns, h.hostNS} {
-		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
-			if err := ip("netns", "del", ns); err != nil {
-				h.t.Errorf("interop: %v", err)
-			}
+	for _, ns := range h.created {
+		if err := ip("netns", "del", ns); err != nil {
+			h.t.Errorf("interop: %v", err)
+			continue // the marker lets a later harness retry
 		}
+		os.Remove(filepath.Join(markerDir, ns))
 	}
 }
 
-// cleanStale removes namespaces left by interop harnesses of processes that
-// no longer exist (a test binary killed before its cleanup ran), stopping the
-// processes still inside them by PID.
-func cleanStale() {
-	ents, err := os.ReadDir("/run/netns")
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		name := e.Name()
-		rest, ok := strings.CutPrefix(name, "goroce-ix-")
-		if !ok {
-			continue
-		}
-		pidStr, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
-			continue // owner alive
-		}
-		out, _ := exec.Command("ip", "netns", "pids", name).Output()
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			if p, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil && p > 1 {
-				syscall.Kill(p, syscall.SIGKILL)
+// markerDir holds the ownership markers of the harnesses' namespaces
+// (internal/netns MarkOwned): a subdirectory of internal/netns's own, which
+// its sweep leaves alone.
+const markerDir = "/run/goroce-netns/interop"
+
+// cleanStale removes the namespaces left by interop harnesses of processes
+// that have exited (a test binary killed before its cleanup ran), stopping
+// the processes still inside them by PID. Only namespaces whose marker in
+// markers proves them ours and stale are touched (netns.StaleOwned): never
+// one of a live harness, of another PID namespace, or without a marker.
+func cleanStale(markers, namespaces string) {
+	for _, name := range netns.StaleOwned(markers) {
+		if _, err := os.Stat(filepath.Join(namespaces, name)); err == nil {
+			out, _ := exec.Command("ip", "netns", "pids", name).Output()
+			sc := bufio.NewScanner(bytes.NewReader(out))
+			for sc.Scan() {
+				if p, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil && p > 1 {
+					syscall.Kill(p, syscall.SIGKILL)
+				}
+			}
+			if ip("netns", "del", name) != nil {
+				continue
 			}
 		}
-		ip("netns", "del", name)
+		os.Remove(filepath.Join(markers, name))
 	}
 }

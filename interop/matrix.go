@@ -1,3 +1,5 @@
+//go:build linux
+
 package interop
 
 // The interoperability matrix: the stock rdma-core and perftest tools run by
@@ -28,10 +30,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -44,6 +44,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/dumpjson"
 	"github.com/goroce/goroce/internal/pcapfile"
 )
 
@@ -462,7 +463,7 @@ const captureFilterMatrix = "udp port 4791 or tcp"
 var StrictRetransmissions = os.Getenv("GOROCE_INTEROP_STRICT_RETRANS") != ""
 
 // judge applies the capture checks to r; impls names the senders.
-func (m *Matrix) judge(r *CellResult, rep *DumpReport, e Expect, impls map[netip.Addr]string) {
+func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[netip.Addr]string) {
 	fail := func(format string, a ...any) {
 		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
 	}
@@ -579,124 +580,8 @@ func byString(m map[string]int) string {
 	return strings.Join(s, ", ")
 }
 
-// DumpReport is `goroce dump --json` of a capture: one object per packet and
-// the summary (the fields read here mirror cmd/goroce/internal/dump).
-type DumpReport struct {
-	Packets []DumpPacket
-	Summary DumpSummary
-}
-
-// DumpPacket is one packet line.
-type DumpPacket struct {
-	Src        string  `json:"src"`
-	Dst        string  `json:"dst"`
-	Opcode     string  `json:"opcode"`
-	OpcodeNum  *uint8  `json:"opcode_num"`
-	DQPN       *uint32 `json:"dqpn"`
-	PSN        *uint32 `json:"psn"`
-	AckReq     *bool   `json:"ackreq"`
-	ICRCOK     *bool   `json:"icrc_ok"`
-	PayloadLen *int    `json:"payload_len"`
-	AETH       *struct {
-		Kind string `json:"kind"`
-		NAK  string `json:"nak"`
-		MSN  uint32 `json:"msn"`
-	} `json:"aeth"`
-	AtomicETH *struct {
-		VA      Hex64  `json:"va"`
-		RKey    uint32 `json:"rkey"`
-		SwapAdd Hex64  `json:"swap_add"`
-		Compare Hex64  `json:"compare"`
-	} `json:"atomiceth"`
-	AtomicAckETH *struct {
-		Orig Hex64 `json:"orig"`
-	} `json:"atomicacketh"`
-	Malformed bool `json:"malformed"`
-}
-
-// Hex64 reads dump's "0x..." 64-bit values.
-type Hex64 uint64
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (h *Hex64) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return fmt.Errorf("hex64: %s: %w", b, err)
-	}
-	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
-	if err != nil {
-		return fmt.Errorf("hex64: %w", err)
-	}
-	*h = Hex64(v)
-	return nil
-}
-
-// DumpSummary is dump's final object.
-type DumpSummary struct {
-	Summary      bool `json:"summary"`
-	Packets      int  `json:"packets"`
-	RoCE         int  `json:"roce"`
-	Malformed    int  `json:"malformed"`
-	ICRCFailures int  `json:"icrc_failures"`
-	Flows        []struct {
-		Src      string `json:"src"`
-		Dst      string `json:"dst"`
-		DQPN     uint32 `json:"dqpn"`
-		Packets  int    `json:"packets"`
-		Requests *struct {
-			Packets       int    `json:"packets"`
-			FirstPSN      uint32 `json:"first_psn"`
-			LastPSN       uint32 `json:"last_psn"`
-			Gaps          int    `json:"gaps"`
-			Retransmitted int    `json:"retransmitted"`
-			Late          int    `json:"late"`
-		} `json:"requests"`
-		Responses *struct {
-			Packets  int            `json:"packets"`
-			ACKs     int            `json:"acks"`
-			NAKs     map[string]int `json:"naks"`
-			RNRNAKs  int            `json:"rnr_naks"`
-			RNRTimer *uint8         `json:"rnr_timer"`
-		} `json:"responses"`
-	} `json:"flows"`
-	Warnings []string `json:"warnings"`
-}
-
-// ParseDump reads `goroce dump --json` output.
-func ParseDump(r io.Reader) (*DumpReport, error) {
-	rep := &DumpReport{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	var haveSummary bool
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		if bytes.Contains(line, []byte(`"summary":true`)) {
-			if err := json.Unmarshal(line, &rep.Summary); err != nil {
-				return nil, fmt.Errorf("dump summary: %w", err)
-			}
-			haveSummary = true
-			continue
-		}
-		var p DumpPacket
-		if err := json.Unmarshal(line, &p); err != nil {
-			return nil, fmt.Errorf("dump line %q: %w", line, err)
-		}
-		rep.Packets = append(rep.Packets, p)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if !haveSummary {
-		return nil, errors.New("dump printed no summary")
-	}
-	return rep, nil
-}
-
 // RunDump runs `bin dump --json pcap` and parses it.
-func RunDump(bin, pcap string) (*DumpReport, error) {
+func RunDump(bin, pcap string) (*dumpjson.Report, error) {
 	var stderr bytes.Buffer
 	c := exec.Command(bin, "dump", "--json", pcap)
 	c.Stderr = &stderr
@@ -704,7 +589,7 @@ func RunDump(bin, pcap string) (*DumpReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s dump --json %s: %v: %s", bin, pcap, err, stderr.Bytes())
 	}
-	return ParseDump(bytes.NewReader(out))
+	return dumpjson.Read(bytes.NewReader(out))
 }
 
 // CheckAtomics follows every 8-byte location the atomics of a capture touch.
@@ -716,7 +601,7 @@ func RunDump(bin, pcap string) (*DumpReport, error) {
 // the first one's value (rxe answers replays from its saved result). With
 // strict, a request left unanswered is a problem too. It returns how many
 // original values were checked against the chain.
-func CheckAtomics(pkts []DumpPacket, strict bool) (int, []string) {
+func CheckAtomics(pkts []dumpjson.Packet, strict bool) (int, []string) {
 	type key struct {
 		src, dst string
 		psn      uint32
@@ -836,6 +721,15 @@ func Profiles(pcap string, impls map[netip.Addr]string) map[string]WireProfile {
 }
 
 // roceFrame is what the wire profile needs of an IPv4 RoCEv2 frame.
+//
+// parseRoCEFrame, which fills it, is deliberately a second RoCEv2 parser,
+// independent of package wire: the profiles compare the frames goroce
+// sends with the frames rxe sends, and reading both through goroce's own
+// parser would hide any field goroce builds and parses wrong the same way.
+// It reads the fixed offsets of IBTA vol. 1 §9.2 (BTH), §9.3.4 (AETH) and
+// RFC 791 directly, plus what wire does not expose (IP ID, DF, padding
+// after the datagram, reserved BTH bits). TestOracleAgreesWithWire checks
+// the two parsers agree on rxe's own captures.
 type roceFrame struct {
 	src, dst   netip.Addr
 	ttl, tos   uint8
@@ -920,6 +814,11 @@ func endsMessage(op byte) bool {
 	}
 	return false
 }
+
+// UDPSportFlowLabel and UDPSportHash32 restate, independently of package
+// wire (RCSourcePort, UDSourcePort), the kernel's two choices of UDP source
+// port, for the same reason as parseRoCEFrame: the profile judges goroce's
+// ports against the kernel's formulas, not against goroce's copy of them.
 
 // UDPSportFlowLabel is rdma_get_udp_sport(0, lqpn, rqpn) of newer rxe and
 // mlx5: the symmetric flow label of both QPNs folded into 14 bits

@@ -1,3 +1,5 @@
+//go:build linux
+
 package interop
 
 import (
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/dumpjson"
 	"github.com/goroce/goroce/internal/pcapfile"
 )
 
@@ -315,7 +318,7 @@ func subtestName(c Cell, d Dir) string {
 }
 
 // buildGoroceOrSkip is for the tests below that need only `goroce dump`.
-func dumpFixture(t *testing.T, name string) *DumpReport {
+func dumpFixture(t *testing.T, name string) *dumpjson.Report {
 	t.Helper()
 	bin := buildGoroce(t)
 	rep, err := RunDump(bin, filepath.Join("..", "testdata", "rxe", name))
@@ -351,7 +354,7 @@ func TestCheckAtomicsFixtures(t *testing.T) {
 				t.Errorf("tampered ACK: problems %q", probs)
 			}
 			// A request left unanswered is a problem only when strict.
-			pk := append([]DumpPacket(nil), rep.Packets[:acks[99]]...)
+			pk := append([]dumpjson.Packet(nil), rep.Packets[:acks[99]]...)
 			if _, probs := CheckAtomics(pk, false); len(probs) != 1 {
 				t.Errorf("tampered run, not strict: %q", probs)
 			}
@@ -373,24 +376,24 @@ func TestJudge(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		mutate func(*DumpReport)
+		mutate func(*dumpjson.Report)
 		expect Expect
 		want   string
 	}{
-		{"nak", func(d *DumpReport) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQUENCE_ERROR": 1} }, Expect{}, "1 NAKs PSN_SEQUENCE_ERROR"},
-		{"seq nak with rnr", func(d *DumpReport) {
+		{"nak", func(d *dumpjson.Report) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQUENCE_ERROR": 1} }, Expect{}, "1 NAKs PSN_SEQUENCE_ERROR"},
+		{"seq nak with rnr", func(d *dumpjson.Report) {
 			d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQUENCE_ERROR": 1}
 			d.Summary.Flows[1].Responses.RNRNAKs = 1
 		}, Expect{RNR: true}, ""},
-		{"access nak under loss", func(d *DumpReport) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"REMOTE_ACCESS_ERROR": 1} }, Expect{Loss: true}, "REMOTE_ACCESS_ERROR"},
-		{"nak allowed", func(d *DumpReport) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQUENCE_ERROR": 1} }, Expect{Loss: true}, ""},
-		{"retrans tolerated", func(d *DumpReport) { d.Summary.Flows[0].Requests.Retransmitted = 3 }, Expect{}, ""},
-		{"retrans with gap", func(d *DumpReport) {
+		{"access nak under loss", func(d *dumpjson.Report) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"REMOTE_ACCESS_ERROR": 1} }, Expect{Loss: true}, "REMOTE_ACCESS_ERROR"},
+		{"nak allowed", func(d *dumpjson.Report) { d.Summary.Flows[1].Responses.NAKs = map[string]int{"PSN_SEQUENCE_ERROR": 1} }, Expect{Loss: true}, ""},
+		{"retrans tolerated", func(d *dumpjson.Report) { d.Summary.Flows[0].Requests.Retransmitted = 3 }, Expect{}, ""},
+		{"retrans with gap", func(d *dumpjson.Report) {
 			d.Summary.Flows[0].Requests.Retransmitted, d.Summary.Flows[0].Requests.Gaps = 3, 1
 		}, Expect{}, "3 retransmitted"},
-		{"icrc", func(d *DumpReport) { d.Summary.ICRCFailures = 2 }, Expect{Loss: true}, "bad ICRC"},
-		{"rnr missing", func(d *DumpReport) {}, Expect{RNR: true}, "no RNR NAK"},
-		{"rnr unexpected", func(d *DumpReport) { d.Summary.Flows[1].Responses.RNRNAKs = 4 }, Expect{}, "4 RNR NAKs"},
+		{"icrc", func(d *dumpjson.Report) { d.Summary.ICRCFailures = 2 }, Expect{Loss: true}, "bad ICRC"},
+		{"rnr missing", func(d *dumpjson.Report) {}, Expect{RNR: true}, "no RNR NAK"},
+		{"rnr unexpected", func(d *dumpjson.Report) { d.Summary.Flows[1].Responses.RNRNAKs = 4 }, Expect{}, "4 RNR NAKs"},
 	} {
 		d := dumpFixture(t, "write_bw_4k.pcap")
 		// Flows[0] must be the requests, [1] the responses, for the mutations.

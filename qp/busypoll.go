@@ -11,10 +11,13 @@ package qp
 // mode the device starts no goroutine. Progress is made by whoever polls:
 //
 //   - CQ.Poll first runs Device.Poll on the CQ's device (the device that
-//     created it): it reads every frame already on the link (TryReadBatch,
-//     never blocking), hands them to the engines, runs every engine whose
-//     deadline (retransmission, RNR, ACK timers) has passed on the real
-//     clock, and writes what they produced, all under the device mutex.
+//     created it): it reads the frames already on the link (TryReadBatch,
+//     never blocking; at most busyPollBatches batches, so a flooding peer
+//     cannot hold the device mutex), hands them to the engines, runs
+//     every engine whose deadline (retransmission, RNR, ACK timers) has
+//     passed on the real clock, and writes what they produced, all under
+//     the device mutex (Device.drive, as the goroutines of the normal
+//     mode do).
 //   - CQ.Wait and CQ.WaitEvent spin on that (yielding the processor with
 //     runtime.Gosched between looks) until a completion, or the event, or
 //     the end of the context. They never sleep: a waiting thread burns a

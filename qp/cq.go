@@ -3,11 +3,14 @@ package qp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 )
 
-// ErrCQOverrun is returned by Poll after completions were lost because the
-// CQ was full (IBV_EVENT_CQ_ERR).
+// ErrCQOverrun is returned by Poll once completions were lost because the
+// CQ was full, and by posts to the QPs using that CQ. Like rxe's CQ (and
+// IBTA C11-25), an overrun CQ is in the error state for good, and every QP
+// that uses it was moved to ERR (IBV_EVENT_CQ_ERR, IBV_EVENT_QP_FATAL).
 var ErrCQOverrun = errors.New("qp: completion queue overrun")
 
 // CQ is a completion queue. Poll never blocks; Wait blocks until a
@@ -27,17 +30,25 @@ type CQ struct {
 // CreateCQ creates a completion queue of at least cqe entries.
 func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if cqe <= 0 || cqe > 1<<20 {
-		return nil, errors.New("qp: create CQ: cqe must be 1..1048576")
+		return nil, fmt.Errorf("qp: create CQ: cqe must be 1..1048576: %w", ErrInvalidArgument)
+	}
+	if d.isClosed() {
+		return nil, ErrClosed
 	}
 	return &CQ{dev: d, ring: make([]WC, cqe), event: make(chan struct{}, 1)}, nil
 }
 
-// Complete adds a completion (called by the engines, with the device lock held).
+// Complete adds a completion (called by the engines, with the device lock
+// held). On a full CQ the completion is lost and the CQ goes to the error
+// state (ErrCQOverrun).
 func (cq *CQ) Complete(wc *WC) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.n == len(cq.ring) {
-		cq.overrun = true
+		if !cq.overrun {
+			cq.overrun = true
+			cq.dev.failedCQs = append(cq.dev.failedCQs, cq)
+		}
 		return
 	}
 	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
@@ -70,6 +81,13 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 	return k, nil
 }
 
+// failed reports whether the CQ overran (its error state).
+func (cq *CQ) failed() bool {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.overrun
+}
+
 // ReqNotify arms the CQ for one event (ibv_req_notify_cq): the next
 // completion (or, with solicitedOnly, the next solicited or error receive
 // completion) signals WaitEvent.
@@ -97,7 +115,12 @@ func (cq *CQ) WaitEvent(ctx context.Context) error {
 // arrives; it returns at least one completion or the context's error. On a
 // busy-poll device it never sleeps: it spins on Poll (driving the device,
 // yielding the processor between looks) and so burns a core while it waits.
+// An empty wcs could never receive a completion: Wait returns an error
+// wrapping ErrInvalidArgument at once.
 func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	if len(wcs) == 0 {
+		return 0, fmt.Errorf("qp: CQ.Wait: no room for a completion (empty wcs): %w", ErrInvalidArgument)
+	}
 	if cq.busy() {
 		return cq.spinWait(ctx, wcs)
 	}

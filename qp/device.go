@@ -117,13 +117,25 @@ type Device struct {
 	qps     map[uint32]*QP
 	qpList  []*QP // creation order: timers run in a deterministic order
 	nextQPN uint32
-	tx      txBatch
+	// qpnLimit is the highest QP number handed out (maxQPN; tests lower
+	// it to reach the wrap quickly).
+	qpnLimit uint32
+	tx       txBatch
+
+	// failedCQs are CQs that overran since the last endCall; their QPs
+	// still have to be moved to ERR.
+	failedCQs []*CQ
+	// onAsync, when set, receives the asynchronous events (with d.mu
+	// held). It is the hook an async event stream (ibv_get_async_event)
+	// will use; today only tests read it.
+	onAsync func(asyncEvent)
 	now     func() time.Time
 
 	counters transport.Counters
 	rxStats  RxStats
 
-	manual *manualRx      // manual and busy-poll modes
+	poller nic.Poller     // manual and busy-poll modes: the link's non-blocking read
+	rx     *rxBatch       // manual and busy-poll modes: Poll's buffers
 	busy   bool           // busy-poll mode: CQs drive the device
 	idle   satomic.Uint32 // busy-poll: consecutive polls that found nothing
 
@@ -159,7 +171,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := &Device{
 		cfg: cfg, mrs: memreg.NewTable(cfg.Seed), atomics: atomic.NewExecutor(),
-		qps: map[uint32]*QP{}, nextQPN: 0x11, now: cfg.Now,
+		qps: map[uint32]*QP{}, nextQPN: minQPN, qpnLimit: maxQPN, now: cfg.Now,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	copy(d.mac[:], cfg.Link.HardwareAddr())
@@ -180,7 +192,7 @@ func Open(cfg Config) (*Device, error) {
 		if !ok {
 			return nil, fmt.Errorf("qp: open device: manual and busy-poll modes need a link with a non-blocking TryReadBatch (%T has none)", cfg.Link)
 		}
-		d.manual = newManualRx(tr, cfg.Link)
+		d.poller, d.rx = tr, newRxBatch(cfg.Link)
 		d.busy = cfg.BusyPoll
 		return d, nil
 	}
@@ -255,12 +267,62 @@ func (d *Device) Close() error {
 	d.closed = true
 	close(d.done)
 	d.mu.Unlock()
-	if d.manual != nil && !d.busy {
+	if d.poller != nil && !d.busy {
 		return nil // the simulator owns the links
 	}
 	err := d.cfg.Link.Close()
 	d.wg.Wait()
 	return err
+}
+
+// asyncKind names an asynchronous event (enum ibv_event_type).
+type asyncKind int
+
+const (
+	eventCQErr   asyncKind = iota // IBV_EVENT_CQ_ERR: a CQ overran
+	eventQPFatal                  // IBV_EVENT_QP_FATAL: a QP went to ERR because its CQ overran
+)
+
+// asyncEvent is one asynchronous event (struct ibv_async_event).
+type asyncEvent struct {
+	kind asyncKind
+	cq   *CQ
+	qp   *QP
+}
+
+// endCall finishes a call into the engines (d.mu held): QPs whose CQ
+// overran go to ERR, then the frames the engines produced are written.
+func (d *Device) endCall(now time.Time) {
+	if len(d.failedCQs) > 0 {
+		d.failCQs(now)
+	}
+	d.tx.flush()
+}
+
+// failCQs handles CQ overruns as rxe does (rxe_cq_post: the CQ goes to
+// the error state and IB_EVENT_CQ_ERR is raised) and as IBTA C11-25
+// requires of the QPs using it: they go to ERR, flushing their work
+// requests (into their other CQ where that one has room). Moving a QP to
+// ERR can overrun another CQ; the loop runs until none is left.
+func (d *Device) failCQs(now time.Time) {
+	for len(d.failedCQs) > 0 {
+		cq := d.failedCQs[0]
+		d.failedCQs = d.failedCQs[1:]
+		d.event(asyncEvent{kind: eventCQErr, cq: cq})
+		for _, q := range d.qpList {
+			if (q.sendCQ == cq || q.recvCQ == cq) && q.eng.State() != StateErr && q.eng.State() != StateReset {
+				q.eng.Modify(&Attr{State: StateErr}, AttrState, now)
+				d.event(asyncEvent{kind: eventQPFatal, cq: cq, qp: q})
+			}
+		}
+	}
+	d.failedCQs = d.failedCQs[:0]
+}
+
+func (d *Device) event(ev asyncEvent) {
+	if d.onAsync != nil {
+		d.onAsync(ev)
+	}
 }
 
 // AllocPD allocates a protection domain.
@@ -276,10 +338,18 @@ type PD struct {
 // registered, the remote peer may read or write buf at any time the access
 // flags allow: the application should touch it only when a completion says
 // the data it needs is there.
-func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) { return pd.pd.Register(buf, access) }
+func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
+	if pd.dev.isClosed() {
+		return nil, ErrClosed
+	}
+	return pd.pd.Register(buf, access)
+}
 
 // RegMRIOVA registers buf with a chosen IOVA (ibv_reg_mr_iova).
 func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	if pd.dev.isClosed() {
+		return nil, ErrClosed
+	}
 	return pd.pd.RegisterIOVA(buf, iova, access)
 }
 
@@ -289,22 +359,74 @@ func (pd *PD) Dealloc() error { return pd.pd.Dealloc() }
 // Device returns the PD's device.
 func (pd *PD) Device() *Device { return pd.dev }
 
-// rxLoop reads frame batches and dispatches them.
-func (d *Device) rxLoop() {
-	defer d.wg.Done()
-	link := d.cfg.Link
-	n := link.BatchSize()
+// rxBatch holds the receive buffers of one drive loop.
+type rxBatch struct {
+	bufs  [][]byte
+	sizes []int
+	pkt   wire.Packet
+}
+
+func newRxBatch(l nic.Link) *rxBatch {
+	n := l.BatchSize()
 	if n <= 0 {
 		n = 32
 	}
-	bufs := make([][]byte, n)
-	sizes := make([]int, n)
-	for i := range bufs {
-		bufs[i] = make([]byte, link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	b := &rxBatch{bufs: make([][]byte, n), sizes: make([]int, n)}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, l.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
 	}
-	var pkt wire.Packet
+	return b
+}
+
+// drive is the device's one unit of work, whoever runs it (the receive
+// and timer goroutines, or Poll in the manual and busy-poll modes), with
+// d.mu held: input the n frames read into b, then, with timers set, tick
+// every engine whose deadline has passed, and write what the engines
+// produced. It returns the frames and timer expiries handled and the
+// earliest engine deadline left (zero if none).
+func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Time) {
+	now := d.now()
+	for i := 0; i < n; i++ {
+		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
+	}
+	fired := 0
+	if timers {
+		fired, next = d.timers(now, true)
+	}
+	d.endCall(now)
+	return n + fired, next
+}
+
+// timers is the one scan of the engines' deadlines (d.mu held): with fire
+// set, every engine whose deadline is at or before now ticks (in creation
+// order, so a simulation is deterministic). It returns how many ticked and
+// the earliest deadline left (zero if none).
+func (d *Device) timers(now time.Time, fire bool) (fired int, next time.Time) {
+	for _, q := range d.qpList {
+		dl, ok := q.eng.Deadline()
+		if !ok {
+			continue
+		}
+		if fire && !dl.After(now) {
+			q.eng.Tick(now)
+			fired++
+			if dl, ok = q.eng.Deadline(); !ok {
+				continue
+			}
+		}
+		if next.IsZero() || dl.Before(next) {
+			next = dl
+		}
+	}
+	return fired, next
+}
+
+// rxLoop reads frame batches (blocking) and drives the device with each.
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	b := newRxBatch(d.cfg.Link)
 	for {
-		cnt, err := link.ReadBatch(bufs, sizes)
+		n, err := d.cfg.Link.ReadBatch(b.bufs, b.sizes)
 		if err != nil {
 			return
 		}
@@ -313,11 +435,7 @@ func (d *Device) rxLoop() {
 			d.mu.Unlock()
 			return
 		}
-		now := d.now()
-		for i := 0; i < cnt; i++ {
-			d.input(bufs[i][:sizes[i]], &pkt, now)
-		}
-		d.tx.flush()
+		d.drive(b, n, true)
 		d.mu.Unlock()
 		d.kick()
 	}
@@ -362,36 +480,19 @@ func (d *Device) kick() {
 	}
 }
 
-// timerLoop calls the engines' Tick at their deadlines.
+// timerLoop drives the device at the engines' deadlines, and recomputes
+// the next one whenever another call may have moved it (kick).
 func (d *Device) timerLoop() {
 	defer d.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		d.mu.Lock()
-		now := d.now()
-		var next time.Time
-		for _, q := range d.qpList {
-			dl, ok := q.eng.Deadline()
-			if !ok {
-				continue
-			}
-			if !dl.After(now) {
-				q.eng.Tick(now)
-				dl, ok = q.eng.Deadline()
-				if !ok {
-					continue
-				}
-			}
-			if next.IsZero() || dl.Before(next) {
-				next = dl
-			}
-		}
-		d.tx.flush()
+		_, next := d.drive(nil, 0, true)
 		d.mu.Unlock()
 		wait := time.Hour
 		if !next.IsZero() {
-			wait = max(next.Sub(now), 0)
+			wait = max(next.Sub(d.now()), 0)
 		}
 		t.Reset(wait)
 		select {

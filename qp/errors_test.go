@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/memreg"
@@ -185,7 +184,9 @@ func TestRemoteErrors(t *testing.T) {
 		}, nak: wire.NAKSyndrome(wire.NAKRemoteOperationalError), req: transport.WCRemOpErr, recv: transport.WCLocQPOpErr},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { runErrCase(t, c) }) })
+		t.Run(c.name, func(t *testing.T) {
+			bubble(t, func(t *testing.T) { runErrCase(t, c) })
+		})
 	}
 }
 
@@ -193,115 +194,115 @@ func TestRemoteErrors(t *testing.T) {
 // not 8-byte aligned (rxe validate_send_wr, EINVAL) or whose local buffer is
 // shorter than 8 bytes; a forged misaligned atomic frame injected on the
 // link is answered with NAK 0x61 and moves the responder to ERR.
-func TestMisalignedAtomic(t *testing.T) { synctest.Test(t, testMisalignedAtomic) }
-
-func testMisalignedAtomic(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	a.reset()
-	b.reset()
-	for _, wr := range []*qp.SendWR{
-		{Opcode: transport.WRAtomicFetchAdd, SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 4, RKey: b.mr.RKey()},
-		{Opcode: transport.WRAtomicCmpAndSwp, SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 1, RKey: b.mr.RKey()},
-		{Opcode: transport.WRAtomicFetchAdd, SGL: []qp.SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()},
-	} {
-		if err := a.qp.PostSend(wr); !errors.Is(err, transport.ErrInvalidArgument) {
-			t.Fatalf("PostSend(%v at %#x, %d bytes) = %v, want EINVAL", wr.Opcode, wr.RemoteAddr, wr.SGL[0].Length, err)
+func TestMisalignedAtomic(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		a.reset()
+		b.reset()
+		for _, wr := range []*qp.SendWR{
+			{Opcode: transport.WRAtomicFetchAdd, SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 4, RKey: b.mr.RKey()},
+			{Opcode: transport.WRAtomicCmpAndSwp, SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 1, RKey: b.mr.RKey()},
+			{Opcode: transport.WRAtomicFetchAdd, SGL: []qp.SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()},
+		} {
+			if err := a.qp.PostSend(wr); !errors.Is(err, transport.ErrInvalidArgument) {
+				t.Fatalf("PostSend(%v at %#x, %d bytes) = %v, want EINVAL", wr.Opcode, wr.RemoteAddr, wr.SGL[0].Length, err)
+			}
 		}
-	}
-	if a.qp.State() != transport.StateRTS {
-		t.Fatalf("rejected posts changed the state to %v", a.qp.State())
-	}
-	x.recv(b, 100, b.sge(0, 64))
-	// Forge a FETCH_ADD from A's address at the PSN B expects.
-	f := wire.Frame{DstMAC: b.dev.MAC(), SrcMAC: a.dev.MAC(), SrcIP: a.ip, DstIP: b.ip, HopLimit: 64,
-		SrcPort: wire.RCSourcePort(a.qp.QPN(), b.qp.QPN()),
-		BTH: wire.BTHFields{Opcode: wire.RCFetchAdd, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), AckReq: true,
-			PSN: wire.PSN(a.sentPSN)},
-		AtomicETH: wire.AtomicETHFields{VA: b.mr.IOVA() + 12, RKey: b.mr.RKey(), SwapAdd: 1}}
-	buf := make([]byte, 256)
-	n, err := wire.Build(buf, &f, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.link.WriteBatch([][]byte{buf[:n]}); err != nil {
-		t.Fatal(err)
-	}
-	expectWC(t, b.rcq, 100, transport.WCWRFlushErr, 0)
-	if b.qp.State() != transport.StateErr {
-		t.Fatalf("responder state %v, want ERR", b.qp.State())
-	}
-	x.settle()
-	ps := x.next()
-	if len(ps) != 2 || ps[1].fromA || ps[1].p.Opcode() != wire.RCAcknowledge ||
-		ps[1].p.AETH.Syndrome() != wire.NAKSyndrome(wire.NAKInvalidRequest) || ps[1].p.BTH.PSN() != wire.PSN(a.sentPSN) {
-		t.Fatalf("frames %v, want the forged request and one NAK 0x61 at PSN %#x", ps, a.sentPSN)
-	}
-	checkBuf(t, "responder", b.buf)
-	// The requester never sent that PSN: it ignores the NAK and stays RTS.
-	if a.qp.State() != transport.StateRTS {
-		t.Fatalf("requester state %v", a.qp.State())
-	}
-	if c := a.qp.Counters(); c[transport.CntRcvdUnknownPSN] != 1 {
-		t.Fatalf("rcvd_unknown_psn %d, want 1", c[transport.CntRcvdUnknownPSN])
-	}
+		if a.qp.State() != transport.StateRTS {
+			t.Fatalf("rejected posts changed the state to %v", a.qp.State())
+		}
+		x.recv(b, 100, b.sge(0, 64))
+		// Forge a FETCH_ADD from A's address at the PSN B expects.
+		f := wire.Frame{DstMAC: b.dev.MAC(), SrcMAC: a.dev.MAC(), SrcIP: a.ip, DstIP: b.ip, HopLimit: 64,
+			SrcPort: wire.RCSourcePort(a.qp.QPN(), b.qp.QPN()),
+			BTH: wire.BTHFields{Opcode: wire.RCFetchAdd, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), AckReq: true,
+				PSN: wire.PSN(a.sentPSN)},
+			AtomicETH: wire.AtomicETHFields{VA: b.mr.IOVA() + 12, RKey: b.mr.RKey(), SwapAdd: 1}}
+		buf := make([]byte, 256)
+		n, err := wire.Build(buf, &f, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.link.WriteBatch([][]byte{buf[:n]}); err != nil {
+			t.Fatal(err)
+		}
+		expectWC(t, b.rcq, 100, transport.WCWRFlushErr, 0)
+		if b.qp.State() != transport.StateErr {
+			t.Fatalf("responder state %v, want ERR", b.qp.State())
+		}
+		x.settle()
+		ps := x.next()
+		if len(ps) != 2 || ps[1].fromA || ps[1].p.Opcode() != wire.RCAcknowledge ||
+			ps[1].p.AETH.Syndrome() != wire.NAKSyndrome(wire.NAKInvalidRequest) || ps[1].p.BTH.PSN() != wire.PSN(a.sentPSN) {
+			t.Fatalf("frames %v, want the forged request and one NAK 0x61 at PSN %#x", ps, a.sentPSN)
+		}
+		checkBuf(t, "responder", b.buf)
+		// The requester never sent that PSN: it ignores the NAK and stays RTS.
+		if a.qp.State() != transport.StateRTS {
+			t.Fatalf("requester state %v", a.qp.State())
+		}
+		if c := a.qp.Counters(); c[transport.CntRcvdUnknownPSN] != 1 {
+			t.Fatalf("rcvd_unknown_psn %d, want 1", c[transport.CntRcvdUnknownPSN])
+		}
+	})
 }
 
 // TestRNR: a SEND with no RECV posted gets an RNR NAK (0x20|min_rnr_timer,
 // PSN of the SEND); once a RECV is posted the retry succeeds.
-func TestRNR(t *testing.T) { synctest.Test(t, testRNR) }
-
-func testRNR(t *testing.T) {
-	x := newX(t, xopts{connB: qp.ConnectOptions{MinRNRTimer: 14}}) // 1.28 ms
-	a, b := x.a, x.b
-	a.reset()
-	b.reset()
-	data := pattern(5, 3000)
-	copy(a.buf, data)
-	x.next()
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 3000)}})
-	// Wait until the RNR NAK is on the wire (bounded; no timing assertion).
-	var seen []capPkt
-	for i := 0; ; i++ {
+func TestRNR(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{connB: qp.ConnectOptions{MinRNRTimer: 14}}) // 1.28 ms
+		a, b := x.a, x.b
+		a.reset()
+		b.reset()
+		data := pattern(5, 3000)
+		copy(a.buf, data)
+		x.next()
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 3000)}})
+		// Wait until the RNR NAK is on the wire (bounded; no timing assertion).
+		var seen []capPkt
+		for i := 0; ; i++ {
+			seen = append(seen, x.next()...)
+			found := false
+			for _, p := range seen {
+				if !p.fromA && p.p.Opcode() == wire.RCAcknowledge && p.p.AETH.Syndrome().Kind() == wire.SynRNRNAK {
+					found = true
+				}
+			}
+			if found {
+				break
+			}
+			if i > 5000 {
+				t.Fatalf("no RNR NAK: %v", seen)
+			}
+			x.pause()
+		}
+		x.recv(b, 1, b.sge(dstOff, 3000))
+		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
+		expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
+		checkBuf(t, "receiver", b.buf, region{dstOff, data})
+		x.settle()
 		seen = append(seen, x.next()...)
-		found := false
+		rnr := 0
 		for _, p := range seen {
 			if !p.fromA && p.p.Opcode() == wire.RCAcknowledge && p.p.AETH.Syndrome().Kind() == wire.SynRNRNAK {
-				found = true
+				rnr++
+				if p.p.AETH.Syndrome() != 0x20|14 || p.p.BTH.PSN() != wire.PSN(a.sentPSN) {
+					t.Fatalf("RNR NAK %v, want syndrome 0x2e at PSN %#x", &p, a.sentPSN)
+				}
 			}
 		}
-		if found {
-			break
+		if rnr == 0 {
+			t.Fatal("no RNR NAK counted")
 		}
-		if i > 5000 {
-			t.Fatalf("no RNR NAK: %v", seen)
+		if a.qp.State() != transport.StateRTS || b.qp.State() != transport.StateRTS {
+			t.Fatalf("states %v %v", a.qp.State(), b.qp.State())
 		}
-		time.Sleep(time.Millisecond)
-	}
-	x.recv(b, 1, b.sge(dstOff, 3000))
-	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
-	expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
-	checkBuf(t, "receiver", b.buf, region{dstOff, data})
-	x.settle()
-	seen = append(seen, x.next()...)
-	rnr := 0
-	for _, p := range seen {
-		if !p.fromA && p.p.Opcode() == wire.RCAcknowledge && p.p.AETH.Syndrome().Kind() == wire.SynRNRNAK {
-			rnr++
-			if p.p.AETH.Syndrome() != 0x20|14 || p.p.BTH.PSN() != wire.PSN(a.sentPSN) {
-				t.Fatalf("RNR NAK %v, want syndrome 0x2e at PSN %#x", &p, a.sentPSN)
-			}
+		if c := b.qp.Counters(); c[transport.CntSendRNRErr] != uint64(rnr) {
+			t.Fatalf("send_rnr_err %d, %d RNR NAKs on the wire", c[transport.CntSendRNRErr], rnr)
 		}
-	}
-	if rnr == 0 {
-		t.Fatal("no RNR NAK counted")
-	}
-	if a.qp.State() != transport.StateRTS || b.qp.State() != transport.StateRTS {
-		t.Fatalf("states %v %v", a.qp.State(), b.qp.State())
-	}
-	if c := b.qp.Counters(); c[transport.CntSendRNRErr] != uint64(rnr) {
-		t.Fatalf("send_rnr_err %d, %d RNR NAKs on the wire", c[transport.CntSendRNRErr], rnr)
-	}
+	})
 }
 
 // TestRNRRetryExceeded: with rnr_retry 0 the first RNR NAK fails the WR;
@@ -313,7 +314,7 @@ func TestRNRRetryExceeded(t *testing.T) {
 		op    transport.WROpcode
 	}{{0, transport.WRSend}, {3, transport.WRSend}, {3, transport.WRRDMAWriteWithImm}} {
 		t.Run(fmt.Sprintf("%v_rnr_retry_%d", tc.op, tc.retry), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
 				x := newX(t, xopts{
 					connA: qp.ConnectOptions{SetRetry: true, RNRRetry: tc.retry, RetryCnt: 7, Timeout: 18},
 					connB: qp.ConnectOptions{MinRNRTimer: 1}, // 10 µs
@@ -381,7 +382,7 @@ func TestLocalProtErr(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
 				x := newX(t, xopts{})
 				a, b := x.a, x.b
 				roBuf := make([]byte, 64)
@@ -420,115 +421,115 @@ func TestLocalProtErr(t *testing.T) {
 
 // TestSolicitedOnlyWakesOnError: a CQ armed for solicited completions only
 // is woken by an error completion.
-func TestSolicitedOnlyWakesOnError(t *testing.T) { synctest.Test(t, testSolicitedOnlyWakesOnError) }
-
-func testSolicitedOnlyWakesOnError(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	x.recv(b, 1, b.sge(0, 8))
-	b.rcq.ReqNotify(true)
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, SGL: []qp.SGE{a.sge(0, 64)}}) // too long: LOC_LEN_ERR
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := b.rcq.WaitEvent(ctx); err != nil {
-		t.Fatalf("no event for an error completion: %v", err)
-	}
-	expectWC(t, b.rcq, 1, transport.WCLocLenErr, 0)
+func TestSolicitedOnlyWakesOnError(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		x.recv(b, 1, b.sge(0, 8))
+		b.rcq.ReqNotify(true)
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, SGL: []qp.SGE{a.sge(0, 64)}}) // too long: LOC_LEN_ERR
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := b.rcq.WaitEvent(ctx); err != nil {
+			t.Fatalf("no event for an error completion: %v", err)
+		}
+		expectWC(t, b.rcq, 1, transport.WCLocLenErr, 0)
+	})
 }
 
 // TestSendWithInvBadRKey: SEND_WITH_INV naming an rkey that cannot be
 // invalidated is rxe's class J error: no NAK (the SEND is acknowledged),
 // the RECV completes with REM_INV_REQ_ERR and the responder goes to ERR.
-func TestSendWithInvBadRKey(t *testing.T) { synctest.Test(t, testSendWithInvBadRKey) }
-
-func testSendWithInvBadRKey(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	b.reset()
-	x.recv(b, 1, b.sge(0, 64))
-	x.recv(b, 2, b.sge(64, 64))
-	x.next()
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(0, 16)}, InvRKey: b.mrO.RKey()}) // an MR of another PD
-	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
-	expectWC(t, b.rcq, 1, transport.WCRemInvReqErr, 0)
-	expectWC(t, b.rcq, 2, transport.WCWRFlushErr, 0)
-	if b.qp.State() != transport.StateErr || !b.mrO.Valid() {
-		t.Fatalf("responder state %v, MR valid %v", b.qp.State(), b.mrO.Valid())
-	}
-	x.settle()
-	for _, p := range filter(x.next(), false) {
-		if p.p.AETH == nil || p.p.AETH.Syndrome() != wire.SyndromeACKNoCredit {
-			t.Fatalf("responder sent %v, want only an ACK", p)
+func TestSendWithInvBadRKey(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		b.reset()
+		x.recv(b, 1, b.sge(0, 64))
+		x.recv(b, 2, b.sge(64, 64))
+		x.next()
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 16)}, InvRKey: b.mrO.RKey()}) // an MR of another PD
+		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
+		expectWC(t, b.rcq, 1, transport.WCRemInvReqErr, 0)
+		expectWC(t, b.rcq, 2, transport.WCWRFlushErr, 0)
+		if b.qp.State() != transport.StateErr || !b.mrO.Valid() {
+			t.Fatalf("responder state %v, MR valid %v", b.qp.State(), b.mrO.Valid())
 		}
-	}
+		x.settle()
+		for _, p := range filter(x.next(), false) {
+			if p.p.AETH == nil || p.p.AETH.Syndrome() != wire.SyndromeACKNoCredit {
+				t.Fatalf("responder sent %v, want only an ACK", p)
+			}
+		}
+	})
 }
 
 // TestZeroLengthSkipsRKey: zero-length READ and WRITE skip the R_Key check
 // (rxe check_rkey): they succeed with a bogus rkey and address.
-func TestZeroLengthSkipsRKey(t *testing.T) { synctest.Test(t, testZeroLengthSkipsRKey) }
-
-func testZeroLengthSkipsRKey(t *testing.T) {
-	x := newX(t, xopts{})
-	for i, op := range []transport.WROpcode{transport.WRRDMAWrite, transport.WRRDMARead} {
-		x.post(x.a, &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, RemoteAddr: 0xdead0000, RKey: 0xbadbad})
-		expectWC(t, x.a.scq, uint64(i), transport.WCSuccess, map[transport.WROpcode]transport.WCOpcode{
-			transport.WRRDMAWrite: transport.WCRDMAWrite, transport.WRRDMARead: transport.WCRDMARead}[op])
-	}
+func TestZeroLengthSkipsRKey(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		for i, op := range []transport.WROpcode{transport.WRRDMAWrite, transport.WRRDMARead} {
+			x.post(x.a, &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, RemoteAddr: 0xdead0000, RKey: 0xbadbad})
+			expectWC(t, x.a.scq, uint64(i), transport.WCSuccess, map[transport.WROpcode]transport.WCOpcode{
+				transport.WRRDMAWrite: transport.WCRDMAWrite, transport.WRRDMARead: transport.WCRDMARead}[op])
+		}
+	})
 }
 
 // TestRecoverAfterError: after an error both QPs go through RESET and are
 // connected again (new PSNs); every operation then works, and nothing of
 // the old connection (RECVs, PSNs, read/atomic history) leaks into it.
-func TestRecoverAfterError(t *testing.T) { synctest.Test(t, testRecoverAfterError) }
-
-func testRecoverAfterError(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	x.recv(b, 50, b.sge(0, 64))
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x40})
-	expectWC(t, a.scq, 1, transport.WCRemAccessErr, 0)
-	expectWC(t, b.rcq, 50, transport.WCWRFlushErr, 0)
-	for _, e := range []*xend{a, b} {
-		if err := e.qp.Modify(context.Background(), &qp.Attr{State: transport.StateReset}, transport.AttrState); err != nil {
+func TestRecoverAfterError(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		x.recv(b, 50, b.sge(0, 64))
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x40})
+		expectWC(t, a.scq, 1, transport.WCRemAccessErr, 0)
+		expectWC(t, b.rcq, 50, transport.WCWRFlushErr, 0)
+		for _, e := range []*xend{a, b} {
+			if err := e.qp.Modify(context.Background(), &qp.Attr{State: transport.StateReset}, transport.AttrState); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.qp.Connect(context.Background(), qp.Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: b.ip}, qp.ConnectOptions{SQPSN: 0x777}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := a.qp.Connect(context.Background(), qp.Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: b.ip}, qp.ConnectOptions{SQPSN: 0x777}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.qp.Connect(context.Background(), qp.Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: a.ip}, qp.ConnectOptions{SQPSN: 0x500}); err != nil {
-		t.Fatal(err)
-	}
-	x.settle()
-	x.next()
-	a.reset()
-	b.reset()
-	data := pattern(21, 3000)
-	copy(a.buf, data)
-	x.recv(b, 2, b.sge(100, 3000))
-	x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 3000)}})
-	x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(0, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
-	x.post(a, &qp.SendWR{WRID: 4, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(10000, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
-	x.post(a, &qp.SendWR{WRID: 5, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(20000, 8)}, RemoteAddr: b.mr.IOVA() + 9000, RKey: b.mr.RKey(), CompareAdd: 3})
-	expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCSend)
-	expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMAWrite)
-	expectWC(t, a.scq, 4, transport.WCSuccess, transport.WCRDMARead)
-	expectWC(t, a.scq, 5, transport.WCSuccess, transport.WCFetchAdd)
-	expectWC(t, b.rcq, 2, transport.WCSuccess, transport.WCRecv)
-	noWC(t, b.rcq, "responder")
-	want := le64(uint64(canary) * 0x0101010101010101)
-	checkBuf(t, "requester", a.buf, region{0, data}, region{10000, data}, region{20000, want})
-	binary.LittleEndian.PutUint64(want, binary.LittleEndian.Uint64(want)+3)
-	checkBuf(t, "responder", b.buf, region{100, data}, region{5000, data}, region{9000, want})
-	x.settle()
-	ps := firstCopies(t, requests(x.next(), true))
-	// SEND 3 packets, WRITE 3, READ 3 PSNs, atomic 1: 0x777..0x780.
-	if len(ps) != 8 || ps[0].p.BTH.PSN() != 0x777 || ps[7].p.BTH.PSN() != 0x780 {
-		t.Fatalf("requests after reconnect: %v", ps)
-	}
+		if err := b.qp.Connect(context.Background(), qp.Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: a.ip}, qp.ConnectOptions{SQPSN: 0x500}); err != nil {
+			t.Fatal(err)
+		}
+		x.settle()
+		x.next()
+		a.reset()
+		b.reset()
+		data := pattern(21, 3000)
+		copy(a.buf, data)
+		x.recv(b, 2, b.sge(100, 3000))
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 3000)}})
+		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 4, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(10000, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 5, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(20000, 8)}, RemoteAddr: b.mr.IOVA() + 9000, RKey: b.mr.RKey(), CompareAdd: 3})
+		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCSend)
+		expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMAWrite)
+		expectWC(t, a.scq, 4, transport.WCSuccess, transport.WCRDMARead)
+		expectWC(t, a.scq, 5, transport.WCSuccess, transport.WCFetchAdd)
+		expectWC(t, b.rcq, 2, transport.WCSuccess, transport.WCRecv)
+		noWC(t, b.rcq, "responder")
+		want := le64(uint64(canary) * 0x0101010101010101)
+		checkBuf(t, "requester", a.buf, region{0, data}, region{10000, data}, region{20000, want})
+		binary.LittleEndian.PutUint64(want, binary.LittleEndian.Uint64(want)+3)
+		checkBuf(t, "responder", b.buf, region{100, data}, region{5000, data}, region{9000, want})
+		x.settle()
+		ps := firstCopies(t, requests(x.next(), true))
+		// SEND 3 packets, WRITE 3, READ 3 PSNs, atomic 1: 0x777..0x780.
+		if len(ps) != 8 || ps[0].p.BTH.PSN() != 0x777 || ps[7].p.BTH.PSN() != 0x780 {
+			t.Fatalf("requests after reconnect: %v", ps)
+		}
+	})
 }

@@ -2,8 +2,8 @@ package qp_test
 
 // Shared helpers of the data-path tests (ops_test.go, errors_test.go,
 // wire_test.go, bench_test.go): a configurable two-endpoint pair from the
-// shared harness (package sim, on the real clock) with a pcap tap, canary-guarded buffers, and a decoder
-// that turns the tap back into parsed packets (internal/pcapfile +
+// shared harness (package sim, on the real clock or a synctest bubble's)
+// with a pcap tap, canary-guarded buffers, and a decoder that turns the tap back into parsed packets (internal/pcapfile +
 // wire.Parse) so that tests assert what went over the wire.
 
 import (
@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/internal/pcapfile"
@@ -71,10 +72,40 @@ type xend struct {
 }
 
 type xpair struct {
-	t    testing.TB
-	a, b *xend
-	tap  *tapBuf
-	dec  tapDecoder
+	t      testing.TB
+	a, b   *xend
+	tap    *tapBuf
+	dec    tapDecoder
+	bubble bool // the test runs in a synctest bubble (bubble)
+}
+
+// bubbles holds the tests running in a synctest bubble.
+var bubbles sync.Map // testing.TB → struct{}
+
+// bubble runs f in a synctest bubble: time is fake and moves only when
+// every goroutine of the test (the devices' own included) is blocked. A
+// pair made in it by newX settles by waiting for that (synctest.Wait)
+// instead of sleeping on the wall clock, and the engines' timers (ACK
+// timeout, RNR back-off) fire at their exact fake-clock instants, after
+// everything that could run before them has: the outcome no longer
+// depends on the machine's load. Busy-poll pairs cannot use it (a
+// spinning poller never blocks, so time never moves), nor real sockets.
+func bubble(t *testing.T, f func(t *testing.T)) {
+	synctest.Test(t, func(t *testing.T) {
+		bubbles.Store(testing.TB(t), struct{}{})
+		defer bubbles.Delete(testing.TB(t))
+		f(t)
+	})
+}
+
+// pause lets the devices run: in a bubble until every goroutine is
+// blocked, otherwise for a millisecond of real time.
+func (x *xpair) pause() {
+	if x.bubble {
+		synctest.Wait()
+		return
+	}
+	time.Sleep(time.Millisecond)
 }
 
 // tapBuf is the pcap tap: an io.Writer safe for the link goroutines and
@@ -160,13 +191,19 @@ func (x *xpair) next() []capPkt {
 }
 
 // settle waits until neither link has frames in flight, so that the tap
-// holds every frame of the operation that just completed. In a
-// testing/synctest bubble (most tests here run in one) each time.Sleep
-// returns only when every goroutine of the bubble, the devices' included,
-// is blocked, so the first look that finds both links empty is final;
-// outside one (TestOpsMatrix, the busy-poll tests) it polls on real time.
+// holds every frame of the operation that just completed.
 func (x *xpair) settle() {
 	x.t.Helper()
+	if x.bubble {
+		for range 2000 {
+			synctest.Wait()
+			if x.a.link.Pending() == 0 && x.b.link.Pending() == 0 {
+				return
+			}
+			time.Sleep(time.Millisecond) // fake time: a held (delayed, reordered) frame comes due
+		}
+		x.t.Fatalf("links did not go idle")
+	}
 	for i := 0; i < 2000; i++ {
 		x.a.dev.Poll() // busy-poll devices move only when polled; no-op otherwise
 		x.b.dev.Poll()
@@ -183,9 +220,6 @@ func (x *xpair) settle() {
 	x.t.Fatalf("links did not go idle")
 }
 
-// newX is the shared harness (package sim: sim.NewPair and sim.ConnectQPs)
-// on the real clock, in qp's normal mode or in busy-poll mode, with the
-// extra regions and the tap these tests assert on.
 func newX(t testing.TB, o xopts) *xpair {
 	t.Helper()
 	if !o.setPSN && o.psnA == 0 && o.psnB == 0 {
@@ -195,6 +229,10 @@ func newX(t testing.TB, o xopts) *xpair {
 		o.size = 64 << 10
 	}
 	x := &xpair{t: t, tap: &tapBuf{}}
+	_, x.bubble = bubbles.Load(t)
+	if x.bubble && o.busyPoll {
+		t.Fatal("a busy-poll pair cannot run in a synctest bubble: its pollers never block")
+	}
 	cfg := sim.Config{Mode: sim.Goroutines, Seed: o.seed, MTU: o.linkMTU, AtoB: o.faultsAB, BtoA: o.faultsBA, IPv6: o.v6}
 	if o.busyPoll {
 		cfg.Mode = sim.BusyPoll
@@ -205,7 +243,7 @@ func newX(t testing.TB, o xopts) *xpair {
 	n := simtest.NewPair(t, cfg)
 	// An ACK timeout of ≈1.07 s (18) instead of Connect's 67 ms: on a loaded
 	// machine (and under -race) a 67 ms stall makes go-back-N resend, which
-	// tests counting frames would see.
+	// tests counting frames would see (outside a bubble).
 	for _, c := range []*qp.ConnectOptions{&o.connA, &o.connB} {
 		if c.Timeout == 0 && !c.SetRetry {
 			c.Timeout = 18
@@ -364,9 +402,8 @@ func requests(ps []capPkt, fromA bool) []capPkt {
 	return out
 }
 
-// firstCopies drops retransmissions: with the real clock (tests outside a
-// synctest bubble) an ACK timeout can fire on a loaded machine, and
-// go-back-N then resends packets. Every
+// firstCopies drops retransmissions: with the real clock an ACK timeout can
+// fire on a loaded machine, and go-back-N then resends packets. Every
 // resent frame must equal the first copy in its BTH and payload.
 func firstCopies(t testing.TB, ps []capPkt) []capPkt {
 	t.Helper()

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/memreg"
@@ -283,73 +282,73 @@ func runAtomics(t *testing.T, x *xpair) {
 // TestSGLists: SEND with 4 SGEs on the sender and 3 on the receiver, WRITE
 // gathering 4 SGEs and READ scattering into 4, from two MRs, with uneven
 // lengths that cross packet boundaries.
-func TestSGLists(t *testing.T) { synctest.Test(t, testSGLists) }
+func TestSGLists(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		a.reset()
+		b.reset()
+		// Sender pieces: main MR and mr2 alternating, lengths 700+1500+1+799 = 3000.
+		src := pattern(7, 3000)
+		copy(a.buf[10:], src[0:700])
+		copy(a.buf2[33:], src[700:2200])
+		copy(a.buf[5000:], src[2200:2201])
+		copy(a.buf2[9000:], src[2201:3000])
+		sendSGL := []qp.SGE{a.sge(10, 700), a.sge2(33, 1500), a.sge(5000, 1), a.sge2(9000, 799)}
+		aRegions := []region{{10, src[0:700]}, {5000, src[2200:2201]}}
+		a2Regions := []region{{33, src[700:2200]}, {9000, src[2201:3000]}}
 
-func testSGLists(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	a.reset()
-	b.reset()
-	// Sender pieces: main MR and mr2 alternating, lengths 700+1500+1+799 = 3000.
-	src := pattern(7, 3000)
-	copy(a.buf[10:], src[0:700])
-	copy(a.buf2[33:], src[700:2200])
-	copy(a.buf[5000:], src[2200:2201])
-	copy(a.buf2[9000:], src[2201:3000])
-	sendSGL := []qp.SGE{a.sge(10, 700), a.sge2(33, 1500), a.sge(5000, 1), a.sge2(9000, 799)}
-	aRegions := []region{{10, src[0:700]}, {5000, src[2200:2201]}}
-	a2Regions := []region{{33, src[700:2200]}, {9000, src[2201:3000]}}
+		// Receiver: 1234 bytes in mr2, 1000 in the main MR, 1766 in mr2 (room for 4000).
+		x.recv(b, 1, b.sge2(100, 1234), b.sge(77, 1000), b.sge2(5000, 1766))
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: sendSGL})
+		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
+		if wc := expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv); wc.ByteLen != 3000 {
+			t.Fatalf("byte_len %d", wc.ByteLen)
+		}
+		checkBuf(t, "recv main", b.buf, region{77, src[1234:2234]})
+		checkBuf(t, "recv mr2", b.buf2, region{100, src[0:1234]}, region{5000, src[2234:3000]})
+		checkBuf(t, "send main", a.buf, aRegions...)
+		checkBuf(t, "send mr2", a.buf2, a2Regions...)
 
-	// Receiver: 1234 bytes in mr2, 1000 in the main MR, 1766 in mr2 (room for 4000).
-	x.recv(b, 1, b.sge2(100, 1234), b.sge(77, 1000), b.sge2(5000, 1766))
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: sendSGL})
-	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
-	if wc := expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv); wc.ByteLen != 3000 {
-		t.Fatalf("byte_len %d", wc.ByteLen)
-	}
-	checkBuf(t, "recv main", b.buf, region{77, src[1234:2234]})
-	checkBuf(t, "recv mr2", b.buf2, region{100, src[0:1234]}, region{5000, src[2234:3000]})
-	checkBuf(t, "send main", a.buf, aRegions...)
-	checkBuf(t, "send mr2", a.buf2, a2Regions...)
+		// WRITE gathering the same 4 SGEs into one remote range.
+		b.reset()
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled, SGL: sendSGL,
+			RemoteAddr: b.mr2.IOVA() + 11, RKey: b.mr2.RKey()})
+		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
+		checkBuf(t, "write target", b.buf2, region{11, src})
+		checkBuf(t, "write main", b.buf)
 
-	// WRITE gathering the same 4 SGEs into one remote range.
-	b.reset()
-	x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled, SGL: sendSGL,
-		RemoteAddr: b.mr2.IOVA() + 11, RKey: b.mr2.RKey()})
-	expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
-	checkBuf(t, "write target", b.buf2, region{11, src})
-	checkBuf(t, "write main", b.buf)
-
-	// READ scattering a remote range into 4 SGEs.
-	a.reset()
-	copy(b.buf[300:], src)
-	x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled, SGL: sendSGL,
-		RemoteAddr: b.mr.IOVA() + 300, RKey: b.mr.RKey()})
-	expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMARead)
-	checkBuf(t, "read main", a.buf, aRegions...)
-	checkBuf(t, "read mr2", a.buf2, a2Regions...)
+		// READ scattering a remote range into 4 SGEs.
+		a.reset()
+		copy(b.buf[300:], src)
+		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled, SGL: sendSGL,
+			RemoteAddr: b.mr.IOVA() + 300, RKey: b.mr.RKey()})
+		expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMARead)
+		checkBuf(t, "read main", a.buf, aRegions...)
+		checkBuf(t, "read mr2", a.buf2, a2Regions...)
+	})
 }
 
 // TestImmByteOrder: the 32-bit immediate goes on the wire big-endian and
 // the receive completion's Imm equals the WR's Imm.
-func TestImmByteOrder(t *testing.T) { synctest.Test(t, testImmByteOrder) }
-
-func testImmByteOrder(t *testing.T) {
-	x := newX(t, xopts{})
-	x.next()
-	const imm = 0x01020304
-	x.recv(x.b, 9)
-	x.post(x.a, &qp.SendWR{WRID: 9, Opcode: transport.WRSendWithImm, Flags: transport.SendSignaled, Imm: imm})
-	expectWC(t, x.a.scq, 9, transport.WCSuccess, transport.WCSend)
-	wc := expectWC(t, x.b.rcq, 9, transport.WCSuccess, transport.WCRecv)
-	if wc.Imm != imm || wc.Flags&transport.WCWithImm == 0 {
-		t.Fatalf("completion %v", wc)
-	}
-	x.settle()
-	req := requests(x.next(), true)[0]
-	if !bytes.Equal(req.p.ImmDt[:4], []byte{1, 2, 3, 4}) {
-		t.Fatalf("ImmDt bytes % x, want 01 02 03 04", []byte(req.p.ImmDt[:4]))
-	}
+func TestImmByteOrder(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		x.next()
+		const imm = 0x01020304
+		x.recv(x.b, 9)
+		x.post(x.a, &qp.SendWR{WRID: 9, Opcode: transport.WRSendWithImm, Flags: transport.SendSignaled, Imm: imm})
+		expectWC(t, x.a.scq, 9, transport.WCSuccess, transport.WCSend)
+		wc := expectWC(t, x.b.rcq, 9, transport.WCSuccess, transport.WCRecv)
+		if wc.Imm != imm || wc.Flags&transport.WCWithImm == 0 {
+			t.Fatalf("completion %v", wc)
+		}
+		x.settle()
+		req := requests(x.next(), true)[0]
+		if !bytes.Equal(req.p.ImmDt[:4], []byte{1, 2, 3, 4}) {
+			t.Fatalf("ImmDt bytes % x, want 01 02 03 04", []byte(req.p.ImmDt[:4]))
+		}
+	})
 }
 
 // TestInvalidate: SEND_WITH_INV invalidates the responder's rkey, so a later
@@ -357,7 +356,7 @@ func testImmByteOrder(t *testing.T) {
 // one of the requester's own keys the same way.
 func TestInvalidate(t *testing.T) {
 	t.Run("send_with_inv", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
+		bubble(t, func(t *testing.T) {
 			x := newX(t, xopts{})
 			a, b := x.a, x.b
 			a.reset()
@@ -384,236 +383,234 @@ func TestInvalidate(t *testing.T) {
 		})
 	})
 	t.Run("local_inv", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			x := newX(t, xopts{})
-			a, b := x.a, x.b
-			x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, InvRKey: a.mr2.RKey()})
-			expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCLocalInv)
-			if a.mr2.Valid() {
-				t.Fatal("mr2 still valid after LOCAL_INV")
-			}
-			a.reset()
-			b.reset()
-			x.post(b, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-				SGL: []qp.SGE{b.sge(0, 16)}, RemoteAddr: a.mr2.IOVA(), RKey: a.mr2.RKey()})
-			expectWC(t, b.scq, 2, transport.WCRemAccessErr, 0)
-			checkBuf(t, "invalidated MR", a.buf2)
-		})
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, InvRKey: a.mr2.RKey()})
+		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCLocalInv)
+		if a.mr2.Valid() {
+			t.Fatal("mr2 still valid after LOCAL_INV")
+		}
+		a.reset()
+		b.reset()
+		x.post(b, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{b.sge(0, 16)}, RemoteAddr: a.mr2.IOVA(), RKey: a.mr2.RKey()})
+		expectWC(t, b.scq, 2, transport.WCRemAccessErr, 0)
+		checkBuf(t, "invalidated MR", a.buf2)
 	})
 }
 
 // TestSolicited: a CQ armed with ReqNotify(true) is woken by a receive of an
 // SE-marked message only, not by unsolicited ones (IBTA 11.4.2.2).
-func TestSolicited(t *testing.T) { synctest.Test(t, testSolicited) }
-
-func testSolicited(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	for i := 1; i <= 3; i++ {
-		x.recv(b, uint64(i), b.sge(i*64, 64))
-	}
-	b.rcq.ReqNotify(true)
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 8)}})
-	x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWriteWithImm, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
-	expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
-	x.settle()
-	// Both receives completed (the requester's ACKs prove it) without an event.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := b.rcq.WaitEvent(ctx); err == nil {
-		t.Fatal("an unsolicited receive fired a solicited-only notification")
-	}
-	var wcs [4]qp.WC
-	if n, _ := b.rcq.Poll(wcs[:]); n != 2 || wcs[0].Flags&transport.WCSolicited != 0 || wcs[1].Flags&transport.WCSolicited != 0 {
-		t.Fatalf("receives %v", wcs[:n])
-	}
-	x.next()
-	x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendSolicited, SGL: []qp.SGE{a.sge(0, 8)}})
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel2()
-	if err := b.rcq.WaitEvent(ctx2); err != nil {
-		t.Fatalf("solicited receive did not fire the notification: %v", err)
-	}
-	wc := expectWC(t, b.rcq, 3, transport.WCSuccess, transport.WCRecv)
-	if wc.Flags&transport.WCSolicited == 0 {
-		t.Fatalf("completion %v lacks the solicited flag", wc)
-	}
-	expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCSend)
-	x.settle()
-	req := requests(x.next(), true)
-	if len(req) != 1 || !req[0].p.BTH.SE() {
-		t.Fatalf("solicited SEND frames %v (want SE set)", req)
-	}
+func TestSolicited(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		for i := 1; i <= 3; i++ {
+			x.recv(b, uint64(i), b.sge(i*64, 64))
+		}
+		b.rcq.ReqNotify(true)
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 8)}})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWriteWithImm, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
+		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
+		x.settle()
+		// Both receives completed (the requester's ACKs prove it) without an event.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := b.rcq.WaitEvent(ctx); err == nil {
+			t.Fatal("an unsolicited receive fired a solicited-only notification")
+		}
+		var wcs [4]qp.WC
+		if n, _ := b.rcq.Poll(wcs[:]); n != 2 || wcs[0].Flags&transport.WCSolicited != 0 || wcs[1].Flags&transport.WCSolicited != 0 {
+			t.Fatalf("receives %v", wcs[:n])
+		}
+		x.next()
+		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendSolicited, SGL: []qp.SGE{a.sge(0, 8)}})
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel2()
+		if err := b.rcq.WaitEvent(ctx2); err != nil {
+			t.Fatalf("solicited receive did not fire the notification: %v", err)
+		}
+		wc := expectWC(t, b.rcq, 3, transport.WCSuccess, transport.WCRecv)
+		if wc.Flags&transport.WCSolicited == 0 {
+			t.Fatalf("completion %v lacks the solicited flag", wc)
+		}
+		expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCSend)
+		x.settle()
+		req := requests(x.next(), true)
+		if len(req) != 1 || !req[0].p.BTH.SE() {
+			t.Fatalf("solicited SEND frames %v (want SE set)", req)
+		}
+	})
 }
 
 // TestZeroLengthReadPSN: a zero-length READ uses exactly one PSN; the next
 // request carries the following PSN.
-func TestZeroLengthReadPSN(t *testing.T) { synctest.Test(t, testZeroLengthReadPSN) }
-
-func testZeroLengthReadPSN(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	x.next()
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCRDMARead)
-	expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
-	x.settle()
-	ps := x.next()
-	req := requests(ps, true)
-	resp := filter(ps, false)
-	if len(req) != 2 || req[0].p.Opcode() != wire.RCRDMAReadRequest || req[0].p.RETH.DMALen() != 0 ||
-		req[1].p.BTH.PSN() != req[0].p.BTH.PSN().Add(1) || uint32(req[0].p.BTH.PSN()) != a.sentPSN {
-		t.Fatalf("requests %v", req)
-	}
-	if resp[0].p.Opcode() != wire.RCRDMAReadResponseOnly || len(resp[0].p.Payload) != 0 {
-		t.Fatalf("response %v", resp)
-	}
+func TestZeroLengthReadPSN(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		x.next()
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCRDMARead)
+		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
+		x.settle()
+		ps := x.next()
+		req := requests(ps, true)
+		resp := filter(ps, false)
+		if len(req) != 2 || req[0].p.Opcode() != wire.RCRDMAReadRequest || req[0].p.RETH.DMALen() != 0 ||
+			req[1].p.BTH.PSN() != req[0].p.BTH.PSN().Add(1) || uint32(req[0].p.BTH.PSN()) != a.sentPSN {
+			t.Fatalf("requests %v", req)
+		}
+		if resp[0].p.Opcode() != wire.RCRDMAReadResponseOnly || len(resp[0].p.Payload) != 0 {
+			t.Fatalf("response %v", resp)
+		}
+	})
 }
 
 // TestUnsignaled: unsignalled WRs produce no CQE; a later signalled one
 // does, and its CQE comes after the unsignalled ones completed.
-func TestUnsignaled(t *testing.T) { synctest.Test(t, testUnsignaled) }
-
-func testUnsignaled(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	for i := 1; i <= 5; i++ {
-		x.post(a, &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(i*8, 8)},
-			RemoteAddr: b.mr.IOVA() + uint64(i*8), RKey: b.mr.RKey()})
-	}
-	x.post(a, &qp.SendWR{WRID: 6, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	expectWC(t, a.scq, 6, transport.WCSuccess, transport.WCRDMAWrite)
-	x.settle()
-	noWC(t, a.scq, "unsignalled writes")
-	if !bytes.Equal(a.buf[:48], b.buf[:48]) {
-		t.Fatal("data not written")
-	}
+func TestUnsignaled(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		for i := 1; i <= 5; i++ {
+			x.post(a, &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(i*8, 8)},
+				RemoteAddr: b.mr.IOVA() + uint64(i*8), RKey: b.mr.RKey()})
+		}
+		x.post(a, &qp.SendWR{WRID: 6, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		expectWC(t, a.scq, 6, transport.WCSuccess, transport.WCRDMAWrite)
+		x.settle()
+		noWC(t, a.scq, "unsignalled writes")
+		if !bytes.Equal(a.buf[:48], b.buf[:48]) {
+			t.Fatal("data not written")
+		}
+	})
 }
 
 // TestSQSigAll: with sq_sig_all every send WR completes, signalled or not.
-func TestSQSigAll(t *testing.T) { synctest.Test(t, testSQSigAll) }
-
-func testSQSigAll(t *testing.T) {
-	x := newX(t, xopts{sqSigAllA: true})
-	a, b := x.a, x.b
-	for i := 1; i <= 3; i++ {
-		x.post(a, &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
-			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	}
-	for i := 1; i <= 3; i++ {
-		expectWC(t, a.scq, uint64(i), transport.WCSuccess, transport.WCRDMAWrite)
-	}
+func TestSQSigAll(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{sqSigAllA: true})
+		a, b := x.a, x.b
+		for i := 1; i <= 3; i++ {
+			x.post(a, &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
+				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		}
+		for i := 1; i <= 3; i++ {
+			expectWC(t, a.scq, uint64(i), transport.WCSuccess, transport.WCRDMAWrite)
+		}
+	})
 }
 
 // TestInline: an inline SEND copies the data at post time. The QP is
 // drained (SQD) so the WR is queued, not sent, by PostSend; the buffer is
 // overwritten at once and the QP returned to RTS: the receiver gets the
 // bytes of post time.
-func TestInline(t *testing.T) { synctest.Test(t, testInline) }
-
-func testInline(t *testing.T) {
-	x := newX(t, xopts{})
-	a, b := x.a, x.b
-	a.reset()
-	b.reset()
-	data := pattern(3, 200)
-	copy(a.buf, data)
-	x.recv(b, 1, b.sge(dstOff, 256))
-	if err := a.qp.Modify(context.Background(), &qp.Attr{State: transport.StateSQD}, transport.AttrState); err != nil {
-		t.Fatal(err)
-	}
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendInline,
-		SGL: []qp.SGE{a.sge(0, 200)}})
-	for i := range 200 {
-		a.buf[i] = 0xEE
-	}
-	x.settle()
-	if f := x.next(); len(f) != 0 {
-		t.Fatalf("frames sent in SQD: %v", f)
-	}
-	if err := a.qp.Modify(context.Background(), &qp.Attr{State: transport.StateRTS}, transport.AttrState); err != nil {
-		t.Fatal(err)
-	}
-	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
-	expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
-	checkBuf(t, "receiver", b.buf, region{dstOff, data})
-	if err := a.qp.PostSend(&qp.SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendInline,
-		SGL: []qp.SGE{a.sge(0, transport.MaxInlineData+1)}}); err == nil {
-		t.Fatal("inline SEND larger than the inline maximum accepted")
-	}
+func TestInline(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		a, b := x.a, x.b
+		a.reset()
+		b.reset()
+		data := pattern(3, 200)
+		copy(a.buf, data)
+		x.recv(b, 1, b.sge(dstOff, 256))
+		if err := a.qp.Modify(context.Background(), &qp.Attr{State: transport.StateSQD}, transport.AttrState); err != nil {
+			t.Fatal(err)
+		}
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendInline,
+			SGL: []qp.SGE{a.sge(0, 200)}})
+		for i := range 200 {
+			a.buf[i] = 0xEE
+		}
+		x.settle()
+		if f := x.next(); len(f) != 0 {
+			t.Fatalf("frames sent in SQD: %v", f)
+		}
+		if err := a.qp.Modify(context.Background(), &qp.Attr{State: transport.StateRTS}, transport.AttrState); err != nil {
+			t.Fatal(err)
+		}
+		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
+		expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
+		checkBuf(t, "receiver", b.buf, region{dstOff, data})
+		if err := a.qp.PostSend(&qp.SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendInline,
+			SGL: []qp.SGE{a.sge(0, transport.MaxInlineData+1)}}); err == nil {
+			t.Fatal("inline SEND larger than the inline maximum accepted")
+		}
+	})
 }
 
 // TestFillSQ posts as many WRs as the send queue holds (more than the
 // 128-PSN window), then one more (ErrQueueFull), and checks every
 // completion arrives in order.
-func TestFillSQ(t *testing.T) { synctest.Test(t, testFillSQ) }
-
-func testFillSQ(t *testing.T) {
-	x := newX(t, xopts{capsA: qp.Caps{MaxSendWR: 300, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	a, b := x.a, x.b
-	// Stop B from answering until the queue is full: B's link drops nothing,
-	// but A's frames queue up in the link until B reads them, which it does
-	// at once; so fill the queue faster than acknowledgements can free it by
-	// posting multi-packet WRITEs.
-	posted := 0
-	for i := 0; i < 300; i++ {
-		err := a.qp.PostSend(&qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []qp.SGE{a.sge(0, 2048)}, RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()})
-		if err != nil {
-			t.Fatalf("post %d: %v", i, err)
+func TestFillSQ(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{capsA: qp.Caps{MaxSendWR: 300, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		a, b := x.a, x.b
+		// Stop B from answering until the queue is full: B's link drops nothing,
+		// but A's frames queue up in the link until B reads them, which it does
+		// at once; so fill the queue faster than acknowledgements can free it by
+		// posting multi-packet WRITEs.
+		posted := 0
+		for i := 0; i < 300; i++ {
+			err := a.qp.PostSend(&qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{a.sge(0, 2048)}, RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()})
+			if err != nil {
+				t.Fatalf("post %d: %v", i, err)
+			}
+			posted++
 		}
-		posted++
-	}
-	for i := 0; i < posted; i++ {
-		expectWC(t, a.scq, uint64(i), transport.WCSuccess, transport.WCRDMAWrite)
-	}
+		for i := 0; i < posted; i++ {
+			expectWC(t, a.scq, uint64(i), transport.WCSuccess, transport.WCRDMAWrite)
+		}
+	})
 }
 
 // TestPSNWrap: traffic starting at PSN 0xFFFFF0 wraps to 0 inside a
 // multi-packet message and inside a READ's PSN range.
-func TestPSNWrap(t *testing.T) { synctest.Test(t, testPSNWrap) }
-
-func testPSNWrap(t *testing.T) {
-	x := newX(t, xopts{psnA: 0xFFFFF0, psnB: 0xFFFFFE})
-	a, b := x.a, x.b
-	a.reset()
-	b.reset()
-	data := pattern(11, 20*1024)
-	copy(a.buf[srcOff:], data)
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(srcOff, len(data))}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
-	expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCRDMAWrite)
-	checkBuf(t, "write target", b.buf, region{dstOff, data})
-	x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(30000, 5000)}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
-	expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMARead)
-	checkBuf(t, "read target", a.buf, region{srcOff, data}, region{30000, data[:5000]})
-	// B sends across its own wrap (PSN 0xFFFFFE, 0xFFFFFF, 0, ...).
-	x.recv(a, 3, a.sge(40000, 4000))
-	x.post(b, &qp.SendWR{WRID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{b.sge(dstOff, 4000)}})
-	expectWC(t, b.scq, 3, transport.WCSuccess, transport.WCSend)
-	expectWC(t, a.rcq, 3, transport.WCSuccess, transport.WCRecv)
-	if !bytes.Equal(a.buf[40000:44000], data[:4000]) {
-		t.Fatal("SEND data across the wrap differs")
-	}
-	x.settle()
-	var psns []uint32
-	for _, p := range firstCopies(t, requests(x.next(), true)) {
-		psns = append(psns, uint32(p.p.BTH.PSN()))
-	}
-	// 20 WRITE packets 0xFFFFF0..0x3, then the READ at 0x4 (5 PSNs).
-	if len(psns) != 21 || psns[0] != 0xFFFFF0 || psns[15] != 0xFFFFFF || psns[16] != 0 || psns[19] != 3 || psns[20] != 4 {
-		t.Fatalf("A's PSNs %x", psns)
-	}
-	if got := x.a.qp.Query().SQPSN; got != 9 {
-		t.Fatalf("next SQ PSN %#x, want 9", uint32(got))
-	}
+func TestPSNWrap(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{psnA: 0xFFFFF0, psnB: 0xFFFFFE})
+		a, b := x.a, x.b
+		a.reset()
+		b.reset()
+		data := pattern(11, 20*1024)
+		copy(a.buf[srcOff:], data)
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(srcOff, len(data))}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
+		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCRDMAWrite)
+		checkBuf(t, "write target", b.buf, region{dstOff, data})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(30000, 5000)}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
+		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMARead)
+		checkBuf(t, "read target", a.buf, region{srcOff, data}, region{30000, data[:5000]})
+		// B sends across its own wrap (PSN 0xFFFFFE, 0xFFFFFF, 0, ...).
+		x.recv(a, 3, a.sge(40000, 4000))
+		x.post(b, &qp.SendWR{WRID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{b.sge(dstOff, 4000)}})
+		expectWC(t, b.scq, 3, transport.WCSuccess, transport.WCSend)
+		expectWC(t, a.rcq, 3, transport.WCSuccess, transport.WCRecv)
+		if !bytes.Equal(a.buf[40000:44000], data[:4000]) {
+			t.Fatal("SEND data across the wrap differs")
+		}
+		x.settle()
+		var psns []uint32
+		for _, p := range firstCopies(t, requests(x.next(), true)) {
+			psns = append(psns, uint32(p.p.BTH.PSN()))
+		}
+		// 20 WRITE packets 0xFFFFF0..0x3, then the READ at 0x4 (5 PSNs).
+		if len(psns) != 21 || psns[0] != 0xFFFFF0 || psns[15] != 0xFFFFFF || psns[16] != 0 || psns[19] != 3 || psns[20] != 4 {
+			t.Fatalf("A's PSNs %x", psns)
+		}
+		if got := x.a.qp.Query().SQPSN; got != 9 {
+			t.Fatalf("next SQ PSN %#x, want 9", uint32(got))
+		}
+	})
 }
 
 // checkCounters: on a fault-free link every frame one side sent was

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
-	"testing/synctest"
 
 	"github.com/goroce/goroce/qp"
 )
@@ -16,19 +15,19 @@ var (
 	ipB = netip.MustParseAddr("198.18.0.2")
 )
 
-func TestWriteSmoke(t *testing.T) { synctest.Test(t, testWriteSmoke) }
-
-func testWriteSmoke(t *testing.T) {
-	x := newX(t, xopts{noTap: true})
-	a, b := x.a, x.b
-	for i := range a.buf {
-		a.buf[i] = byte(i * 7)
-	}
-	n := 5000
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-		SGL: []qp.SGE{a.sge(0, n)}, RemoteAddr: b.mr.IOVA() + 8, RKey: b.mr.RKey()})
-	expectWC(t, a.scq, 1, qp.WCSuccess, qp.WCRDMAWrite)
-	if !bytes.Equal(b.buf[8:8+n], a.buf[:n]) {
-		t.Fatal("data mismatch")
-	}
+func TestWriteSmoke(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{noTap: true})
+		a, b := x.a, x.b
+		for i := range a.buf {
+			a.buf[i] = byte(i * 7)
+		}
+		n := 5000
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, n)}, RemoteAddr: b.mr.IOVA() + 8, RKey: b.mr.RKey()})
+		expectWC(t, a.scq, 1, qp.WCSuccess, qp.WCRDMAWrite)
+		if !bytes.Equal(b.buf[8:8+n], a.buf[:n]) {
+			t.Fatal("data mismatch")
+		}
+	})
 }

@@ -2,6 +2,7 @@ package qp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 
@@ -11,32 +12,58 @@ import (
 
 // InitAttr are the creation attributes of a QP (struct ibv_qp_init_attr).
 type InitAttr struct {
+	// SendCQ and RecvCQ receive the completions of the send and receive
+	// queues (the same CQ may serve both); both are required and must
+	// belong to the QP's device.
 	SendCQ, RecvCQ *CQ
-	Cap            Caps
-	SQSigAll       bool
+	// Cap sizes the queues: MaxSendWR and MaxRecvWR outstanding work
+	// requests, MaxSendSGE and MaxRecvSGE scatter/gather elements each.
+	Cap Caps
+	// SQSigAll makes every send WR generate a completion, as if each had
+	// SendSignaled (ibv_qp_init_attr.sq_sig_all).
+	SQSigAll bool
 }
 
 // QP is a reliable-connected queue pair.
 type QP struct {
-	dev *Device
-	pd  *PD
-	eng *transport.QP
+	dev            *Device
+	pd             *PD
+	eng            *transport.QP
+	sendCQ, recvCQ *CQ
+	destroyed      bool // guarded by dev.mu
 }
+
+// ErrDestroyed is returned by the calls on a QP after QP.Destroy.
+var ErrDestroyed = errors.New("qp: QP destroyed")
+
+// QPN range. 0 and 1 are the IB special QPs; rxe hands out numbers from
+// RXE_QPN_MIN (0x11) cyclically (xa_alloc_cyclic), so a freed number is
+// reused only after every other one was.
+const (
+	minQPN = 0x11
+	maxQPN = 0xFFFFFF
+)
 
 // CreateQP creates an RC QP in the RESET state (ibv_create_qp).
 func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	d := pd.dev
 	if ia.SendCQ == nil || ia.RecvCQ == nil {
-		return nil, fmt.Errorf("qp: create QP: send and receive CQs are required")
+		return nil, fmt.Errorf("qp: create QP: send and receive CQs are required: %w", ErrInvalidArgument)
+	}
+	if ia.SendCQ.dev != d || ia.RecvCQ.dev != d {
+		return nil, fmt.Errorf("qp: create QP: a CQ of another device: %w", ErrInvalidArgument)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, ErrClosed
 	}
-	qpn := d.nextQPN
-	for d.qps[qpn] != nil {
-		qpn++
+	if ia.SendCQ.failed() || ia.RecvCQ.failed() {
+		return nil, fmt.Errorf("qp: create QP: the CQ is in the error state: %w", ErrCQOverrun)
+	}
+	qpn, err := d.allocQPN()
+	if err != nil {
+		return nil, err
 	}
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
@@ -47,10 +74,41 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
 	}
 	d.nextQPN = qpn + 1
-	q := &QP{dev: d, pd: pd, eng: eng}
+	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ}
 	d.qps[qpn] = q
 	d.qpList = append(d.qpList, q)
 	return q, nil
+}
+
+// allocQPN returns the next free QP number after the last one handed out,
+// wrapping from d.qpnLimit to minQPN. Called with d.mu held.
+func (d *Device) allocQPN() (uint32, error) {
+	limit := d.qpnLimit
+	if span := limit - minQPN + 1; uint32(len(d.qps)) >= span {
+		return 0, fmt.Errorf("qp: create QP: all %d QP numbers are in use: %w", span, ErrQueueFull)
+	}
+	qpn := d.nextQPN
+	for {
+		if qpn < minQPN || qpn > limit {
+			qpn = minQPN
+		}
+		if d.qps[qpn] == nil {
+			return qpn, nil
+		}
+		qpn++
+	}
+}
+
+// usable returns why q takes no more posts or modifications (the device
+// closed, the QP destroyed), or nil. Called with d.mu held.
+func (q *QP) usable() error {
+	if q.dev.closed {
+		return ErrClosed
+	}
+	if q.destroyed {
+		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
+	}
+	return nil
 }
 
 // QPN returns the QP number.
@@ -84,6 +142,12 @@ func (q *QP) Counters() Counters {
 // Config.ResolveTimeout (default DefaultResolveTimeout) bounds it.
 func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	d := q.dev
+	d.mu.Lock()
+	err := q.usable()
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	if mask&AttrAV != 0 {
 		sgid, err := d.GID(int(a.AV.SGIDIndex))
 		if err != nil {
@@ -106,8 +170,12 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	err := q.eng.Modify(a, mask, d.now())
-	d.tx.flush()
+	if err := q.usable(); err != nil {
+		return err
+	}
+	now := d.now()
+	err = q.eng.Modify(a, mask, now)
+	d.endCall(now)
 	d.kick()
 	return err
 }
@@ -136,15 +204,34 @@ func (d *Device) resolve(ctx context.Context, ip GID) (net.HardwareAddr, error) 
 	return nil, fmt.Errorf("qp: no neighbour entry for %v (wrong GID or peer address?)", ip)
 }
 
-// PostSend posts a send work request (ibv_post_send).
+// PostSend posts a send work request (ibv_post_send). It fails with
+// ErrClosed after Device.Close, ErrDestroyed after Destroy, and
+// ErrCQOverrun once the QP's send CQ overran (the QP is then in ERR).
 func (q *QP) PostSend(wr *SendWR) error {
 	d := q.dev
 	d.mu.Lock()
-	err := q.eng.PostSend(wr, d.now())
-	d.tx.flush()
+	if err := q.postable(q.sendCQ); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	now := d.now()
+	err := q.eng.PostSend(wr, now)
+	d.endCall(now)
 	d.mu.Unlock()
 	d.kick()
 	return err
+}
+
+// postable returns why a post to q (whose completions go to cq) must fail,
+// or nil. Called with d.mu held.
+func (q *QP) postable(cq *CQ) error {
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if cq.failed() {
+		return fmt.Errorf("qp: QP %#x is in ERR: its CQ overran: %w", q.eng.QPN(), ErrCQOverrun)
+	}
+	return nil
 }
 
 // PostSendList posts a list of work requests under one lock, and writes the
@@ -154,6 +241,10 @@ func (q *QP) PostSend(wr *SendWR) error {
 func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	d := q.dev
 	d.mu.Lock()
+	if err := q.postable(q.sendCQ); err != nil {
+		d.mu.Unlock()
+		return 0, err
+	}
 	now := d.now()
 	n := 0
 	var err error
@@ -163,25 +254,37 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		}
 		n++
 	}
-	d.tx.flush()
+	d.endCall(now)
 	d.mu.Unlock()
 	d.kick()
 	return n, err
 }
 
-// PostRecv posts a receive work request (ibv_post_recv).
+// PostRecv posts a receive work request (ibv_post_recv). It fails like
+// PostSend, with the receive CQ.
 func (q *QP) PostRecv(wr *RecvWR) error {
 	d := q.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return q.eng.PostRecv(wr)
+	if err := q.postable(q.recvCQ); err != nil {
+		return err
+	}
+	err := q.eng.PostRecv(wr)
+	d.endCall(d.now())
+	return err
 }
 
-// Destroy removes the QP (ibv_destroy_qp).
+// Destroy removes the QP (ibv_destroy_qp): it receives, sends and
+// completes nothing more, outstanding work requests included, and its QP
+// number becomes free for reuse. Later calls on it fail with ErrDestroyed.
 func (q *QP) Destroy() error {
 	d := q.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if q.destroyed {
+		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
+	}
+	q.destroyed = true
 	delete(d.qps, q.QPN())
 	for i, x := range d.qpList {
 		if x == q {
@@ -195,10 +298,10 @@ func (q *QP) Destroy() error {
 // Remote describes the peer of a connection, as exchanged out of band by
 // rc_pingpong / perftest (QPN, PSN, GID) plus the path MTU to use.
 type Remote struct {
-	QPN uint32
-	PSN uint32
-	GID GID
-	MTU MTU
+	QPN uint32 // the peer QP's number
+	PSN uint32 // the first PSN the peer sends (its SQ PSN): our RQ PSN
+	GID GID    // the peer's GID (its IP address; IPv4-mapped or plain)
+	MTU MTU    // path MTU; zero: the device's active MTU
 }
 
 // ConnectOptions are the local choices for Connect; zero values take the

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"testing/synctest"
 
 	"github.com/goroce/goroce/internal/pcapfile"
 	"github.com/goroce/goroce/qp"
@@ -182,7 +181,7 @@ func TestWireMatchesRxe(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			bubble(t, func(t *testing.T) {
 				m := loadRxeMessage(t, c.file)
 				x := newX(t, xopts{})
 				x.next()
@@ -232,73 +231,73 @@ func (x *xpair) doSend(n int) {
 // TestWireHopLimitTOS: the AV's hop limit and traffic class are written
 // as the IPv4 TTL and TOS of every frame, in both directions; Connect's
 // default hop limit is 64, what rxe shows in every capture.
-func TestWireHopLimitTOS(t *testing.T) { synctest.Test(t, testWireHopLimitTOS) }
-
-func testWireHopLimitTOS(t *testing.T) {
-	x := newX(t, xopts{connA: qp.ConnectOptions{HopLimit: 5, TrafficClass: 0x68}})
-	x.next()
-	x.doWrite(8)
-	x.settle()
-	for _, p := range x.next() {
-		wantTTL, wantTOS := uint8(64), uint8(0)
-		if p.fromA {
-			wantTTL, wantTOS = 5, 0x68
+func TestWireHopLimitTOS(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{connA: qp.ConnectOptions{HopLimit: 5, TrafficClass: 0x68}})
+		x.next()
+		x.doWrite(8)
+		x.settle()
+		for _, p := range x.next() {
+			wantTTL, wantTOS := uint8(64), uint8(0)
+			if p.fromA {
+				wantTTL, wantTOS = 5, 0x68
+			}
+			if p.p.IPv4.TTL() != wantTTL || p.p.IPv4.TOS() != wantTOS {
+				t.Fatalf("%v: TTL %d TOS %#x, want %d %#x", p, p.p.IPv4.TTL(), p.p.IPv4.TOS(), wantTTL, wantTOS)
+			}
 		}
-		if p.p.IPv4.TTL() != wantTTL || p.p.IPv4.TOS() != wantTOS {
-			t.Fatalf("%v: TTL %d TOS %#x, want %d %#x", p, p.p.IPv4.TTL(), p.p.IPv4.TOS(), wantTTL, wantTOS)
-		}
-	}
+	})
 }
 
 // TestIPv6 runs SEND, WRITE, READ and an atomic between IPv6 GIDs and checks
 // the IPv6 header rxe writes: version 6, traffic class from the AV, flow
 // label 0 (ip6_flow_hdr(..., 0)), next header UDP, hop limit from the AV,
 // payload length, UDP checksum 0, ICRC over the IPv6 pseudo-header.
-func TestIPv6(t *testing.T) { synctest.Test(t, testIPv6) }
-
-func testIPv6(t *testing.T) {
-	x := newX(t, xopts{v6: true, connA: qp.ConnectOptions{TrafficClass: 0x20, HopLimit: 9}})
-	a, b := x.a, x.b
-	a.reset()
-	b.reset()
-	data := pattern(61, 2500)
-	copy(a.buf, data)
-	x.recv(b, 1, b.sge(0, 2500))
-	x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 2500)}})
-	x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(0, 2500)}, RemoteAddr: b.mr.IOVA() + 4000, RKey: b.mr.RKey()})
-	x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(8000, 2500)}, RemoteAddr: b.mr.IOVA() + 4000, RKey: b.mr.RKey()})
-	x.post(a, &qp.SendWR{WRID: 4, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
-		SGL: []qp.SGE{a.sge(16000, 8)}, RemoteAddr: b.mr.IOVA() + 12000, RKey: b.mr.RKey(),
-		CompareAdd: uint64(canary) * 0x0101010101010101, Swap: 42})
-	for i, op := range []transport.WCOpcode{transport.WCSend, transport.WCRDMAWrite, transport.WCRDMARead, transport.WCCompSwap} {
-		expectWC(t, a.scq, uint64(i+1), transport.WCSuccess, op)
-	}
-	expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
-	checkBuf(t, "responder", b.buf, region{0, data}, region{4000, data}, region{12000, le64(42)})
-	checkBuf(t, "requester", a.buf, region{0, data}, region{8000, data}, region{16000, le64(uint64(canary) * 0x0101010101010101)})
-	x.settle()
-	ps := x.next()
-	if len(ps) == 0 {
-		t.Fatal("no frames")
-	}
-	for _, p := range ps {
-		ip := p.p.IPv6
-		if ip == nil || p.p.IPv4 != nil || p.p.Eth.EtherType() != 0x86DD {
-			t.Fatalf("%v: not an IPv6 frame", p)
+func TestIPv6(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{v6: true, connA: qp.ConnectOptions{TrafficClass: 0x20, HopLimit: 9}})
+		a, b := x.a, x.b
+		a.reset()
+		b.reset()
+		data := pattern(61, 2500)
+		copy(a.buf, data)
+		x.recv(b, 1, b.sge(0, 2500))
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 2500)}})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 2500)}, RemoteAddr: b.mr.IOVA() + 4000, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(8000, 2500)}, RemoteAddr: b.mr.IOVA() + 4000, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 4, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(16000, 8)}, RemoteAddr: b.mr.IOVA() + 12000, RKey: b.mr.RKey(),
+			CompareAdd: uint64(canary) * 0x0101010101010101, Swap: 42})
+		for i, op := range []transport.WCOpcode{transport.WCSend, transport.WCRDMAWrite, transport.WCRDMARead, transport.WCCompSwap} {
+			expectWC(t, a.scq, uint64(i+1), transport.WCSuccess, op)
 		}
-		wantTC, wantHL := uint8(0), uint8(64)
-		if p.fromA {
-			wantTC, wantHL = 0x20, 9
+		expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
+		checkBuf(t, "responder", b.buf, region{0, data}, region{4000, data}, region{12000, le64(42)})
+		checkBuf(t, "requester", a.buf, region{0, data}, region{8000, data}, region{16000, le64(uint64(canary) * 0x0101010101010101)})
+		x.settle()
+		ps := x.next()
+		if len(ps) == 0 {
+			t.Fatal("no frames")
 		}
-		if ip.Version() != 6 || ip.TrafficClass() != wantTC || ip.FlowLabel() != 0 || ip.NextHeader() != 17 ||
-			ip.HopLimit() != wantHL || int(ip.PayloadLen()) != len(p.raw)-wire.EthernetLen-wire.IPv6Len {
-			t.Fatalf("%v: IPv6 header tc=%#x fl=%#x nh=%d hl=%d plen=%d", p, ip.TrafficClass(), ip.FlowLabel(),
-				ip.NextHeader(), ip.HopLimit(), ip.PayloadLen())
+		for _, p := range ps {
+			ip := p.p.IPv6
+			if ip == nil || p.p.IPv4 != nil || p.p.Eth.EtherType() != 0x86DD {
+				t.Fatalf("%v: not an IPv6 frame", p)
+			}
+			wantTC, wantHL := uint8(0), uint8(64)
+			if p.fromA {
+				wantTC, wantHL = 0x20, 9
+			}
+			if ip.Version() != 6 || ip.TrafficClass() != wantTC || ip.FlowLabel() != 0 || ip.NextHeader() != 17 ||
+				ip.HopLimit() != wantHL || int(ip.PayloadLen()) != len(p.raw)-wire.EthernetLen-wire.IPv6Len {
+				t.Fatalf("%v: IPv6 header tc=%#x fl=%#x nh=%d hl=%d plen=%d", p, ip.TrafficClass(), ip.FlowLabel(),
+					ip.NextHeader(), ip.HopLimit(), ip.PayloadLen())
+			}
+			if p.p.UDP.Checksum() != 0 || p.p.UDP.DstPort() != wire.UDPPort {
+				t.Fatalf("%v: UDP checksum %#x dst %d", p, p.p.UDP.Checksum(), p.p.UDP.DstPort())
+			}
 		}
-		if p.p.UDP.Checksum() != 0 || p.p.UDP.DstPort() != wire.UDPPort {
-			t.Fatalf("%v: UDP checksum %#x dst %d", p, p.p.UDP.Checksum(), p.p.UDP.DstPort())
-		}
-	}
+	})
 }

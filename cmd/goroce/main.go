@@ -2,55 +2,107 @@
 // process), a RoCEv2 packet dumper, an ibv_rc_pingpong-compatible ping-pong
 // and perftest-compatible benchmarks.
 //
-// Each subcommand lives in its own file and registers itself in init().
+// Each subcommand is a package under internal/ named after it with the
+// suffix cmd (democmd, dumpcmd, pingpongcmd, perftestcmd), whose Run takes
+// a tool.Env: the outputs, the context and the device opener that main
+// passes here and tests pass their own of. The protocol and format logic a
+// subcommand runs on lives beside it (internal/dump, internal/pingpong,
+// internal/perftest).
 package main
 
 import (
 	"fmt"
+	"io"
 	"os"
-	"sort"
+
+	"github.com/goroce/goroce/cmd/goroce/internal/democmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/dumpcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
+	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 )
 
 type command struct {
+	name    string
 	summary string
-	run     func(args []string) int // returns the exit code
+	run     func(env tool.Env, args []string) int // returns the exit code
 }
 
-var commands = map[string]command{}
-
-func register(name, summary string, run func(args []string) int) {
-	if _, dup := commands[name]; dup {
-		panic("goroce: duplicate subcommand " + name)
-	}
-	commands[name] = command{summary: summary, run: run}
+// commands are goroce's subcommands, in the order the usage lists them.
+var commands = []command{
+	perftestCommand(perftest.AtomicBW),
+	perftestCommand(perftest.AtomicLat),
+	{"demo", democmd.Summary, democmd.Run},
+	{"dump", dumpcmd.Summary, dumpcmd.Run},
+	{"pingpong", pingpongcmd.Summary, pingpongcmd.Run},
+	perftestCommand(perftest.ReadBW),
+	perftestCommand(perftest.ReadLat),
+	perftestCommand(perftest.SendBW),
+	perftestCommand(perftest.SendLat),
+	perftestCommand(perftest.WriteBW),
+	perftestCommand(perftest.WriteLat),
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "usage: goroce <command> [flags]\n\ncommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+func perftestCommand(t perftest.Test) command {
+	return command{t.String(), perftestcmd.Summary(t), perftestcmd.Command(t)}
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-12s %s\n", n, commands[n].summary)
+	return command{}, false
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: goroce <command> [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun 'goroce <command> -h' for a command's flags.\n")
+	fmt.Fprintf(w, "\nRun 'goroce <command> -h' for a command's flags.\n")
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
+	os.Exit(run(tool.DefaultEnv(), os.Args[1:]))
+}
+
+// run runs the command that args name and returns the exit code: 2 for
+// a missing or unknown command; `goroce help CMD` is `goroce CMD -h`.
+func run(env tool.Env, args []string) int {
+	if len(args) == 0 {
+		usage(env.Stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help":
+		usage(env.Stderr)
+		return 0
+	case "help":
+		switch len(args) {
+		case 1:
+			usage(env.Stderr)
+			return 0
+		case 2:
+			c, ok := lookup(args[1])
+			if !ok {
+				fmt.Fprintf(env.Stderr, "goroce help: unknown command %q\n\n", args[1])
+				usage(env.Stderr)
+				return 2
+			}
+			return c.run(env, []string{"-h"})
+		default:
+			fmt.Fprintf(env.Stderr, "usage: goroce help [command]\n")
+			return 2
 		}
-		return
 	}
-	c, ok := commands[os.Args[1]]
+	c, ok := lookup(args[0])
 	if !ok {
-		fmt.Fprintf(os.Stderr, "goroce: unknown command %q\n\n", os.Args[1])
-		usage()
-		os.Exit(2)
+		fmt.Fprintf(env.Stderr, "goroce: unknown command %q\n\n", args[0])
+		usage(env.Stderr)
+		return 2
 	}
-	os.Exit(c.run(os.Args[2:]))
+	return c.run(env, args[1:])
 }

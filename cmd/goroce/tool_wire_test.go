@@ -6,6 +6,10 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
+	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool"
+	"github.com/goroce/goroce/cmd/goroce/internal/tool/tooltest"
 	"github.com/goroce/goroce/internal/pcapfile"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/wire"
@@ -50,17 +54,17 @@ func capturedPackets(t *testing.T, l *lockedBuffer) []wire.Packet {
 // cycling through the peer's cycle buffer in cache-line steps, atomic_bw's
 // FETCH_ADD of 1 cycling through 64 slots as in atomic_fadd.pcap.
 func TestToolsWireProfile(t *testing.T) {
-	run := func(t *testing.T, tool func(toolEnv, []string) int, args []string) ([]wire.Packet, toolRun, toolRun) {
+	run := func(t *testing.T, tool func(tool.Env, []string) int, args []string) ([]wire.Packet, tooltest.Outcome, tooltest.Outcome) {
 		var tap lockedBuffer
-		open := memDevices(t, nic.MemConfig{Seed: 2, Tap: &tap})
-		s, c := runPair(t, tool, open, args, args)
-		if s.code != 0 || c.code != 0 {
-			t.Fatalf("exit codes server %d client %d", s.code, c.code)
+		open := tooltest.MemDevices(t, nic.MemConfig{Seed: 2, Tap: &tap})
+		s, c := tooltest.RunPair(t, tool, open, args, args)
+		if s.Code != 0 || c.Code != 0 {
+			t.Fatalf("exit codes server %d client %d", s.Code, c.Code)
 		}
 		return capturedPackets(t, &tap), s, c
 	}
 	t.Run("pingpong", func(t *testing.T) {
-		pkts, _, _ := run(t, runPingpong, []string{"-g", "1", "-n", "10"})
+		pkts, _, _ := run(t, pingpongcmd.Run, []string{"-g", "1", "-n", "10"})
 		// Counted once per sender and PSN: on a loaded machine an ACK can
 		// come after the 67 ms timeout, and the retransmission is legal.
 		counts := map[wire.Opcode]int{}
@@ -85,7 +89,7 @@ func TestToolsWireProfile(t *testing.T) {
 		}
 	})
 	t.Run("write_bw", func(t *testing.T) {
-		wbw := func(env toolEnv, args []string) int { return runPerftest(env, perftest.WriteBW, args) }
+		wbw := func(env tool.Env, args []string) int { return perftestcmd.Run(env, perftest.WriteBW, args) }
 		pkts, s, _ := run(t, wbw, []string{"-s", "100", "-n", "50"})
 		var vas []uint64
 		seen := map[wire.PSN]bool{}
@@ -108,12 +112,12 @@ func TestToolsWireProfile(t *testing.T) {
 				t.Fatalf("WRITE %d to %#x, want %#x", k, va, want)
 			}
 		}
-		if !bytes.Contains([]byte(s.stdout), []byte(" 100        50   ")) {
-			t.Errorf("server table:\n%s", s.stdout)
+		if !bytes.Contains([]byte(s.Stdout), []byte(" 100        50   ")) {
+			t.Errorf("server table:\n%s", s.Stdout)
 		}
 	})
 	t.Run("atomic_bw", func(t *testing.T) {
-		abw := func(env toolEnv, args []string) int { return runPerftest(env, perftest.AtomicBW, args) }
+		abw := func(env tool.Env, args []string) int { return perftestcmd.Run(env, perftest.AtomicBW, args) }
 		pkts, _, _ := run(t, abw, []string{"-n", "70"})
 		var vas []uint64
 		seen := map[wire.PSN]bool{}

@@ -108,6 +108,8 @@
 // # Fallback
 //
 // Open probes what it needs and returns a *NotSupportedError (which matches
-// errors.ErrUnsupported) naming the missing feature, so a caller can fall back
-// to AF_PACKET or UDP mode.
+// ErrNotSupported and errors.ErrUnsupported) naming the missing feature, so a
+// caller can fall back to AF_PACKET or UDP mode. The package builds on every
+// system; outside Linux Open and AttachPassProgram always return that error,
+// wrapping ErrNotSupported.
 package afxdp

@@ -3,12 +3,19 @@ package afxdp
 import (
 	"errors"
 	"fmt"
+	"runtime"
 )
 
-// NotSupportedError says that this kernel, configuration or process cannot
-// run the AF_XDP backend, and what it would need. It matches
-// errors.ErrUnsupported, and unwraps to the underlying error (usually an
-// errno), so a caller can fall back to another backend:
+// ErrNotSupported is what every *NotSupportedError matches: AF_XDP cannot
+// run here. Outside Linux it is also the underlying error: AF_XDP is Linux
+// only, and Open and AttachPassProgram always fail there. It wraps
+// errors.ErrUnsupported.
+var ErrNotSupported = fmt.Errorf("afxdp: AF_XDP is Linux only, this is %s: %w", runtime.GOOS, errors.ErrUnsupported)
+
+// NotSupportedError says that this system, kernel, configuration or process
+// cannot run the AF_XDP backend, and what it would need. It matches
+// ErrNotSupported and errors.ErrUnsupported, and unwraps to the underlying
+// error (usually an errno), so a caller can fall back to another backend:
 //
 //	l, err := afxdp.Open(ifname, 0, afxdp.Options{})
 //	if errors.Is(err, errors.ErrUnsupported) { /* use AF_PACKET */ }
@@ -32,8 +39,10 @@ func (e *NotSupportedError) Error() string {
 // Unwrap returns the underlying error.
 func (e *NotSupportedError) Unwrap() error { return e.Err }
 
-// Is reports whether target is errors.ErrUnsupported.
-func (e *NotSupportedError) Is(target error) bool { return target == errors.ErrUnsupported }
+// Is reports whether target is ErrNotSupported or errors.ErrUnsupported.
+func (e *NotSupportedError) Is(target error) bool {
+	return target == ErrNotSupported || target == errors.ErrUnsupported
+}
 
 func notSupported(what, needs string, err error) error {
 	return &NotSupportedError{What: what, Needs: needs, Err: err}

@@ -3,41 +3,49 @@
 package afxdp
 
 import (
-	"errors"
 	"io"
+	"net"
 
 	"github.com/goroce/goroce/nic"
 )
 
-// Mode chooses how the XDP program is attached.
-type Mode int
-
-// Attach modes.
-const (
-	ModeAuto Mode = iota
-	ModeNative
-	ModeGeneric
-)
-
-// Options configure Open.
-type Options struct {
-	FrameSize, NumFrames, BatchSize, TxBudget int
-	Mode                                      Mode
-	ZeroCopy                                  bool
+// XDPStats mirrors struct xdp_statistics (the Linux type is
+// unix.XDPStatistics).
+type XDPStats struct {
+	Rx_dropped               uint64
+	Rx_invalid_descs         uint64
+	Tx_invalid_descs         uint64
+	Rx_ring_full             uint64
+	Rx_fill_ring_empty_descs uint64
+	Tx_ring_empty_descs      uint64
 }
 
-// Link is unavailable outside Linux.
-type Link struct{ nic.Link }
+// Link is an AF_XDP socket; outside Linux Open never returns one.
+type Link struct{}
 
-// TryReadBatch is unavailable outside Linux.
-func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) { return 0, nic.ErrClosed }
+var _ nic.Link = (*Link)(nil)
 
-// Open always fails outside Linux.
+// Open fails outside Linux with a *NotSupportedError wrapping
+// ErrNotSupported.
 func Open(ifname string, queue int, opts Options) (*Link, error) {
-	return nil, notSupported("AF_XDP", "Linux", errors.ErrUnsupported)
+	return nil, notSupported("AF_XDP", "Linux", ErrNotSupported)
 }
 
-// AttachPassProgram always fails outside Linux.
+// AttachPassProgram fails outside Linux like Open.
 func AttachPassProgram(ifname string) (io.Closer, error) {
-	return nil, notSupported("XDP", "Linux", errors.ErrUnsupported)
+	return nil, notSupported("XDP", "Linux", ErrNotSupported)
 }
+
+// The methods of a Link that cannot exist: they report a closed link.
+
+func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error)    { return 0, nic.ErrClosed }
+func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) { return 0, nic.ErrClosed }
+func (l *Link) WriteBatch(frames [][]byte) (int, error)              { return 0, nic.ErrClosed }
+func (l *Link) BatchSize() int                                       { return 0 }
+func (l *Link) MTU() int                                             { return 0 }
+func (l *Link) HardwareAddr() net.HardwareAddr                       { return nil }
+func (l *Link) Stats() nic.Stats                                     { return nic.Stats{} }
+func (l *Link) KernelStats() XDPStats                                { return XDPStats{} }
+func (l *Link) Mode() string                                         { return "" }
+func (l *Link) ZeroCopy() bool                                       { return false }
+func (l *Link) Close() error                                         { return nil }

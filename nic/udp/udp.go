@@ -1,8 +1,7 @@
-//go:build linux
-
 // Package udp is the unprivileged nic.Link backend: it carries the RoCEv2
 // part of each frame (BTH through ICRC) as the payload of an ordinary UDP
-// datagram, and lets the kernel build the Ethernet, IP and UDP headers.
+// datagram, and lets the kernel build the Ethernet, IP and UDP headers. It
+// works wherever the operating system has UDP sockets.
 //
 // # The frame model
 //
@@ -13,8 +12,7 @@
 // payload. MAC addresses, VLAN tag, TOS/traffic class, TTL/hop limit, IPv4
 // ID and the UDP source port of the frame are not carried. On ReadBatch the
 // backend writes a synthetic Ethernet + IP + UDP header in front of the
-// received payload (directly in the caller's buffer; recvmmsg fills the
-// payload behind the header room), so the caller sees a normal RoCEv2 frame.
+// received payload, so the caller sees a normal RoCEv2 frame.
 //
 // # The ICRC, and who can talk to whom
 //
@@ -33,7 +31,7 @@
 //	      checksum masked
 //
 // Linux sends IPv4 ID 0 for a DF datagram from an unconnected socket
-// (ip_select_ident_segs), so with IP_PMTUDISC_DO and sendmmsg to explicit
+// (ip_select_ident_segs), so with IP_PMTUDISC_DO and datagrams to explicit
 // destinations the wire header is the canonical one when the peer port is
 // 4791.
 //
@@ -46,24 +44,41 @@
 // arrived. So this backend never hides corruption.
 //
 // Peers that work:
-//   - goroce(udp) ↔ goroce(udp): IPv4 and IPv6, any ports.
-//   - goroce(udp) → rxe/mlx5 or goroce(afpacket/afxdp): IPv4 and IPv6, when
-//     datagrams go to port 4791 (the wire header is canonical).
-//   - rxe/mlx5 → goroce(udp) on port 4791: IPv6 only (the socket accepts
-//     rxe's zero IPv6 UDP checksum, UDP_NO_CHECK6_RX). rxe puts a kernel
-//     chosen IPv4 ID in every packet, which a UDP socket cannot see, so IPv4
-//     packets from rxe fail the ICRC check (the transport drops and counts
-//     them). A goroce raw backend sender interoperates if its transport uses
-//     IPv4 ID 0 with DF.
+//   - goroce(udp) ↔ goroce(udp): IPv4 and IPv6, any ports, any operating
+//     system (the canonical header is synthesized on both ends).
+//   - goroce(udp) on Linux → rxe/mlx5 or goroce(afpacket/afxdp): IPv4 and
+//     IPv6, when datagrams go to port 4791 (the wire header is canonical).
+//     From other systems IPv6 works the same way; IPv4 works only if the
+//     system sends ID 0 with DF, which is not promised (macOS and FreeBSD
+//     choose their own IPv4 IDs).
+//   - rxe/mlx5 → goroce(udp) on Linux, port 4791: IPv6 only (the socket
+//     accepts rxe's zero IPv6 UDP checksum, UDP_NO_CHECK6_RX; other systems
+//     drop such datagrams in the kernel). rxe puts a kernel chosen IPv4 ID
+//     in every packet, which a UDP socket cannot see, so IPv4 packets from
+//     rxe fail the ICRC check (the transport drops and counts them). A
+//     goroce raw backend sender interoperates if its transport uses IPv4 ID
+//     0 with DF.
 //
 // Two endpoints on one host: bind them to different loopback addresses
 // (127.0.0.1:4791 and 127.0.0.2:4791), or to different ports with PeerPort
 // naming the other's port; the canonical destination port stays 4791.
 //
-// Receive blocks in poll(2) on the socket and an eventfd, so Close wakes a
-// blocked ReadBatch (ErrClosed); TryReadBatch is the non-blocking read for
-// polling callers (one recvmmsg with MSG_DONTWAIT). recvmmsg/sendmmsg move BatchSize datagrams
-// per system call.
+// # Two socket paths
+//
+// On Linux the link drives a non-blocking socket with recvmmsg/sendmmsg,
+// BatchSize datagrams per system call, no allocation per packet. ReadBatch
+// blocks in poll(2) on the socket and an eventfd, so Close wakes a blocked
+// ReadBatch (ErrClosed); TryReadBatch is one recvmmsg with MSG_DONTWAIT.
+//
+// Elsewhere (macOS, FreeBSD, Windows, ...) it uses the standard library's
+// net.UDPConn: one datagram per system call (WriteMsgUDPAddrPort,
+// ReadMsgUDPAddrPort). A reader goroutine started by Open receives into a
+// ring of MTU-sized slots, and ReadBatch and TryReadBatch copy frames out
+// of that ring, so TryReadBatch never sleeps and never makes a system call,
+// and Close wakes every blocked call. A datagram larger than the link's MTU
+// is dropped and counted. Stats.RxDrops does not include the kernel's
+// socket-buffer drops there (no SO_MEMINFO), and Stats.RingFull stays 0
+// (the standard library waits for socket buffer space itself).
 package udp
 
 import (
@@ -76,9 +91,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goroce/goroce/nic"
-	"github.com/goroce/goroce/nic/internal/sockio"
 	"github.com/goroce/goroce/wire"
-	"golang.org/x/sys/unix"
 )
 
 // RoCEv2Port is the canonical UDP destination port.
@@ -96,11 +109,17 @@ type Config struct {
 	// MTU is the IP MTU frames are limited to (default 1500; the largest
 	// frame is MTU+18).
 	MTU int
-	// BatchSize is the number of datagrams per system call (default 64).
+	// BatchSize is the number of datagrams per system call on Linux, and
+	// the preferred number of frames per ReadBatch/WriteBatch (default 64).
 	BatchSize int
-	// SocketBuffer sets SO_RCVBUF/SO_SNDBUF (root may exceed the sysctl
-	// limits; others get what the kernel allows). 0 keeps the defaults.
+	// SocketBuffer sets SO_RCVBUF/SO_SNDBUF (root may exceed the Linux
+	// sysctl limits; others get what the kernel allows). 0 keeps the
+	// defaults.
 	SocketBuffer int
+
+	// portable selects the net.UDPConn path on Linux too (tests: it is the
+	// only path other systems have).
+	portable bool
 }
 
 const (
@@ -111,25 +130,39 @@ const (
 	ttl          = 64
 )
 
+// sock is one of the two socket paths (see the package comment). recv and
+// send run under the Link's rxMu and txMu; stop may run concurrently with
+// both and must wake them; release runs once, after stop, with both locks
+// held.
+type sock interface {
+	// recv fills bufs with synthesized frames; with block it waits for at
+	// least one (or the stop). It returns 0, nil when nothing is waiting.
+	recv(bufs [][]byte, sizes []int, block bool) (int, error)
+	// send transmits frames (dropped ones counted in l.txDrops) and
+	// returns how many it consumed.
+	send(frames [][]byte) (int, error)
+	// socketDrops is the kernel's count of datagrams dropped on receive.
+	socketDrops() uint64
+	stop()
+	release()
+}
+
 // Link is a UDP-socket nic.Link.
 type Link struct {
 	local    netip.AddrPort
 	zoneID   uint32 // IPv6 scope of a link-local Local (0 otherwise)
+	zone     string // its interface name
 	v6       bool
 	peerPort uint16
 	mtu      int
 	batch    int
 	hdrLen   int
 	mac      net.HardwareAddr
-	fd       int
-	stop     *sockio.Stopper
+	s        sock
 
 	rxMu sync.Mutex
-	rx   *sockio.Batch
 
 	txMu    sync.Mutex
-	tx      *sockio.Batch
-	trailer [][4]byte
 	scratch []byte // canonical l3 for the ICRC re-basing
 
 	closeOnce sync.Once
@@ -141,6 +174,7 @@ type Link struct {
 }
 
 var _ nic.Link = (*Link)(nil)
+var _ nic.Poller = (*Link)(nil)
 
 // Open binds the socket.
 func Open(cfg Config) (*Link, error) {
@@ -174,75 +208,28 @@ func Open(cfg Config) (*Link, error) {
 	l := &Link{
 		local:    netip.AddrPortFrom(ip, port),
 		zoneID:   zoneID,
+		zone:     ip.Zone(),
 		v6:       ip.Is6(),
 		peerPort: cfg.PeerPort,
 		mtu:      cfg.MTU,
 		batch:    cfg.BatchSize,
 		mac:      SyntheticMAC(ip),
-		rx:       sockio.NewBatch(cfg.BatchSize, true),
-		tx:       sockio.NewBatchIov(cfg.BatchSize, 2, true),
-		trailer:  make([][4]byte, cfg.BatchSize),
 		scratch:  make([]byte, cfg.MTU+64),
-		fd:       -1,
+		hdrLen:   hdrLen4,
 	}
-	l.hdrLen = hdrLen4
-	fam := unix.AF_INET
 	if l.v6 {
-		l.hdrLen, fam = hdrLen6, unix.AF_INET6
+		l.hdrLen = hdrLen6
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			l.release()
-		}
-	}()
 	var err error
-	l.fd, err = unix.Socket(fam, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-	if err != nil {
-		return nil, fmt.Errorf("udp: socket: %w", err)
-	}
-	// DF on every datagram (and IPv4 ID 0 from an unconnected socket, see
-	// the package comment); never fragment.
-	if l.v6 {
-		err = unix.SetsockoptInt(l.fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
-		if err == nil {
-			err = unix.SetsockoptInt(l.fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1)
-		}
-		if err == nil {
-			// rxe sends IPv6 UDP with checksum 0 (its tunnel socket turns
-			// the RFC 8200 checksum off; the ICRC protects the data), which
-			// the kernel drops unless the socket accepts it. Sending keeps
-			// real checksums, which every receiver accepts.
-			err = unix.SetsockoptInt(l.fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1)
-		}
+	if cfg.portable || !haveMmsg {
+		l.s, err = openConn(l, cfg)
 	} else {
-		err = unix.SetsockoptInt(l.fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		l.s, err = openMmsg(l, cfg)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("udp: path MTU discovery option: %w", err)
+		return nil, err
 	}
-	if cfg.SocketBuffer > 0 {
-		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
-			if unix.SetsockoptInt(l.fd, unix.SOL_SOCKET, o[0], cfg.SocketBuffer) != nil {
-				unix.SetsockoptInt(l.fd, unix.SOL_SOCKET, o[1], cfg.SocketBuffer)
-			}
-		}
-	}
-	if err := unix.Bind(l.fd, sockaddr(l.local, zoneID)); err != nil {
-		return nil, fmt.Errorf("udp: bind %v: %w", l.local, err)
-	}
-	if l.stop, err = sockio.NewStopper(); err != nil {
-		return nil, fmt.Errorf("udp: eventfd: %w", err)
-	}
-	ok = true
 	return l, nil
-}
-
-func sockaddr(ap netip.AddrPort, zoneID uint32) unix.Sockaddr {
-	if ap.Addr().Is4() {
-		return &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
-	}
-	return &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port()), ZoneId: zoneID}
 }
 
 // SyntheticMAC is the MAC address the backend uses for ip in synthesized
@@ -251,16 +238,6 @@ func sockaddr(ap netip.AddrPort, zoneID uint32) unix.Sockaddr {
 func SyntheticMAC(ip netip.Addr) net.HardwareAddr {
 	b := ip.As16()
 	return net.HardwareAddr{0x02, b[11], b[12], b[13], b[14], b[15]}
-}
-
-func (l *Link) release() {
-	if l.fd >= 0 {
-		unix.Close(l.fd)
-		l.fd = -1
-	}
-	if l.stop != nil {
-		l.stop.Close()
-	}
 }
 
 // BatchSize implements nic.Link.
@@ -279,99 +256,25 @@ func (l *Link) LocalAddr() netip.AddrPort { return l.local }
 func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	for {
-		if l.closed.Load() {
-			return 0, nic.ErrClosed
-		}
-		n, err := l.recv(bufs, sizes)
-		if n > 0 || err != nil {
-			return n, err
-		}
-		_, stopped, perr := l.stop.Wait(l.fd, unix.POLLIN, -1)
-		l.wakeups.Add(1)
-		if stopped {
-			return 0, nic.ErrClosed
-		}
-		if perr != nil {
-			return 0, fmt.Errorf("udp: poll: %w", perr)
-		}
+	if l.closed.Load() {
+		return 0, nic.ErrClosed
 	}
+	return l.s.recv(bufs, sizes, true)
 }
 
 // TryReadBatch is ReadBatch without blocking, for callers that drive the
-// link by polling (qp.Config.BusyPoll): one recvmmsg(2) with MSG_DONTWAIT,
-// returning 0 when no datagram is waiting. A UDP socket has no ring to look
-// at, so each call is one system call even when it finds nothing. After
-// Close it returns nic.ErrClosed.
+// link by polling (qp.Config.BusyPoll), returning 0 when no datagram is
+// waiting. On Linux it is one recvmmsg(2) with MSG_DONTWAIT (a UDP socket
+// has no ring to look at, so each call is one system call even when it finds
+// nothing); elsewhere it looks at the reader goroutine's ring, without a
+// system call. After Close it returns nic.ErrClosed.
 func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
 	if l.closed.Load() {
 		return 0, nic.ErrClosed
 	}
-	return l.recv(bufs, sizes)
-}
-
-// recv does one non-blocking recvmmsg into bufs (behind the header room) and
-// writes the synthesized headers. Returns 0, nil when nothing is waiting.
-func (l *Link) recv(bufs [][]byte, sizes []int) (int, error) {
-	k := min(len(bufs), len(sizes), len(l.rx.Msgs))
-	for i := 0; i < k; i++ {
-		if len(bufs[i]) > l.hdrLen {
-			l.rx.SetBuf(i, bufs[i][l.hdrLen:])
-		} else {
-			l.rx.SetBuf(i, nil) // arrives truncated: dropped below
-		}
-		l.rx.Msgs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
-		l.rx.Msgs[i].Hdr.Flags = 0
-	}
-	got, err := sockio.Recvmmsg(l.fd, l.rx.Msgs[:k], unix.MSG_DONTWAIT)
-	l.rx.Clear()
-	if err != nil {
-		if sockio.IsAgain(err) {
-			return 0, nil
-		}
-		return 0, fmt.Errorf("udp: recvmmsg: %w", err)
-	}
-	n := 0
-	for i := 0; i < got; i++ {
-		m := &l.rx.Msgs[i]
-		plen := int(m.Len)
-		src, ok := l.source(i)
-		if !ok || m.Hdr.Flags&unix.MSG_TRUNC != 0 || len(bufs[i]) < l.hdrLen+plen {
-			l.rxDrops.Add(1)
-			continue
-		}
-		if n != i {
-			// Compact after a drop: move the payload into slot n (rare).
-			if len(bufs[n]) < l.hdrLen+plen {
-				l.rxDrops.Add(1)
-				continue
-			}
-			copy(bufs[n][l.hdrLen:], bufs[i][l.hdrLen:l.hdrLen+plen])
-		}
-		l.synthesize(bufs[n], src, plen)
-		sizes[n] = l.hdrLen + plen
-		l.rxBytes.Add(uint64(sizes[n]))
-		n++
-	}
-	l.rxFrames.Add(uint64(n))
-	return n, nil
-}
-
-// source decodes message i's source address.
-func (l *Link) source(i int) (netip.AddrPort, bool) {
-	raw := &l.rx.Names[i]
-	switch raw.Family {
-	case unix.AF_INET:
-		sa := (*unix.RawSockaddrInet4)(rawPointer(raw))
-		port := binary.BigEndian.Uint16((*[2]byte)(rawPointer(&sa.Port))[:])
-		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), port), true
-	case unix.AF_INET6:
-		port := binary.BigEndian.Uint16((*[2]byte)(rawPointer(&raw.Port))[:])
-		return netip.AddrPortFrom(netip.AddrFrom16(raw.Addr).Unmap(), port), true
-	}
-	return netip.AddrPort{}, false
+	return l.s.recv(bufs, sizes, false)
 }
 
 // synthesize writes Ethernet + canonical IP + UDP headers in front of a
@@ -481,86 +384,30 @@ func (l *Link) parseFrame(f []byte) (l3 []byte, dst netip.Addr, payloadOff int, 
 	return nil, dst, 0, errNotRoCE
 }
 
-// WriteBatch implements nic.Link. Frames that are not IP/UDP of the link's
-// family, or carry less than a BTH and an ICRC, are dropped and counted in
-// Stats.TxDrops; the count returned includes them.
-func (l *Link) WriteBatch(frames [][]byte) (int, error) {
-	l.txMu.Lock()
-	defer l.txMu.Unlock()
-	done := 0
-	for done < len(frames) {
-		if l.closed.Load() {
-			return done, nic.ErrClosed
-		}
-		// Prepare up to one batch; dropped frames are skipped.
-		k := 0
-		first := done
-		for done < len(frames) && k < len(l.tx.Msgs) {
-			f := frames[done]
-			done++
-			if !l.prepare(k, f) {
-				l.txDrops.Add(1)
-				continue
-			}
-			k++
-		}
-		sent, lost := 0, 0
-		for sent < k {
-			n, err := sockio.Sendmmsg(l.fd, l.tx.Msgs[sent:k], 0)
-			if n > 0 {
-				sent += n
-				continue
-			}
-			switch {
-			case sockio.IsAgain(err):
-				l.ringFull.Add(1)
-				if _, stopped, perr := l.stop.Wait(l.fd, unix.POLLOUT, -1); stopped {
-					l.tx.Clear()
-					return first + sent, nic.ErrClosed
-				} else if perr != nil {
-					l.tx.Clear()
-					return first + sent, fmt.Errorf("udp: poll: %w", perr)
-				}
-			case errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.EHOSTUNREACH),
-				errors.Is(err, unix.ENETUNREACH), errors.Is(err, unix.EMSGSIZE), errors.Is(err, unix.ENOBUFS):
-				// A pending ICMP error from an earlier datagram, no route,
-				// or a datagram too big: lose this one datagram.
-				l.txDrops.Add(1)
-				sent++
-				lost++
-			default:
-				l.tx.Clear()
-				return first + sent, fmt.Errorf("udp: sendmmsg: %w", err)
-			}
-		}
-		l.txFrames.Add(uint64(k - lost))
-	}
-	l.tx.Clear()
-	return done, nil
-}
-
-// prepare fills message k for frame f: destination, payload iovec (BTH ..
-// last pad byte, in the caller's frame) and the re-based ICRC trailer.
-func (l *Link) prepare(k int, f []byte) bool {
+// rebase prepares frame f for sending: it returns the payload (BTH .. last
+// pad byte, in f), the destination and the re-based ICRC trailer. The
+// canonical IP + UDP header and a copy of the payload are left in
+// l.scratch[:hl+len(body)], with at least 4 bytes of room behind them. ok is
+// false for frames the link cannot carry.
+func (l *Link) rebase(f []byte) (body []byte, dst netip.Addr, trailer uint32, hl int, ok bool) {
 	if len(f) > l.mtu+18 {
-		return false
+		return nil, dst, 0, 0, false
 	}
 	l3, dst, poff, err := l.parseFrame(f)
 	if err != nil || len(l3) < poff+wire.BTHLen+wire.ICRCLen {
-		return false
+		return nil, dst, 0, 0, false
 	}
-	body := l3[poff : len(l3)-wire.ICRCLen] // BTH .. last pad byte
+	body = l3[poff : len(l3)-wire.ICRCLen]
 	frameICRC := binary.LittleEndian.Uint32(l3[len(l3)-wire.ICRCLen:])
 	asBuilt := wire.ICRC(l3[:len(l3)-wire.ICRCLen])
 
-	// The canonical l3 in scratch: header + a copy of the body.
-	hl := 28
+	hl = 28
 	if l.v6 {
 		hl = 48
 	}
 	n := hl + len(body)
-	if n > len(l.scratch) {
-		return false
+	if n+wire.ICRCLen > len(l.scratch) {
+		return nil, dst, 0, 0, false
 	}
 	c := l.scratch[:n]
 	if l.v6 {
@@ -570,42 +417,28 @@ func (l *Link) prepare(k int, f []byte) bool {
 	}
 	copy(c[hl:], body)
 	canon := wire.ICRC(c)
-	binary.LittleEndian.PutUint32(l.trailer[k][:], canon^asBuilt^frameICRC)
-
-	l.tx.SetBufs(k, body, l.trailer[k][:])
-	l.txBytes.Add(uint64(len(f)))
-	putSockaddr(&l.tx.Names[k], netip.AddrPortFrom(dst, l.peerPort), &l.tx.Msgs[k])
-	if l.v6 && dst.IsLinkLocalUnicast() {
-		l.tx.Names[k].Scope_id = l.zoneID
-	}
-	return true
+	return body, dst, canon ^ asBuilt ^ frameICRC, hl, true
 }
 
-// putSockaddr writes a raw socket address for ap and sets the message's
-// name length.
-func putSockaddr(raw *unix.RawSockaddrInet6, ap netip.AddrPort, m *unix.Mmsghdr) {
-	port := ap.Port()
-	if ap.Addr().Is4() {
-		sa := (*unix.RawSockaddrInet4)(rawPointer(raw))
-		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: ap.Addr().As4()}
-		p := (*[2]byte)(rawPointer(&sa.Port))
-		p[0], p[1] = byte(port>>8), byte(port)
-		m.Hdr.Namelen = unix.SizeofSockaddrInet4
-		return
+// WriteBatch implements nic.Link. Frames that are not IP/UDP of the link's
+// family, or carry less than a BTH and an ICRC, are dropped and counted in
+// Stats.TxDrops; the count returned includes them.
+func (l *Link) WriteBatch(frames [][]byte) (int, error) {
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	if len(frames) > 0 && l.closed.Load() {
+		return 0, nic.ErrClosed
 	}
-	*raw = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ap.Addr().As16()}
-	p := (*[2]byte)(rawPointer(&raw.Port))
-	p[0], p[1] = byte(port>>8), byte(port)
-	m.Hdr.Namelen = unix.SizeofSockaddrInet6
+	return l.s.send(frames)
 }
 
-// Stats implements nic.Link. RxDrops includes the datagrams the kernel
-// dropped because the socket's receive buffer was full (SO_MEMINFO).
+// Stats implements nic.Link. On Linux RxDrops includes the datagrams the
+// kernel dropped because the socket's receive buffer was full (SO_MEMINFO).
 func (l *Link) Stats() nic.Stats {
 	var sockDrops uint64
 	l.statsMu.Lock()
 	if !l.closed.Load() {
-		sockDrops = uint64(sockio.SocketDrops(l.fd))
+		sockDrops = l.s.socketDrops()
 	}
 	l.statsMu.Unlock()
 	return nic.Stats{
@@ -625,11 +458,11 @@ func (l *Link) Stats() nic.Stats {
 func (l *Link) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
-		l.stop.Stop()
+		l.s.stop()
 		l.rxMu.Lock()
 		l.txMu.Lock()
 		l.statsMu.Lock()
-		l.release()
+		l.s.release()
 		l.statsMu.Unlock()
 		l.txMu.Unlock()
 		l.rxMu.Unlock()

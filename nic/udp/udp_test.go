@@ -3,7 +3,6 @@
 package udp
 
 import (
-	"bytes"
 	"errors"
 	"net/netip"
 	"os"
@@ -14,28 +13,6 @@ import (
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/wire"
 )
-
-// buildFrame makes an RC SEND_ONLY frame from src to dst with a payload
-// derived from psn. IPID and sport are deliberately "rxe-like" (non-zero,
-// per-QP) to show that they need not survive the trip.
-func buildFrame(t testing.TB, src, dst netip.Addr, psn uint32, payloadLen int) []byte {
-	t.Helper()
-	f := &wire.Frame{
-		DstMAC: [6]byte{2, 0, 0, 0, 0, 0x0b}, SrcMAC: [6]byte{2, 0, 0, 0, 0, 0x0a},
-		SrcIP: src, DstIP: dst, HopLimit: 64, IPID: uint16(0x1234 + psn), SrcPort: 0xC132,
-		BTH: wire.BTHFields{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: wire.PSN(psn), AckReq: true},
-	}
-	payload := make([]byte, payloadLen)
-	for i := range payload {
-		payload[i] = byte(psn) + byte(i*7)
-	}
-	buf := make([]byte, f.Len(payloadLen))
-	n, err := wire.BuildPayload(buf, f, payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf[:n]
-}
 
 func open(t testing.TB, local string, peerPort uint16) *Link {
 	t.Helper()
@@ -48,62 +25,6 @@ func open(t testing.TB, local string, peerPort uint16) *Link {
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
-}
-
-func readN(t testing.TB, l *Link, n int) [][]byte {
-	t.Helper()
-	type res struct {
-		f   [][]byte
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		var out [][]byte
-		bufs := make([][]byte, 16)
-		for i := range bufs {
-			bufs[i] = make([]byte, 2048)
-		}
-		sizes := make([]int, len(bufs))
-		for len(out) < n {
-			k, err := l.ReadBatch(bufs, sizes)
-			if err != nil {
-				ch <- res{out, err}
-				return
-			}
-			for i := 0; i < k; i++ {
-				out = append(out, append([]byte(nil), bufs[i][:sizes[i]]...))
-			}
-		}
-		ch <- res{out, nil}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("after %d frames: %v", len(r.f), r.err)
-		}
-		return r.f
-	case <-time.After(20 * time.Second):
-		t.Fatalf("fewer than %d frames arrived; stats %+v", n, l.Stats())
-		return nil
-	}
-}
-
-// checkDelivered parses got and compares its RoCE part with sent.
-func checkDelivered(t *testing.T, got, sent []byte, src, dst netip.AddrPort) {
-	t.Helper()
-	var p, q wire.Packet
-	if err := wire.Parse(got, &p); err != nil {
-		t.Fatalf("received frame does not parse: %v", err)
-	}
-	if err := wire.Parse(sent, &q); err != nil {
-		t.Fatal(err)
-	}
-	if p.SrcIP() != src.Addr() || p.DstIP() != dst.Addr() || p.UDP.SrcPort() != src.Port() || p.UDP.DstPort() != 4791 {
-		t.Fatalf("headers: %v:%d -> %v:%d", p.SrcIP(), p.UDP.SrcPort(), p.DstIP(), p.UDP.DstPort())
-	}
-	if !bytes.Equal(p.BTH, q.BTH) || !bytes.Equal(p.Payload, q.Payload) {
-		t.Fatal("BTH or payload differ")
-	}
 }
 
 func TestRoundTripIPv4(t *testing.T) {
@@ -328,7 +249,7 @@ func BenchmarkUDP(b *testing.B) {
 func (l *Link) recvLocked(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	return l.recv(bufs, sizes)
+	return l.s.recv(bufs, sizes, false)
 }
 
 // FuzzWriteBatch feeds arbitrary frames to the transmit path's parser and
@@ -346,14 +267,15 @@ func FuzzWriteBatch(f *testing.F) {
 		f.Skipf("cannot bind: %v", err)
 	}
 	defer l.Close()
+	s := l.s.(*mmsgSock)
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		if l.prepare(0, frame) {
+		if s.prepare(0, frame) {
 			// A prepared frame carries at least a BTH before the trailer.
-			if l.tx.Iovs[0].Len < 12 || l.tx.Iovs[1].Len != 4 {
-				t.Fatalf("prepared iovecs %d + %d bytes", l.tx.Iovs[0].Len, l.tx.Iovs[1].Len)
+			if s.tx.Iovs[0].Len < 12 || s.tx.Iovs[1].Len != 4 {
+				t.Fatalf("prepared iovecs %d + %d bytes", s.tx.Iovs[0].Len, s.tx.Iovs[1].Len)
 			}
 		}
-		l.tx.Clear()
+		s.tx.Clear()
 	})
 }
 

@@ -1,9 +1,5 @@
 //go:build linux
 
-// Package sockio holds the Linux socket plumbing the nic backends share:
-// an eventfd Stopper that wakes blocked polls (gVisor's link/stopfd model),
-// and preallocated sendmmsg/recvmmsg batches so that a batch of frames costs
-// one system call and no allocation.
 package sockio
 
 import (

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/dumpjson"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -210,91 +211,18 @@ func (d *Dumper) writeText(x *decoded) {
 
 // JSON format: one object per line.
 
-// Hex64 is a 64-bit value written in JSON as a "0x..." string, so that
-// consumers that read numbers as doubles do not round it.
-type Hex64 uint64
-
-// MarshalJSON implements json.Marshaler.
-func (h Hex64) MarshalJSON() ([]byte, error) {
-	return strconv.AppendQuote(nil, "0x"+strconv.FormatUint(uint64(h), 16)), nil
-}
-
-type jsonRETH struct {
-	VA     Hex64  `json:"va"`
-	RKey   uint32 `json:"rkey"`
-	DMALen uint32 `json:"len"`
-}
-
-type jsonAETH struct {
-	Syndrome uint8  `json:"syndrome"`
-	Kind     string `json:"kind"` // ACK, RNR_NAK, NAK, RESERVED
-	Text     string `json:"text"` // as in the text output
-	MSN      uint32 `json:"msn"`
-	Credits  *int   `json:"credits,omitempty"`
-	RNRTimer *uint8 `json:"rnr_timer,omitempty"`
-	RNRUsec  *int64 `json:"rnr_timer_us,omitempty"`
-	NAK      string `json:"nak,omitempty"`
-}
-
-type jsonAtomicETH struct {
-	VA      Hex64  `json:"va"`
-	RKey    uint32 `json:"rkey"`
-	SwapAdd Hex64  `json:"swap_add"`
-	Compare Hex64  `json:"compare"`
-}
-
-type jsonAtomicAckETH struct {
-	Orig Hex64 `json:"orig"`
-}
-
-type jsonImmDt struct {
-	Imm uint32 `json:"imm"`
-}
-
-type jsonIETH struct {
-	RKey uint32 `json:"rkey"`
-}
-
-type jsonDETH struct {
-	QKey  uint32 `json:"qkey"`
-	SrcQP uint32 `json:"srcqp"`
-}
-
-// jsonPacket is one packet. Fields that could not be decoded (malformed
-// packets) are absent.
-type jsonPacket struct {
-	Time         string            `json:"time,omitempty"`
-	Src          string            `json:"src,omitempty"`
-	Dst          string            `json:"dst,omitempty"`
-	Sport        *uint16           `json:"sport,omitempty"`
-	VLAN         *uint16           `json:"vlan,omitempty"`
-	Opcode       string            `json:"opcode,omitempty"`
-	OpcodeNum    *uint8            `json:"opcode_num,omitempty"`
-	DQPN         *uint32           `json:"dqpn,omitempty"`
-	PSN          *uint32           `json:"psn,omitempty"`
-	AckReq       *bool             `json:"ackreq,omitempty"`
-	SE           *bool             `json:"se,omitempty"`
-	FECN         *bool             `json:"fecn,omitempty"`
-	BECN         *bool             `json:"becn,omitempty"`
-	PKey         *uint16           `json:"pkey,omitempty"`
-	PayloadLen   *int              `json:"payload_len,omitempty"`
-	Pad          *int              `json:"pad,omitempty"`
-	ICRCOK       *bool             `json:"icrc_ok,omitempty"`
-	ICRC         *uint32           `json:"icrc,omitempty"`
-	RETH         *jsonRETH         `json:"reth,omitempty"`
-	AETH         *jsonAETH         `json:"aeth,omitempty"`
-	AtomicETH    *jsonAtomicETH    `json:"atomiceth,omitempty"`
-	AtomicAckETH *jsonAtomicAckETH `json:"atomicacketh,omitempty"`
-	ImmDt        *jsonImmDt        `json:"immdt,omitempty"`
-	IETH         *jsonIETH         `json:"ieth,omitempty"`
-	DETH         *jsonDETH         `json:"deth,omitempty"`
-	CNP          *struct{}         `json:"cnp,omitempty"`
-	Malformed    bool              `json:"malformed,omitempty"`
-	Truncated    bool              `json:"truncated,omitempty"`
-	Error        string            `json:"error,omitempty"`
-	CapLen       int               `json:"caplen"`
-	OrigLen      int               `json:"len"`
-}
+// The records are package dumpjson's, which the interop harness reads too.
+type (
+	Hex64            = dumpjson.Hex64
+	jsonRETH         = dumpjson.RETH
+	jsonAETH         = dumpjson.AETH
+	jsonAtomicETH    = dumpjson.AtomicETH
+	jsonAtomicAckETH = dumpjson.AtomicAckETH
+	jsonImmDt        = dumpjson.ImmDt
+	jsonIETH         = dumpjson.IETH
+	jsonDETH         = dumpjson.DETH
+	jsonPacket       = dumpjson.Packet
+)
 
 func ptr[T any](v T) *T { return &v }
 
@@ -318,7 +246,7 @@ func (d *Dumper) writeJSON(x *decoded) {
 		j.PKey = ptr(bth.PKey())
 	}
 	if h := ext.RETH; h != nil {
-		j.RETH = &jsonRETH{Hex64(h.VA()), h.RKey(), h.DMALen()}
+		j.RETH = &jsonRETH{VA: Hex64(h.VA()), RKey: h.RKey(), DMALen: h.DMALen()}
 	}
 	if h := ext.AETH; h != nil {
 		s := h.Syndrome()
@@ -337,19 +265,19 @@ func (d *Dumper) writeJSON(x *decoded) {
 		j.AETH = a
 	}
 	if h := ext.AtomicETH; h != nil {
-		j.AtomicETH = &jsonAtomicETH{Hex64(h.VA()), h.RKey(), Hex64(h.SwapAdd()), Hex64(h.Compare())}
+		j.AtomicETH = &jsonAtomicETH{VA: Hex64(h.VA()), RKey: h.RKey(), SwapAdd: Hex64(h.SwapAdd()), Compare: Hex64(h.Compare())}
 	}
 	if h := ext.AtomicAckETH; h != nil {
-		j.AtomicAckETH = &jsonAtomicAckETH{Hex64(h.OrigValue())}
+		j.AtomicAckETH = &jsonAtomicAckETH{Orig: Hex64(h.OrigValue())}
 	}
 	if h := ext.ImmDt; h != nil {
-		j.ImmDt = &jsonImmDt{h.Imm()}
+		j.ImmDt = &jsonImmDt{Imm: h.Imm()}
 	}
 	if h := ext.IETH; h != nil {
-		j.IETH = &jsonIETH{h.RKey()}
+		j.IETH = &jsonIETH{RKey: h.RKey()}
 	}
 	if h := ext.DETH; h != nil {
-		j.DETH = &jsonDETH{h.QKey(), h.SrcQP()}
+		j.DETH = &jsonDETH{QKey: h.QKey(), SrcQP: h.SrcQP()}
 	}
 	if ext.CNPPad != nil {
 		j.CNP = &struct{}{}
@@ -378,58 +306,16 @@ func (d *Dumper) writeJSONValue(v any) {
 
 // Summary is what `goroce dump` prints at the end. In JSON mode it is the
 // last object, with "summary": true.
-type Summary struct {
-	Summary      bool           `json:"summary"`
-	Packets      int            `json:"packets"`   // records read
-	RoCE         int            `json:"roce"`      // UDP to 4791, including malformed and bad-ICRC packets
-	NonRoCE      int            `json:"non_roce"`  // skipped
-	Malformed    int            `json:"malformed"` // includes Truncated
-	Truncated    int            `json:"truncated"`
-	ICRCFailures int            `json:"icrc_failures"`
-	Bytes        int64          `json:"bytes"` // on the wire, all records
-	First        string         `json:"first,omitempty"`
-	Last         string         `json:"last,omitempty"`
-	Seconds      float64        `json:"seconds"`
-	Opcodes      map[string]int `json:"opcodes"`
-	MTU          int            `json:"mtu"`
-	MTUSource    string         `json:"mtu_source"` // flag, inferred or unknown
-	Flows        []FlowSummary  `json:"flows"`
-	Warnings     []string       `json:"warnings,omitempty"`
-}
+type Summary = dumpjson.Summary
 
 // FlowSummary is one flow (see flows.go).
-type FlowSummary struct {
-	Src       string         `json:"src"`
-	Dst       string         `json:"dst"`
-	DQPN      uint32         `json:"dqpn"`
-	Packets   int            `json:"packets"`
-	Requests  *RequestStats  `json:"requests,omitempty"`
-	Responses *ResponseStats `json:"responses,omitempty"`
-}
+type FlowSummary = dumpjson.FlowSummary
 
-// RequestStats are a flow's requests. PSN analysis (Gaps and after) covers
-// RC and UC requests only.
-type RequestStats struct {
-	Packets       int    `json:"packets"`
-	FirstPSN      uint32 `json:"first_psn"`
-	LastPSN       uint32 `json:"last_psn"`
-	Reads         int    `json:"reads"`
-	Gaps          int    `json:"gaps"`
-	MissingPSNs   int    `json:"missing_psns"`
-	Retransmitted int    `json:"retransmitted"`
-	Late          int    `json:"late"`
-}
+// RequestStats are a flow's requests.
+type RequestStats = dumpjson.RequestStats
 
 // ResponseStats are a flow's responses.
-type ResponseStats struct {
-	Packets  int            `json:"packets"`
-	FirstPSN uint32         `json:"first_psn"`
-	LastPSN  uint32         `json:"last_psn"`
-	ACKs     int            `json:"acks"`
-	NAKs     map[string]int `json:"naks"`
-	RNRNAKs  int            `json:"rnr_naks"`
-	RNRTimer *uint8         `json:"rnr_timer,omitempty"` // code of the last RNR NAK
-}
+type ResponseStats = dumpjson.ResponseStats
 
 // warnings collected by the readers.
 func (d *Dumper) Warn(msg string) { d.warnings = append(d.warnings, msg) }

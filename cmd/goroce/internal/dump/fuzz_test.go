@@ -453,3 +453,253 @@ func TestManyFlowsMemory(t *testing.T) {
 		t.Fatalf("%d bytes allocated for a %d-byte file", a, len(data))
 	}
 }
+
+// TestFlowWindowPieces: retransmission detection across the pieces of the
+// bitmap, which are allocated as PSNs are marked.
+func TestFlowWindowPieces(t *testing.T) {
+	cases := []struct {
+		name string
+		psns []uint32
+		want RequestStats
+	}{
+		{"across a piece boundary", []uint32{4094, 4095, 4096, 4097, 4095, 4096}, RequestStats{Retransmitted: 2}},
+		{"gap inside the window keeps what was seen", []uint32{10, 11, 5000, 11}, RequestStats{Gaps: 1, MissingPSNs: 4988, Retransmitted: 1}},
+		{"gap past the window forgets", []uint32{10, 11, 70010, 11}, RequestStats{Gaps: 1, MissingPSNs: 69998, Late: 1}},
+		{"forgotten PSNs are not seen after reuse", []uint32{10, 70010, 10 + seenWindow, 70010}, RequestStats{Gaps: 1, MissingPSNs: 69999, Late: 1, Retransmitted: 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, s := run(t, frames(t, sends(c.psns...)), Options{Quiet: true})
+			want := c.want
+			want.Packets, want.FirstPSN, want.LastPSN = len(c.psns), c.psns[0], c.psns[len(c.psns)-1]
+			if len(s.Flows) != 1 || s.Flows[0].Requests == nil || *s.Flows[0].Requests != want {
+				t.Fatalf("got %+v\nwant %+v", s.Flows, want)
+			}
+		})
+	}
+}
+
+// flowModel is the request PSN rules of flows.go with a set of PSNs for the
+// retransmission window instead of the bitmap, for a known path MTU.
+type flowModel struct {
+	started                      bool
+	next                         wire.PSN
+	seen                         map[wire.PSN]bool
+	gaps, missing, retrans, late int
+}
+
+func (m *flowModel) inWindow(p wire.PSN) bool {
+	d := p.Diff(m.next)
+	return d < 0 && -int(d) <= seenWindow
+}
+
+func (m *flowModel) moveNext(e wire.PSN) {
+	if !e.After(m.next) {
+		return
+	}
+	m.next = e
+	for p := range m.seen {
+		if !m.inWindow(p) {
+			delete(m.seen, p)
+		}
+	}
+}
+
+func (m *flowModel) mark(p wire.PSN, n int) {
+	for i := range min(n, seenWindow) {
+		if q := p.Add(uint32(i)); m.inWindow(q) {
+			m.seen[q] = true
+		}
+	}
+}
+
+func (m *flowModel) request(p wire.PSN, n int) {
+	if !m.started {
+		m.started, m.next = true, p
+		m.moveNext(p.Add(uint32(n)))
+		m.mark(p, n)
+		return
+	}
+	switch d := p.Diff(m.next); {
+	case d == 0:
+	case d > 0:
+		m.gaps++
+		m.missing += int(d)
+	case -int(d) <= seenWindow && m.seen[p]:
+		m.retrans++
+	default:
+		m.late++
+	}
+	m.moveNext(p.Add(uint32(n)))
+	m.mark(p, n)
+}
+
+// flowOps are the opcodes FuzzFlows builds: RC and UC requests (READs
+// included), a UD request, and responses in the other direction.
+var flowOps = []wire.Opcode{
+	wire.RCSendOnly, wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast, wire.RCRDMAWriteOnly,
+	wire.RCRDMAReadRequest, wire.RCRDMAReadRequest, wire.UCSendOnly, wire.UDSendOnly,
+	wire.RCAcknowledge, wire.RCRDMAReadResponseOnly, wire.RCRDMAReadResponseMiddle,
+}
+
+const flowMTU = 1024
+
+// FuzzFlows drives the flow analysis with sequences of well-formed packets
+// decoded from the fuzz input (6 bytes each: the opcode's index in flowOps,
+// with bit 7 for an absolute 24-bit PSN in the next three bytes, else a
+// 16-bit signed step from the previous PSN; a READ's DMA length in bytes
+// 4-5, an AETH syndrome in byte 4), so that mutations reach the PSN rules
+// rather than failing the ICRC. The requests' counters must equal those of
+// flowModel, and the summary must be consistent. The seed corpus in
+// testdata/fuzz/FuzzFlows is the packet sequences of the rxe captures
+// (regenerate with DUMP_WRITE_CORPUS=1 go test -run TestWriteFlowsCorpus).
+func FuzzFlows(f *testing.F) {
+	seq := func(ops ...[6]byte) []byte {
+		var b []byte
+		for _, o := range ops {
+			b = append(b, o[:]...)
+		}
+		return b
+	}
+	f.Add(seq([6]byte{0, 0, 1}, [6]byte{0, 0, 1}, [6]byte{0, 0, 1}, [6]byte{9, 0, 0, 0, 0}))
+	f.Add(seq([6]byte{0, 0, 1}, [6]byte{0, 0, 3}, [6]byte{0, 0xff, 0xfe}, [6]byte{0, 0, 1}, [6]byte{10, 0, 0, 0, 0x60}))
+	f.Add(seq([6]byte{5, 0, 1, 0, 0x10, 0}, [6]byte{0, 0, 4}, [6]byte{5, 0xff, 0xfe, 0, 0x08, 0}, [6]byte{9, 0, 0, 0, 0x21}))
+	f.Add(seq([6]byte{0x80, 0xff, 0xff, 0xfe}, [6]byte{0, 0, 1}, [6]byte{0, 0, 1}, [6]byte{0x80, 0, 0x40, 0}, [6]byte{0x80, 0xff, 0xff, 0xff}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ps []pkt
+		m := flowModel{seen: map[wire.PSN]bool{}}
+		reqs, reads := 0, 0
+		psn := wire.PSN(0)
+		for len(data) >= 6 && len(ps) < 64 {
+			c, x := data[0], data[1:6]
+			data = data[6:]
+			if c&0x80 != 0 {
+				psn = wire.PSN(uint32(x[0])<<16 | uint32(x[1])<<8 | uint32(x[2]))
+			} else {
+				psn = psn.Add(uint32(int16(binary.BigEndian.Uint16(x[0:]))))
+			}
+			p := pkt{op: flowOps[int(c&0x7f)%len(flowOps)], psn: uint32(psn)}
+			info := p.op.Info()
+			switch {
+			case info.Pos == wire.PosFirst || info.Pos == wire.PosMiddle:
+				p.payload = flowMTU
+			case info.Payload:
+				p.payload = 8
+			}
+			if p.op.IsRead() {
+				p.dmaLen = uint32(binary.BigEndian.Uint16(x[3:])) // up to 64 PSNs
+				reads++
+			}
+			if info.Response {
+				p.reverse, p.syn = true, wire.Syndrome(x[3])
+			}
+			if info.Request && p.op.Transport() != wire.TransportUD {
+				n := 1
+				if p.op.IsRead() {
+					n = max(1, ceilDiv(int(p.dmaLen), flowMTU))
+				}
+				m.request(psn, n)
+			}
+			if info.Request {
+				reqs++
+			}
+			ps = append(ps, p)
+		}
+		if len(ps) == 0 {
+			return
+		}
+		_, s := run(t, frames(t, ps), Options{MTU: flowMTU, Quiet: true})
+		checkSummary(t, &s)
+		if s.RoCE != len(ps) || s.Malformed+s.ICRCFailures != 0 {
+			t.Fatalf("%+v", s)
+		}
+		var got *RequestStats
+		for _, fl := range s.Flows {
+			if fl.Src == ipA.String() && fl.DQPN == 0x11 {
+				got = fl.Requests
+			}
+		}
+		if reqs == 0 {
+			if got != nil {
+				t.Fatalf("requests %+v without requests", got)
+			}
+			return
+		}
+		want := RequestStats{Packets: reqs, Reads: reads, Gaps: m.gaps, MissingPSNs: m.missing, Retransmitted: m.retrans, Late: m.late}
+		if got == nil {
+			t.Fatalf("no request stats, want %+v", want)
+		}
+		want.FirstPSN, want.LastPSN = got.FirstPSN, got.LastPSN
+		if *got != want {
+			t.Fatalf("requests %+v\nmodel    %+v", *got, want)
+		}
+	})
+}
+
+// TestWriteFlowsCorpus regenerates testdata/fuzz/FuzzFlows: the opcode and
+// PSN sequences of the first 64 RoCEv2 packets of each rxe capture, in
+// FuzzFlows's encoding. It only runs with DUMP_WRITE_CORPUS=1.
+func TestWriteFlowsCorpus(t *testing.T) {
+	if os.Getenv("DUMP_WRITE_CORPUS") != "1" {
+		t.Skip("set DUMP_WRITE_CORPUS=1 to regenerate the seed corpus")
+	}
+	dir := filepath.Join("testdata", "fuzz", "FuzzFlows")
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(rxeDir + "*.pcap")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no captures: %v", err)
+	}
+	for _, fn := range files {
+		var b []byte
+		prev := wire.PSN(0)
+		for _, r := range readRecords(t, fn) {
+			var p wire.Packet
+			if wire.Parse(r.Data, &p) != nil {
+				continue
+			}
+			op := -1
+			for i, o := range flowOps {
+				if o == p.Opcode() {
+					op = i
+					break
+				}
+			}
+			if op < 0 {
+				continue
+			}
+			psn := p.BTH.PSN()
+			var e [6]byte
+			e[0] = byte(op)
+			if d := psn.Diff(prev); len(b) == 0 || d < -32768 || d > 32767 {
+				e[0] |= 0x80
+				e[1], e[2], e[3] = byte(psn>>16), byte(psn>>8), byte(psn)
+			} else {
+				binary.BigEndian.PutUint16(e[1:], uint16(int16(d)))
+			}
+			switch {
+			case p.RETH != nil && p.Opcode().IsRead():
+				binary.BigEndian.PutUint16(e[4:], uint16(min(p.RETH.DMALen(), 0xffff)))
+			case p.AETH != nil:
+				e[4] = byte(p.AETH.Syndrome())
+			}
+			prev = psn
+			b = append(b, e[:]...)
+			if len(b) == 6*64 {
+				break
+			}
+		}
+		if len(b) == 0 {
+			continue
+		}
+		s := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
+		name := strings.TrimSuffix(filepath.Base(fn), ".pcap")
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -47,12 +47,6 @@ func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
 	return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
 }
 
-// LiveOptions control a live capture.
-type LiveOptions struct {
-	Snaplen int  // bytes kept per packet (0: 262144)
-	All     bool // do not attach the RoCEv2 filter (count every packet)
-}
-
 const maxSnaplen = 262144 // libpcap's MAXIMUM_SNAPLEN
 
 // Capture is an open live capture: an AF_PACKET SOCK_RAW socket bound to

@@ -4,16 +4,26 @@ package dump
 
 import (
 	"context"
-	"errors"
+	"fmt"
 )
 
-// LiveOptions control a live capture.
-type LiveOptions struct {
-	Snaplen int
-	All     bool
+// Capture is an open live capture; outside Linux OpenLive never returns
+// one.
+type Capture struct{}
+
+// OpenLive fails outside Linux with an error wrapping ErrLiveUnsupported.
+func OpenLive(iface string, opts LiveOptions) (*Capture, error) {
+	return nil, fmt.Errorf("capture on %s: %w", iface, ErrLiveUnsupported)
 }
 
-// Live is only implemented on Linux (AF_PACKET).
+// Close does nothing.
+func (c *Capture) Close() error { return nil }
+
+// Run fails like OpenLive.
+func (c *Capture) Run(ctx context.Context, d *Dumper) error { return ErrLiveUnsupported }
+
+// Live fails outside Linux like OpenLive.
 func Live(ctx context.Context, iface string, d *Dumper, opts LiveOptions) error {
-	return errors.New("live capture needs Linux (AF_PACKET)")
+	_, err := OpenLive(iface, opts)
+	return err
 }

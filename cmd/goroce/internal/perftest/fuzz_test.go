@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,8 +72,9 @@ func selFor(test Test, server bool) uint8 {
 // data, MTU, key messages, reports) in the order the real tools use them.
 // Nothing may panic or hang; a failed run is a *StepError; a run that
 // succeeds negotiated values within the rules (the larger page and cache
-// line, a valid MTU no larger than ours) and learned one key per QP; and our
-// own messages on the wire decode to what we sent. The seed corpus in
+// line, a valid MTU no larger than ours), learned one key per QP (which
+// prints as two lines), put our key message on the wire, and as a BW server
+// kept the client's report exactly as sent. The seed corpus in
 // testdata/fuzz/FuzzRun is each side of the rxe captures' conversations
 // (regenerate with PERFTEST_WRITE_CORPUS=1 go test -run TestWriteFuzzCorpus).
 func FuzzRun(f *testing.F) {
@@ -105,6 +107,12 @@ func FuzzRun(f *testing.F) {
 		}
 		if len(out.Peer) != nqp {
 			t.Fatalf("%d peer keys for %d QPs", len(out.Peer), nqp)
+		}
+		// The tools print the peer's keys: two lines each.
+		for _, k := range out.Peer {
+			if l := FormatAddress("remote", k, cfg.Test.Verb(), true); strings.Count(l, "\n") != 2 {
+				t.Fatalf("FormatAddress(%+v) = %q", k, l)
+			}
 		}
 		// Our side of the conversation: every 108-byte message at a key
 		// message's place is one of our keys.
@@ -203,8 +211,8 @@ func FuzzDecodeMTU(f *testing.F) {
 
 // FuzzExchangeReports: the peer's report blobs (4- or 8-byte iteration count,
 // with or without the per-port fields) decode to a report whose encoding is
-// the peer's bytes again, bit for bit (NaNs included); a short stream is an
-// error.
+// the peer's bytes again, bit for bit (NaNs included), and prints as one
+// line; a short stream is an error.
 func FuzzExchangeReports(f *testing.F) {
 	r := BWReport{Size: 65536, Iters: 5000, BWPeak: 1, BWAvg: 2, MsgRateAvg: 3, BWAvgP1: 4, MsgRateAvgP1: 5, BWAvgP2: 6, MsgRateAvgP2: 7}
 	for _, wide := range []bool{false, true} {
@@ -239,19 +247,27 @@ func FuzzExchangeReports(f *testing.F) {
 		if enc := bytes.Join(got.blobs(wide, perPort), nil); !bytes.Equal(enc, data[:need]) {
 			t.Fatalf("report %+v encodes to % x, peer sent % x", got, enc, data[:need])
 		}
+		// A BW server prints the client's report: one line whatever the
+		// numbers (NaN, infinities, 2^64-1 iterations).
+		for _, gbits := range []bool{false, true} {
+			if l := FormatBWReport(got, gbits); strings.Count(l, "\n") != 1 || !strings.HasSuffix(l, "\n") {
+				t.Fatalf("FormatBWReport(%+v) = %q", got, l)
+			}
+		}
 	})
 }
 
 // TestWriteFuzzCorpus regenerates the seed corpora of FuzzRun (each side
 // of every captured conversation, whole and cut), FuzzDecodeKeyMsg (every
-// distinct key message in the captures) and FuzzExchangeReports (the
-// captured clients' reports). It only runs with PERFTEST_WRITE_CORPUS=1.
+// distinct key message in the captures), FuzzExchangeReports (the captured
+// clients' reports), FuzzVersion and FuzzDecodeMTU (the captured Hello
+// messages). It only runs with PERFTEST_WRITE_CORPUS=1.
 func TestWriteFuzzCorpus(t *testing.T) {
 	if os.Getenv("PERFTEST_WRITE_CORPUS") != "1" {
 		t.Skip("set PERFTEST_WRITE_CORPUS=1 to regenerate the seed corpora")
 	}
 	dirs := map[string]string{}
-	for _, name := range []string{"FuzzRun", "FuzzDecodeKeyMsg", "FuzzExchangeReports"} {
+	for _, name := range []string{"FuzzRun", "FuzzDecodeKeyMsg", "FuzzExchangeReports", "FuzzVersion", "FuzzDecodeMTU"} {
 		dir := filepath.Join("testdata", "fuzz", name)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
@@ -271,7 +287,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		}
 	}
 	bs := func(b []byte) string { return fmt.Sprintf("[]byte(%q)", b) }
-	seenKey := map[string]bool{}
+	seenKey, seenHello := map[string]bool{}, map[string]bool{}
 	for _, c := range capCases {
 		cv := loadConversation(t, c)
 		base := c.pcap[:len(c.pcap)-len(".pcap")]
@@ -294,6 +310,15 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			write("FuzzRun", base+"_as_"+role, sel, bs(peer.Bytes()))
 			if c.test == WriteBW || c.test == SendBW {
 				write("FuzzRun", base+"_as_"+role+"_cut", sel, bs(peer.Bytes()[:peer.Len()/2]))
+			}
+		}
+		// Hello: the versions (messages 0-1) and MTUs (6-7) as sent.
+		for _, i := range []int{0, 1} {
+			for fuzz, m := range map[string][]byte{"FuzzVersion": cv.msgs[i].Payload, "FuzzDecodeMTU": cv.msgs[6+i].Payload} {
+				if !seenHello[fuzz+string(m)] {
+					seenHello[fuzz+string(m)] = true
+					write(fuzz, fmt.Sprintf("%s_%d", base, i), bs(m))
+				}
 			}
 		}
 		if cv.hasReport {

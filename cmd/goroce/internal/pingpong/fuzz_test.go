@@ -108,14 +108,15 @@ func FuzzFormatGID(f *testing.F) {
 
 // TestWriteFuzzCorpus regenerates testdata/fuzz/FuzzExchange (each side's
 // bytes in every captured exchange, whole and cut) and
-// testdata/fuzz/FuzzDecode (every captured record). It only runs with
+// testdata/fuzz/FuzzDecode (every captured record) and
+// testdata/fuzz/FuzzFormatGID (every captured GID). It only runs with
 // PINGPONG_WRITE_CORPUS=1.
 func TestWriteFuzzCorpus(t *testing.T) {
 	if os.Getenv("PINGPONG_WRITE_CORPUS") != "1" {
 		t.Skip("set PINGPONG_WRITE_CORPUS=1 to regenerate the seed corpora")
 	}
 	dirs := map[string]string{}
-	for _, name := range []string{"FuzzExchange", "FuzzDecode"} {
+	for _, name := range []string{"FuzzExchange", "FuzzDecode", "FuzzFormatGID"} {
 		dir := filepath.Join("testdata", "fuzz", name)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
@@ -135,6 +136,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		}
 	}
 	bs := func(b []byte) string { return fmt.Sprintf("[]byte(%q)", b) }
+	gids := map[[16]byte]bool{}
 	for _, pcap := range []string{captures[0].pcap, captures[1].pcap, "ud_pingpong.pcap"} {
 		base := pcap[:len(pcap)-len(".pcap")]
 		msgs := tcpMessages(t, pcap, DefaultPort)
@@ -155,6 +157,10 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		for i, m := range msgs {
 			if len(m.Payload) == MsgSize {
 				write("FuzzDecode", fmt.Sprintf("%s_%d", base, i), bs(m.Payload))
+				if d, err := Decode(m.Payload); err == nil && !gids[d.GID] {
+					gids[d.GID] = true
+					write("FuzzFormatGID", fmt.Sprintf("%s_%d", base, i), bs(d.GID[:]))
+				}
 			}
 		}
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package perftestcmd
+
+const raceEnabled = false

@@ -1,0 +1,175 @@
+// Package dumpjson is the schema of `goroce dump --json`: one Packet
+// object per line for every RoCEv2 packet, then one Summary object, marked
+// "summary": true. Package cmd/goroce/internal/dump writes these records;
+// the interop harness reads them back to judge its captures, so both sides
+// share one definition.
+package dumpjson
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Hex64 is a 64-bit value written in JSON as a "0x..." string, so that
+// consumers that read numbers as doubles do not round it.
+type Hex64 uint64
+
+// MarshalJSON implements json.Marshaler.
+func (h Hex64) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, "0x"+strconv.FormatUint(uint64(h), 16)), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (h *Hex64) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return fmt.Errorf("hex64: %s: %w", b, err)
+	}
+	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+	if err != nil {
+		return fmt.Errorf("hex64: %w", err)
+	}
+	*h = Hex64(v)
+	return nil
+}
+
+// RETH is the RDMA extended transport header.
+type RETH struct {
+	VA     Hex64  `json:"va"`
+	RKey   uint32 `json:"rkey"`
+	DMALen uint32 `json:"len"`
+}
+
+// AETH is the ACK extended transport header: the syndrome decoded.
+type AETH struct {
+	Syndrome uint8  `json:"syndrome"`
+	Kind     string `json:"kind"` // ACK, RNR_NAK, NAK, RESERVED
+	Text     string `json:"text"` // as in the text output
+	MSN      uint32 `json:"msn"`
+	Credits  *int   `json:"credits,omitempty"`
+	RNRTimer *uint8 `json:"rnr_timer,omitempty"`
+	RNRUsec  *int64 `json:"rnr_timer_us,omitempty"`
+	NAK      string `json:"nak,omitempty"`
+}
+
+// AtomicETH is the atomic extended transport header.
+type AtomicETH struct {
+	VA      Hex64  `json:"va"`
+	RKey    uint32 `json:"rkey"`
+	SwapAdd Hex64  `json:"swap_add"`
+	Compare Hex64  `json:"compare"`
+}
+
+// AtomicAckETH is the atomic acknowledge extended transport header.
+type AtomicAckETH struct {
+	Orig Hex64 `json:"orig"`
+}
+
+// ImmDt is the immediate data extended transport header.
+type ImmDt struct {
+	Imm uint32 `json:"imm"`
+}
+
+// IETH is the invalidate extended transport header.
+type IETH struct {
+	RKey uint32 `json:"rkey"`
+}
+
+// DETH is the datagram extended transport header.
+type DETH struct {
+	QKey  uint32 `json:"qkey"`
+	SrcQP uint32 `json:"srcqp"`
+}
+
+// Packet is one packet. Fields that could not be decoded (malformed
+// packets) are absent.
+type Packet struct {
+	Time         string        `json:"time,omitempty"`
+	Src          string        `json:"src,omitempty"`
+	Dst          string        `json:"dst,omitempty"`
+	Sport        *uint16       `json:"sport,omitempty"`
+	VLAN         *uint16       `json:"vlan,omitempty"`
+	Opcode       string        `json:"opcode,omitempty"`
+	OpcodeNum    *uint8        `json:"opcode_num,omitempty"`
+	DQPN         *uint32       `json:"dqpn,omitempty"`
+	PSN          *uint32       `json:"psn,omitempty"`
+	AckReq       *bool         `json:"ackreq,omitempty"`
+	SE           *bool         `json:"se,omitempty"`
+	FECN         *bool         `json:"fecn,omitempty"`
+	BECN         *bool         `json:"becn,omitempty"`
+	PKey         *uint16       `json:"pkey,omitempty"`
+	PayloadLen   *int          `json:"payload_len,omitempty"`
+	Pad          *int          `json:"pad,omitempty"`
+	ICRCOK       *bool         `json:"icrc_ok,omitempty"`
+	ICRC         *uint32       `json:"icrc,omitempty"`
+	RETH         *RETH         `json:"reth,omitempty"`
+	AETH         *AETH         `json:"aeth,omitempty"`
+	AtomicETH    *AtomicETH    `json:"atomiceth,omitempty"`
+	AtomicAckETH *AtomicAckETH `json:"atomicacketh,omitempty"`
+	ImmDt        *ImmDt        `json:"immdt,omitempty"`
+	IETH         *IETH         `json:"ieth,omitempty"`
+	DETH         *DETH         `json:"deth,omitempty"`
+	CNP          *struct{}     `json:"cnp,omitempty"`
+	Malformed    bool          `json:"malformed,omitempty"`
+	Truncated    bool          `json:"truncated,omitempty"`
+	Error        string        `json:"error,omitempty"`
+	CapLen       int           `json:"caplen"`
+	OrigLen      int           `json:"len"`
+}
+
+// Summary is what `goroce dump` prints at the end. In JSON mode it is the
+// last object, with "summary": true.
+type Summary struct {
+	Summary      bool           `json:"summary"`
+	Packets      int            `json:"packets"`   // records read
+	RoCE         int            `json:"roce"`      // UDP to 4791, including malformed and bad-ICRC packets
+	NonRoCE      int            `json:"non_roce"`  // skipped
+	Malformed    int            `json:"malformed"` // includes Truncated
+	Truncated    int            `json:"truncated"`
+	ICRCFailures int            `json:"icrc_failures"`
+	Bytes        int64          `json:"bytes"` // on the wire, all records
+	First        string         `json:"first,omitempty"`
+	Last         string         `json:"last,omitempty"`
+	Seconds      float64        `json:"seconds"`
+	Opcodes      map[string]int `json:"opcodes"`
+	MTU          int            `json:"mtu"`
+	MTUSource    string         `json:"mtu_source"` // flag, inferred or unknown
+	Flows        []FlowSummary  `json:"flows"`
+	Warnings     []string       `json:"warnings,omitempty"`
+}
+
+// FlowSummary is one flow: the packets from one address to one
+// destination QP (cmd/goroce/internal/dump/flows.go).
+type FlowSummary struct {
+	Src       string         `json:"src"`
+	Dst       string         `json:"dst"`
+	DQPN      uint32         `json:"dqpn"`
+	Packets   int            `json:"packets"`
+	Requests  *RequestStats  `json:"requests,omitempty"`
+	Responses *ResponseStats `json:"responses,omitempty"`
+}
+
+// RequestStats are a flow's requests. PSN analysis (Gaps and after) covers
+// RC and UC requests only.
+type RequestStats struct {
+	Packets       int    `json:"packets"`
+	FirstPSN      uint32 `json:"first_psn"`
+	LastPSN       uint32 `json:"last_psn"`
+	Reads         int    `json:"reads"`
+	Gaps          int    `json:"gaps"`
+	MissingPSNs   int    `json:"missing_psns"`
+	Retransmitted int    `json:"retransmitted"`
+	Late          int    `json:"late"`
+}
+
+// ResponseStats are a flow's responses.
+type ResponseStats struct {
+	Packets  int            `json:"packets"`
+	FirstPSN uint32         `json:"first_psn"`
+	LastPSN  uint32         `json:"last_psn"`
+	ACKs     int            `json:"acks"`
+	NAKs     map[string]int `json:"naks"`
+	RNRNAKs  int            `json:"rnr_naks"`
+	RNRTimer *uint8         `json:"rnr_timer,omitempty"` // code of the last RNR NAK
+}
