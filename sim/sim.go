@@ -117,7 +117,8 @@ func (m Mode) String() string {
 type Config struct {
 	Mode Mode
 	// Seed seeds every random decision: the link's faults and the devices'
-	// memory keys. The same seed replays the same run (Manual mode).
+	// memory keys. The same seed replays the same run (Manual mode); 0 is
+	// a seed like any other.
 	Seed int64
 	// MTU is the link's IP MTU (default 1500; 9000 gives path MTU 4096).
 	MTU int
