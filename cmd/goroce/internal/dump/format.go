@@ -395,6 +395,14 @@ type Summary struct {
 	MTUSource    string         `json:"mtu_source"` // flag, inferred or unknown
 	Flows        []FlowSummary  `json:"flows"`
 	Warnings     []string       `json:"warnings,omitempty"`
+	// With Options.Latency: one row per request flow and operation class.
+	Latency []LatencyStats `json:"latency,omitempty"`
+	// With Options.Explain: the anomalies in capture order, and a verdict
+	// per request flow.
+	Anomalies []Anomaly `json:"anomalies,omitempty"`
+	Verdicts  []Verdict `json:"verdicts,omitempty"`
+	// With Options.GraphDir: the files written.
+	Graphs []string `json:"graphs,omitempty"`
 }
 
 // FlowSummary is one flow (see flows.go).
