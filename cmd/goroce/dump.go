@@ -51,6 +51,7 @@ func dumpMain(args []string, stdout, stderr io.Writer) int {
 		quiet   = fs.Bool("q", false, "print only the summary")
 		utc     = fs.Bool("utc", false, "print timestamps in UTC instead of local time")
 		latency = fs.Bool("latency", false, "report per-QP operation latencies (count, min, p50, p90, p99, max) instead of the packet lines")
+		explain = fs.Bool("explain", false, "explain the anomalies (loss, NAKs, timeouts, duplicates) instead of the packet lines")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, dumpUsage)
@@ -96,7 +97,7 @@ func dumpMain(args []string, stdout, stderr io.Writer) int {
 	case *mtu != 0 && !validMTU(*mtu):
 		return bad("-mtu must be 256, 512, 1024, 2048 or 4096")
 	}
-	opts := dump.Options{JSON: *jsonOut, MTU: *mtu, Quiet: *quiet, Count: *count, Latency: *latency}
+	opts := dump.Options{JSON: *jsonOut, MTU: *mtu, Quiet: *quiet, Count: *count, Latency: *latency, Explain: *explain}
 	if *utc {
 		opts.Location = time.UTC
 	}
