@@ -52,6 +52,7 @@ func dumpMain(args []string, stdout, stderr io.Writer) int {
 		utc     = fs.Bool("utc", false, "print timestamps in UTC instead of local time")
 		latency = fs.Bool("latency", false, "report per-QP operation latencies (count, min, p50, p90, p99, max) instead of the packet lines")
 		explain = fs.Bool("explain", false, "explain the anomalies (loss, NAKs, timeouts, duplicates) instead of the packet lines")
+		graph   = fs.String("graph", "", "write one SVG time-sequence graph per RC flow into this directory")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, dumpUsage)
@@ -97,7 +98,7 @@ func dumpMain(args []string, stdout, stderr io.Writer) int {
 	case *mtu != 0 && !validMTU(*mtu):
 		return bad("-mtu must be 256, 512, 1024, 2048 or 4096")
 	}
-	opts := dump.Options{JSON: *jsonOut, MTU: *mtu, Quiet: *quiet, Count: *count, Latency: *latency, Explain: *explain}
+	opts := dump.Options{JSON: *jsonOut, MTU: *mtu, Quiet: *quiet, Count: *count, Latency: *latency, Explain: *explain, GraphDir: *graph}
 	if *utc {
 		opts.Location = time.UTC
 	}

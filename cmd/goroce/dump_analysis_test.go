@@ -19,3 +19,16 @@ func TestDumpAnalysisFlags(t *testing.T) {
 		t.Fatalf("output:\n%s", s)
 	}
 }
+
+func TestDumpGraphFlag(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if rc := dumpMain([]string{"-q", "--graph", dir, smallPcap}, &out, &errb); rc != 0 {
+		t.Fatalf("rc %d: %s", rc, errb.String())
+	}
+	for _, f := range []string{"198.18.0.12_to_198.18.0.11_qp0x12.svg", "198.18.0.11_to_198.18.0.12_qp0x12.svg"} {
+		if !strings.Contains(out.String(), dir+"/"+f) {
+			t.Fatalf("output lacks %s:\n%s", f, out.String())
+		}
+	}
+}

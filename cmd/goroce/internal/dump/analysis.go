@@ -1,6 +1,7 @@
 package dump
 
 import (
+	"fmt"
 	"hash/maphash"
 	"sort"
 	"strings"
@@ -226,24 +227,27 @@ func classOf(op wire.Opcode) opClass {
 
 // operation is one message of a request flow.
 type operation struct {
-	class    opClass
-	first    wire.PSN // PSN of its first packet (as far as the capture shows)
-	end      wire.PSN // PSN of its last packet; for READ the last response PSN
-	lastIdx  int      // event of the first transmission of its last request packet
-	doneIdx  int      // completion evidence, -1 if none
-	failIdx  int      // a NAK (not a sequence error) that answered it, -1 if none
-	retx     bool     // some packet of it was retransmitted
-	respNext wire.PSN // READ: next expected response PSN
-	respSeen bool     // READ: a response was seen
-	origIdx  int      // atomic: the first ATOMIC ACK, -1 if none
+	class       opClass
+	first       wire.PSN // PSN of its first packet (as far as the capture shows)
+	end         wire.PSN // PSN of its last packet; for READ the last response PSN
+	lastIdx     int      // event of the first transmission of its last request packet
+	doneIdx     int      // completion evidence, -1 if none
+	failIdx     int      // a NAK (not a sequence error) that answered it, -1 if none
+	retx        bool     // some packet of it was retransmitted
+	respNext    wire.PSN // READ: next expected response PSN
+	respSeen    bool     // READ: a response was taken
+	gapFlag     bool     // READ: a gap in its responses was reported and not yet closed
+	answeredIdx int      // READ, atomic: the first response the responder sent for it, -1 if none
+	origIdx     int      // atomic: the first ATOMIC ACK, -1 if none
 }
 
 // psnState is what the trace knows about one request PSN.
 type psnState struct {
-	firstIdx int // first transmission
-	lastIdx  int // latest transmission
-	msgIdx   int // the packet of its message that carries the RETH (or the first seen)
-	op       int // index into trace.ops, -1 while its message has not ended
+	firstIdx int  // first transmission
+	lastIdx  int  // latest transmission
+	oos      bool // a lost PSN came before its latest transmission: the responder discarded it as out of sequence
+	msgIdx   int  // the packet of its message that carries the RETH (or the first seen)
+	op       int  // index into trace.ops, -1 while its message has not ended
 	payload  int
 }
 
@@ -265,21 +269,22 @@ const (
 	CauseRNRNAK      = "rnr_nak"
 	CauseTimeout     = "timeout"
 	CauseReadRespGap = "read_response_gap"
+	// CauseImplicitNAK: an ACK passed a READ or atomic whose responses had
+	// not come, which tells the requester they were lost (IBTA 9.7.5.1.2).
+	CauseImplicitNAK = "implicit_nak"
 )
 
 // episode is a run of retransmitted or filled request PSNs.
 type episode struct {
-	a        *Anomaly
-	next     wire.PSN // PSN that continues it
-	dup      *Anomaly // duplicate-request anomaly for PSNs the responder had answered
-	dupPSNs  []wire.PSN
-	dupClass opClass
+	a    *Anomaly
+	next wire.PSN // PSN that continues it
 }
 
 // gapRange is a run of PSNs never seen, [from, to).
 type gapRange struct {
 	from, to wire.PSN
-	idx      int // the packet that revealed it
+	idx      int  // the packet that revealed it
+	resend   bool // PSNs seen before whose resend never reached the capture point
 	a        *Anomaly
 }
 
@@ -306,12 +311,19 @@ type trace struct {
 	gaps []*gapRange
 	ep   *episode
 
-	lastSeqNAK, lastRNR, lastReadGap int // event indices, -1: none pending
-	lastPkt                          int // last packet of the connection (either direction)
+	lastSeqNAK, lastRNR, lastReadGap int              // event indices, -1: none pending
+	lastImplicit                     int              // an ACK past an unanswered READ/atomic
+	badReq                           int              // the last request with a bad ICRC, -1: none
+	badAt                            map[wire.PSN]int // request PSN → its latest bad-ICRC capture
+	timeoutDups                      int              // duplicate requests in timeout episodes
+	implicitPSN, implicitEnd         wire.PSN
+	minRTT                           time.Duration // shortest request → completion evidence so far
+	lastPkt                          int           // last packet of the connection (either direction)
 	lastReq                          int
 
-	anoms []*Anomaly
-	dups  []*episode // duplicate groups waiting for the responder's answer
+	anoms  []*Anomaly
+	dups   []*dupGroup // duplicate groups waiting for the responder's answer
+	curDup *dupGroup
 
 	// Counters for the verdict.
 	reqPkts, respPkts, retxPkts, badICRC  int
@@ -321,11 +333,52 @@ type trace struct {
 	maxWait                               time.Duration
 	goodBytes                             int64
 	firstT, lastT                         time.Time
+
+	// For the graph (graph.go).
+	marks []mark
+	good  []goodSample
+}
+
+// mark is one thing the graph draws: a packet (or an inferred event) at
+// its time and PSN.
+type mark struct {
+	idx  int
+	kind markKind
+	psn  wire.PSN
+	span uint32 // PSNs covered (READ requests)
+}
+
+type markKind uint8
+
+const (
+	markReq markKind = iota
+	markRetx
+	markTimeout
+	markReorder
+	markDup
+	markAck
+	markReadResp
+	markSeqNAK
+	markRNR
+	markNAK
+	markICRC
+	numMarks
+)
+
+// goodSample is payload newly delivered (acknowledged, or received in a
+// READ response) by the packet at idx.
+type goodSample struct {
+	idx   int
+	bytes int64
+}
+
+func (tr *trace) mark(idx int, k markKind, psn wire.PSN, span uint32) {
+	tr.marks = append(tr.marks, mark{idx, k, psn, span})
 }
 
 func newTrace(evs []ev, c *conn, mtu int) *trace {
 	return &trace{evs: evs, c: c, mtu: mtu, psns: map[wire.PSN]*psnState{},
-		lastSeqNAK: -1, lastRNR: -1, lastReadGap: -1, lastPkt: -1, lastReq: -1}
+		lastSeqNAK: -1, lastRNR: -1, lastReadGap: -1, lastImplicit: -1, badReq: -1, lastPkt: -1, lastReq: -1}
 }
 
 // run replays the connection's packets in capture order.
@@ -370,6 +423,12 @@ func (tr *trace) request(idx int) {
 	tr.note(idx)
 	if e.bad {
 		tr.badICRC++
+		tr.badReq = idx
+		if tr.badAt == nil {
+			tr.badAt = map[wire.PSN]int{}
+		}
+		tr.badAt[e.psn] = idx
+		tr.mark(idx, markICRC, e.psn, 1)
 		tr.add(&Anomaly{Kind: KindICRC, idx: idx, Packets: []int{e.no}, PSN: uint32(e.psn), PSNLast: uint32(e.psn),
 			text: "ICRC failure on " + e.op.String() + " psn " + itoa(int(e.psn)) + " (got " + hex32(e.icrc) + ", want " +
 				hex32(e.want) + "): corrupted on the path; the responder drops it"})
@@ -396,25 +455,35 @@ func (tr *trace) request(idx int) {
 			tr.gaps = append(tr.gaps, g)
 		}
 		tr.fresh(idx, span)
+		tr.mark(idx, markReq, p, span)
 	default:
 		st := tr.psns[p]
 		gap := tr.gapOf(p)
+		gapIdx := -1
+		if gap != nil {
+			gapIdx = gap.idx
+			tr.fill(p, span)
+		}
 		switch {
 		case st != nil:
 			prev := &tr.evs[st.lastIdx]
-			if prev.sum == e.sum && prev.sum != 0 && st.lastIdx == tr.lastReqBefore(idx) {
+			if gap == nil && prev.sum == e.sum && prev.sum != 0 && st.lastIdx == tr.lastReqBefore(idx) {
 				tr.pathDups++
 				tr.ep = nil
+				tr.mark(idx, markDup, p, span)
 				tr.add(&Anomaly{Kind: KindPathDuplicate, idx: idx, Packets: []int{prev.no, e.no}, PSN: uint32(p), PSNLast: uint32(p),
 					text: e.op.String() + " psn " + itoa(int(p)) + " is a byte-identical copy of #" + itoa(prev.no) +
 						": duplicated by the path, not resent by the requester"})
 				tr.answeredDup(idx, st)
 				return
 			}
-			tr.resend(idx, st.lastIdx, -1)
+			tr.resend(idx, st.lastIdx, gapIdx, span)
+			tr.mark(idx, markRetx, p, span)
 			st.lastIdx = idx
+			st.oos = tr.holeBefore(p)
 			if st.op >= 0 {
 				tr.ops[st.op].retx = true
+				tr.ops[st.op].gapFlag = false
 			}
 			tr.answeredDup(idx, st)
 			// A READ retried for more PSNs than before moves E.
@@ -422,9 +491,11 @@ func (tr *trace) request(idx int) {
 				tr.next = end
 			}
 		case gap != nil:
-			gapIdx := gap.idx
-			tr.fill(p)
-			tr.resend(idx, prevPkt, gapIdx)
+			if tr.resend(idx, prevPkt, gapIdx, span) == KindReordered {
+				tr.mark(idx, markReorder, p, span)
+			} else {
+				tr.mark(idx, markRetx, p, span)
+			}
 			tr.filled(idx, span)
 		default:
 			// Before the capture started: nothing to say.
@@ -454,10 +525,11 @@ func (tr *trace) fresh(idx int, span uint32) {
 		tr.msgIdx = idx
 		tr.curMsg = tr.curMsg[:0]
 	}
+	oos := tr.holeBefore(p)
 	for k := uint32(0); k < span; k++ {
 		q := p.Add(k)
 		if _, ok := tr.psns[q]; !ok {
-			tr.psns[q] = &psnState{firstIdx: idx, lastIdx: idx, msgIdx: tr.msgIdx, op: -1, payload: e.payload}
+			tr.psns[q] = &psnState{firstIdx: idx, lastIdx: idx, msgIdx: tr.msgIdx, op: -1, payload: e.payload, oos: oos}
 		}
 	}
 	if end := p.Add(span); end.After(tr.next) {
@@ -471,7 +543,7 @@ func (tr *trace) fresh(idx int, span uint32) {
 	if e.hasRETH || e.atomic || pos == wire.PosOnly {
 		first = p
 	}
-	o := operation{class: classOf(e.op), first: first, end: p.Add(span - 1), lastIdx: idx, doneIdx: -1, failIdx: -1, origIdx: -1}
+	o := operation{class: classOf(e.op), first: first, end: p.Add(span - 1), lastIdx: idx, doneIdx: -1, failIdx: -1, origIdx: -1, answeredIdx: -1}
 	if o.class == classRead {
 		o.respNext = p
 	}
@@ -497,7 +569,7 @@ func (tr *trace) fresh(idx int, span uint32) {
 func (tr *trace) filled(idx int, span uint32) {
 	e := &tr.evs[idx]
 	p := e.psn
-	st := &psnState{firstIdx: idx, lastIdx: idx, msgIdx: idx, op: -1, payload: e.payload}
+	st := &psnState{firstIdx: idx, lastIdx: idx, msgIdx: idx, op: -1, payload: e.payload, oos: tr.holeBefore(p)}
 	for k := uint32(0); k < span; k++ {
 		if _, ok := tr.psns[p.Add(k)]; !ok {
 			tr.psns[p.Add(k)] = st
@@ -514,7 +586,7 @@ func (tr *trace) filled(idx int, span uint32) {
 			first = first.Sub(1)
 		}
 		n := len(tr.ops)
-		o := operation{class: classOf(e.op), first: first, end: p.Add(span - 1), lastIdx: idx, doneIdx: -1, failIdx: -1, origIdx: -1, retx: true}
+		o := operation{class: classOf(e.op), first: first, end: p.Add(span - 1), lastIdx: idx, doneIdx: -1, failIdx: -1, origIdx: -1, answeredIdx: -1, retx: true}
 		if o.class == classRead {
 			o.respNext = p
 		}
@@ -550,8 +622,24 @@ func (tr *trace) gapOf(p wire.PSN) *gapRange {
 	return nil
 }
 
-// fill removes p from the open gaps.
-func (tr *trace) fill(p wire.PSN) {
+// fill removes p..p+span-1 from the open gaps.
+func (tr *trace) fill(p wire.PSN, span uint32) {
+	for k := uint32(0); k < span; k++ {
+		tr.fill1(p.Add(k))
+	}
+}
+
+// holeBefore reports whether an open gap starts before p.
+func (tr *trace) holeBefore(p wire.PSN) bool {
+	for _, g := range tr.gaps {
+		if g.from.Before(p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (tr *trace) fill1(p wire.PSN) {
 	for k, g := range tr.gaps {
 		if p.Diff(g.from) < 0 || p.Diff(g.to) >= 0 {
 			continue
@@ -562,7 +650,7 @@ func (tr *trace) fill(p wire.PSN) {
 		case p == g.to.Sub(1):
 			g.to = p
 		default:
-			rest := &gapRange{from: p.Add(1), to: g.to, idx: g.idx}
+			rest := &gapRange{from: p.Add(1), to: g.to, idx: g.idx, resend: g.resend}
 			g.to = p
 			tr.gaps = append(tr.gaps, rest)
 		}
@@ -576,28 +664,50 @@ func (tr *trace) fill(p wire.PSN) {
 // resend handles a request packet before E: it continues the current
 // episode or starts one whose cause is what the capture shows before it.
 // gapIdx is the packet that revealed the gap a fill fills (-1: not a fill).
-func (tr *trace) resend(idx, prevPkt, gapIdx int) {
+func (tr *trace) resend(idx, prevPkt, gapIdx int, span uint32) string {
 	filled := gapIdx >= 0
 	e := &tr.evs[idx]
 	p := e.psn
 	tr.retxPkts++
-	if ep := tr.ep; ep != nil && p == ep.next {
+	if ep := tr.ep; ep != nil && p.Diff(ep.next) >= 0 {
+		// The go-back-N resend goes on; PSNs it skipped were lost again
+		// before the capture point.
+		if p != ep.next {
+			tr.gaps = append(tr.gaps, &gapRange{from: ep.next, to: p, idx: idx, resend: true})
+		}
 		ep.a.Packets = append(ep.a.Packets, e.no)
-		ep.a.PSNLast = uint32(p)
-		ep.next = p.Add(1)
+		ep.a.PSNLast = uint32(p.Add(span - 1))
+		ep.next = p.Add(span)
 		ep.a.count++
-		return
+		return KindRetransmission
 	}
 	a := &Anomaly{Kind: KindRetransmission, idx: idx, Packets: []int{e.no}, PSN: uint32(p), PSNLast: uint32(p), count: 1}
+	// A resend whose first packet arrived corrupted (just before, a few
+	// PSNs back) started there.
+	if b := tr.badReq; b >= 0 {
+		k := sort.SearchInts(tr.c.reqs, idx)
+		if bp := tr.evs[b].psn; k > 0 && tr.c.reqs[k-1] == b && bp.Before(p) && p.Diff(bp) < 64 {
+			p = bp
+			a.PSN = uint32(bp)
+			a.idx = b
+			a.Packets = []int{tr.evs[b].no, e.no}
+			a.count++
+		}
+	}
 	a.filled = filled
 	if filled {
 		a.drew = gapIdx
+		if b, ok := tr.badAt[p]; ok && b < idx {
+			a.corrupt = tr.evs[b].no
+		}
 	}
-	if st := tr.psns[p]; st != nil && !filled {
+	if st := tr.psns[p]; st != nil {
 		a.orig = tr.evs[st.firstIdx].no
+		a.oos = st.oos && !filled
 	}
+	a.PSNLast = uint32(p.Add(span - 1))
 	switch {
-	case tr.lastSeqNAK >= 0 && tr.evs[tr.lastSeqNAK].psn == p:
+	case tr.prompt(tr.lastSeqNAK, a.idx) && tr.evs[tr.lastSeqNAK].psn == p:
 		n := &tr.evs[tr.lastSeqNAK]
 		a.Cause, a.cause = CauseSeqNAK, n.no
 		a.Packets = append([]int{n.no}, a.Packets...)
@@ -613,7 +723,15 @@ func (tr *trace) resend(idx, prevPkt, gapIdx int) {
 		a.rnrCode = n.syn.RNRTimer()
 		tr.lastRNR = -1
 		tr.episodes[1]++
-	case tr.lastReadGap >= 0:
+	case tr.prompt(tr.lastImplicit, a.idx) && p.Diff(tr.implicitPSN) >= 0 && p.Diff(tr.implicitEnd) <= 1:
+		// (Just past it: the responses came while the retry was queued,
+		// and the requester went back to what followed.)
+		n := &tr.evs[tr.lastImplicit]
+		a.Cause, a.cause = CauseImplicitNAK, n.no
+		a.Packets = append([]int{n.no}, a.Packets...)
+		tr.lastImplicit = -1
+		tr.episodes[2]++
+	case tr.prompt(tr.lastReadGap, a.idx):
 		n := &tr.evs[tr.lastReadGap]
 		a.Cause, a.cause = CauseReadRespGap, n.no
 		a.Packets = append([]int{n.no}, a.Packets...)
@@ -625,6 +743,7 @@ func (tr *trace) resend(idx, prevPkt, gapIdx int) {
 		tr.retxPkts--
 	default:
 		a.Cause = CauseTimeout
+		tr.mark(idx, markTimeout, p, 1)
 		tr.lastSeqNAK = -1
 		if prevPkt >= 0 {
 			a.cause = tr.evs[prevPkt].no
@@ -634,12 +753,18 @@ func (tr *trace) resend(idx, prevPkt, gapIdx int) {
 		}
 		tr.episodes[3]++
 	}
+	// Whatever was pending has been acted on, or was not the cause.
+	tr.lastSeqNAK, tr.lastImplicit, tr.lastReadGap = -1, -1, -1
+	if a.Cause != CauseRNRNAK && tr.lastRNR >= 0 && tr.evs[tr.lastRNR].psn != p {
+		tr.lastRNR = -1
+	}
 	tr.add(a)
 	if a.Kind == KindReordered {
 		tr.ep = nil
-		return
+		return a.Kind
 	}
-	tr.ep = &episode{a: a, next: p.Add(1)}
+	tr.ep = &episode{a: a, next: p.Add(span)}
+	return a.Kind
 }
 
 // reorderedFill reports whether a fill came so soon after the packet that
@@ -654,6 +779,22 @@ func (tr *trace) reorderedFill(gapIdx, idx int) bool {
 	return sort.SearchInts(tr.c.reqs, idx)-sort.SearchInts(tr.c.reqs, gapIdx) <= 4
 }
 
+// dupGroup is the duplicate requests of one retransmission episode (or
+// one path duplicate): PSNs the responder had already answered.
+type dupGroup struct {
+	a     *Anomaly
+	ep    *episode
+	items []dupItem
+}
+
+type dupItem struct {
+	psn    wire.PSN
+	class  opClass
+	idx    int
+	origNo int // atomic: the first ATOMIC ACK (packet number)
+	answer int // packet number of the responder's answer, 0 while waiting
+}
+
 // answeredDup notes a retransmitted PSN that the responder had already
 // answered: it will answer again, and the answer tells how.
 func (tr *trace) answeredDup(idx int, st *psnState) {
@@ -666,9 +807,9 @@ func (tr *trace) answeredDup(idx int, st *psnState) {
 		cls = o.class
 		switch o.class {
 		case classRead:
-			answered, by = o.respSeen && o.respNext.After(e.psn), o.doneIdx
+			answered, by = o.answeredIdx >= 0, o.answeredIdx
 		case classAtomic:
-			answered, by = o.origIdx >= 0, o.origIdx
+			answered, by = o.answeredIdx >= 0, o.answeredIdx
 		default:
 			answered, by = tr.hasAcked && tr.acked.Diff(e.psn) >= 0, tr.ackedIdx
 		}
@@ -679,25 +820,29 @@ func (tr *trace) answeredDup(idx int, st *psnState) {
 		return
 	}
 	tr.dupReqs++
-	if n := len(tr.dups); n > 0 {
-		g := tr.dups[n-1]
-		if g.next == e.psn && g.dupClass == cls && g.a.answer == 0 {
-			g.a.Packets = append(g.a.Packets, e.no)
-			g.a.PSNLast = uint32(e.psn)
-			g.next = e.psn.Add(1)
-			g.dupPSNs = append(g.dupPSNs, e.psn)
-			return
+	if tr.ep != nil && tr.ep.a.Cause == CauseTimeout {
+		tr.timeoutDups++
+	}
+	it := dupItem{psn: e.psn, class: cls, idx: idx}
+	if cls == classAtomic && st.op >= 0 && tr.ops[st.op].origIdx >= 0 {
+		it.origNo = tr.evs[tr.ops[st.op].origIdx].no
+	}
+	g := tr.curDup
+	if g == nil || g.ep == nil || g.ep != tr.ep {
+		a := tr.add(&Anomaly{Kind: KindDuplicate, idx: idx, PSN: uint32(e.psn), PSNLast: uint32(e.psn)})
+		if by >= 0 {
+			a.cause = tr.evs[by].no
 		}
+		g = &dupGroup{a: a, ep: tr.ep}
+		tr.curDup = g
+		tr.dups = append(tr.dups, g)
 	}
-	a := tr.add(&Anomaly{Kind: KindDuplicate, idx: idx, Packets: []int{e.no}, PSN: uint32(e.psn), PSNLast: uint32(e.psn)})
-	a.class = cls
-	if by >= 0 {
-		a.cause = tr.evs[by].no
+	g.items = append(g.items, it)
+	g.a.Packets = append(g.a.Packets, e.no)
+	if e.psn.After(wire.PSN(g.a.PSNLast)) {
+		g.a.PSNLast = uint32(e.psn)
 	}
-	if st.op >= 0 && cls == classAtomic {
-		a.orig = tr.evs[tr.ops[st.op].origIdx].no
-	}
-	tr.dups = append(tr.dups, &episode{a: a, next: e.psn.Add(1), dupPSNs: []wire.PSN{e.psn}, dupClass: cls})
+	g.a.dup = g
 }
 
 func (tr *trace) response(idx int) {
@@ -705,6 +850,7 @@ func (tr *trace) response(idx int) {
 	tr.note(idx)
 	if e.bad {
 		tr.badICRC++
+		tr.mark(idx, markICRC, e.psn, 1)
 		tr.add(&Anomaly{Kind: KindICRC, idx: idx, Packets: []int{e.no}, PSN: uint32(e.psn), PSNLast: uint32(e.psn),
 			text: "ICRC failure on " + e.op.String() + " psn " + itoa(int(e.psn)) + " (got " + hex32(e.icrc) + ", want " +
 				hex32(e.want) + "): corrupted on the path; the requester drops it"})
@@ -716,12 +862,18 @@ func (tr *trace) response(idx int) {
 	if e.hasAETH {
 		switch e.syn.Kind() {
 		case wire.SynACK:
+			if e.op.IsReadResponse() {
+				tr.mark(idx, markReadResp, q, 1)
+			} else {
+				tr.mark(idx, markAck, q, 1)
+			}
 			if !tr.hasAcked || q.After(tr.acked) {
-				tr.goodput(q)
+				tr.goodput(idx, q)
 				tr.acked, tr.ackedIdx, tr.hasAcked = q, idx, true
 			}
 		case wire.SynRNRNAK:
 			tr.rnrNAKs++
+			tr.mark(idx, markRNR, q, 1)
 			tr.lastRNR = idx
 			a := tr.add(&Anomaly{Kind: KindRNRNAK, idx: idx, Packets: []int{e.no}, PSN: uint32(q), PSNLast: uint32(q)})
 			a.rnrCode = e.syn.RNRTimer()
@@ -734,6 +886,7 @@ func (tr *trace) response(idx int) {
 		case wire.SynNAK:
 			if e.syn.NAK() == wire.NAKPSNSequenceError {
 				tr.seqNAKs++
+				tr.mark(idx, markSeqNAK, q, 1)
 				tr.lastSeqNAK = idx
 				a := tr.add(&Anomaly{Kind: KindSeqNAK, idx: idx, Packets: []int{e.no}, PSN: uint32(q), PSNLast: uint32(q)})
 				// The request that drew it: the latest one after the
@@ -755,6 +908,7 @@ func (tr *trace) response(idx int) {
 				return
 			}
 			tr.otherNAKs++
+			tr.mark(idx, markNAK, q, 1)
 			a := tr.add(&Anomaly{Kind: KindNAK, idx: idx, Packets: []int{e.no}, PSN: uint32(q), PSNLast: uint32(q)})
 			a.nak = e.syn.NAK()
 			a.drew = tr.drew(q, idx)
@@ -775,51 +929,89 @@ func (tr *trace) response(idx int) {
 			return
 		}
 	}
-	// Operation-specific evidence.
+	tr.complete(idx)
+	// Operation-specific evidence, taken as the requester takes it: a READ
+	// response or ATOMIC ACK only for the operation at the head (responses
+	// come in PSN order; a requester drops those for a later operation).
+	h := tr.head()
 	switch {
 	case e.op.IsReadResponse():
-		o := tr.readOp(q)
-		if o == nil {
+		if !e.hasAETH {
+			tr.mark(idx, markReadResp, q, 1)
+		}
+		if o := tr.opAt(q, classRead); o != nil && o.answeredIdx < 0 {
+			o.answeredIdx = idx
+		}
+		if h == nil || h.class != classRead || q.Before(h.first) || q.After(h.end) {
 			break
 		}
-		if o.respSeen && q.After(o.respNext) || !o.respSeen && q.After(o.first) {
-			from := o.respNext
-			if !o.respSeen {
-				from = o.first
-			}
+		next := h.first
+		if h.respSeen {
+			next = h.respNext
+		}
+		switch {
+		case q.After(next) && !h.gapFlag:
+			h.gapFlag = true
 			tr.lastReadGap = idx
-			tr.add(&Anomaly{Kind: KindReadRespGap, idx: idx, Packets: []int{e.no}, PSN: uint32(from), PSNLast: uint32(q.Sub(1))})
-		}
-		if !o.respSeen || !o.respNext.After(q) {
-			if !o.respSeen || q.After(o.respNext) || q == o.respNext {
-				tr.goodBytes += int64(e.payload)
+			tr.add(&Anomaly{Kind: KindReadRespGap, idx: idx, Packets: []int{e.no}, PSN: uint32(next), PSNLast: uint32(q.Sub(1))})
+		case q == next:
+			tr.goodBytes += int64(e.payload)
+			tr.good = append(tr.good, goodSample{idx, int64(e.payload)})
+			h.respNext, h.respSeen = q.Add(1), true
+			h.gapFlag = false
+			if pos := e.op.Info().Pos; (pos == wire.PosLast || pos == wire.PosOnly) && q == h.end {
+				tr.done(h, idx)
 			}
-		}
-		if !o.respSeen || q.Diff(o.respNext) >= 0 {
-			o.respNext = q.Add(1)
-		}
-		o.respSeen = true
-		pos := e.op.Info().Pos
-		if (pos == wire.PosLast || pos == wire.PosOnly) && q == o.end && o.doneIdx < 0 {
-			o.doneIdx = idx
 		}
 	case e.op == wire.RCAtomicAcknowledge:
-		if st := tr.psns[q]; st != nil && st.op >= 0 {
-			o := &tr.ops[st.op]
-			if o.doneIdx < 0 {
-				o.doneIdx = idx
-			}
-			if o.origIdx < 0 {
-				o.origIdx = idx
-			}
+		if o := tr.opAt(q, classAtomic); o != nil && o.origIdx < 0 {
+			o.origIdx, o.answeredIdx = idx, idx
+		}
+		if h != nil && h.class == classAtomic && h.first == q {
+			tr.done(h, idx)
 		}
 	}
 	tr.resolveDups(idx)
-	tr.complete(idx)
+}
+
+// done records the completion evidence of o.
+func (tr *trace) done(o *operation, idx int) {
+	o.doneIdx = idx
+	if d := tr.evs[idx].t.Sub(tr.evs[o.lastIdx].t); d > 0 && (tr.minRTT == 0 || d < tr.minRTT) {
+		tr.minRTT = d
+	}
+}
+
+// prompt reports whether the response at cause can have triggered a
+// resend at idx: a requester reacts to a NAK at once, so the resend
+// follows within a round trip or so; one that comes much later was its
+// timer. The window is 8 shortest round trips, at least 2 ms.
+func (tr *trace) prompt(cause, idx int) bool {
+	return cause >= 0 && cause < idx && tr.evs[idx].t.Sub(tr.evs[cause].t) <= max(2*time.Millisecond, 8*tr.minRTT)
+}
+
+// head returns the oldest operation still waiting for its completion
+// evidence, or nil.
+func (tr *trace) head() *operation {
+	for _, n := range tr.pending {
+		if o := &tr.ops[n]; o.doneIdx < 0 && o.failIdx < 0 {
+			return o
+		}
+	}
+	return nil
+}
+
+// opAt returns the operation of class c that PSN q belongs to, or nil.
+func (tr *trace) opAt(q wire.PSN, c opClass) *operation {
+	st := tr.psns[q]
+	if st == nil || st.op < 0 || tr.ops[st.op].class != c {
+		return nil
+	}
+	return &tr.ops[st.op]
 }
 
 // goodput counts the payload newly acknowledged by an ACK up to q.
-func (tr *trace) goodput(q wire.PSN) {
+func (tr *trace) goodput(idx int, q wire.PSN) {
 	from := q
 	if tr.hasAcked {
 		from = tr.acked.Add(1)
@@ -837,27 +1029,19 @@ func (tr *trace) goodput(q wire.PSN) {
 	if n <= 0 || n > 1<<20 {
 		return
 	}
+	var b int64
 	for k := int32(0); k < n; k++ {
 		if st := tr.psns[from.Add(uint32(k))]; st != nil {
 			if st.op >= 0 && tr.ops[st.op].class == classRead {
 				continue
 			}
-			tr.goodBytes += int64(st.payload)
+			b += int64(st.payload)
 		}
 	}
-}
-
-// readOp returns the READ operation whose response PSNs include q.
-func (tr *trace) readOp(q wire.PSN) *operation {
-	st := tr.psns[q]
-	if st == nil || st.op < 0 {
-		return nil
+	tr.goodBytes += b
+	if b > 0 {
+		tr.good = append(tr.good, goodSample{idx, b})
 	}
-	o := &tr.ops[st.op]
-	if o.class != classRead {
-		return nil
-	}
-	return o
 }
 
 // drew returns the latest transmission of the request at PSN q captured
@@ -874,56 +1058,74 @@ func (tr *trace) drew(q wire.PSN, idx int) int {
 	return -1
 }
 
-// complete marks the pending operations the response at idx covers.
+// complete applies the ACK at idx, if it is one, in PSN order: it
+// completes the SEND and WRITE operations it covers up to the first READ or
+// atomic still unanswered. An RC_ACKNOWLEDGE at or past that READ or atomic
+// tells the requester its responses were lost (an implicit NAK).
 func (tr *trace) complete(idx int) {
 	e := &tr.evs[idx]
 	ack := e.hasAETH && e.syn.Kind() == wire.SynACK
 	keep := tr.pending[:0]
+	blocked := false
 	for _, n := range tr.pending {
 		o := &tr.ops[n]
-		if o.doneIdx < 0 && ack && (o.class == classSend || o.class == classWrite) && e.psn.Diff(o.end) >= 0 && o.lastIdx < idx {
-			o.doneIdx = idx
+		if o.doneIdx >= 0 || o.failIdx >= 0 {
+			continue
 		}
-		if o.doneIdx < 0 && o.failIdx < 0 {
-			keep = append(keep, n)
+		if !blocked && ack && o.lastIdx < idx {
+			switch o.class {
+			case classSend, classWrite:
+				if e.psn.Diff(o.end) >= 0 {
+					tr.done(o, idx)
+					continue
+				}
+			default:
+				if e.op == wire.RCAcknowledge && e.psn.Diff(o.first) >= 0 {
+					tr.lastImplicit, tr.implicitPSN, tr.implicitEnd = idx, o.first, o.end
+				}
+			}
 		}
+		blocked = true
+		keep = append(keep, n)
 	}
 	tr.pending = keep
 }
 
-// resolveDups gives the waiting duplicate-request groups the responder's
-// answer at idx, if it covers them.
+// resolveDups gives the waiting duplicate requests the responder's answer
+// at idx, where it covers them.
 func (tr *trace) resolveDups(idx int) {
 	e := &tr.evs[idx]
 	keep := tr.dups[:0]
 	for _, g := range tr.dups {
-		a := g.a
-		if a.idx > idx {
-			keep = append(keep, g)
-			continue
-		}
-		covers := false
-		switch g.dupClass {
-		case classRead:
-			covers = e.op.IsReadResponse() && e.psn.Diff(g.dupPSNs[0]) >= 0
-		case classAtomic:
-			covers = e.op == wire.RCAtomicAcknowledge && e.psn == g.dupPSNs[0]
-		default:
-			covers = e.hasAETH && e.syn.Kind() == wire.SynACK && e.psn.Diff(wire.PSN(a.PSNLast)) >= 0
-		}
-		if !covers {
-			keep = append(keep, g)
-			continue
-		}
-		a.answer = e.no
-		a.Packets = append(a.Packets, e.no)
-		if g.dupClass == classAtomic && a.orig > 0 {
-			first := tr.evByNo(a.orig)
-			a.sameOrig = first != nil && first.orig == e.orig
-			a.origVal, a.origFirst = e.orig, 0
-			if first != nil {
-				a.origFirst = first.orig
+		waiting := false
+		for k := range g.items {
+			it := &g.items[k]
+			if it.answer != 0 || it.idx > idx {
+				waiting = waiting || it.answer == 0
+				continue
 			}
+			covers := false
+			switch it.class {
+			case classRead:
+				covers = e.op.IsReadResponse() && e.psn.Diff(it.psn) >= 0
+			case classAtomic:
+				covers = e.op == wire.RCAtomicAcknowledge && e.psn == it.psn
+			default:
+				covers = e.hasAETH && e.syn.Kind() == wire.SynACK && e.psn.Diff(it.psn) >= 0
+			}
+			if !covers {
+				waiting = true
+				continue
+			}
+			it.answer = e.no
+			if it.class == classAtomic && it.origNo > 0 {
+				if first := tr.evByNo(it.origNo); first != nil && first.orig != e.orig {
+					g.a.atomicTwice = append(g.a.atomicTwice, fmt.Sprintf("#%d orig %#x where #%d had %#x", e.no, e.orig, it.origNo, first.orig))
+				}
+			}
+		}
+		if waiting || g == tr.curDup {
+			keep = append(keep, g)
 		}
 	}
 	tr.dups = keep
@@ -941,6 +1143,9 @@ func (tr *trace) evByNo(no int) *ev {
 // operations never acknowledged.
 func (tr *trace) finish() {
 	for _, g := range tr.gaps {
+		if g.resend {
+			continue
+		}
 		e := &tr.evs[g.idx]
 		a := tr.add(&Anomaly{Kind: KindGap, idx: g.idx, Packets: []int{e.no}, PSN: uint32(g.from), PSNLast: uint32(g.to.Sub(1))})
 		a.ackedPast = tr.hasAcked && tr.acked.Diff(g.to.Sub(1)) >= 0
@@ -979,7 +1184,7 @@ func hex32(v uint32) string {
 // analyze runs the capture-wide analyses the options ask for and adds
 // their results to s. The error is from writing the graphs.
 func (d *Dumper) analyze(s *Summary) error {
-	if !d.opts.Latency && !d.opts.Explain {
+	if !d.opts.Latency && !d.opts.Explain && d.opts.GraphDir == "" {
 		return nil
 	}
 	mtu, _ := d.flows.mtu()
@@ -1001,6 +1206,11 @@ func (d *Dumper) analyze(s *Summary) error {
 		if s.Anomalies == nil {
 			s.Anomalies = []Anomaly{}
 		}
+	}
+	if d.opts.GraphDir != "" {
+		files, err := d.writeGraphs(traces)
+		s.Graphs = files
+		return err
 	}
 	return nil
 }

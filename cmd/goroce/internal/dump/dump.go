@@ -61,6 +61,9 @@ type Options struct {
 	// Explain adds the anomalies and a verdict per flow to the summary
 	// (explain.go). It implies Quiet.
 	Explain bool
+	// GraphDir, when set, is where Finish writes one SVG time–sequence
+	// graph per RC request flow with more than one packet (graph.go).
+	GraphDir string
 }
 
 // Record is one captured frame.
@@ -149,7 +152,7 @@ func (d *Dumper) Packet(rec Record) {
 		return
 	}
 	d.flows.add(&x)
-	if d.opts.Latency || d.opts.Explain {
+	if d.opts.Latency || d.opts.Explain || d.opts.GraphDir != "" {
 		d.record(&x, d.stats.packets)
 	}
 	if d.opts.Quiet {

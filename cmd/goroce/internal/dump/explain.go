@@ -34,25 +34,24 @@ type Anomaly struct {
 	// Packet is the frame number the line is anchored on (0: the end of the capture).
 	Packet int `json:"packet"`
 
-	idx       int // event index it is anchored on (len(evs): the end of the capture)
-	text      string
-	count     int
-	orig      int // packet number: the first transmission, or the first ATOMIC ACK
-	cause     int // packet number of the cause (NAK) or the packet before the wait
-	waited    time.Duration
-	asked     time.Duration
-	rnrCode   uint8
-	drew      int // event index of the request that drew a NAK (-1: not captured)
-	nak       wire.NAKCode
-	msg       int // event index of the message's RETH packet (-1: unknown)
-	answer    int // packet number of the responder's answer to a duplicate
-	class     opClass
-	sameOrig  bool
-	origVal   uint64
-	origFirst uint64
-	ackedPast bool
-	atEnd     bool
-	filled    bool
+	idx         int // event index it is anchored on (len(evs): the end of the capture)
+	text        string
+	count       int
+	orig        int // packet number: the first transmission, or the first ATOMIC ACK
+	cause       int // packet number of the cause (NAK) or the packet before the wait
+	waited      time.Duration
+	asked       time.Duration
+	rnrCode     uint8
+	drew        int // event index of the request that drew a NAK (-1: not captured)
+	nak         wire.NAKCode
+	msg         int // event index of the message's RETH packet (-1: unknown)
+	dup         *dupGroup
+	atomicTwice []string
+	ackedPast   bool
+	atEnd       bool
+	filled      bool
+	oos         bool
+	corrupt     int // packet number of a bad-ICRC copy of the filled PSN
 }
 
 // Verdict is the paragraph --explain prints per request flow.
@@ -171,17 +170,25 @@ func (tr *trace) render(a *Anomaly) string {
 		switch a.Cause {
 		case CauseSeqNAK:
 			s := what + " after sequence NAK #" + itoa(a.cause)
-			if a.filled {
-				s += ": PSN " + itoa(int(a.PSN)) + " never reached the capture point, so it was lost before it"
-			} else {
+			switch {
+			case a.filled && a.corrupt > 0:
+				s += ": PSN " + itoa(int(a.PSN)) + " arrived with a bad ICRC (#" + itoa(a.corrupt) + ") and was dropped"
+			case a.filled:
+				s += ": PSN " + itoa(int(a.PSN)) + " never reached the capture point (lost before it)"
+			case a.oos:
+				s += ": PSN " + itoa(int(a.PSN)) + " passed the capture point behind a lost PSN (the responder discarded it as out of sequence)"
+			default:
 				s += ": PSN " + itoa(int(a.PSN)) + " passed the capture point, so it was lost after it"
 			}
 			return s
 		case CauseRNRNAK:
 			return what + " after RNR NAK #" + itoa(a.cause) + ": waited " + dur(a.waited) + " (the NAK asked for timer " +
 				itoa(int(a.rnrCode)) + " = " + dur(a.asked) + ")"
+		case CauseImplicitNAK:
+			return what + " after ACK #" + itoa(a.cause) + " passed the READ/atomic at PSN " + itoa(int(a.PSN)) +
+				" before its responses came: an implicit NAK, the requester retries it"
 		case CauseReadRespGap:
-			return what + ": the READ re-issued after READ responses went missing (#" + itoa(a.cause) + " skipped PSNs)"
+			return what + " after READ responses went missing (#" + itoa(a.cause) + " skipped PSNs): the requester went back to the READ"
 		}
 		s := what + " after a timeout (no NAK before it)"
 		switch {
@@ -199,29 +206,7 @@ func (tr *trace) render(a *Anomaly) string {
 		}
 		return s + ", with no NAK or timeout in between: reordered on the path"
 	case KindDuplicate:
-		s := "duplicate request " + psnRange(a.PSN, a.PSNLast) + " (" + pktList(a.Packets[:len(a.Packets)-btoi(a.answer > 0)]) +
-			"): the responder had already answered it"
-		if a.cause > 0 {
-			s += " (#" + itoa(a.cause) + ")"
-		}
-		if a.answer == 0 {
-			return s + "; no answer to the duplicate was captured"
-		}
-		switch a.class {
-		case classRead:
-			return s + "; it replayed the READ (response #" + itoa(a.answer) + ")"
-		case classAtomic:
-			if a.orig > 0 && !a.sameOrig {
-				return s + "; it answered with ATOMIC ACK #" + itoa(a.answer) + " orig " + string(appendHex(nil, a.origVal)) +
-					", not the " + string(appendHex(nil, a.origFirst)) + " of #" + itoa(a.orig) + ": the atomic may have been executed twice"
-			}
-			if a.orig > 0 {
-				return s + "; it answered from its atomic history: ATOMIC ACK #" + itoa(a.answer) + " repeats orig " +
-					string(appendHex(nil, a.origVal)) + " of #" + itoa(a.orig)
-			}
-			return s + "; it answered with ATOMIC ACK #" + itoa(a.answer)
-		}
-		return s + "; it re-ACKed it (#" + itoa(a.answer) + ")"
+		return tr.renderDup(a)
 	case KindGap:
 		s := psnRange(a.PSN, a.PSNLast) + " never seen (gap revealed by #" + itoa(a.Packets[0]) + ")"
 		if a.ackedPast {
@@ -266,11 +251,85 @@ func (tr *trace) render(a *Anomaly) string {
 	return a.Kind
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
+// renderDup describes a duplicate-request group and the responder's
+// answers, by class.
+func (tr *trace) renderDup(a *Anomaly) string {
+	g := a.dup
+	one := len(g.items) == 1
+	it, them := "it", "them"
+	if one {
+		them = it
 	}
-	return 0
+	s := "duplicate request"
+	if !one {
+		s += "s"
+	}
+	s += " " + psnRange(a.PSN, a.PSNLast) + " ("
+	if !one {
+		s += itoa(len(g.items)) + " packets, "
+	}
+	s += pktList(a.Packets) + "): the responder had already answered " + them
+	if a.cause > 0 {
+		s += " (#" + itoa(a.cause) + ")"
+	}
+	var acks, reads, atomics []int
+	waiting := 0
+	seen := map[int]bool{}
+	for _, x := range g.items {
+		switch {
+		case x.answer == 0:
+			waiting++
+		case seen[x.answer]:
+		case x.class == classRead:
+			reads = append(reads, x.answer)
+		case x.class == classAtomic:
+			atomics = append(atomics, x.answer)
+		default:
+			acks = append(acks, x.answer)
+		}
+		if x.answer != 0 {
+			seen[x.answer] = true
+		}
+	}
+	var parts []string
+	if len(acks) > 0 {
+		p := "re-ACKed " + them + " ("
+		if len(acks) > 1 {
+			p += itoa(len(acks)) + " ACKs, "
+		}
+		parts = append(parts, p+pktList(acks)+")")
+	}
+	if len(reads) > 0 {
+		parts = append(parts, "replayed "+plural(len(reads), "READ", "READs")+" ("+pktList(reads)+")")
+	}
+	if len(atomics) > 0 {
+		if len(a.atomicTwice) > 0 {
+			parts = append(parts, "answered "+plural(len(atomics), "atomic", "atomics")+" with a different original value ("+
+				strings.Join(a.atomicTwice, "; ")+"): executed twice?")
+		} else {
+			parts = append(parts, "answered "+plural(len(atomics), "atomic", "atomics")+" from its history, with the same original value ("+pktList(atomics)+")")
+		}
+	}
+	if len(parts) > 0 {
+		s += "; it " + strings.Join(parts, ", ")
+	}
+	if waiting > 0 {
+		s += "; " + itoa(waiting) + " not answered in the capture"
+	}
+	return s
+}
+
+// dupAnswers are the answer packet numbers of a duplicate group.
+func dupAnswers(g *dupGroup) []int {
+	var out []int
+	seen := map[int]bool{}
+	for _, x := range g.items {
+		if x.answer != 0 && !seen[x.answer] {
+			seen[x.answer] = true
+			out = append(out, x.answer)
+		}
+	}
+	return out
 }
 
 // verdict is the paragraph for one request flow.
@@ -328,7 +387,7 @@ func (tr *trace) verdict() Verdict {
 			c = append(c, itoa(n)+" after an RNR NAK")
 		}
 		if n := tr.episodes[2]; n > 0 {
-			c = append(c, itoa(n)+" after missing READ responses")
+			c = append(c, itoa(n)+" after missing READ/atomic responses")
 		}
 		if n := tr.episodes[3]; n > 0 {
 			c = append(c, itoa(n)+" after a timeout (longest wait "+dur(tr.maxWait)+")")
@@ -377,7 +436,7 @@ func (tr *trace) verdict() Verdict {
 	if tr.episodes[0]+tr.episodes[2]+gaps > 0 {
 		cause = append(cause, "packet loss on the path (the sequence NAKs and gaps show where)")
 	}
-	if tr.episodes[3] > 0 && tr.dupReqs > 0 {
+	if tr.episodes[3] > 0 && tr.timeoutDups > 0 {
 		cause = append(cause, "lost or late acknowledgements: the requester timed out and resent requests the responder had already answered")
 	} else if tr.episodes[3] > 0 {
 		cause = append(cause, "loss the responder could not NAK (a lost last packet or a lost response), recovered by the requester's timer")
@@ -443,6 +502,9 @@ func (d *Dumper) explain(traces []*trace) explainResult {
 			a.Offset = strconv.FormatFloat(t.Sub(first).Seconds(), 'f', 6, 64)
 		}
 		a.Text = it.tr.render(a)
+		if a.dup != nil {
+			a.Packets = append(a.Packets, dupAnswers(a.dup)...)
+		}
 		r.anomalies = append(r.anomalies, *a)
 	}
 	for _, tr := range traces {
