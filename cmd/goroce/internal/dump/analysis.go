@@ -891,14 +891,15 @@ func (tr *trace) response(idx int) {
 				a := tr.add(&Anomaly{Kind: KindSeqNAK, idx: idx, Packets: []int{e.no}, PSN: uint32(q), PSNLast: uint32(q)})
 				// The request that drew it: the latest one after the
 				// expected PSN, the first the responder saw out of order.
+				// (Else the latest one after it, up to 64 requests back.)
 				a.drew = -1
-				for k := sort.SearchInts(tr.c.reqs, idx) - 1; k >= 0; k-- {
+				for k, n := sort.SearchInts(tr.c.reqs, idx)-1, 0; k >= 0 && n < 64; k, n = k-1, n+1 {
 					r := &tr.evs[tr.c.reqs[k]]
 					if !r.bad && r.psn.After(q) {
 						a.drew = tr.c.reqs[k]
 						continue
 					}
-					if !r.bad {
+					if !r.bad && a.drew >= 0 {
 						break
 					}
 				}
