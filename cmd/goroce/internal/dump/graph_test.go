@@ -207,3 +207,31 @@ func TestLossyGraphAndExplain(t *testing.T) {
 		t.Errorf("marks %v", m)
 	}
 }
+
+// docs/img/lossy-flow.svg is the graph of testdata/lossy.pcap as the code
+// draws it now (-update rewrites it).
+func TestDocsGraphCurrent(t *testing.T) {
+	capture, err := os.ReadFile(filepath.Join("testdata", "lossy.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_, s := runBytes(t, capture, Options{GraphDir: dir, Quiet: true})
+	got, err := os.ReadFile(s.Graphs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join("..", "..", "..", "..", "docs", "img", "lossy-flow.svg")
+	if *update {
+		if err := os.WriteFile(doc, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s is not the current graph of testdata/lossy.pcap: run this test with -update", doc)
+	}
+}
