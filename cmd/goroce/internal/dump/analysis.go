@@ -117,8 +117,18 @@ func (d *Dumper) record(x *decoded, no int) {
 	if h := ext.AtomicAckETH; h != nil {
 		e.hasOrig, e.orig = true, h.OrigValue()
 	}
+	if len(d.evs) == maxEvents {
+		d.Warn("the analyses keep the first " + itoa(maxEvents) + " RoCEv2 packets only (use -c)")
+	}
+	if len(d.evs) >= maxEvents {
+		return
+	}
 	d.evs = append(d.evs, e)
 }
+
+// maxEvents bounds the analyses' memory (about 150 bytes a packet) on an
+// endless live capture.
+const maxEvents = 20_000_000
 
 // conn is one request flow with the flow carrying its responses.
 type conn struct {
@@ -410,13 +420,18 @@ func (tr *trace) add(a *Anomaly) *Anomaly {
 }
 
 // readSpan returns the PSNs a READ request of length n consumes.
+// A READ longer than maxReadSpan PSNs (256 MiB at MTU 4096) is modelled as
+// that long: the model keeps state per PSN, and a capture must not make it
+// allocate without bound.
 func (tr *trace) readSpan(n uint32) uint32 {
 	mtu := tr.mtu
 	if mtu <= 0 {
 		mtu = 1024
 	}
-	return uint32(max(1, ceilDiv(int(n), mtu)))
+	return uint32(min(max(1, ceilDiv(int(n), mtu)), maxReadSpan))
 }
+
+const maxReadSpan = 1 << 16
 
 func (tr *trace) request(idx int) {
 	e := &tr.evs[idx]
@@ -622,11 +637,30 @@ func (tr *trace) gapOf(p wire.PSN) *gapRange {
 	return nil
 }
 
-// fill removes p..p+span-1 from the open gaps.
+// fill removes p..p+span-1 from the open gaps (interval subtraction).
 func (tr *trace) fill(p wire.PSN, span uint32) {
-	for k := uint32(0); k < span; k++ {
-		tr.fill1(p.Add(k))
+	from, to := p, p.Add(span)
+	keep := tr.gaps[:0]
+	var extra []*gapRange
+	for _, g := range tr.gaps {
+		if to.Diff(g.from) <= 0 || from.Diff(g.to) >= 0 { // no overlap
+			keep = append(keep, g)
+			continue
+		}
+		if g.from.Before(from) { // a piece before
+			if to.Before(g.to) { // and one after
+				extra = append(extra, &gapRange{from: to, to: g.to, idx: g.idx, resend: g.resend})
+			}
+			g.to = from
+			keep = append(keep, g)
+			continue
+		}
+		if to.Before(g.to) { // only a piece after
+			g.from = to
+			keep = append(keep, g)
+		}
 	}
+	tr.gaps = append(keep, extra...)
 }
 
 // holeBefore reports whether an open gap starts before p.
@@ -637,28 +671,6 @@ func (tr *trace) holeBefore(p wire.PSN) bool {
 		}
 	}
 	return false
-}
-
-func (tr *trace) fill1(p wire.PSN) {
-	for k, g := range tr.gaps {
-		if p.Diff(g.from) < 0 || p.Diff(g.to) >= 0 {
-			continue
-		}
-		switch {
-		case p == g.from:
-			g.from = g.from.Add(1)
-		case p == g.to.Sub(1):
-			g.to = p
-		default:
-			rest := &gapRange{from: p.Add(1), to: g.to, idx: g.idx, resend: g.resend}
-			g.to = p
-			tr.gaps = append(tr.gaps, rest)
-		}
-		if g.from == g.to {
-			tr.gaps = append(tr.gaps[:k], tr.gaps[k+1:]...)
-		}
-		return
-	}
 }
 
 // resend handles a request packet before E: it continues the current
@@ -1128,6 +1140,11 @@ func (tr *trace) resolveDups(idx int) {
 		if waiting || g == tr.curDup {
 			keep = append(keep, g)
 		}
+	}
+	// Groups still waiting behind 64 newer ones are given up on (reported
+	// as not answered), so that a long capture stays linear.
+	if len(keep) > 64 {
+		keep = append(keep[:0], keep[len(keep)-64:]...)
 	}
 	tr.dups = keep
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"flag"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
 )
 
 var lossySeed = flag.Int64("lossy-seed", 6, "seed of the lossy capture (with -update)")
@@ -234,4 +236,57 @@ func TestDocsGraphCurrent(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s is not the current graph of testdata/lossy.pcap: run this test with -update", doc)
 	}
+}
+
+// The analyses never panic on nonsense: the lossy capture with random
+// opcodes, PSNs, syndromes and RETH lengths, ICRCs recomputed so that the
+// packets count.
+func TestAnalysesGarbage(t *testing.T) {
+	capture, err := os.ReadFile(filepath.Join("testdata", "lossy.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := readRecordsBytes(t, capture)
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		recs := make([]Record, len(base))
+		for i, r := range base {
+			b := append([]byte(nil), r.Data...)
+			const bth = wire.EthernetLen + wire.IPv4Len + wire.UDPLen
+			if len(b) > bth+wire.BTHLen+wire.ICRCLen && rng.IntN(4) == 0 {
+				switch rng.IntN(4) {
+				case 0:
+					b[bth] = byte(rng.IntN(0x19)) // an RC opcode
+				case 1:
+					b[bth+9], b[bth+10], b[bth+11] = byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())
+				case 2:
+					b[bth+wire.BTHLen] = byte(rng.Uint32()) // AETH syndrome or RETH VA
+				case 3:
+					if len(b) > bth+wire.BTHLen+16 {
+						b[bth+wire.BTHLen+12] = byte(rng.Uint32()) // RETH length
+					}
+				}
+				wire.PutICRC(b[len(b)-wire.ICRCLen:], wire.ICRC(b[wire.EthernetLen:len(b)-wire.ICRCLen]))
+			}
+			recs[i] = Record{Time: r.Time.Add(time.Duration(rng.IntN(3)-1) * time.Microsecond), Data: b, LinkType: r.LinkType}
+		}
+		rng.Shuffle(len(recs)/10, func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
+		dir := t.TempDir()
+		out, s := run(t, recs, Options{Latency: true, Explain: true, GraphDir: dir})
+		if len(s.Verdicts) == 0 || !strings.Contains(out, "verdict:") {
+			t.Fatalf("seed %d: no verdict:\n%s", seed, out)
+		}
+		for _, g := range s.Graphs {
+			svgMarks(t, g)
+		}
+	}
+}
+
+func readRecordsBytes(t *testing.T, capture []byte) []Record {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "c.pcap")
+	if err := os.WriteFile(f, capture, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return readRecords(t, f)
 }
