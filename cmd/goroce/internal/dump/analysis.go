@@ -36,18 +36,31 @@ import (
 //     a gap [E, PSN) (packets lost before the capture point, or never sent);
 //   - a fill: before E, inside an open gap: a packet that was lost before
 //     the capture point and resent, or overtaken on the path (reordered);
-//   - a retransmission: before E, a PSN the capture has already seen. A run
-//     of consecutive retransmitted or filled PSNs is one episode; its cause
-//     is what the capture shows before it: a PSN sequence NAK for its first
-//     PSN, an RNR NAK for it, a gap in the READ responses, or nothing (a
-//     timeout; the wait is measured from the last packet of the connection).
-//     A byte-identical copy of the previous transmission is a duplicate
-//     made by the path, not a retransmission.
+//   - a retransmission: before E, a PSN the capture has already seen.
+//
+// A run of retransmitted or filled PSNs going forward (a go-back-N; PSNs it
+// skips were lost again before the capture point and are remembered as
+// holes) is one episode. A resend whose first packet arrived with a bad
+// ICRC starts there. Its cause is what the capture shows before it, if that
+// came within 8 shortest round trips (at least 2 ms) — a requester reacts
+// to a NAK at once, and a resend much later is its timer's:
+//
+//   - a PSN sequence NAK for the episode's first PSN;
+//   - an RNR NAK for it (the wait is compared with the timer it asked for);
+//   - an RC_ACKNOWLEDGE at or past a READ or atomic whose responses had
+//     not come (an implicit NAK), or a gap in the READ responses;
+//   - nothing: a timeout, the wait measured from the PSN's previous
+//     transmission (or, for a fill, from the connection's last packet).
+//
+// A fill that comes within 4 requests of the packet that revealed its gap,
+// with no response in between, was reordered by the path; a byte-identical
+// copy of the previous transmission was duplicated by it. Neither is a
+// retransmission.
 //
 // A retransmitted PSN that the responder had already answered (an ACK at
 // or after it, its READ responses or its ATOMIC ACK were captured before
-// the retransmission) is a duplicate request; the next answer covering it
-// says how the responder treated it.
+// the retransmission) is a duplicate request; the answers that cover it
+// afterwards say how the responder treated it (one line per episode).
 //
 // Operations (messages) end at a LAST or ONLY request packet; a READ
 // request or an atomic is one operation. Completion evidence is the first
@@ -55,9 +68,15 @@ import (
 // WRITE an ACK (RC_ACKNOWLEDGE, or the AETH of a READ response or ATOMIC
 // ACK, all of which acknowledge every earlier PSN) whose PSN is at or after
 // the operation's last PSN; for READ the READ RESPONSE LAST or ONLY with
-// the operation's last PSN; for an atomic its ATOMIC ACKNOWLEDGE. NAKs are
-// not completion evidence; an operation that a NAK other than a sequence
-// error answered has failed.
+// the operation's last PSN; for an atomic its ATOMIC ACKNOWLEDGE. As a
+// requester does, the model takes ACKs in PSN order and READ responses and
+// ATOMIC ACKs only for the oldest operation still waiting: a response for a
+// later one (after a lost one) is no evidence. NAKs are not completion
+// evidence; an operation that a NAK other than a sequence error answered
+// has failed.
+//
+// PSNs are compared within ±2^23 (wire.PSN); a capture holding more than
+// 2^24 PSNs of one flow reuses the model's per-PSN state.
 
 // ev is one RoCEv2 packet kept for the capture-wide analyses.
 type ev struct {
@@ -1180,7 +1199,6 @@ func (tr *trace) finish() {
 		if tr.lastPkt >= 0 && tr.lastPkt != tr.lastReq {
 			a.Packets = append(a.Packets, tr.evs[tr.lastPkt].no)
 		}
-		a.atEnd = true
 		tr.add(a)
 	}
 }

@@ -48,7 +48,6 @@ type Anomaly struct {
 	dup         *dupGroup
 	atomicTwice []string
 	ackedPast   bool
-	atEnd       bool
 	filled      bool
 	oos         bool
 	corrupt     int // packet number of a bad-ICRC copy of the filled PSN
@@ -395,6 +394,9 @@ func (tr *trace) verdict() Verdict {
 		b.WriteString(" " + strings.Join(c, ", ") + ".")
 	}
 	var extra []string
+	if tr.seqNAKs > 0 {
+		extra = append(extra, plural(tr.seqNAKs, "sequence NAK", "sequence NAKs"))
+	}
 	if tr.rnrNAKs > 0 {
 		extra = append(extra, plural(tr.rnrNAKs, "RNR NAK", "RNR NAKs"))
 	}

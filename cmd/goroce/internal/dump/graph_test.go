@@ -188,6 +188,13 @@ func TestLossyGraphAndExplain(t *testing.T) {
 	}
 	out, s := runBytes(t, capture, Options{Explain: true})
 	goldenCheck(t, "lossy_explain", out)
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "docs", "debugging.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), out[strings.Index(out, "explain:"):]) {
+		t.Errorf("docs/debugging.md does not quote the current --explain output of testdata/lossy.pcap")
+	}
 	count := map[string]int{}
 	for _, a := range s.Anomalies {
 		k := a.Kind
