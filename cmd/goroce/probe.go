@@ -35,7 +35,8 @@ ib_atomic_bw with -F -x 1, or goroce's own) once per check, learns its QPN,
 PSN, rkey and buffer through the usual exchange, and instead of the
 client's traffic sends crafted RoCEv2 frames on a raw link (root): a wrong
 rkey, an access outside the region or straddling its end, a length that
-disagrees with the packets, a MIDDLE without a FIRST, a misaligned atomic,
+disagrees with the packets, an oversized READ, a MIDDLE without a FIRST,
+a misaligned atomic,
 a PSN gap and a far-future PSN, a duplicate, a bad ICRC, a truncated frame,
 a wrong destination QP. Prints what the peer did next to what IBTA
 requires. A stock server exits after one connection: run it in a loop

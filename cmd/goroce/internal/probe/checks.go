@@ -20,9 +20,9 @@ import (
 //   - an access the R_Key does not allow (unknown key, outside the region,
 //     straddling its end, missing permission): NAK REMOTE_ACCESS_ERROR; the
 //     responder's QP goes to the error state;
-//   - a request it cannot accept (a length that disagrees with the packets,
-//     a MIDDLE without a FIRST, a misaligned atomic): NAK INVALID_REQUEST,
-//     the QP to the error state;
+//   - a request it cannot accept (a length that disagrees with the packets
+//     or exceeds 2^31, a MIDDLE without a FIRST, a misaligned atomic): NAK
+//     INVALID_REQUEST, the QP to the error state;
 //   - a PSN after the expected one: one NAK PSN_SEQUENCE_ERROR carrying the
 //     expected PSN, the packet dropped, nothing executed;
 //   - a duplicate (a PSN already executed): not executed again; a WRITE is
@@ -175,6 +175,15 @@ var checks = []*check{
 		run: func(s *session) (string, bool, error) {
 			return s.one(s.access(perftest.AtomicBW, s.psn, s.peer.VAddr+4, s.peer.RKey),
 				func(a answer) bool { return isNAK(a, wire.NAKInvalidRequest, s.psn) })
+		},
+	},
+	{
+		name: "oversized-read", tests: readOnly,
+		required: "NAK INVALID_REQUEST (a READ whose DMA length, 2^31+8, exceeds the largest message, 2^31 bytes)",
+		run: func(s *session) (string, bool, error) {
+			f := s.access(perftest.ReadBW, s.psn, s.peer.VAddr, s.peer.RKey)
+			f.dmaLen = 1<<31 + 8
+			return s.one(f, func(a answer) bool { return isNAK(a, wire.NAKInvalidRequest, s.psn) })
 		},
 	},
 	{

@@ -207,13 +207,14 @@ func TestProbeAtomicServer(t *testing.T) {
 }
 
 func TestProbeReadServer(t *testing.T) {
-	res, _ := runChecks(t, perftest.ReadBW, "access", "wrong-rkey", "straddle-end", "duplicate", "psn-gap")
+	res, _ := runChecks(t, perftest.ReadBW, "access", "wrong-rkey", "straddle-end", "duplicate", "psn-gap", "oversized-read")
 	want := map[string]string{
-		"access":       "RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
-		"wrong-rkey":   "RC_ACKNOWLEDGE psn %d NAK(REMOTE_ACCESS_ERROR)",
-		"straddle-end": "RC_ACKNOWLEDGE psn %d NAK(REMOTE_ACCESS_ERROR)",
-		"duplicate":    "RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes, then for the duplicate: RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
-		"psn-gap":      "RC_ACKNOWLEDGE psn %d NAK(PSN_SEQUENCE_ERROR), then for the request at the expected PSN: RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
+		"oversized-read": "RC_ACKNOWLEDGE psn %d NAK(INVALID_REQUEST)",
+		"access":         "RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
+		"wrong-rkey":     "RC_ACKNOWLEDGE psn %d NAK(REMOTE_ACCESS_ERROR)",
+		"straddle-end":   "RC_ACKNOWLEDGE psn %d NAK(REMOTE_ACCESS_ERROR)",
+		"duplicate":      "RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes, then for the duplicate: RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
+		"psn-gap":        "RC_ACKNOWLEDGE psn %d NAK(PSN_SEQUENCE_ERROR), then for the request at the expected PSN: RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
 	}
 	checkResults(t, res, want)
 }
