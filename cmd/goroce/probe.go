@@ -36,10 +36,9 @@ PSN, rkey and buffer through the usual exchange, and instead of the
 client's traffic sends crafted RoCEv2 frames on a raw link (root): a wrong
 rkey, an access outside the region or straddling its end, a length that
 disagrees with the packets, an oversized READ, a MIDDLE without a FIRST,
-a misaligned atomic,
-a PSN gap and a far-future PSN, a duplicate, a bad ICRC, a truncated frame,
-a wrong destination QP. Prints what the peer did next to what IBTA
-requires. A stock server exits after one connection: run it in a loop
+a misaligned atomic, a PSN gap and a far-future PSN, a duplicate, a bad
+ICRC, a truncated frame, a wrong destination QP. Prints what the peer did
+next to what IBTA requires. A stock server exits after one connection: run it in a loop
 (while ib_write_bw -F -x 1; do :; done); the probe retries its connection
 for 10 s. Checks: ` + "%s" + `.
 
