@@ -778,6 +778,7 @@ func (tr *trace) resend(idx, prevPkt, gapIdx int, span uint32) string {
 		tr.lastSeqNAK = -1
 		if prevPkt >= 0 {
 			a.cause = tr.evs[prevPkt].no
+			a.Packets = append([]int{a.cause}, a.Packets...)
 			a.waited = e.t.Sub(tr.evs[prevPkt].t)
 			a.WaitedUs = ptr(a.waited.Microseconds())
 			tr.maxWait = max(tr.maxWait, a.waited)

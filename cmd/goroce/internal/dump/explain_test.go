@@ -285,8 +285,8 @@ func TestExplainPlantedLoss(t *testing.T) {
 				t.Fatalf("SEND 0x100a captured %v", sends)
 			}
 			a = findAnomaly(s.Anomalies, KindRetransmission, CauseTimeout, lossSQPSN+10)
-			if a == nil || !eqInts(a.Packets, sends[1:]) || a.WaitedUs == nil || *a.WaitedUs != 67108 {
-				t.Fatalf("timeout anomaly %+v, want packet %d waited 67108 µs", a, sends[1])
+			if a == nil || !eqInts(a.Packets, sends) || a.WaitedUs == nil || *a.WaitedUs != 67108 {
+				t.Fatalf("timeout anomaly %+v, want packets %v (the first transmission, the resend) and a 67108 µs wait", a, sends)
 			}
 			// At the entry the lost ACK was captured: the resend is a
 			// duplicate, and the responder re-ACKed it.
