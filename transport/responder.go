@@ -63,6 +63,13 @@ type resource struct {
 	length   uint32
 }
 
+// covers reports whether [va, va+length) lies inside the READ's range.
+// rxe's check (iova + resid > va_org + length) wraps past 2^64 for a VA near
+// the top; this form has no sum that can overflow.
+func (res *resource) covers(va uint64, length uint32) bool {
+	return va >= res.va && length <= res.length && va-res.va <= uint64(res.length-length)
+}
+
 // setPSN sets the PSN of the first request expected (rq_psn).
 func (r *responder) setPSN(psn wire.PSN) { r.expPSN, r.ackPSN = psn, psn }
 
@@ -509,8 +516,9 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN) {
 			if !res.valid || psn.Before(res.firstPSN) || psn.After(res.lastPSN) {
 				continue
 			}
-			// The request must be a sub-range of the original one.
-			if rkey != res.rkey || va < res.va || va+uint64(length) > res.va+uint64(res.length) {
+			// The request must be the original one or a sub-range of it, with
+			// the same R_Key; anything else is dropped (rxe, class D).
+			if rkey != res.rkey || !res.covers(va, length) {
 				return
 			}
 			r.sendReadResponses(psn, va, rkey, length, psn != res.firstPSN)
