@@ -68,8 +68,11 @@ func (c *completer) outstanding() bool { return c.compPSN.Before(c.req.psnEnd) }
 // receive handles a response packet (ACK, NAK, READ response, ATOMIC ACK).
 func (c *completer) receive(p *wire.Packet, now time.Time) {
 	psn := p.BTH.PSN()
-	if !psn.Before(c.req.psnEnd) {
-		// Never sent: a stray or forged response (rxe drops it too).
+	if !psn.Before(c.req.sentEnd) {
+		// Never sent: a stray or forged response. PSNs assigned to a WQE but
+		// not sent yet count too: an ACK for them would complete a WQE whose
+		// packets never left (rxe completes a WQE only once it is pending,
+		// every packet sent).
 		c.qp.inc(CntRcvdUnknownPSN)
 		return
 	}

@@ -78,9 +78,9 @@
 // response packet for a READ, one for an atomic); the ranges of consecutive
 // WQEs are adjacent (a LOCAL_INV takes none). The requester sends only while nextPSN − compPSN ≤
 // MaxUnackedPSNs (rxe's window). The completer drops responses at or beyond
-// psnEnd (rcvd_unknown_psn) and before compPSN (rcvd_stale_response, except
-// an error NAK for a READ in progress), and moves compPSN forward only. A
-// flush (ERR) sets compPSN = nextPSN = psnEnd.
+// sentEnd, for PSNs never sent (rcvd_unknown_psn), and before compPSN
+// (rcvd_stale_response, except an error NAK for a READ in progress), and
+// moves compPSN forward only. A flush (ERR) sets compPSN = nextPSN = psnEnd.
 //
 // On the receiving side:
 //
