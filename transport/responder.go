@@ -331,8 +331,8 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		}
 		// rxe check_rkey validates the whole RETH range [va, va+len) once,
 		// on the FIRST/ONLY packet: a WRITE that runs past the MR is NAKed at
-		// its first PSN before any byte is placed. (Checking each packet's
-		// piece alone placed the leading packets and NAKed a later PSN.)
+		// its first PSN before any byte is placed (checking each packet's
+		// piece alone would place the leading packets and NAK a later PSN).
 		// Zero-length writes skip the check (rxe check_rkey).
 		if r.wrLen > 0 {
 			if _, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
