@@ -44,14 +44,15 @@
 //
 // # The send queue
 //
-// The send queue is a ring of MaxSendWR WQEs indexed by three counters that
-// only grow:
+// The send queue is a ring of Caps.MaxSendWR WQEs indexed by three uint64
+// counters, taken modulo the ring size. head and tail only grow; req moves
+// back on go-back-N, never before head:
 //
 //	head ≤ req ≤ tail,  tail − head ≤ MaxSendWR
 //
-//	      head              req                     tail
-//	       |  sent, waiting  |  packets still to send |
-//	       |  for responses  |  (posted ones: suffix) |
+//	      head                req                     tail
+//	       |  sent (or complete) |  packets still to send |
+//	       |  not yet retired    |  (posted ones: suffix) |
 //
 // PostSend adds at tail. The requester works at req: a WQE gets its PSN
 // range when the requester reaches it (posted → sending), and req passes it
@@ -63,7 +64,8 @@
 // # PSNs
 //
 // PSNs are 24-bit and compared modulo 2^24 (wire.PSN's Before, After,
-// Diff). On the sending side, while the QP is in RTS or SQD:
+// Diff). On the sending side, while the QP is in RTS or SQD and for every
+// sequence of responses a conforming responder can send:
 //
 //	compPSN ≤ nextPSN ≤ sentEnd ≤ psnEnd
 //

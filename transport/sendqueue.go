@@ -29,7 +29,8 @@ type sendWQE struct {
 }
 
 // sendQueue is the send queue shared by the requester and the completer: a
-// ring of WQEs indexed by three monotonically increasing counters,
+// ring of WQEs indexed by three counters (head and tail only grow, req moves
+// back on go-back-N),
 //
 //	head ≤ req ≤ tail,  tail − head ≤ len(ring)
 //
