@@ -30,7 +30,7 @@ type responder struct {
 
 	expPSN     wire.PSN // PSN of the next new request
 	ackPSN     wire.PSN // one past the last SEND/WRITE/atomic packet executed (rxe resp.ack_psn); READs leave it
-	msn        uint32   // messages completed (AETH MSN)
+	msn        uint32   // AETH MSN: SEND/WRITE messages completed, READs and atomics accepted
 	nakSent    bool     // a PSN sequence NAK is outstanding for the current gap
 	respOpcode int      // opcode of the last accepted packet of an unfinished message, -1 if none
 	recvOff    uint32   // bytes of the current SEND placed so far
@@ -98,7 +98,8 @@ func (r *responder) reset() {
 	}
 }
 
-// deadline: the responder never waits.
+// deadline and onTimeout give the responder the shape of the other roles,
+// which QP.Deadline and QP.Tick go through; it never waits.
 func (r *responder) deadline() (time.Time, bool) { return time.Time{}, false }
 
 func (r *responder) onTimeout(time.Time) {}
