@@ -48,18 +48,6 @@ import (
 	"github.com/goroce/goroce/internal/pcapfile"
 )
 
-// Dir is the direction of a matrix cell.
-type Dir int
-
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Dir -linecomment
-
-const (
-	// GoroceClient: goroce's tool connects to rxe's tool (server in VM 0).
-	GoroceClient Dir = iota // goroce→rxe
-	// RXEClient: rxe's tool in VM 0 connects to goroce's tool.
-	RXEClient // rxe→goroce
-)
-
 // Tool names one program in both implementations.
 type Tool struct {
 	RXE     string // the stock binary in the VM, e.g. "ib_write_bw"

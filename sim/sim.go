@@ -243,14 +243,16 @@ func NewPair(cfg Config) (*Net, error) {
 		return &Endpoint{Dev: d, IP: ip, Link: l}, nil
 	}
 	var err error
-	// Distinct non-zero key seeds (qp.Config.Seed 0 means random keys), so
-	// that an rkey of one side is never valid on the other by accident.
-	if n.A, err = open("simA", la, a, b, lb.HardwareAddr(), keySeed(cfg.Seed, 1)); err != nil {
+	// Both devices draw their memory keys from Seed+4 (never 0, which
+	// qp.Config.Seed takes for random keys): the captures recorded from the
+	// simulator (cmd/goroce/internal/dump/testdata) depend on these keys
+	// byte for byte.
+	if n.A, err = open("simA", la, a, b, lb.HardwareAddr(), keySeed(cfg.Seed)); err != nil {
 		la.Close()
 		lb.Close()
 		return nil, fmt.Errorf("sim: device A: %w", err)
 	}
-	if n.B, err = open("simB", lb, b, a, la.HardwareAddr(), keySeed(cfg.Seed, 2)); err != nil {
+	if n.B, err = open("simB", lb, b, a, la.HardwareAddr(), keySeed(cfg.Seed)); err != nil {
 		n.A.Dev.Close()
 		la.Close()
 		lb.Close()
@@ -259,12 +261,11 @@ func NewPair(cfg Config) (*Net, error) {
 	return n, nil
 }
 
-func keySeed(seed, side int64) int64 {
-	s := seed*2 + side
-	if s == 0 {
-		s = 3
+func keySeed(seed int64) int64 {
+	if s := seed + 4; s != 0 {
+		return s
 	}
-	return s
+	return 3
 }
 
 // Seed returns the seed of the run.

@@ -101,6 +101,10 @@ func DefaultEnv() Env {
 // defaultInterface is what stands in for "the first RDMA device" of the
 // C tools: the first interface that is up, not a loopback, and has an IPv4
 // address.
+// DefaultInterface is the interface a tool uses when -d is not given: the
+// first one up with an IPv4 address.
+func DefaultInterface() (string, error) { return defaultInterface() }
+
 func defaultInterface() (string, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
