@@ -1,52 +1,101 @@
-// Command bench measures goroce's RC stack over each real frame backend
-// (AF_XDP, AF_PACKET, UDP) between two network namespaces joined by veth,
-// next to the raw frame rate of the same backend on the same veth and a
-// single-stream Go TCP connection, and prints one markdown table.
+// Command bench measures goroce against the frame backend it runs on and
+// against the kernel's TCP, on the same veth between two network
+// namespaces, and prints one markdown document (stdout; progress on
+// stderr) with the command line and the machine's state at the top. It is
+// the instrument of issue 10: every ratio its targets 1–9 name appears as
+// a column or in the final targets table.
 //
-//	go run ./bench                          # all backends, MTU 1500 and 9000
-//	go run ./bench -backends afxdp,afpacket -time 1s
-//	go run ./bench -latency                 # only the round-trip rows (MTU 1500)
+//	go run ./bench                               # everything, ≈ 4 minutes
+//	go run ./bench -time 300ms -reps 1           # a quick look
+//	go run ./bench -backends afxdp -mtus 1500 -cells lat,bw
+//	go run ./bench -syscalls                     # also strace the round trips
 //
-// Per backend and MTU (path MTU 1024 at 1500; 4096 at 9000, 2048 when AF_XDP
-// runs, whose 4096-byte UMEM chunk carries IP MTU 3822):
+// Per veth MTU (-mtus, default 1500 and 9000; the path MTU is the
+// largest IB MTU ≤ the backend's IP MTU − 80, as rxe), per backend
+// (-backends: afxdp, afpacket, udp), -reps times (default 3, reported as
+// median and min–max), each cell bounded by -time (default 1s, at most
+// 3s) and by a count:
 //
-//   - RDMA WRITE and READ goodput at 64 B, 4 KiB and 64 KiB messages, one QP,
-//     -depth signalled WRs outstanding (READ: at most 16, max_rd_atomic),
-//     and the 64-byte WRITE message rate; process-wide heap allocations per
-//     message from runtime.MemStats;
-//   - 64-byte WRITE_WITH_IMM ping-pong round trips at MTU 1500: busy-poll
-//     (both devices in busy-poll mode, qp.InterfaceOptions.BusyPoll: no device
-//     goroutines; each end's goroutine spins on CQ.Poll, which reads the
-//     link and runs the timers — a core per device) and blocking (normal
-//     devices, both sides sleep in CQ.Wait);
-//   - the raw backend: RDMA WRITE ONLY frames from A to B through
-//     nic.Link.WriteBatch as fast as it takes them, counted at B (138-byte
-//     frames for the message rate, path-MTU frames for the goodput), and
-//     single-frame round trips;
-//   - TCP: one connection, 64 KiB writes, and 64-byte ping-pong.
+//   - raw (raw.go): the backend's own links opened as qp.OpenInterface
+//     would, no device. One-way rate: batches of RDMA WRITE ONLY frames
+//     A→B through nic.Link.WriteBatch as fast as it takes them, counted at
+//     B (ReadBatch), over the time to B's last frame: with a 64 B payload
+//     (the frame of a 64-byte WRITE, 138 bytes: the issue's "122-byte
+//     frame" leaves out the RETH) for the frame rate, and with a path-MTU
+//     payload for the payload goodput. Busy ping-pong (latency MTU only):
+//     one 8 B-payload frame A→B, B answers with one, both ends spinning on
+//     TryReadBatch and yielding between empty looks, as a busy-poll
+//     device does; round trip from A's write to A's read.
+//   - tcp (tcp.go): one Go TCP connection A→B, 64 KiB writes, goodput at
+//     the receiver; iperf3 -J one stream (-t rounded to whole seconds)
+//     when iperf3 is installed; and a 64 B ping-pong with blocking reads
+//     (both sides park in the netpoller: Go's sleeping mode) at the
+//     latency MTU.
+//   - bw (rdma.go): goroce in perftest's shape (ib_write_bw/ib_read_bw
+//     defaults; cmd/goroce's bwClient): one new RC QP pair on normal
+//     (sleeping) devices, tx-depth 128, every 100th WR signalled (cq-mod
+//     100, each completion credits 100), each QP's window posted with one
+//     PostSendList, one CQ.Poll after posting, else 64 yielding polls and
+//     CQ.Wait. WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
+//     beyond max_rd_atomic (16) wait in the send queue as on a NIC.
+//     Message rate and goodput from the first post to the last completion.
+//   - lat (rdma.go, latency MTU only): write_lat's loop with both ends in
+//     this process: each end WRITEs 8 B into the other's buffer, the last
+//     byte carrying the count; each waits for the peer's WRITE (QP.Query's
+//     expected PSN, then the byte) before writing the next and waits for
+//     its own WRITE's completion. Sleeping: normal devices, CQ.Wait
+//     (write_lat -e). Busy-poll: qp.InterfaceOptions.BusyPoll devices,
+//     every wait spins on CQ.Poll/Device.Poll (GOROCE_BUSYPOLL=1). Full
+//     round trips from A's successive posts (write_lat prints half).
+//   - cpu (cpu.go): around the raw path-MTU rate, the TCP stream and each
+//     bw cell, the whole machine's busy CPU-seconds from /proc/stat (user
+//   - nice + system + irq + softirq + steal) and this process's
+//     (getrusage): CPU-seconds per GB moved and Gbit per busy CPU-second.
+//     The whole machine includes everything else running on it.
+//   - qps (rdma.go, latency MTU only): -qps RC QP pairs (default 1000) on
+//     one sleeping device pair, round-robin 64 B WRITEs, each QP at most
+//     -qp-depth outstanding and one signalled per -qp-cqmod; the
+//     aggregate message rate next to one QP's (tx-depth 128, cq-mod 100,
+//     same devices), and the heap per QP (runtime.MemStats.HeapAlloc after
+//     GC, before and after creating and connecting them, over both ends'
+//     QPs).
+//   - idle (rdma.go, latency MTU only): two opened sleeping devices with a
+//     connected QP pair doing nothing for -idle: this process's
+//     CPU-seconds per second.
+//   - syscalls (syscalls.go, -syscalls, latency MTU only): bench runs
+//     itself as a child (-child) that sets up a namespace pair of its own,
+//     and attaches `strace -f -c` to it for the timed loop only: the lat
+//     cell's sleeping round trip (goroce) and the TCP ping-pong, -syscall-n
+//     round trips; system calls per round trip, both ends together.
 //
-// Every cell is bounded in time (-time, at most 3 s) and count. Needs root.
-// Namespaces are named goroce-bench-PID-N-{a,b}, use 198.18.X.0/24 without
-// routes out, and are deleted at the end and on SIGINT/SIGTERM.
+// -cells picks cells (raw,tcp,bw,lat,qps,idle,syscalls; default all but
+// syscalls). The latency MTU is 1500 if -mtus has it, else the first.
+// Nothing here is a pass/fail test; the unit tests cover the arithmetic
+// and the report.
+//
+// Needs root. Namespaces are named goroce-bench-PID-N-{a,b}, use
+// 198.18.X.0/24 with no routes out, and are deleted at the end and on
+// SIGINT/SIGTERM (with any child process, killed by its PID).
 package main
 
 import (
-	"errors"
+	"bufio"
 	"flag"
 	"fmt"
-	"github.com/goroce/goroce/qp"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/qp"
 )
 
 var logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -56,27 +105,99 @@ type limit struct {
 	n int
 }
 
-type row struct {
-	backend, mtu, what             string
-	goroce, raw, vsRaw, tcp, vsTCP string
-	allocs                         string
+// Count bounds of the cells (the time bound is -time).
+const (
+	maxFrames  = 50_000_000
+	maxMsgs    = 20_000_000
+	maxRTTs    = 200_000
+	maxStreamN = 1_000_000 // 64 KiB TCP writes
+)
+
+var allCells = []string{"raw", "tcp", "bw", "lat", "qps", "idle", "syscalls"}
+
+type config struct {
+	backends []string
+	mtus     []int
+	cells    map[string]bool
+	cell     time.Duration
+	reps     int
+	qpsN     int
+	qpsDepth int
+	qpsCQMod int
+	idle     time.Duration
+	sysN     int
+	iperf3   string
+}
+
+func (c *config) latMTU() int {
+	if slices.Contains(c.mtus, 1500) {
+		return 1500
+	}
+	return c.mtus[0]
 }
 
 func main() {
+	var c config
 	backends := flag.String("backends", "afxdp,afpacket,udp", "comma-separated backends to measure")
 	mtus := flag.String("mtus", "1500,9000", "comma-separated veth MTUs")
-	cell := flag.Duration("time", 2*time.Second, "time bound of each measurement (at most 3s)")
-	depth := flag.Int("depth", 32, "outstanding WRs in the goodput streams")
+	cells := flag.String("cells", "raw,tcp,bw,lat,qps,idle", "comma-separated cells: "+strings.Join(allCells, ","))
+	flag.DurationVar(&c.cell, "time", time.Second, "time bound of each cell (at most 3s)")
+	flag.IntVar(&c.reps, "reps", 3, "repetitions of every cell (medians and min–max are reported)")
+	flag.IntVar(&c.qpsN, "qps", 1000, "QP pairs of the qps cell")
+	flag.IntVar(&c.qpsDepth, "qp-depth", 16, "outstanding WRs per QP in the qps cell")
+	flag.IntVar(&c.qpsCQMod, "qp-cqmod", 8, "one signalled WR per this many in the qps cell")
+	flag.DurationVar(&c.idle, "idle", time.Second, "duration of the idle cell")
+	sys := flag.Bool("syscalls", false, "also count system calls per sleeping round trip under strace (the syscalls cell)")
+	flag.IntVar(&c.sysN, "syscall-n", 2000, "round trips of the syscalls cell")
 	verbose := flag.Bool("v", false, "log backend warnings to stderr")
-	flag.BoolVar(&latencyOnly, "latency", false, "measure only the round trips (MTU 1500: goroce, raw backend, TCP); skips other MTUs")
+	child := flag.String("child", "", "") // internal: the syscalls cell's child (goroce or tcp)
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	flag.Parse()
+	if *verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if c.cell <= 0 || c.cell > 3*time.Second {
+		c.cell = 3 * time.Second
+	}
+	c.reps = min(max(c.reps, 1), 20)
+	c.qpsN = min(max(c.qpsN, 1), 10_000)
+	c.qpsDepth = min(max(c.qpsDepth, 1), 128)
+	c.qpsCQMod = min(max(c.qpsCQMod, 1), c.qpsDepth)
+	c.idle = min(max(c.idle, 100*time.Millisecond), 30*time.Second)
+	c.sysN = min(max(c.sysN, 10), 100_000)
+	for _, s := range strings.Split(*mtus, ",") {
+		var m int
+		if _, err := fmt.Sscan(s, &m); err != nil || m < 1280 || m > 9000 {
+			fatalf(2, "bad MTU %q (1280..9000)", s)
+		}
+		c.mtus = append(c.mtus, m)
+	}
+	for _, b := range strings.Split(*backends, ",") {
+		switch b {
+		case qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP:
+			c.backends = append(c.backends, b)
+		default:
+			fatalf(2, "unknown backend %q (afxdp, afpacket, udp)", b)
+		}
+	}
+	c.cells = map[string]bool{}
+	for _, s := range strings.Split(*cells, ",") {
+		if !slices.Contains(allCells, s) {
+			fatalf(2, "unknown cell %q (%s)", s, strings.Join(allCells, ", "))
+		}
+		c.cells[s] = true
+	}
+	if *sys {
+		c.cells["syscalls"] = true
+	}
+	if *child != "" {
+		os.Exit(runChild(*child, c))
+	}
 	if *memprofile != "" {
 		runtime.MemProfileRate = 1
 		defer func() {
-			f, err := os.Create(*memprofile)
-			if err == nil {
+			if f, err := os.Create(*memprofile); err == nil {
 				pprof.Lookup("allocs").WriteTo(f, 0)
 				f.Close()
 			}
@@ -85,309 +206,369 @@ func main() {
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			fatalf(1, "%v", err)
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if *cell <= 0 || *cell > 3*time.Second {
-		*cell = 3 * time.Second
+	if c.cells["tcp"] {
+		c.iperf3 = lookIperf3()
 	}
-	if *verbose {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	var mtuList []int
-	for _, s := range strings.Split(*mtus, ",") {
-		var m int
-		if _, err := fmt.Sscan(s, &m); err != nil || m < 1280 || m > 9000 {
-			fmt.Fprintf(os.Stderr, "bench: bad MTU %q\n", s)
-			os.Exit(2)
-		}
-		mtuList = append(mtuList, m)
-	}
-	var list []string
-	for _, b := range strings.Split(*backends, ",") {
-		switch b {
-		case qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP:
-			list = append(list, b)
-		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown backend %q (afxdp, afpacket, udp)\n", b)
-			os.Exit(2)
-		}
-	}
+	cleanup.watchSignals()
 
-	// Namespaces in use, deleted on a signal.
-	var mu sync.Mutex
-	live := map[*netns.Pair]bool{}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-sig
-		mu.Lock()
-		for p := range live {
-			p.Close()
-		}
-		mu.Unlock()
-		fmt.Fprintf(os.Stderr, "bench: %v: namespaces removed\n", s)
-		os.Exit(130)
-	}()
-
-	start := time.Now()
-	load0 := loadavg()
-	var rows []row
-	for _, mtu := range mtuList {
-		if latencyOnly && mtu != 1500 {
-			continue
-		}
-		pair, err := netns.New(netns.Options{MTU: mtu, Prefix: "goroce-bench"})
+	in := runInfo{command: "go run ./bench " + strings.Join(os.Args[1:], " "), start: time.Now(), load0: loadavg(),
+		machine: readMachine(), cell: c.cell, reps: c.reps, iperf3: c.iperf3,
+		qpsN: c.qpsN, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle}
+	in.command = strings.TrimSpace(in.command)
+	res := newResults()
+	for _, mtu := range c.mtus {
+		pair, err := newPair(mtu, "goroce-bench")
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			fatalf(1, "%v", err)
 		}
-		mu.Lock()
-		live[pair] = true
-		mu.Unlock()
 		progress("MTU %d: namespaces %s, %s", mtu, pair.A.NS, pair.B.NS)
-		rows = append(rows, measureMTU(pair, mtu, list, limit{*cell, 0}, *depth)...)
-		mu.Lock()
-		delete(live, pair)
-		pair.Close()
-		mu.Unlock()
+		for rep := range c.reps {
+			measureRep(pair, mtu, rep, &c, res)
+		}
+		if c.cells["syscalls"] && mtu == c.latMTU() {
+			measureSyscalls(mtu, &c, res)
+		}
+		cleanup.closePair(pair)
 	}
-	printTable(rows, *cell, *depth, load0, loadavg(), time.Since(start))
+	in.elapsed, in.load1 = time.Since(in.start), loadavg()
+	writeReport(os.Stdout, res, in)
+}
+
+func fatalf(code int, format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
+	cleanup.all()
+	os.Exit(code)
 }
 
 func progress(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
 }
 
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
+// cleanup holds what a signal must tear down: namespace pairs and child
+// processes (by PID).
+var cleanup = &liveSet{pairs: map[*netns.Pair]bool{}, pids: map[int]bool{}}
+
+type liveSet struct {
+	mu    sync.Mutex
+	pairs map[*netns.Pair]bool
+	pids  map[int]bool
 }
 
-// latencyOnly (-latency) skips the goodput, message-rate and raw-rate cells.
-var latencyOnly bool
-
-var errSkipped = errors.New("not measured (-latency)")
-
-func measureMTU(pair *netns.Pair, mtu int, backends []string, cell limit, depth int) []row {
-	tcpBits, tcpErr := 0.0, errSkipped
-	if !latencyOnly {
-		tcpBits, tcpErr = tcpStream(pair, limit{cell.d, 200_000})
+func newPair(mtu int, prefix string) (*netns.Pair, error) {
+	cleanup.mu.Lock()
+	defer cleanup.mu.Unlock()
+	p, err := netns.New(netns.Options{MTU: mtu, Prefix: prefix})
+	if err != nil {
+		return nil, err
 	}
-	var tcpLat latency
-	var tcpLatErr error
-	if mtu == 1500 {
-		tcpLat, tcpLatErr = tcpPingPong(pair, limit{cell.d, 20_000})
-	}
-	if latencyOnly {
-		progress("MTU %d: TCP RTT %s", mtu, dur(tcpLat.p50, tcpLatErr))
-	} else {
-		progress("MTU %d: TCP %s, RTT %s", mtu, gbit(tcpBits, tcpErr), dur(tcpLat.p50, tcpLatErr))
-	}
-	var rows []row
-	for _, backend := range backends {
-		rows = append(rows, measureBackend(pair, mtu, backend, cell, depth, tcpBits, tcpErr, tcpLat, tcpLatErr)...)
-	}
-	return rows
+	cleanup.pairs[p] = true
+	return p, nil
 }
 
-func measureBackend(pair *netns.Pair, mtu int, backend string, cell limit, depth int,
-	tcpBits float64, tcpErr error, tcpLat latency, tcpLatErr error) []row {
-	fail := func(err error) []row {
-		progress("%s MTU %d: %v", backend, mtu, err)
-		return []row{{backend: backend, mtu: fmt.Sprint(mtu), what: "(setup)", goroce: "error: " + err.Error()}}
+func (l *liveSet) closePair(p *netns.Pair) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.pairs, p)
+	p.Close()
+}
+
+func (l *liveSet) addPID(pid int) {
+	l.mu.Lock()
+	l.pids[pid] = true
+	l.mu.Unlock()
+}
+
+func (l *liveSet) donePID(pid int) {
+	l.mu.Lock()
+	delete(l.pids, pid)
+	l.mu.Unlock()
+}
+
+func (l *liveSet) all() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for pid := range l.pids {
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	// goroce first, then the raw links on the same veth.
-	p, err := openRDMA(pair, backend, depth, false)
-	if err != nil {
-		return fail(err)
+	for p := range l.pairs {
+		p.Close()
 	}
-	mode := p.a.info.Mode
-	mtuCol := fmt.Sprintf("%d (%d)", mtu, p.pmtu)
-	type streamRes struct {
-		op   string
-		size int
-		t    throughput
-		err  error
-	}
-	var streams []streamRes
-	ops := []struct {
-		name string
-		op   qp.WROpcode
-	}{{"WRITE", qp.WRRDMAWrite}, {"READ", qp.WRRDMARead}}
-	if latencyOnly {
-		ops = nil
-	}
-	for _, op := range ops {
-		for _, size := range []int{64, 4 << 10, 64 << 10} {
-			t, err := stream(p, op.op, size, depth, limit{cell.d, 2_000_000})
-			progress("%s MTU %d: %s %d B: %s, %.0f msg/s, %.2f allocs/msg, err %v", backend, mtu, op.name, size,
-				gbit(t.bitsPerSec(), err), t.msgsPerSec(), t.allocsPer, err)
-			streams = append(streams, streamRes{op.name, size, t, err})
+}
+
+func (l *liveSet) watchSignals() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		l.all()
+		fmt.Fprintf(os.Stderr, "bench: %v: child processes killed, namespaces removed\n", s)
+		os.Exit(130)
+	}()
+}
+
+// measureRep runs one repetition of every selected cell at one MTU.
+func measureRep(pair *netns.Pair, mtu, rep int, c *config, res *results) {
+	lat := mtu == c.latMTU()
+	lim := func(n int) limit { return limit{c.cell, n} }
+	tag := fmt.Sprintf("MTU %d rep %d", mtu, rep+1)
+	if c.cells["tcp"] {
+		t, err := tcpStream(pair, lim(maxStreamN))
+		recordRate(res, key{"tcp", mtu, ""}, "tcp.stream", t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
+		progress("%s: TCP stream %s (%v)", tag, fmtGbit(t.bitsPerSec()/1e9), err)
+		if c.iperf3 != "" {
+			bps, err := iperf3Stream(pair, c.iperf3, c.cell)
+			record(res, key{"tcp", mtu, mIperfGbps}, bps/1e9, err)
+			progress("%s: iperf3 %s (%v)", tag, fmtGbit(bps/1e9), err)
+		}
+		if lat {
+			rtts, err := tcpPingPong(pair, lim(maxRTTs))
+			recordLat(res, key{"tcp", mtu, latTCP}, rtts, err)
+			progress("%s: TCP ping-pong %s (%v)", tag, latLine(rtts), err)
 		}
 	}
-	// Round trips: [0] busy-poll devices, [1] normal devices in CQ.Wait.
-	lats := make([]latency, 2)
-	latErrs := make([]error, 2)
-	if mtu == 1500 {
-		runtime.GC()
-		lats[1], latErrs[1] = pingPong(p, false, limit{cell.d, 20_000})
+	for _, b := range c.backends {
+		measureBackend(pair, mtu, rep, b, lat, c, res)
 	}
-	p.Close()
-	if mtu == 1500 {
-		if bp, err := openRDMA(pair, backend, depth, true); err != nil {
-			latErrs[0] = err
+}
+
+func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *config, res *results) {
+	tag := fmt.Sprintf("%s MTU %d rep %d", b, mtu, rep+1)
+	lim := func(n int) limit { return limit{c.cell, n} }
+	if c.cells["raw"] {
+		measureRaw(pair, mtu, b, lat, tag, lim, res)
+	}
+	if c.cells["bw"] || (lat && (c.cells["lat"] || c.cells["qps"] || c.cells["idle"])) {
+		p, err := openRDMA(pair, b, false)
+		if err != nil {
+			progress("%s: goroce devices: %v", tag, err)
+			for _, m := range []string{bwKey(b, mtu, "WRITE", sizeSmall, "mps").metric, latSleep + ".p50", mQPsAgg, mIdleProc} {
+				res.fail(key{b, mtu, m}, err)
+			}
+		} else {
+			res.addSection(section{backend: b, mtu: mtu, mode: p.a.info.Mode, pmtu: p.pmtu})
+			measureGoroce(p, mtu, b, lat, tag, c, res)
+			p.Close()
+		}
+	}
+	if lat && c.cells["lat"] {
+		k := key{b, mtu, latBusy}
+		p, err := openRDMA(pair, b, true)
+		if err != nil {
+			recordLat(res, k, nil, err)
 		} else {
 			runtime.GC()
-			lats[0], latErrs[0] = pingPong(bp, true, limit{cell.d, 20_000})
-			bp.Close()
-		}
-		for i, m := range []string{"busy-poll", "blocking"} {
-			progress("%s MTU %d: ping-pong %s: p50 %v p99 %v n %d err %v", backend, mtu, m, lats[i].p50, lats[i].p99, lats[i].n, latErrs[i])
+			rtts, err := writeLat(p, lim(maxRTTs), nil)
+			recordLat(res, k, rtts, err)
+			progress("%s: goroce busy-poll 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
+			p.Close()
 		}
 	}
+}
 
-	r, err := openRaw(pair, backend)
-	var small, full rawRate
-	var smallErr, fullErr, rttErr error
-	var rtt latency
+func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, tag string, lim func(int) limit, res *results) {
+	r, err := openRaw(pair, b)
 	if err != nil {
-		smallErr, fullErr, rttErr = err, err, err
-	} else {
-		if mtu == 1500 {
-			rtt, rttErr = rawRTT(r, limit{cell.d, 20_000})
-			r.Close()
-			if latencyOnly {
-				err = errSkipped
-			} else {
-				r, err = openRaw(pair, backend) // rawRTT closed B's link
+		progress("%s: raw links: %v", tag, err)
+		res.fail(key{b, mtu, mRawSmallFPS}, err)
+		res.fail(key{b, mtu, mRawFullGbps}, err)
+		if lat {
+			res.fail(key{b, mtu, latRaw + ".p50"}, err)
+		}
+		return
+	}
+	pmtu := min(r.infoA.PathMTU, r.infoB.PathMTU)
+	res.addSection(section{backend: b, mtu: mtu, pmtu: pmtu})
+	small, err := rate(r, sizeSmall, lim(maxFrames)) // closes B's link
+	r.Close()
+	record(res, key{b, mtu, mRawSmallFPS}, small.framesPerSec(), err)
+	if err == nil {
+		res.add(key{b, mtu, mRawSmallLen}, float64(small.frameLen))
+	}
+	progress("%s: raw %d B frames %s/s (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), err)
+	if r, err = openRaw(pair, b); err != nil {
+		res.fail(key{b, mtu, mRawFullGbps}, err)
+		return
+	}
+	full, err := rate(r, pmtu, lim(maxFrames))
+	r.Close()
+	recordRate(res, key{b, mtu, ""}, "raw.full", int64(full.frames)*int64(full.payload), full.elapsed, full.cpu, firstErr(err, full.cpuErr), err)
+	if err == nil {
+		res.add(key{b, mtu, mRawFullLen}, float64(full.frameLen))
+	}
+	progress("%s: raw %d B frames %s payload (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), err)
+	if !lat {
+		return
+	}
+	if r, err = openRaw(pair, b); err != nil {
+		res.fail(key{b, mtu, latRaw + ".p50"}, err)
+		return
+	}
+	runtime.GC()
+	rtts, err := rawBusyRTT(r, lim(maxRTTs))
+	r.Close()
+	recordLat(res, key{b, mtu, latRaw}, rtts, err)
+	progress("%s: raw busy ping-pong %s (%v)", tag, latLine(rtts), err)
+}
+
+func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *config, res *results) {
+	lim := func(n int) limit { return limit{c.cell, n} }
+	if c.cells["bw"] {
+		for _, op := range []struct {
+			name string
+			op   qp.WROpcode
+		}{{"WRITE", qp.WRRDMAWrite}, {"READ", qp.WRRDMARead}} {
+			for _, size := range []int{sizeSmall, sizeMid, sizeLarge} {
+				runtime.GC()
+				t, err := bw(p, op.op, size, lim(maxMsgs))
+				record(res, bwKey(b, mtu, op.name, size, "mps"), t.msgsPerSec(), err)
+				recordRate(res, key{b, mtu, ""}, fmt.Sprintf("%s%s.%d", bwPrefix, op.name, size), t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
+				if err == nil {
+					res.add(bwKey(b, mtu, op.name, size, "allocs"), t.allocsPer)
+				}
+				progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg (%v)", tag, op.name, sizeName(size),
+					fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, err)
 			}
 		}
-		if err != nil {
-			smallErr, fullErr = err, err
-		} else {
-			small, smallErr = rate(r, 64, limit{cell.d, 20_000_000})
-			r.Close()
-			if r, err = openRaw(pair, backend); err != nil {
-				fullErr = err
-			} else {
-				full, fullErr = rate(r, p.pmtu, limit{cell.d, 20_000_000})
-				r.Close()
-			}
-		}
 	}
-	if latencyOnly {
-		progress("%s MTU %d: raw RTT %v (%v)", backend, mtu, rtt.p50, rttErr)
-	} else {
-		progress("%s MTU %d: raw %d-byte frames %.0f/s (%v), %d-byte frames %s (%v), RTT %v (%v)", backend, mtu,
-			small.frameLen, small.framesPerSec(), smallErr, full.frameLen, gbit(full.payloadBitsPerSec(), fullErr), fullErr, rtt.p50, rttErr)
+	if !lat {
+		return
 	}
-
-	name := backend + " (" + mode + ")"
-	var rows []row
-	for _, s := range streams {
-		rw := row{backend: name, mtu: mtuCol, what: fmt.Sprintf("RDMA %s %s", s.op, size(s.size))}
-		if s.err != nil {
-			rw.goroce = "error: " + s.err.Error()
-			rows = append(rows, rw)
-			continue
-		}
-		rw.allocs = fmt.Sprintf("%.2f", s.t.allocsPer)
-		if s.size == 64 {
-			rw.what += " (message rate)"
-			rw.goroce = fmt.Sprintf("%s msg/s (%s)", kilo(s.t.msgsPerSec()), gbit(s.t.bitsPerSec(), nil))
-			rw.raw = fmt.Sprintf("%s frames/s (%d B)", kiloErr(small.framesPerSec(), smallErr), small.frameLen)
-			rw.vsRaw = ratio(s.t.msgsPerSec(), small.framesPerSec(), smallErr)
-		} else {
-			rw.goroce = gbit(s.t.bitsPerSec(), nil)
-			rw.raw = fmt.Sprintf("%s (%d B frames)", gbit(full.payloadBitsPerSec(), fullErr), full.frameLen)
-			rw.vsRaw = ratio(s.t.bitsPerSec(), full.payloadBitsPerSec(), fullErr)
-			rw.tcp = gbit(tcpBits, tcpErr)
-			rw.vsTCP = ratio(s.t.bitsPerSec(), tcpBits, tcpErr)
-		}
-		rows = append(rows, rw)
+	if c.cells["lat"] {
+		runtime.GC()
+		rtts, err := writeLat(p, lim(maxRTTs), nil)
+		recordLat(res, key{b, mtu, latSleep}, rtts, err)
+		progress("%s: goroce sleeping 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
 	}
-	if mtu == 1500 {
-		modes := []string{"busy-poll devices (CQ.Poll drives each device; a spinning core per device)",
-			"blocking (device goroutines, CQ.Wait)"}
-		for i, modeName := range modes {
-			rw := row{backend: name, mtu: mtuCol, what: "64 B WRITE_WITH_IMM round trip, " + modeName}
-			if latErrs[i] != nil {
-				rw.goroce = "error: " + latErrs[i].Error()
-			} else {
-				rw.goroce = fmt.Sprintf("%s (p99 %s, n=%d)", dur(lats[i].p50, nil), dur(lats[i].p99, nil), lats[i].n)
-				rw.raw = dur(rtt.p50, rttErr)
-				rw.vsRaw = ratio(float64(lats[i].p50), float64(rtt.p50), rttErr)
-				rw.tcp = dur(tcpLat.p50, tcpLatErr)
-				rw.vsTCP = ratio(float64(lats[i].p50), float64(tcpLat.p50), tcpLatErr)
-			}
-			rows = append(rows, rw)
-		}
+	if c.cells["qps"] {
+		q, err := manyQPs(p, c.qpsN, c.qpsDepth, c.qpsCQMod, lim(maxMsgs))
+		record(res, key{b, mtu, mQPsAgg}, q.agg.msgsPerSec(), err)
+		record(res, key{b, mtu, mQPsOne}, q.one.msgsPerSec(), err)
+		record(res, key{b, mtu, mQPsHeap}, q.heapPerQP, err)
+		progress("%s: %d QPs %s msg/s, one QP %s msg/s, %s per QP (%v)", tag, c.qpsN, fmtRate(q.agg.msgsPerSec()),
+			fmtRate(q.one.msgsPerSec()), fmtBytes(q.heapPerQP), err)
 	}
-	return rows
+	if c.cells["idle"] {
+		u, err := idleCPU(p, c.idle)
+		record(res, key{b, mtu, mIdleProc}, u.proc/u.wall, err)
+		record(res, key{b, mtu, mIdleMachine}, u.machine/u.wall, err)
+		progress("%s: idle devices %.4f CPU-s/s (%v)", tag, u.proc/u.wall, err)
+	}
 }
 
-func size(n int) string {
-	if n >= 1<<10 {
-		return fmt.Sprintf("%d KiB", n>>10)
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
 	}
-	return fmt.Sprintf("%d B", n)
+	return nil
 }
 
-func gbit(bps float64, err error) string {
+func record(res *results, k key, v float64, err error) {
 	if err != nil {
-		return "error"
+		res.fail(k, err)
+		return
 	}
-	if bps < 1e9 {
-		return fmt.Sprintf("%.0f Mbit/s", bps/1e6)
-	}
-	return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
+	res.add(k, v)
 }
 
-func kilo(v float64) string {
-	if v >= 1e6 {
-		return fmt.Sprintf("%.2f M", v/1e6)
-	}
-	return fmt.Sprintf("%.1f k", v/1e3)
-}
-
-func kiloErr(v float64, err error) string {
+// recordRate records a stream's goodput (base.gbps) and, when the CPU was
+// measured (cpuErr nil), its CPU cost: base.cpugb, base.procgb,
+// base.gbpcpu.
+func recordRate(res *results, at key, base string, bytes int64, el time.Duration, cpu cpuUse, cpuErr, err error) {
+	k := func(m string) key { return key{at.backend, at.mtu, base + "." + m} }
 	if err != nil {
-		return "error"
+		res.fail(k("gbps"), err)
+		return
 	}
-	return kilo(v)
+	gb := float64(bytes) / 1e9
+	res.add(k("gbps"), gb*8/el.Seconds())
+	if cpuErr != nil {
+		res.fail(k("cpugb"), cpuErr)
+		return
+	}
+	if gb > 0 {
+		res.add(k("cpugb"), cpu.machine/gb)
+		res.add(k("procgb"), cpu.proc/gb)
+	}
+	if cpu.machine > 0 {
+		res.add(k("gbpcpu"), gb*8/cpu.machine)
+	}
 }
 
-func dur(d time.Duration, err error) string {
+// recordLat records p50, mean and p99 of rtts in microseconds.
+func recordLat(res *results, base key, rtts []time.Duration, err error) {
+	k := func(q string) key { return key{base.backend, base.mtu, base.metric + "." + q} }
+	if err == nil && len(rtts) == 0 {
+		err = fmt.Errorf("no round trip")
+	}
 	if err != nil {
-		return "error"
+		for _, q := range []string{"p50", "mean", "p99"} {
+			res.fail(k(q), err)
+		}
+		return
 	}
-	return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+	l := summarizeRTTs(rtts)
+	res.add(k("p50"), us(l.p50))
+	res.add(k("mean"), us(l.mean))
+	res.add(k("p99"), us(l.p99))
 }
 
-func ratio(a, b float64, err error) string {
-	if err != nil || b == 0 {
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+type latency struct {
+	n              int
+	p50, mean, p99 time.Duration
+}
+
+// summarizeRTTs sorts rtts in place and returns the nearest-rank
+// percentiles and the mean.
+func summarizeRTTs(rtts []time.Duration) latency {
+	if len(rtts) == 0 {
+		return latency{}
+	}
+	slices.Sort(rtts)
+	var sum time.Duration
+	for _, r := range rtts {
+		sum += r
+	}
+	n := len(rtts)
+	return latency{n: n, p50: rtts[(n-1)/2], mean: sum / time.Duration(n), p99: rtts[(n*99+99)/100-1]}
+}
+
+func latLine(rtts []time.Duration) string {
+	if len(rtts) == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f", a/b)
+	l := summarizeRTTs(slices.Clone(rtts))
+	return fmt.Sprintf("p50 %s mean %s p99 %s n %d", fmtMicros(us(l.p50)), fmtMicros(us(l.mean)), fmtMicros(us(l.p99)), l.n)
 }
 
-func printTable(rows []row, cell time.Duration, depth int, load0, load1 string, total time.Duration) {
-	fmt.Printf("goroce bench: %s, GOMAXPROCS %d, %d CPUs, each cell ≤ %v, %d WRs outstanding (READ ≤ 16); load average %s → %s; total %v\n\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cell, depth, load0, load1, total.Round(time.Second))
-	fmt.Println("| backend (mode) | MTU (path MTU) | measurement | goroce | raw backend, same veth | goroce/raw | TCP, same veth | goroce/TCP | allocs/msg |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
-	for _, r := range rows {
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.backend, r.mtu, r.what, r.goroce, r.raw, r.vsRaw, r.tcp, r.vsTCP, r.allocs)
+// lineReader reads the child protocol's lines with a bound.
+type lineReader struct{ ch chan string }
+
+func newLineReader(r io.Reader) *lineReader {
+	l := &lineReader{ch: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			l.ch <- sc.Text()
+		}
+		close(l.ch)
+	}()
+	return l
+}
+
+func (l *lineReader) next(d time.Duration) (string, bool) {
+	select {
+	case s, ok := <-l.ch:
+		return s, ok
+	case <-time.After(d):
+		return "", false
 	}
 }

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goroce/goroce/qp"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -81,6 +82,8 @@ type rawRate struct {
 	frameLen int
 	payload  int
 	elapsed  time.Duration
+	cpu      cpuUse
+	cpuErr   error
 }
 
 func (r rawRate) framesPerSec() float64 { return float64(r.frames) / r.elapsed.Seconds() }
@@ -90,7 +93,8 @@ func (r rawRate) payloadBitsPerSec() float64 {
 
 // rate sends batches of RDMA WRITE ONLY frames with payload bytes from A
 // to B as fast as WriteBatch takes them, for lim, and counts what B
-// receives; the rate is B's count over the time to B's last frame.
+// receives; the rate is B's count over the time to B's last frame. The
+// CPU use covers the sending and the receiving, up to the receiver's stop.
 func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	batch, err := buildFrames(r.ab, r.a.BatchSize(), payload)
 	if err != nil {
@@ -117,6 +121,7 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 			}
 		}
 	}()
+	c0 := markCPU()
 	start := time.Now()
 	sent := 0
 	for sent < lim.n && time.Since(start) < lim.d {
@@ -130,7 +135,7 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	}
 	// Let the receiver catch up (bounded), then stop it.
 	for prev, t0 := uint64(0), time.Now(); time.Since(t0) < time.Second; {
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 		cur := got.Load()
 		if cur == prev || cur >= uint64(sent) {
 			break
@@ -139,69 +144,77 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	}
 	r.b.Close()
 	<-done
+	cpu, cpuErr := markCPU().since(c0)
 	if got.Load() == 0 {
 		return rawRate{}, errors.New("nothing received")
 	}
 	return rawRate{frames: got.Load(), frameLen: len(batch[0]), payload: payload,
-		elapsed: time.Unix(0, last.Load()).Sub(start)}, nil
+		elapsed: time.Unix(0, last.Load()).Sub(start), cpu: cpu, cpuErr: cpuErr}, nil
 }
 
-// rawRTT measures single-frame request/response round trips (64-byte
-// payload RDMA WRITE ONLY frames, 138 bytes) between the two links, both
-// sleeping in their ReadBatch.
-func rawRTT(r *rawPair, lim limit) (latency, error) {
-	req, err := buildFrames(r.ab, 1, 64)
-	if err != nil {
-		return latency{}, err
+// rawBusyRTT measures single-frame round trips (8-byte payload RDMA WRITE
+// ONLY frames) between the two links with both ends busy-polling: each
+// end's goroutine spins on TryReadBatch, yielding the processor between
+// empty looks as a busy-poll goroce device does.
+func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
+	pa, okA := r.a.(nic.Poller)
+	pb, okB := r.b.(nic.Poller)
+	if !okA || !okB {
+		return nil, errors.New("the backend link cannot be polled (no TryReadBatch)")
 	}
-	resp, err := buildFrames(r.ba, 1, 64)
+	req, err := buildFrames(r.ab, 1, 8)
 	if err != nil {
-		return latency{}, err
+		return nil, err
 	}
+	resp, err := buildFrames(r.ba, 1, 8)
+	if err != nil {
+		return nil, err
+	}
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		bufs, sizes := [][]byte{make([]byte, r.b.MTU()+64)}, []int{0}
-		for {
-			n, err := r.b.ReadBatch(bufs, sizes)
+		for !stop.Load() {
+			n, err := pb.TryReadBatch(bufs, sizes)
 			if err != nil {
 				return
 			}
-			if n > 0 {
-				r.b.WriteBatch(resp)
+			if n == 0 {
+				runtime.Gosched()
+				continue
 			}
+			r.b.WriteBatch(resp)
 		}
 	}()
 	defer func() {
-		r.b.Close()
+		stop.Store(true)
 		wg.Wait()
 	}()
 	bufs, sizes := [][]byte{make([]byte, r.a.MTU()+64)}, []int{0}
-	var rtts []time.Duration
+	rtts := make([]time.Duration, 0, min(lim.n, 1<<20))
 	start := time.Now()
-	got := make(chan error, 1)
 	for len(rtts) < lim.n && time.Since(start) < lim.d {
 		t0 := time.Now()
 		if _, err := r.a.WriteBatch(req); err != nil {
-			return latency{}, err
+			return nil, err
 		}
-		// A lost frame (veth backlog) would block ReadBatch forever: bound it.
-		go func() {
-			_, err := r.a.ReadBatch(bufs, sizes)
-			got <- err
-		}()
-		select {
-		case err := <-got:
+		for spins := 0; ; spins++ {
+			n, err := pa.TryReadBatch(bufs, sizes)
 			if err != nil {
-				return latency{}, err
+				return nil, err
 			}
-		case <-time.After(stallTime):
-			r.a.Close()
-			<-got
-			return latency{}, fmt.Errorf("no response in %v", stallTime)
+			if n > 0 {
+				break
+			}
+			// A frame lost in the veth backlog would spin forever: bound it.
+			if spins%1024 == 1023 && time.Since(t0) > stallTime {
+				return nil, fmt.Errorf("no response in %v", stallTime)
+			}
+			runtime.Gosched()
 		}
 		rtts = append(rtts, time.Since(t0))
 	}
-	return summarize(rtts), nil
+	return rtts, nil
 }
