@@ -157,8 +157,8 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 // end's goroutine spins on TryReadBatch, yielding the processor between
 // empty looks as a busy-poll goroce device does.
 func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
-	pa, okA := r.a.(nic.Poller)
-	pb, okB := r.b.(nic.Poller)
+	pa, okA := poller(r.a)
+	pb, okB := poller(r.b)
 	if !okA || !okB {
 		return nil, errors.New("the backend link cannot be polled (no TryReadBatch)")
 	}
@@ -217,4 +217,19 @@ func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
 		rtts = append(rtts, time.Since(t0))
 	}
 	return rtts, nil
+}
+
+// poller finds the non-blocking read of l, under OpenInterfaceLink's
+// ownership wrapper (Unwrap).
+func poller(l nic.Link) (nic.Poller, bool) {
+	for {
+		if p, ok := l.(nic.Poller); ok {
+			return p, true
+		}
+		u, ok := l.(interface{ Unwrap() nic.Link })
+		if !ok {
+			return nil, false
+		}
+		l = u.Unwrap()
+	}
 }

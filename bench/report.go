@@ -370,13 +370,7 @@ func writeSection(w io.Writer, r *results, s section) {
 			tcp: latTCP + "." + q, goroce: latSleep + "." + q, tcpU: fmtMicros, groU: fmtMicros, vsTCP: true, skipWithoutGoroce: true})
 	}
 
-	mode := s.mode
-	if mode == "" {
-		mode = "?"
-	}
-	fmt.Fprintf(w, "## %s (%s), MTU %d, path MTU %d\n\n", b, mode, mtu, s.pmtu)
-	fmt.Fprintln(w, "| measure | raw backend | TCP, same veth | goroce | goroce/raw | goroce/TCP |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	var lines []string
 	for _, rs := range rows {
 		rk, tk, gk := key{b, mtu, rs.raw}, key{"tcp", mtu, rs.tcp}, key{b, mtu, rs.goroce}
 		rawC, tcpC, groC := "–", "–", "–"
@@ -402,7 +396,20 @@ func writeSection(w io.Writer, r *results, s section) {
 		if rs.vsTCP && rs.tcp != "" {
 			vt = r.ratioCell(gk, tk)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", rs.what, rawC, tcpC, groC, vr, vt)
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s |", rs.what, rawC, tcpC, groC, vr, vt))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	mode := s.mode
+	if mode == "" {
+		mode = "?"
+	}
+	fmt.Fprintf(w, "## %s (%s), MTU %d, path MTU %d\n\n", b, mode, mtu, s.pmtu)
+	fmt.Fprintln(w, "| measure | raw backend | TCP, same veth | goroce | goroce/raw | goroce/TCP |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
 	if fl, err := r.get(key{b, mtu, mRawSmallLen}); err == nil {

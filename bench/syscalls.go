@@ -91,6 +91,9 @@ func measureSyscalls(mtu int, c *config, res *results) {
 	for _, b := range c.backends {
 		jobs = append(jobs, job{"goroce", b, key{b, mtu, mSysGoroce}})
 	}
+	for _, b := range c.backends {
+		res.addSection(section{backend: b, mtu: mtu})
+	}
 	for _, j := range jobs {
 		per, top, err := straceChild(strace, j.what, j.backend, mtu, c.sysN)
 		record(res, j.k, per, err)
