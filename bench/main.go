@@ -13,7 +13,7 @@
 // Per veth MTU (-mtus, default 1500 and 9000; the path MTU is the
 // largest IB MTU ≤ the backend's IP MTU − 80, as rxe), per backend
 // (-backends: afxdp, afpacket, udp), -reps times (default 3, reported as
-// median and min–max), each cell bounded by -time (default 1s, at most
+// median and min–max), each cell bounded by -time (default 700ms, at most
 // 3s) and by a count:
 //
 //   - raw (raw.go): the backend's own links opened as qp.OpenInterface
@@ -141,7 +141,7 @@ func main() {
 	backends := flag.String("backends", "afxdp,afpacket,udp", "comma-separated backends to measure")
 	mtus := flag.String("mtus", "1500,9000", "comma-separated veth MTUs")
 	cells := flag.String("cells", "raw,tcp,bw,lat,qps,idle", "comma-separated cells: "+strings.Join(allCells, ","))
-	flag.DurationVar(&c.cell, "time", time.Second, "time bound of each cell (at most 3s)")
+	flag.DurationVar(&c.cell, "time", 700*time.Millisecond, "time bound of each cell (at most 3s)")
 	flag.IntVar(&c.reps, "reps", 3, "repetitions of every cell (medians and min–max are reported)")
 	flag.IntVar(&c.qpsN, "qps", 1000, "QP pairs of the qps cell")
 	flag.IntVar(&c.qpsDepth, "qp-depth", 16, "outstanding WRs per QP in the qps cell")
@@ -389,7 +389,7 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, tag string, lim f
 	if err == nil {
 		res.add(key{b, mtu, mRawSmallLen}, float64(small.frameLen))
 	}
-	progress("%s: raw %d B frames %s/s (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), err)
+	progress("%s: raw %d B frames %s/s, %d of %d sent received (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), small.frames, small.sent, err)
 	if r, err = openRaw(pair, b); err != nil {
 		res.fail(key{b, mtu, mRawFullGbps}, err)
 		return
@@ -400,7 +400,7 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, tag string, lim f
 	if err == nil {
 		res.add(key{b, mtu, mRawFullLen}, float64(full.frameLen))
 	}
-	progress("%s: raw %d B frames %s payload (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), err)
+	progress("%s: raw %d B frames %s payload, %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), full.frames, full.sent, err)
 	if !lat {
 		return
 	}
@@ -447,8 +447,16 @@ func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *conf
 	if c.cells["qps"] {
 		q, err := manyQPs(p, c.qpsN, c.qpsDepth, c.qpsCQMod, lim(maxMsgs))
 		record(res, key{b, mtu, mQPsAgg}, q.agg.msgsPerSec(), err)
-		record(res, key{b, mtu, mQPsOne}, q.one.msgsPerSec(), err)
-		record(res, key{b, mtu, mQPsHeap}, q.heapPerQP, err)
+		if q.one.msgs > 0 {
+			res.add(key{b, mtu, mQPsOne}, q.one.msgsPerSec())
+		} else {
+			res.fail(key{b, mtu, mQPsOne}, err)
+		}
+		if q.heapPerQP != 0 {
+			res.add(key{b, mtu, mQPsHeap}, q.heapPerQP)
+		} else {
+			res.fail(key{b, mtu, mQPsHeap}, err)
+		}
 		progress("%s: %d QPs %s msg/s, one QP %s msg/s, %s per QP (%v)", tag, c.qpsN, fmtRate(q.agg.msgsPerSec()),
 			fmtRate(q.one.msgsPerSec()), fmtBytes(q.heapPerQP), err)
 	}

@@ -78,7 +78,8 @@ func buildFrames(t wire.Frame, n, payload int) ([][]byte, error) {
 }
 
 type rawRate struct {
-	frames   uint64
+	frames   uint64 // received
+	sent     int
 	frameLen int
 	payload  int
 	elapsed  time.Duration
@@ -148,7 +149,7 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	if got.Load() == 0 {
 		return rawRate{}, errors.New("nothing received")
 	}
-	return rawRate{frames: got.Load(), frameLen: len(batch[0]), payload: payload,
+	return rawRate{frames: got.Load(), sent: sent, frameLen: len(batch[0]), payload: payload,
 		elapsed: time.Unix(0, last.Load()).Sub(start), cpu: cpu, cpuErr: cpuErr}, nil
 }
 
