@@ -127,6 +127,7 @@ type config struct {
 	idle     time.Duration
 	sysN     int
 	iperf3   string
+	latPeer  string // process or goroutine
 }
 
 func (c *config) latMTU() int {
@@ -150,7 +151,10 @@ func main() {
 	sys := flag.Bool("syscalls", false, "also count system calls per sleeping round trip under strace (the syscalls cell)")
 	flag.IntVar(&c.sysN, "syscall-n", 2000, "round trips of the syscalls cell")
 	verbose := flag.Bool("v", false, "log backend warnings to stderr")
-	child := flag.String("child", "", "") // internal: the syscalls cell's child (goroce or tcp)
+	flag.StringVar(&c.latPeer, "lat-peer", "process", "where the round trips' far end runs: process (its own, as write_lat's server) or goroutine (this process)")
+	child := flag.String("child", "", "")            // internal: a child process (peer.go)
+	peerIfname := flag.String("peer-ifname", "", "") // internal: peer-goroce's interface
+	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	flag.Parse()
@@ -188,11 +192,14 @@ func main() {
 		}
 		c.cells[s] = true
 	}
+	if c.latPeer != "process" && c.latPeer != "goroutine" {
+		fatalf(2, "-lat-peer is process or goroutine, not %q", c.latPeer)
+	}
 	if *sys {
 		c.cells["syscalls"] = true
 	}
 	if *child != "" {
-		os.Exit(runChild(*child, c))
+		os.Exit(runChild(*child, c, *peerIfname, *peerBusy))
 	}
 	if *memprofile != "" {
 		runtime.MemProfileRate = 1
@@ -326,7 +333,11 @@ func measureRep(pair *netns.Pair, mtu, rep int, c *config, res *results) {
 			progress("%s: iperf3 %s (%v)", tag, fmtGbit(bps/1e9), err)
 		}
 		if lat {
-			rtts, err := tcpPingPong(pair, lim(maxRTTs))
+			ping := tcpPingPongPeer
+			if c.latPeer == "goroutine" {
+				ping = tcpPingPong
+			}
+			rtts, err := ping(pair, lim(maxRTTs), nil)
 			recordLat(res, key{"tcp", mtu, latTCP}, rtts, err)
 			progress("%s: TCP ping-pong %s (%v)", tag, latLine(rtts), err)
 		}
@@ -356,18 +367,28 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 		}
 	}
 	if lat && c.cells["lat"] {
-		k := key{b, mtu, latBusy}
-		p, err := openRDMA(pair, b, true)
-		if err != nil {
-			recordLat(res, k, nil, err)
-		} else {
-			runtime.GC()
-			rtts, err := writeLat(p, lim(maxRTTs), nil)
-			recordLat(res, k, rtts, err)
-			progress("%s: goroce busy-poll 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
-			p.Close()
-		}
+		rtts, err := roundTrips(pair, b, false, lim(maxRTTs), c.latPeer)
+		recordLat(res, key{b, mtu, latSleep}, rtts, err)
+		progress("%s: goroce sleeping 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
+		rtts, err = roundTrips(pair, b, true, lim(maxRTTs), c.latPeer)
+		recordLat(res, key{b, mtu, latBusy}, rtts, err)
+		progress("%s: goroce busy-poll 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
 	}
+}
+
+// roundTrips is the lat cell: write_lat's loop on devices of their own,
+// the far end in a process of its own or (goroutine) in this one.
+func roundTrips(pair *netns.Pair, b string, busy bool, lim limit, where string) ([]time.Duration, error) {
+	runtime.GC()
+	if where == "process" {
+		return writeLatPeer(pair, b, busy, lim, nil)
+	}
+	p, err := openRDMA(pair, b, busy)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return writeLat(p, lim, nil)
 }
 
 func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, tag string, lim func(int) limit, res *results) {
@@ -437,12 +458,6 @@ func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *conf
 	}
 	if !lat {
 		return
-	}
-	if c.cells["lat"] {
-		runtime.GC()
-		rtts, err := writeLat(p, lim(maxRTTs), nil)
-		recordLat(res, key{b, mtu, latSleep}, rtts, err)
-		progress("%s: goroce sleeping 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
 	}
 	if c.cells["qps"] {
 		q, err := manyQPs(p, c.qpsN, c.qpsDepth, c.qpsCQMod, lim(maxMsgs))

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/wire"
 )
 
 const (
@@ -22,9 +18,6 @@ const (
 	// perftest's bandwidth defaults (perftest 4.5; cmd/goroce's tools).
 	bwTxDepth = 128
 	bwCQMod   = 100
-	// latSize is write_lat's message in bench: 8 bytes, the last carrying
-	// the iteration count.
-	latSize = 8
 )
 
 // setupTimeout bounds opening a pair of devices and connecting a QP pair.
@@ -58,37 +51,47 @@ func (p *rdmaPair) Close() {
 	p.b.dev.Close()
 }
 
-// openRDMA opens a device on each end of pair with backend. With busy,
-// the devices are in busy-poll mode (qp.InterfaceOptions.BusyPoll): no
-// receive or timer goroutine, each end's CQ polling drives its device.
-func openRDMA(pair *netns.Pair, backend string, busy bool) (*rdmaPair, error) {
+// openEnd opens a device on side s of pair with backend (in busy-poll
+// mode with busy: qp.InterfaceOptions.BusyPoll, no receive or timer
+// goroutine, the application's polling drives the device) and registers
+// a buffer on it.
+func openEnd(pair *netns.Pair, s netns.Side, backend string, busy bool) (*rdmaEnd, error) {
+	return openEndOn(func(fn func() error) error { return pair.Do(s, fn) }, pair.End(s).Ifname, backend, busy, int64(s)+1)
+}
+
+// openEndOn opens the device of ifname, calling OpenInterface inside do
+// (a namespace switch, or a plain call in a process started inside the
+// namespace).
+func openEndOn(do func(func() error) error, ifname, backend string, busy bool, seed int64) (*rdmaEnd, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	mk := func(s netns.Side) (*rdmaEnd, error) {
-		e := &rdmaEnd{}
-		err := pair.Do(s, func() error {
-			var err error
-			e.dev, e.info, err = qp.OpenInterface(ctx, pair.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger,
-				Seed: int64(s) + 1, BusyPoll: busy})
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		e.pd = e.dev.AllocPD()
-		e.buf = make([]byte, bufSize)
-		e.mr, err = e.pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead)
-		if err != nil {
-			e.dev.Close()
-			return nil, err
-		}
-		return e, nil
+	e := &rdmaEnd{}
+	err := do(func() error {
+		var err error
+		e.dev, e.info, err = qp.OpenInterface(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger,
+			Seed: seed, BusyPoll: busy})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	a, err := mk(netns.A)
+	e.pd = e.dev.AllocPD()
+	e.buf = make([]byte, bufSize)
+	e.mr, err = e.pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead)
+	if err != nil {
+		e.dev.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// openRDMA opens a device on each end of pair (openEnd).
+func openRDMA(pair *netns.Pair, backend string, busy bool) (*rdmaPair, error) {
+	a, err := openEnd(pair, netns.A, backend, busy)
 	if err != nil {
 		return nil, fmt.Errorf("side A: %w", err)
 	}
-	b, err := mk(netns.B)
+	b, err := openEnd(pair, netns.B, backend, busy)
 	if err != nil {
 		a.dev.Close()
 		return nil, fmt.Errorf("side B: %w", err)
@@ -291,167 +294,6 @@ func bw(p *rdmaPair, op qp.WROpcode, size int, lim limit) (throughput, error) {
 	defer qb[0].Destroy()
 	wr := qp.SendWR{Opcode: op, SGL: []qp.SGE{p.a.sge(0, size)}, RemoteAddr: p.b.mr.IOVA() + half, RKey: p.b.mr.RKey()}
 	return bwRun(qa, c.sa, []qp.SendWR{wr}, bwTxDepth, bwCQMod, size, lim)
-}
-
-// writeLat is write_lat's loop (cmd/goroce's latWrite) on a new QP pair
-// with both ends in this process: each end RDMA WRITEs latSize bytes into
-// the other's target area, the last byte carrying the iteration count,
-// and waits for the peer's WRITE (the responder's expected PSN moving past
-// it, then the byte) before writing the next; B writes first. Every WRITE
-// is signalled and its completion awaited before the next arrival wait.
-//
-// Sleeping (normal devices): completions are awaited in CQ.Wait, and the
-// arrival wait yields between looks (write_lat -e). Busy (busy-poll
-// devices): both waits spin on CQ.Poll / Device.Poll, yielding between
-// looks. A's post times give the round trips, full (write_lat prints
-// half). ready, when set, runs after setup, before the first WRITE.
-func writeLat(p *rdmaPair, lim limit, ready func()) ([]time.Duration, error) {
-	c, err := p.newCQs(16)
-	if err != nil {
-		return nil, err
-	}
-	qa, qb, err := p.connect(1, 1, c)
-	if err != nil {
-		return nil, err
-	}
-	defer qa[0].Destroy()
-	defer qb[0].Destroy()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stop atomic.Bool
-	type side struct {
-		self, peer *rdmaEnd
-		q          *qp.QP
-		scq        *qp.CQ
-		server     bool
-	}
-	// run is one end's loop; post, when set, learns each post's time.
-	run := func(s side, post func(time.Time) bool) error {
-		wr := qp.SendWR{Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{s.self.sge(0, latSize)},
-			RemoteAddr: s.peer.mr.IOVA() + half, RKey: s.peer.mr.RKey()}
-		npkts := uint32(max((latSize+p.pmtu-1)/p.pmtu, 1))
-		peerPSN := s.q.Query().RQPSN
-		pollOff := half + latSize - 1
-		var wc [1]qp.WC
-		for cnt := uint64(1); ; cnt++ {
-			if !(cnt == 1 && s.server) {
-				peerPSN = peerPSN.Add(npkts)
-				if err := waitArrival(s.self.dev, s.q, peerPSN, &stop); err != nil {
-					return err
-				}
-				want := byte(cnt) // the peer's count: B writes first
-				if s.server {
-					want = byte(cnt - 1)
-				}
-				if got := s.self.buf[pollOff]; got != want {
-					return fmt.Errorf("the peer's WRITE ended with %d, not its count %d", got, want)
-				}
-			}
-			if post != nil && !post(time.Now()) {
-				return nil
-			}
-			if stop.Load() {
-				return nil
-			}
-			s.self.buf[latSize-1] = byte(cnt)
-			if err := s.q.PostSend(&wr); err != nil {
-				return fmt.Errorf("post %d: %w", cnt, err)
-			}
-			if err := waitSend(ctx, p.busy, s.scq, wc[:], &stop); err != nil {
-				return err
-			}
-			if err := wc[0].Err(); err != nil {
-				return err
-			}
-		}
-	}
-	if ready != nil {
-		ready()
-	}
-	var wg sync.WaitGroup
-	var srvErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		srvErr = run(side{p.b, p.a, qb[0], c.sb, true}, nil)
-	}()
-	var posts []time.Time
-	start := time.Now()
-	err = run(side{p.a, p.b, qa[0], c.sa, false}, func(t time.Time) bool {
-		posts = append(posts, t)
-		return len(posts) <= lim.n && t.Sub(start) < lim.d
-	})
-	stop.Store(true)
-	cancel()
-	wg.Wait()
-	if err == nil && srvErr != nil && !errors.Is(srvErr, errStopped) {
-		err = srvErr
-	}
-	if errors.Is(err, errStopped) {
-		err = nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if len(posts) < 2 {
-		return nil, errors.New("no round trip completed")
-	}
-	rtts := make([]time.Duration, len(posts)-1)
-	for i := range rtts {
-		rtts[i] = posts[i+1].Sub(posts[i])
-	}
-	return rtts, nil
-}
-
-var errStopped = errors.New("stopped")
-
-// waitArrival waits until q's responder expects a PSN at or after want:
-// the peer's WRITE has executed (QP.Query takes the device lock the WRITE
-// ran under, so the buffer may be read afterwards).
-func waitArrival(dev *qp.Device, q *qp.QP, want wire.PSN, stop *atomic.Bool) error {
-	t0 := time.Now()
-	for spins := 1; q.Query().RQPSN.Diff(want) < 0; spins++ {
-		dev.Poll() // drives a busy-poll device; nothing on a normal one
-		if spins%64 == 0 {
-			if stop.Load() {
-				return errStopped
-			}
-			if time.Since(t0) > stallTime {
-				return fmt.Errorf("no WRITE from the peer in %v", stallTime)
-			}
-		}
-		runtime.Gosched()
-	}
-	return nil
-}
-
-func waitSend(ctx context.Context, busy bool, cq *qp.CQ, wc []qp.WC, stop *atomic.Bool) error {
-	if !busy {
-		n, err := cq.Wait(ctx, wc)
-		if err != nil && stop.Load() {
-			return errStopped
-		}
-		if err == nil && n == 0 {
-			return errors.New("CQ.Wait returned nothing")
-		}
-		return err
-	}
-	t0 := time.Now()
-	for spins := 1; ; spins++ {
-		n, err := cq.Poll(wc)
-		if n > 0 || err != nil {
-			return err
-		}
-		if spins%64 == 0 {
-			if stop.Load() {
-				return errStopped
-			}
-			if time.Since(t0) > stallTime {
-				return fmt.Errorf("no send completion in %v", stallTime)
-			}
-		}
-		runtime.Gosched()
-	}
 }
 
 // qpsResult is the many-QP cell's outcome.

@@ -27,13 +27,15 @@ import (
 // childTime bounds the child's traced loop (strace slows it down).
 const childTime = 20 * time.Second
 
-func runChild(what string, c config) int {
-	cleanup.watchSignals()
+// traceChild is the traced client (trace-goroce, trace-tcp): a namespace
+// pair of its own, the round trip's peer in a process of its own (or a
+// goroutine with -lat-peer goroutine), "ready", a line from stdin, the
+// loop, "done N", and stdin's end.
+func traceChild(what string, c config) error {
 	in := newLineReader(os.Stdin)
 	pair, err := newPair(c.latMTU(), "goroce-bench-c")
 	if err != nil {
-		fmt.Printf("error %v\n", err)
-		return 1
+		return err
 	}
 	defer cleanup.closePair(pair)
 	ready := func() {
@@ -42,34 +44,29 @@ func runChild(what string, c config) int {
 	}
 	lim := limit{childTime, c.sysN}
 	var rtts []time.Duration
-	switch what {
-	case "tcp":
-		cl, srv, e := tcpConns(pair)
-		if e != nil {
-			err = e
-			break
-		}
-		defer cl.Close()
-		rtts, err = tcpPingPongConns(cl, srv, lim, ready)
-	case "goroce":
+	inproc := c.latPeer == "goroutine"
+	switch {
+	case what == "tcp" && inproc:
+		rtts, err = tcpPingPong(pair, lim, ready)
+	case what == "tcp":
+		rtts, err = tcpPingPongPeer(pair, lim, ready)
+	case inproc:
 		p, e := openRDMA(pair, c.backends[0], false)
 		if e != nil {
-			err = e
-			break
+			return e
 		}
 		defer p.Close()
 		rtts, err = writeLat(p, lim, ready)
 	default:
-		err = fmt.Errorf("unknown child %q", what)
+		rtts, err = writeLatPeer(pair, c.backends[0], false, lim, ready)
 	}
 	if err != nil {
-		fmt.Printf("error %s\n", shortErr(err))
-		return 1
+		return err
 	}
 	fmt.Printf("done %d\n", len(rtts))
 	for {
 		if _, ok := in.next(30 * time.Second); !ok {
-			return 0
+			return nil
 		}
 	}
 }
@@ -95,7 +92,7 @@ func measureSyscalls(mtu int, c *config, res *results) {
 		res.addSection(section{backend: b, mtu: mtu})
 	}
 	for _, j := range jobs {
-		per, top, err := straceChild(strace, j.what, j.backend, mtu, c.sysN)
+		per, top, err := straceChild(strace, j.what, j.backend, c.latPeer, mtu, c.sysN)
 		record(res, j.k, per, err)
 		if err == nil {
 			res.note(j.k, top)
@@ -106,7 +103,7 @@ func measureSyscalls(mtu int, c *config, res *results) {
 
 // straceChild runs one child under strace and returns system calls per
 // round trip and the largest few, per round trip.
-func straceChild(strace, what, backend string, mtu, n int) (float64, string, error) {
+func straceChild(strace, what, backend, latPeer string, mtu, n int) (float64, string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, "", err
@@ -118,7 +115,8 @@ func straceChild(strace, what, backend string, mtu, n int) (float64, string, err
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "summary")
 
-	cmd := exec.Command(exe, "-child", what, "-backends", backend, "-mtus", strconv.Itoa(mtu), "-syscall-n", strconv.Itoa(n))
+	cmd := exec.Command(exe, "-child", "trace-"+what, "-backends", backend, "-mtus", strconv.Itoa(mtu), "-syscall-n", strconv.Itoa(n),
+		"-lat-peer", latPeer)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -205,20 +203,6 @@ func straceChild(strace, what, backend string, mtu, n int) (float64, string, err
 	}
 	total, top := perRoundTrip(calls, rts, 4)
 	return total, top, nil
-}
-
-func waitBounded(cmd *exec.Cmd, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return true
-	case <-time.After(d):
-		return false
-	}
 }
 
 // parseStraceSummary reads the table of `strace -c`: per system call, the

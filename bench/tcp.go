@@ -105,35 +105,67 @@ func tcpStream(pair *netns.Pair, lim limit) (tcpRate, error) {
 
 // tcpPingPong measures 64-byte request/response round trips over one
 // connection (Go sets TCP_NODELAY) with blocking reads: each side's
-// goroutine parks in the netpoller until its data arrives.
-func tcpPingPong(pair *netns.Pair, lim limit) ([]time.Duration, error) {
+// goroutine parks in the netpoller until its data arrives. Both ends run
+// in this process (-lat-peer goroutine).
+func tcpPingPong(pair *netns.Pair, lim limit, ready func()) ([]time.Duration, error) {
 	c, s, err := tcpConns(pair)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	return tcpPingPongConns(c, s, lim, nil)
+	go echo(s)
+	return tcpClientLoop(c, lim, ready)
 }
 
-// tcpPingPongConns runs the ping-pong on c (client) and s (echo server,
-// closed at the end); ready, when set, is called before the timed loop
-// and may block (the strace child waits there for its tracer).
-func tcpPingPongConns(c, s net.Conn, lim limit, ready func()) ([]time.Duration, error) {
-	go func() {
-		defer s.Close()
-		b := make([]byte, 64)
-		for {
-			if _, err := io.ReadFull(s, b); err != nil {
-				return
-			}
-			if _, err := s.Write(b); err != nil {
-				return
-			}
+// tcpPingPongPeer is tcpPingPong with the echo end in a process of its own
+// (bench -child peer-tcp in namespace B).
+func tcpPingPongPeer(pair *netns.Pair, lim limit, ready func()) ([]time.Duration, error) {
+	peer, err := startPeer(pair, "-child", "peer-tcp")
+	if err != nil {
+		return nil, err
+	}
+	defer peer.finish()
+	l, ok := peer.lines.next(10 * time.Second)
+	var port uint16
+	if !ok {
+		return nil, errors.New("the peer process did not start")
+	}
+	if _, err := fmt.Sscanf(l, "port %d", &port); err != nil {
+		return nil, fmt.Errorf("peer: %s", l)
+	}
+	var c net.Conn
+	if err := pair.Do(netns.A, func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", netip.AddrPortFrom(pair.B.Addr, port).String(), 3*time.Second)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return tcpClientLoop(c, lim, ready)
+}
+
+// echo returns every 64 bytes it reads from s until s fails, and closes it.
+func echo(s net.Conn) {
+	defer s.Close()
+	b := make([]byte, 64)
+	s.SetDeadline(time.Now().Add(time.Minute))
+	for {
+		if _, err := io.ReadFull(s, b); err != nil {
+			return
 		}
-	}()
+		if _, err := s.Write(b); err != nil {
+			return
+		}
+	}
+}
+
+// tcpClientLoop is the timed end of the ping-pong: write 64 bytes, read
+// 64 back. ready, when set, runs first and may block (the syscalls
+// cell's child waits there for its tracer).
+func tcpClientLoop(c net.Conn, lim limit, ready func()) ([]time.Duration, error) {
 	b := make([]byte, 64)
 	rtts := make([]time.Duration, 0, min(lim.n, 1<<20))
-	c.SetDeadline(time.Now().Add(lim.d + stallTime + time.Minute))
 	if ready != nil {
 		ready()
 	}
