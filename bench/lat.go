@@ -259,8 +259,13 @@ func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready 
 	t := &latTimer{lim: lim}
 	err = latLoop(context.Background(), latEnd{a, q, scq, busy, mtu.Bytes()}, rkeyB, vaddrB, false, t.post, &stop)
 	peer.send("stop")
-	if l, ok := peer.lines.next(stallTime + 5*time.Second); ok && strings.HasPrefix(l, "error ") && err == nil {
-		err = fmt.Errorf("peer: %s", strings.TrimPrefix(l, "error "))
+	if l, ok := peer.lines.next(stallTime + 5*time.Second); ok && strings.HasPrefix(l, "error ") {
+		perr := fmt.Errorf("peer: %s", strings.TrimPrefix(l, "error "))
+		if err == nil {
+			err = perr
+		} else {
+			err = fmt.Errorf("%w (%v)", err, perr)
+		}
 	}
 	if err != nil {
 		return nil, err

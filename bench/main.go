@@ -28,9 +28,9 @@
 //     device does; round trip from A's write to A's read.
 //   - tcp (tcp.go): one Go TCP connection A→B, 64 KiB writes, goodput at
 //     the receiver; iperf3 -J one stream (-t rounded to whole seconds)
-//     when iperf3 is installed; and a 64 B ping-pong with blocking reads
-//     (both sides park in the netpoller: Go's sleeping mode) at the
-//     latency MTU.
+//     when iperf3 is installed; and at the latency MTU a 64 B ping-pong
+//     with blocking reads (each end parks in the netpoller: Go's sleeping
+//     mode), the echo end in a process of its own (-lat-peer).
 //   - bw (rdma.go): goroce in perftest's shape (ib_write_bw/ib_read_bw
 //     defaults; cmd/goroce's bwClient): one new RC QP pair on normal
 //     (sleeping) devices, tx-depth 128, every 100th WR signalled (cq-mod
@@ -39,13 +39,19 @@
 //     CQ.Wait. WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
 //     beyond max_rd_atomic (16) wait in the send queue as on a NIC.
 //     Message rate and goodput from the first post to the last completion.
-//   - lat (rdma.go, latency MTU only): write_lat's loop with both ends in
-//     this process: each end WRITEs 8 B into the other's buffer, the last
-//     byte carrying the count; each waits for the peer's WRITE (QP.Query's
-//     expected PSN, then the byte) before writing the next and waits for
-//     its own WRITE's completion. Sleeping: normal devices, CQ.Wait
-//     (write_lat -e). Busy-poll: qp.InterfaceOptions.BusyPoll devices,
-//     every wait spins on CQ.Poll/Device.Poll (GOROCE_BUSYPOLL=1). Full
+//   - lat (lat.go, latency MTU only): write_lat's loop (cmd/goroce's
+//     latWrite) on devices of its own: each end WRITEs 8 B into the
+//     other's buffer, the last byte carrying the count; each waits for the
+//     peer's WRITE (QP.Query's expected PSN, then the byte) before writing
+//     the next, and for its own WRITE's completion. Sleeping: normal
+//     devices, completions in CQ.Wait, the arrival wait yielding between
+//     looks (write_lat -e). Busy-poll: qp.InterfaceOptions.BusyPoll
+//     devices, every wait spinning on CQ.Poll/Device.Poll
+//     (GOROCE_BUSYPOLL=1). B's end (write_lat's server) runs in a process
+//     of its own started in namespace B (bench -child peer-goroce), as
+//     write_lat's does; -lat-peer goroutine runs it in this process
+//     instead (on this 2-vCPU machine that alone makes the sleeping round
+//     trip several times longer: the two ends share GOMAXPROCS). Full
 //     round trips from A's successive posts (write_lat prints half).
 //   - cpu (cpu.go): around the raw path-MTU rate, the TCP stream and each
 //     bw cell, the whole machine's busy CPU-seconds from /proc/stat (user
@@ -63,10 +69,12 @@
 //     connected QP pair doing nothing for -idle: this process's
 //     CPU-seconds per second.
 //   - syscalls (syscalls.go, -syscalls, latency MTU only): bench runs
-//     itself as a child (-child) that sets up a namespace pair of its own,
-//     and attaches `strace -f -c` to it for the timed loop only: the lat
-//     cell's sleeping round trip (goroce) and the TCP ping-pong, -syscall-n
-//     round trips; system calls per round trip, both ends together.
+//     the lat cell's client as a child (-child trace-goroce|trace-tcp)
+//     with a namespace pair and a peer process of its own, and attaches
+//     `strace -f -c -p` to that client for its timed loop only (the peer
+//     is not traced, as issue 10 counted the client): the sleeping 8 B
+//     WRITE round trip and the TCP ping-pong, -syscall-n round trips;
+//     system calls per round trip and the largest four.
 //
 // -cells picks cells (raw,tcp,bw,lat,qps,idle,syscalls; default all but
 // syscalls). The latency MTU is 1500 if -mtus has it, else the first.
@@ -99,6 +107,9 @@ import (
 )
 
 var logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// verbose (-v) logs backend warnings, in child processes too.
+var verbose bool
 
 type limit struct {
 	d time.Duration
@@ -150,7 +161,7 @@ func main() {
 	flag.DurationVar(&c.idle, "idle", time.Second, "duration of the idle cell")
 	sys := flag.Bool("syscalls", false, "also count system calls per sleeping round trip under strace (the syscalls cell)")
 	flag.IntVar(&c.sysN, "syscall-n", 2000, "round trips of the syscalls cell")
-	verbose := flag.Bool("v", false, "log backend warnings to stderr")
+	flag.BoolVar(&verbose, "v", false, "log backend warnings to stderr")
 	flag.StringVar(&c.latPeer, "lat-peer", "process", "where the round trips' far end runs: process (its own, as write_lat's server) or goroutine (this process)")
 	child := flag.String("child", "", "")            // internal: a child process (peer.go)
 	peerIfname := flag.String("peer-ifname", "", "") // internal: peer-goroce's interface
@@ -158,7 +169,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	flag.Parse()
-	if *verbose {
+	if verbose {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	if c.cell <= 0 || c.cell > 3*time.Second {
@@ -225,7 +236,7 @@ func main() {
 
 	in := runInfo{command: "go run ./bench " + strings.Join(os.Args[1:], " "), start: time.Now(), load0: loadavg(),
 		machine: readMachine(), cell: c.cell, reps: c.reps, iperf3: c.iperf3,
-		qpsN: c.qpsN, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle}
+		qpsN: c.qpsN, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle, latPeer: c.latPeer}
 	in.command = strings.TrimSpace(in.command)
 	res := newResults()
 	for _, mtu := range c.mtus {

@@ -44,6 +44,9 @@ func startPeer(pair *netns.Pair, args ...string) (*peerProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	if verbose {
+		args = append(args, "-v")
+	}
 	cmd := pair.Command(netns.B, exe, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -255,6 +255,7 @@ type runInfo struct {
 	qpsN, qpsDepth int
 	qpsCQMod       int
 	idle           time.Duration
+	latPeer        string
 }
 
 // Metric names. goroce's and the raw backend's are keyed by backend,
@@ -318,7 +319,14 @@ func writeReport(w io.Writer, r *results, in runInfo) {
 	if in.iperf3 != "" {
 		ip = in.iperf3
 	}
-	p("- iperf3: %s\n\n", ip)
+	p("- iperf3: %s\n", ip)
+	switch in.latPeer {
+	case "process":
+		p("- round trips: the far end (write_lat's server, the TCP echo) in a process of its own\n")
+	case "goroutine":
+		p("- round trips: both ends in this process (-lat-peer goroutine)\n")
+	}
+	p("\n")
 
 	for _, s := range r.sections {
 		writeSection(w, r, s)
@@ -481,8 +489,8 @@ func writeSyscalls(w io.Writer, r *results) {
 	}
 	fmt.Fprintln(w, "## System calls per sleeping round trip")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "`strace -f -c` attached to a child process running both ends (so both ends' calls are counted) for the timed loop only: "+
-		"goroce's 8 B WRITE round trip in sleeping mode, and the Go TCP 64 B ping-pong.")
+	fmt.Fprintln(w, "`strace -f -c -p` attached to the client process (its peer runs in another, untraced) for the timed loop only: "+
+		"goroce's 8 B WRITE round trip in sleeping mode, and the Go TCP 64 B ping-pong; calls per round trip.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| backend | MTU | goroce | TCP | goroce/TCP | goroce's largest | TCP's largest |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")

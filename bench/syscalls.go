@@ -117,6 +117,9 @@ func straceChild(strace, what, backend, latPeer string, mtu, n int) (float64, st
 
 	cmd := exec.Command(exe, "-child", "trace-"+what, "-backends", backend, "-mtus", strconv.Itoa(mtu), "-syscall-n", strconv.Itoa(n),
 		"-lat-peer", latPeer)
+	if verbose {
+		cmd.Args = append(cmd.Args, "-v")
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
