@@ -60,11 +60,12 @@
 //     The whole machine includes everything else running on it.
 //   - qps (rdma.go, latency MTU only): -qps RC QP pairs (default 1000) on
 //     one sleeping device pair, round-robin 64 B WRITEs, each QP at most
-//     -qp-depth outstanding and one signalled per -qp-cqmod; the
-//     aggregate message rate next to one QP's (tx-depth 128, cq-mod 100,
-//     same devices), and the heap per QP (runtime.MemStats.HeapAlloc after
-//     GC, before and after creating and connecting them, over both ends'
-//     QPs).
+//     -qp-depth outstanding (default 4: 4000 in flight; at 16 goroce's
+//     QPs end in RETRY_EXC_ERR on this machine) and one signalled per
+//     -qp-cqmod (2); the aggregate message rate next to one QP's (tx-depth
+//     128, cq-mod 100, same devices), and the heap per QP
+//     (runtime.MemStats.HeapAlloc after GC, before and after creating and
+//     connecting them, over both ends' QPs; it grows with -qp-depth).
 //   - idle (rdma.go, latency MTU only): two opened sleeping devices with a
 //     connected QP pair doing nothing for -idle: this process's
 //     CPU-seconds per second.
@@ -156,8 +157,8 @@ func main() {
 	flag.DurationVar(&c.cell, "time", 700*time.Millisecond, "time bound of each cell (at most 3s)")
 	flag.IntVar(&c.reps, "reps", 3, "repetitions of every cell (medians and min–max are reported)")
 	flag.IntVar(&c.qpsN, "qps", 1000, "QP pairs of the qps cell")
-	flag.IntVar(&c.qpsDepth, "qp-depth", 16, "outstanding WRs per QP in the qps cell")
-	flag.IntVar(&c.qpsCQMod, "qp-cqmod", 8, "one signalled WR per this many in the qps cell")
+	flag.IntVar(&c.qpsDepth, "qp-depth", 4, "outstanding WRs per QP in the qps cell")
+	flag.IntVar(&c.qpsCQMod, "qp-cqmod", 2, "one signalled WR per this many in the qps cell")
 	flag.DurationVar(&c.idle, "idle", time.Second, "duration of the idle cell")
 	sys := flag.Bool("syscalls", false, "also count system calls per sleeping round trip under strace (the syscalls cell)")
 	flag.IntVar(&c.sysN, "syscall-n", 2000, "round trips of the syscalls cell")
