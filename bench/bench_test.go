@@ -283,3 +283,20 @@ func TestRecordRate(t *testing.T) {
 		t.Errorf("CPU of a failed rate: %v", err)
 	}
 }
+
+func TestSwapAddrs(t *testing.T) {
+	f := make([]byte, 42)
+	copy(f[0:], []byte{1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 0x08, 0x00})
+	copy(f[26:], []byte{198, 18, 0, 1, 198, 18, 0, 2})
+	f[40] = 0xAA
+	swapAddrs(f)
+	want := make([]byte, 42)
+	copy(want[0:], []byte{2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0x08, 0x00})
+	copy(want[26:], []byte{198, 18, 0, 2, 198, 18, 0, 1})
+	want[40] = 0xAA
+	if !slices.Equal(f, want) {
+		t.Errorf("swapAddrs = % x, want % x", f, want)
+	}
+	short := []byte{1, 2, 3}
+	swapAddrs(short) // must not panic
+}

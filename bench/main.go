@@ -23,9 +23,10 @@
 //     (the frame of a 64-byte WRITE, 138 bytes: the issue's "122-byte
 //     frame" leaves out the RETH) for the frame rate, and with a path-MTU
 //     payload for the payload goodput. Busy ping-pong (latency MTU only):
-//     one 8 B-payload frame A→B, B answers with one, both ends spinning on
-//     TryReadBatch and yielding between empty looks, as a busy-poll
-//     device does; round trip from A's write to A's read.
+//     one 8 B-payload frame A→B, B sends it back (addresses swapped), both
+//     ends spinning on TryReadBatch and yielding between empty looks, as a
+//     busy-poll device does, B's end in a process of its own (-lat-peer);
+//     round trip from A's write to A's read.
 //   - tcp (tcp.go): one Go TCP connection A→B, 64 KiB writes, goodput at
 //     the receiver; iperf3 -J one stream (-t rounded to whole seconds)
 //     when iperf3 is installed; and at the latency MTU a 64 B ping-pong
@@ -363,7 +364,7 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 	tag := fmt.Sprintf("%s MTU %d rep %d", b, mtu, rep+1)
 	lim := func(n int) limit { return limit{c.cell, n} }
 	if c.cells["raw"] {
-		measureRaw(pair, mtu, b, lat, tag, lim, res)
+		measureRaw(pair, mtu, b, lat, c.latPeer, tag, lim, res)
 	}
 	if c.cells["bw"] || (lat && (c.cells["lat"] || c.cells["qps"] || c.cells["idle"])) {
 		p, err := openRDMA(pair, b, false)
@@ -403,7 +404,7 @@ func roundTrips(pair *netns.Pair, b string, busy bool, lim limit, where string) 
 	return writeLat(p, lim, nil)
 }
 
-func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, tag string, lim func(int) limit, res *results) {
+func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, latPeer, tag string, lim func(int) limit, res *results) {
 	r, err := openRaw(pair, b)
 	if err != nil {
 		progress("%s: raw links: %v", tag, err)
@@ -437,13 +438,14 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, tag string, lim f
 	if !lat {
 		return
 	}
-	if r, err = openRaw(pair, b); err != nil {
-		res.fail(key{b, mtu, latRaw + ".p50"}, err)
-		return
-	}
 	runtime.GC()
-	rtts, err := rawBusyRTT(r, lim(maxRTTs))
-	r.Close()
+	var rtts []time.Duration
+	if latPeer == "process" {
+		rtts, err = rawBusyRTTPeer(pair, b, lim(maxRTTs))
+	} else if r, err = openRaw(pair, b); err == nil {
+		rtts, err = rawBusyRTT(r, lim(maxRTTs))
+		r.Close()
+	}
 	recordLat(res, key{b, mtu, latRaw}, rtts, err)
 	progress("%s: raw busy ping-pong %s (%v)", tag, latLine(rtts), err)
 }

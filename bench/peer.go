@@ -25,6 +25,8 @@ import (
 //     MTU", reads "conn QPN PSN-A PSN-B RKEY VADDR GID MTU", connects,
 //     runs the loop until "stop" (or stdin's end) and prints "done" or
 //     "error ...".
+//   - peer-raw: the raw busy ping-pong's far end: opens -peer-ifname's
+//     backend link, prints "ready", echoes frames until stdin ends.
 //   - peer-tcp: the TCP ping-pong's echo end: prints "port N", echoes one
 //     connection until it closes.
 //   - trace-goroce, trace-tcp: the syscalls cell's traced client, with a
@@ -104,6 +106,8 @@ func runChild(name string, c config, ifname string, busy bool) int {
 	switch name {
 	case "peer-goroce":
 		err = gorocePeer(ifname, c.backends[0], busy)
+	case "peer-raw":
+		err = rawPeer(ifname, c.backends[0])
 	case "peer-tcp":
 		err = tcpPeer()
 	case "trace-goroce", "trace-tcp":

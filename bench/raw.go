@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,16 +54,20 @@ func openRaw(pair *netns.Pair, backend string) (*rawPair, error) {
 		r.a.Close()
 		return nil, err
 	}
-	tmpl := func(src, dst *qp.InterfaceInfo) wire.Frame {
-		f := wire.Frame{SrcIP: src.IP, DstIP: dst.IP, HopLimit: 64, SrcPort: 0xC000,
-			BTH:  wire.BTHFields{Opcode: wire.RCRDMAWriteOnly, PKey: 0xFFFF, DestQP: 0x11, AckReq: true},
-			RETH: wire.RETHFields{VA: 0x1000, RKey: 0x1234}}
-		copy(f.SrcMAC[:], src.MAC)
-		copy(f.DstMAC[:], dst.MAC)
-		return f
-	}
-	r.ab, r.ba = tmpl(r.infoA, r.infoB), tmpl(r.infoB, r.infoA)
+	r.ab = rawTemplate(r.infoA.MAC, r.infoA.IP, r.infoB.MAC, r.infoB.IP)
+	r.ba = rawTemplate(r.infoB.MAC, r.infoB.IP, r.infoA.MAC, r.infoA.IP)
 	return r, nil
+}
+
+// rawTemplate is an RDMA WRITE ONLY frame from (srcMAC, srcIP) to
+// (dstMAC, dstIP), as buildFrames fills it in.
+func rawTemplate(srcMAC net.HardwareAddr, srcIP netip.Addr, dstMAC net.HardwareAddr, dstIP netip.Addr) wire.Frame {
+	f := wire.Frame{SrcIP: srcIP, DstIP: dstIP, HopLimit: 64, SrcPort: 0xC000,
+		BTH:  wire.BTHFields{Opcode: wire.RCRDMAWriteOnly, PKey: 0xFFFF, DestQP: 0x11, AckReq: true},
+		RETH: wire.RETHFields{VA: 0x1000, RKey: 0x1234}}
+	copy(f.SrcMAC[:], srcMAC)
+	copy(f.DstMAC[:], dstMAC)
+	return f
 }
 
 func buildFrames(t wire.Frame, n, payload int) ([][]byte, error) {
@@ -154,20 +162,10 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 }
 
 // rawBusyRTT measures single-frame round trips (8-byte payload RDMA WRITE
-// ONLY frames) between the two links with both ends busy-polling: each
-// end's goroutine spins on TryReadBatch, yielding the processor between
-// empty looks as a busy-poll goroce device does.
+// ONLY frames) between the two links of r, both ends in this process
+// (-lat-peer goroutine). Both busy-poll: see rawPingClient and rawEcho.
 func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
-	pa, okA := poller(r.a)
-	pb, okB := poller(r.b)
-	if !okA || !okB {
-		return nil, errors.New("the backend link cannot be polled (no TryReadBatch)")
-	}
 	req, err := buildFrames(r.ab, 1, 8)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := buildFrames(r.ba, 1, 8)
 	if err != nil {
 		return nil, err
 	}
@@ -176,33 +174,64 @@ func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		bufs, sizes := [][]byte{make([]byte, r.b.MTU()+64)}, []int{0}
-		for !stop.Load() {
-			n, err := pb.TryReadBatch(bufs, sizes)
-			if err != nil {
-				return
-			}
-			if n == 0 {
-				runtime.Gosched()
-				continue
-			}
-			r.b.WriteBatch(resp)
-		}
+		rawEcho(r.b, &stop)
 	}()
 	defer func() {
 		stop.Store(true)
 		wg.Wait()
 	}()
-	bufs, sizes := [][]byte{make([]byte, r.a.MTU()+64)}, []int{0}
+	return rawPingClient(r.a, req, lim)
+}
+
+// rawBusyRTTPeer is rawBusyRTT with B's end in a process of its own
+// (bench -child peer-raw in namespace B), as the lat cell's.
+func rawBusyRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	var l nic.Link
+	var info *qp.InterfaceInfo
+	if err := pair.Do(netns.A, func() error {
+		var err error
+		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	t := rawTemplate(info.MAC, info.IP, pair.B.MAC, pair.B.Addr)
+	req, err := buildFrames(t, 1, 8)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := startPeer(pair, "-child", "peer-raw", "-backends", backend, "-peer-ifname", pair.B.Ifname)
+	if err != nil {
+		return nil, err
+	}
+	defer peer.finish()
+	if line, ok := peer.lines.next(setupTimeout + 5*time.Second); !ok || line != "ready" {
+		return nil, fmt.Errorf("peer: %s", strings.TrimPrefix(line, "error "))
+	}
+	return rawPingClient(l, req, lim)
+}
+
+// rawPingClient writes req and spins on TryReadBatch (yielding the
+// processor between empty looks, as a busy-poll goroce device does) until
+// the answer is back; the round trip is from the write to the read.
+func rawPingClient(l nic.Link, req [][]byte, lim limit) ([]time.Duration, error) {
+	pl, ok := poller(l)
+	if !ok {
+		return nil, errors.New("the backend link cannot be polled (no TryReadBatch)")
+	}
+	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
 	rtts := make([]time.Duration, 0, min(lim.n, 1<<20))
 	start := time.Now()
 	for len(rtts) < lim.n && time.Since(start) < lim.d {
 		t0 := time.Now()
-		if _, err := r.a.WriteBatch(req); err != nil {
+		if _, err := l.WriteBatch(req); err != nil {
 			return nil, err
 		}
 		for spins := 0; ; spins++ {
-			n, err := pa.TryReadBatch(bufs, sizes)
+			n, err := pl.TryReadBatch(bufs, sizes)
 			if err != nil {
 				return nil, err
 			}
@@ -218,6 +247,74 @@ func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
 		rtts = append(rtts, time.Since(t0))
 	}
 	return rtts, nil
+}
+
+// rawEcho spins on l's TryReadBatch (yielding between empty looks) and
+// sends every frame back with its Ethernet and IPv4 addresses swapped,
+// until stop or the link fails.
+func rawEcho(l nic.Link, stop *atomic.Bool) error {
+	pl, ok := poller(l)
+	if !ok {
+		return errors.New("the backend link cannot be polled (no TryReadBatch)")
+	}
+	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
+	out := make([][]byte, 1)
+	for !stop.Load() {
+		n, err := pl.TryReadBatch(bufs, sizes)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			runtime.Gosched()
+			continue
+		}
+		out[0] = bufs[0][:sizes[0]]
+		swapAddrs(out[0])
+		if _, err := l.WriteBatch(out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// swapAddrs turns an Ethernet/IPv4 frame around: destination and source
+// MAC, and destination and source IPv4 address, trade places (the IPv4
+// header checksum does not change; the ICRC no longer matches, which no
+// raw receiver checks).
+func swapAddrs(f []byte) {
+	if len(f) < 34 {
+		return
+	}
+	for i := range 6 {
+		f[i], f[6+i] = f[6+i], f[i]
+	}
+	if f[12] != 0x08 || f[13] != 0x00 {
+		return
+	}
+	for i := range 4 {
+		f[26+i], f[30+i] = f[30+i], f[26+i]
+	}
+}
+
+// rawPeer is the raw ping-pong's far end (peer-raw): it echoes on
+// ifname until stdin ends.
+func rawPeer(ifname, backend string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	l, _, err := qp.OpenInterfaceLink(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var stop atomic.Bool
+	in := newLineReader(os.Stdin)
+	go func() {
+		for range in.ch {
+		}
+		stop.Store(true)
+	}()
+	fmt.Println("ready")
+	return rawEcho(l, &stop)
 }
 
 // poller finds the non-blocking read of l, under OpenInterfaceLink's
