@@ -202,8 +202,9 @@ func writeLat(p *rdmaPair, lim limit, ready func()) ([]time.Duration, error) {
 // writeLatPeer runs write_lat with B's end in a process of its own (bench
 // -child peer-goroce, started in namespace B), as write_lat's server is:
 // A's device is opened here, in A. ready, when set, runs after setup and
-// before the first WRITE.
-func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready func()) ([]time.Duration, error) {
+// before the first WRITE; info, when set, learns the backend's mode and
+// the path MTU.
+func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready func(), info *section) ([]time.Duration, error) {
 	a, err := openEnd(pair, netns.A, backend, busy)
 	if err != nil {
 		return nil, fmt.Errorf("side A: %w", err)
@@ -229,6 +230,9 @@ func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready 
 		return nil, fmt.Errorf("peer: %s", strings.TrimPrefix(l, "error "))
 	}
 	mtu := min(a.dev.ActiveMTU(), qp.MTUFromBytes(mtuB))
+	if info != nil {
+		info.mode, info.pmtu = a.info.Mode, mtu.Bytes()
+	}
 	scq, err := a.dev.CreateCQ(16)
 	if err != nil {
 		return nil, err

@@ -141,6 +141,7 @@ type config struct {
 	sysN     int
 	iperf3   string
 	latPeer  string // process or goroutine
+	rttOnly  bool   // -latency: only the round trips
 }
 
 func (c *config) latMTU() int {
@@ -161,6 +162,7 @@ func main() {
 	flag.IntVar(&c.qpsDepth, "qp-depth", 4, "outstanding WRs per QP in the qps cell")
 	flag.IntVar(&c.qpsCQMod, "qp-cqmod", 2, "one signalled WR per this many in the qps cell")
 	flag.DurationVar(&c.idle, "idle", time.Second, "duration of the idle cell")
+	flag.BoolVar(&c.rttOnly, "latency", false, "measure only the round trips (raw, TCP and goroce; MTU 1500): -cells raw,tcp,lat -mtus 1500 without the rate cells")
 	sys := flag.Bool("syscalls", false, "also count system calls per sleeping round trip under strace (the syscalls cell)")
 	flag.IntVar(&c.sysN, "syscall-n", 2000, "round trips of the syscalls cell")
 	flag.BoolVar(&verbose, "v", false, "log backend warnings to stderr")
@@ -210,6 +212,10 @@ func main() {
 	}
 	if *sys {
 		c.cells["syscalls"] = true
+	}
+	if c.rttOnly {
+		c.mtus = []int{c.latMTU()}
+		c.cells = map[string]bool{"raw": true, "tcp": true, "lat": true, "syscalls": c.cells["syscalls"]}
 	}
 	if *child != "" {
 		os.Exit(runChild(*child, c, *peerIfname, *peerBusy))
@@ -336,7 +342,7 @@ func measureRep(pair *netns.Pair, mtu, rep int, c *config, res *results) {
 	lat := mtu == c.latMTU()
 	lim := func(n int) limit { return limit{c.cell, n} }
 	tag := fmt.Sprintf("MTU %d rep %d", mtu, rep+1)
-	if c.cells["tcp"] {
+	if c.cells["tcp"] && !c.rttOnly {
 		t, err := tcpStream(pair, lim(maxStreamN))
 		recordRate(res, key{"tcp", mtu, ""}, "tcp.stream", t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
 		progress("%s: TCP stream %s (%v)", tag, fmtGbit(t.bitsPerSec()/1e9), err)
@@ -345,6 +351,8 @@ func measureRep(pair *netns.Pair, mtu, rep int, c *config, res *results) {
 			record(res, key{"tcp", mtu, mIperfGbps}, bps/1e9, err)
 			progress("%s: iperf3 %s (%v)", tag, fmtGbit(bps/1e9), err)
 		}
+	}
+	if c.cells["tcp"] {
 		if lat {
 			ping := tcpPingPongPeer
 			if c.latPeer == "goroutine" {
@@ -364,13 +372,13 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 	tag := fmt.Sprintf("%s MTU %d rep %d", b, mtu, rep+1)
 	lim := func(n int) limit { return limit{c.cell, n} }
 	if c.cells["raw"] {
-		measureRaw(pair, mtu, b, lat, c.latPeer, tag, lim, res)
+		measureRaw(pair, mtu, b, lat, c, tag, lim, res)
 	}
-	if c.cells["bw"] || (lat && (c.cells["lat"] || c.cells["qps"] || c.cells["idle"])) {
+	if c.cells["bw"] || (lat && (c.cells["qps"] || c.cells["idle"])) {
 		p, err := openRDMA(pair, b, false)
 		if err != nil {
 			progress("%s: goroce devices: %v", tag, err)
-			for _, m := range []string{bwKey(b, mtu, "WRITE", sizeSmall, "mps").metric, latSleep + ".p50", mQPsAgg, mIdleProc} {
+			for _, m := range []string{bwKey(b, mtu, "WRITE", sizeSmall, "mps").metric, mQPsAgg, mIdleProc} {
 				res.fail(key{b, mtu, m}, err)
 			}
 		} else {
@@ -380,10 +388,15 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 		}
 	}
 	if lat && c.cells["lat"] {
-		rtts, err := roundTrips(pair, b, false, lim(maxRTTs), c.latPeer)
+		var info section
+		rtts, err := roundTrips(pair, b, false, lim(maxRTTs), c.latPeer, &info)
+		if err == nil {
+			info.backend, info.mtu = b, mtu
+			res.addSection(info)
+		}
 		recordLat(res, key{b, mtu, latSleep}, rtts, err)
 		progress("%s: goroce sleeping 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
-		rtts, err = roundTrips(pair, b, true, lim(maxRTTs), c.latPeer)
+		rtts, err = roundTrips(pair, b, true, lim(maxRTTs), c.latPeer, nil)
 		recordLat(res, key{b, mtu, latBusy}, rtts, err)
 		progress("%s: goroce busy-poll 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
 	}
@@ -391,28 +404,53 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 
 // roundTrips is the lat cell: write_lat's loop on devices of their own,
 // the far end in a process of its own or (goroutine) in this one.
-func roundTrips(pair *netns.Pair, b string, busy bool, lim limit, where string) ([]time.Duration, error) {
+// info, when set, learns the backend's mode and the path MTU.
+func roundTrips(pair *netns.Pair, b string, busy bool, lim limit, where string, info *section) ([]time.Duration, error) {
 	runtime.GC()
 	if where == "process" {
-		return writeLatPeer(pair, b, busy, lim, nil)
+		return writeLatPeer(pair, b, busy, lim, nil, info)
 	}
 	p, err := openRDMA(pair, b, busy)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
+	if info != nil {
+		info.mode, info.pmtu = p.a.info.Mode, p.pmtu
+	}
 	return writeLat(p, lim, nil)
 }
 
-func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, latPeer, tag string, lim func(int) limit, res *results) {
+func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag string, lim func(int) limit, res *results) {
+	if !c.rttOnly {
+		measureRawRates(pair, mtu, b, tag, lim, res)
+	}
+	if !lat {
+		return
+	}
+	runtime.GC()
+	var rtts []time.Duration
+	var err error
+	if c.latPeer == "process" {
+		rtts, err = rawBusyRTTPeer(pair, b, lim(maxRTTs))
+	} else {
+		var r *rawPair
+		if r, err = openRaw(pair, b); err == nil {
+			rtts, err = rawBusyRTT(r, lim(maxRTTs))
+			r.Close()
+		}
+	}
+	recordLat(res, key{b, mtu, latRaw}, rtts, err)
+	progress("%s: raw busy ping-pong %s (%v)", tag, latLine(rtts), err)
+}
+
+// measureRawRates is the raw cell's one-way rates.
+func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(int) limit, res *results) {
 	r, err := openRaw(pair, b)
 	if err != nil {
 		progress("%s: raw links: %v", tag, err)
 		res.fail(key{b, mtu, mRawSmallFPS}, err)
 		res.fail(key{b, mtu, mRawFullGbps}, err)
-		if lat {
-			res.fail(key{b, mtu, latRaw + ".p50"}, err)
-		}
 		return
 	}
 	pmtu := min(r.infoA.PathMTU, r.infoB.PathMTU)
@@ -435,19 +473,6 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, latPeer, tag stri
 		res.add(key{b, mtu, mRawFullLen}, float64(full.frameLen))
 	}
 	progress("%s: raw %d B frames %s payload, %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), full.frames, full.sent, err)
-	if !lat {
-		return
-	}
-	runtime.GC()
-	var rtts []time.Duration
-	if latPeer == "process" {
-		rtts, err = rawBusyRTTPeer(pair, b, lim(maxRTTs))
-	} else if r, err = openRaw(pair, b); err == nil {
-		rtts, err = rawBusyRTT(r, lim(maxRTTs))
-		r.Close()
-	}
-	recordLat(res, key{b, mtu, latRaw}, rtts, err)
-	progress("%s: raw busy ping-pong %s (%v)", tag, latLine(rtts), err)
 }
 
 func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *config, res *results) {

@@ -605,6 +605,7 @@ func targets(r *results) []target {
 
 func writeTargets(w io.Writer, r *results) {
 	ts := targets(r)
+	slices.SortStableFunc(ts, func(a, b target) int { return strings.Compare(a.n, b.n) })
 	if len(ts) == 0 {
 		return
 	}

@@ -58,7 +58,7 @@ func traceChild(what string, c config) error {
 		defer p.Close()
 		rtts, err = writeLat(p, lim, ready)
 	default:
-		rtts, err = writeLatPeer(pair, c.backends[0], false, lim, ready)
+		rtts, err = writeLatPeer(pair, c.backends[0], false, lim, ready, nil)
 	}
 	if err != nil {
 		return err
