@@ -5,7 +5,7 @@
 // the instrument of issue 10: every ratio its targets 1–9 name appears as
 // a column or in the final targets table.
 //
-//	go run ./bench                               # everything, ≈ 4 minutes
+//	go run ./bench                               # everything but -syscalls, ≈ 3 minutes
 //	go run ./bench -time 300ms -reps 1           # a quick look
 //	go run ./bench -backends afxdp -mtus 1500 -cells lat,bw
 //	go run ./bench -syscalls                     # also strace the round trips
