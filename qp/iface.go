@@ -16,7 +16,8 @@ import (
 // Backend names for InterfaceOptions.Backend.
 const (
 	// BackendAuto is AF_XDP, falling back (logged) to AF_PACKET when AF_XDP
-	// is not supported here.
+	// is not supported here. Outside Linux it is the UDP backend (logged;
+	// InterfaceInfo.Fallback says why).
 	BackendAuto = "auto"
 	// BackendAFXDP is an AF_XDP socket with an XDP steering program
 	// (nic/afxdp): root, kernel >= 5.9, native mode where the driver has
@@ -27,7 +28,8 @@ const (
 	// low-latency ring. Linux only.
 	BackendAFPacket = "afpacket"
 	// BackendUDP is an ordinary UDP socket on IP:4791 (nic/udp): no
-	// privileges; the kernel builds the Ethernet/IP/UDP headers.
+	// privileges; the kernel builds the Ethernet/IP/UDP headers. Every
+	// system.
 	BackendUDP = "udp"
 )
 
@@ -37,6 +39,12 @@ var Backends = []string{BackendAFXDP, BackendAFPacket, BackendUDP}
 // DefaultUDPSocketBuffer is the UDP backend's default socket buffer size.
 // Root gets it (SO_RCVBUFFORCE); others get at most net.core.rmem_max.
 const DefaultUDPSocketBuffer = 8 << 20
+
+// defaultHopLimit is the hop limit of the address vectors when the
+// system's own default is not known: 64, the Linux kernel's default
+// (net.ipv4.ip_default_ttl and net.ipv6.conf.default.hop_limit), which
+// rxe and mlx5 peers send.
+const defaultHopLimit = 64
 
 // ErrNotSupported is wrapped by OpenInterface's error when the backend
 // asked for does not exist on this operating system (AF_XDP and AF_PACKET
@@ -109,7 +117,7 @@ type InterfaceInfo struct {
 	Backend   string // afxdp, afpacket or udp
 	Mode      string // afxdp: native/generic; afpacket: tpacket_v2/tpacket_v3; udp: socket
 	ZeroCopy  bool   // afxdp: zero-copy socket
-	Fallback  string // why auto did not use afxdp ("" if it did)
+	Fallback  string // why auto did not use afxdp ("" if it did; outside Linux: why udp)
 	MAC       net.HardwareAddr
 	IP        netip.Addr
 	NetdevMTU int   // the interface's MTU

@@ -8,7 +8,7 @@ package transport_test
 //
 // This is the engine-level harness, below qp: transport cannot import qp,
 // so the one device-level harness (package sim: sim.NewPair and
-// sim.ConnectQPs, used by qp's tests and bench) cannot serve
+// sim.ConnectQPs, used by qp's tests) cannot serve
 // here. Tests of whole devices belong there.
 
 import (
