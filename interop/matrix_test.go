@@ -104,7 +104,7 @@ func matrixCells(mtu int) []Cell {
 			Note: "bidirectional, each direction's line too"},
 		// --run_infinitely: a line every -D 1 s until the client gets SIGINT
 		// (a stock client dies of it; goroce's ends the exchange).
-		{Name: "write_bw --run_infinitely", Tool: ToolWriteBW, Args: []string{"-F", "-s", "4096", "--run_infinitely", "-D", "1"},
+		{Name: "write_bw --run_infinitely", Tool: ToolWriteBW, Args: []string{"-F", "-s", "4096", "-t", "16", "--run_infinitely", "-D", "1"},
 			InterruptClient: 6 * time.Second, Note: "client interrupted after 6 s"},
 		{Name: "write_bw -l 4 --tclass", Tool: ToolWriteBW, Args: append([]string{"-l", "4", "--tclass", "106"}, bw...),
 			Expect: Expect{TOS: &tos106}, Note: "post lists of 4; traffic class 106 in every packet's TOS"},
@@ -243,6 +243,10 @@ func TestMatrix(t *testing.T) {
 						}
 						t.Logf("%s %s: %s in %.1fs, %d RoCEv2 packets, %d NAKs, %d RNR NAKs, %d retransmitted, %d gaps, %d atomics chained",
 							c.Name, d, r.Status, r.Elapsed.Seconds(), r.Packets, r.NAKs, r.RNRNAKs, r.Retrans, r.Gaps, r.Atomics)
+						if c.InterruptClient > 0 {
+							// What the interruption ended: both tables.
+							t.Logf("server:\n%s\nclient:\n%s", r.Server.Stdout, r.Client.Stdout)
+						}
 						for _, p := range r.Problems {
 							t.Errorf("%s", p)
 						}

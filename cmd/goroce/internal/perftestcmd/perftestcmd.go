@@ -68,6 +68,18 @@ perftest options goroce implements (the values and defaults of perftest 4.5):
   -c, --connection=RC       the only connection type
   --report_gbits            report Gb/s instead of MB/s
   --dont_xchg_versions      do not exchange versions
+  -b, --bidirectional       both sides send (BW tests); the line is the sum of both directions
+  --report-both             with -b, also each direction's line
+  --run_infinitely          a line every -D seconds (5) until interrupted (BW tests)
+  -H, --report-histogram    list the sorted latency samples (latency tests)
+  -U, --report-unsorted     list the latency samples in order (latency tests)
+  -l, --post_list=<size>    post lists of this many WRs (BW tests; CQ moderation = size)
+  --tclass=<value>          traffic class: the IP TOS byte of every packet
+  -T, --tos=<value>         the same (perftest takes -T only with rdma_cm)
+  --out_json                also write each report as JSON to --out_json_file
+  --out_json_file=<file>    (perftest_out.json)
+  -w, --limit_bw=<value>    fail (exit 1) when the average BW is below this
+  -y, --limit_msgrate=<v>   same for the message rate (checked only with -w, as perftest)
 goroce options:
   --timeout=<seconds>       give up (exit 1) after this long, waiting for the peer included;
                             a client then retries a refused connection until the timeout
