@@ -133,6 +133,9 @@ type Cell struct {
 	// success when it printed its result line; goroce's tools end the run
 	// and exit 0.
 	InterruptClient time.Duration
+	// LogOutput logs both programs' output (cells whose point is what the
+	// tools print, not only the wire).
+	LogOutput bool
 }
 
 // Endpoint runs one side of a cell: rxe in a VM, or goroce on the host side.

@@ -98,10 +98,10 @@ func matrixCells(mtu int) []Cell {
 			GoroceEnv: txDrop, Skip: goroceLoss, GoroceSpecific: true, Note: "GOROCE_TX_DROP=0.02, seed 7"},
 		// -b: both sides send (write_bw, read_bw: run_iter_bw on both ends;
 		// send_bw: run_iter_bi), each side prints the sum of both directions.
-		{Name: "write_bw -b", Tool: ToolWriteBW, Args: append([]string{"-b"}, bw...), Note: "bidirectional"},
-		{Name: "send_bw -b", Tool: ToolSendBW, Args: append([]string{"-b"}, bw...), Note: "bidirectional"},
+		{Name: "write_bw -b", Tool: ToolWriteBW, Args: append([]string{"-b"}, bw...), LogOutput: true, Note: "bidirectional"},
+		{Name: "send_bw -b", Tool: ToolSendBW, Args: append([]string{"-b"}, bw...), LogOutput: true, Note: "bidirectional"},
 		{Name: "read_bw -b --report-both", Tool: ToolReadBW, Args: append([]string{"-b", "--report-both"}, bw...),
-			Note: "bidirectional, each direction's line too"},
+			LogOutput: true, Note: "bidirectional, each direction's line too"},
 		// --run_infinitely: a line every -D 1 s until the client gets SIGINT
 		// (a stock client dies of it; goroce's ends the exchange).
 		{Name: "write_bw --run_infinitely", Tool: ToolWriteBW, Args: []string{"-F", "-s", "4096", "-t", "16", "--run_infinitely", "-D", "1"},
@@ -243,8 +243,8 @@ func TestMatrix(t *testing.T) {
 						}
 						t.Logf("%s %s: %s in %.1fs, %d RoCEv2 packets, %d NAKs, %d RNR NAKs, %d retransmitted, %d gaps, %d atomics chained",
 							c.Name, d, r.Status, r.Elapsed.Seconds(), r.Packets, r.NAKs, r.RNRNAKs, r.Retrans, r.Gaps, r.Atomics)
-						if c.InterruptClient > 0 {
-							// What the interruption ended: both tables.
+						if c.InterruptClient > 0 || c.LogOutput {
+							// Both tables (what an interruption ended).
 							t.Logf("server:\n%s\nclient:\n%s", r.Server.Stdout, r.Client.Stdout)
 						}
 						for _, p := range r.Problems {
