@@ -452,6 +452,7 @@ type ConnectAttrs struct {
 	Global          bool // is_global: rc_pingpong sets it only for a GID with a non-zero interface id
 	SGIDIndex       int
 	HopLimit        uint8
+	TrafficClass    uint8 // GRH traffic class: the IP TOS byte (DSCP and ECN) of every packet
 	SL              uint8
 	MaxDestRdAtomic uint8
 	MaxRdAtomic     uint8
@@ -476,6 +477,7 @@ func ModifyToRTS(ctx context.Context, q *qp.QP, a ConnectAttrs) error {
 		attr.AV.DGID = netip.AddrFrom16(a.DGID)
 		attr.AV.SGIDIndex = uint8(a.SGIDIndex)
 		attr.AV.HopLimit = a.HopLimit
+		attr.AV.TrafficClass = a.TrafficClass
 		mask |= qp.AttrAV
 	} else {
 		// On Ethernet the AV must carry a GRH; without one rxe refuses the
