@@ -115,7 +115,7 @@ func TestLayering(t *testing.T) {
 		if internal && p.Name != "main" {
 			continue // reached by programs only through the packages checked here
 		}
-		if path == module+"/cmd/goroce" || path == module+"/qp" {
+		if path == module+"/cmd/goroce" || path == module+"/qp" || path == module+"/sim" {
 			checked[rel(path)] = true
 		}
 		if slices.Contains(p.Deps, "testing") {
@@ -123,7 +123,7 @@ func TestLayering(t *testing.T) {
 		}
 	}
 
-	for _, c := range []string{"wire", "memreg", "atomic", "transport", "nic", "qp", "cmd/goroce", "qp without prometheus"} {
+	for _, c := range []string{"wire", "memreg", "atomic", "transport", "nic", "qp", "sim", "cmd/goroce", "qp without prometheus"} {
 		if !checked[c] {
 			t.Errorf("no package %s in the build graph: the layering rules name packages that no longer exist", c)
 		}

@@ -1,82 +1,235 @@
-// Command bench measures goroce's RC stack over each real frame backend
-// (AF_XDP, AF_PACKET, UDP) between two network namespaces joined by veth,
-// next to the raw frame rate of the same backend on the same veth and a
-// single-stream Go TCP connection, and prints one markdown table.
+// Command bench measures goroce against the frame backend it runs on and
+// against the kernel's TCP, on the same veth between two network
+// namespaces, and prints one markdown document (stdout; progress on
+// stderr) with the command line and the machine's state at the top. It is
+// the instrument of issue 10: every ratio its targets 1–9 name appears as
+// a column or in the final targets table.
 //
-//	go run ./bench                          # all backends, MTU 1500 and 9000
-//	go run ./bench -backends afxdp,afpacket -time 1s
-//	go run ./bench -latency                 # only the round-trip rows (MTU 1500)
+//	go run ./bench                               # everything but -syscalls, ≈ 3 minutes
+//	go run ./bench -time 300ms -reps 1           # a quick look
+//	go run ./bench -backends afxdp -mtus 1500 -cells lat,bw
+//	go run ./bench -syscalls                     # also strace the round trips
 //
-// Per backend and MTU (path MTU 1024 at 1500; 4096 at 9000, 2048 when AF_XDP
-// runs, whose 4096-byte UMEM chunk carries IP MTU 3822):
+// Per veth MTU (-mtus, default 1500 and 9000; the path MTU is the
+// largest IB MTU ≤ the backend's IP MTU − 80, as rxe), per backend
+// (-backends: afxdp, afpacket, udp), -reps times (default 3, reported as
+// median and min–max), each cell bounded by -time (default 700ms, at most
+// 3s) and by a count:
 //
-//   - RDMA WRITE and READ goodput at 64 B, 4 KiB and 64 KiB messages, one QP,
-//     -depth signalled WRs outstanding (READ: at most 16, max_rd_atomic),
-//     and the 64-byte WRITE message rate; process-wide heap allocations per
-//     message from runtime.MemStats;
-//   - 64-byte WRITE_WITH_IMM ping-pong round trips at MTU 1500: busy-poll
-//     (both devices in busy-poll mode, qp.InterfaceOptions.BusyPoll: no device
-//     goroutines; each end's goroutine spins on CQ.Poll, which reads the
-//     link and runs the timers — a core per device) and blocking (normal
-//     devices, both sides sleep in CQ.Wait);
-//   - the raw backend: RDMA WRITE ONLY frames from A to B through
-//     nic.Link.WriteBatch as fast as it takes them, counted at B (138-byte
-//     frames for the message rate, path-MTU frames for the goodput), and
-//     single-frame round trips;
-//   - TCP: one connection, 64 KiB writes, and 64-byte ping-pong.
+//   - raw (raw.go): the backend's own links opened as qp.OpenInterface
+//     would, no device. One-way rate: batches of RDMA WRITE ONLY frames
+//     A→B through nic.Link.WriteBatch as fast as it takes them, counted at
+//     B (ReadBatch), over the time to B's last frame: with a 64 B payload
+//     (the frame of a 64-byte WRITE, 138 bytes: the issue's "122-byte
+//     frame" leaves out the RETH) for the frame rate, and with a path-MTU
+//     payload for the payload goodput. Busy ping-pong (latency MTU only):
+//     one 8 B-payload frame A→B, B sends it back (addresses swapped), both
+//     ends spinning on TryReadBatch and yielding between empty looks, as a
+//     busy-poll device does, B's end in a process of its own (-lat-peer);
+//     round trip from A's write to A's read.
+//   - tcp (tcp.go): one Go TCP connection A→B, 64 KiB writes, goodput at
+//     the receiver; iperf3 -J one stream (-t rounded to whole seconds)
+//     when iperf3 is installed; and at the latency MTU a 64 B ping-pong
+//     with blocking reads (each end parks in the netpoller: Go's sleeping
+//     mode), the echo end in a process of its own (-lat-peer).
+//   - bw (rdma.go): goroce in perftest's shape (ib_write_bw/ib_read_bw
+//     defaults; cmd/goroce's bwClient): one new RC QP pair on normal
+//     (sleeping) devices, tx-depth 128, every 100th WR signalled (cq-mod
+//     100, each completion credits 100), each QP's window posted with one
+//     PostSendList, one CQ.Poll after posting, else 64 yielding polls and
+//     CQ.Wait. WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
+//     beyond max_rd_atomic (16) wait in the send queue as on a NIC.
+//     Message rate and goodput from the first post to the last completion.
+//   - lat (lat.go, latency MTU only): write_lat's loop (cmd/goroce's
+//     latWrite) on devices of its own: each end WRITEs 8 B into the
+//     other's buffer, the last byte carrying the count; each waits for the
+//     peer's WRITE (QP.Query's expected PSN, then the byte) before writing
+//     the next, and for its own WRITE's completion. Sleeping: normal
+//     devices, completions in CQ.Wait, the arrival wait yielding between
+//     looks (write_lat -e). Busy-poll: qp.InterfaceOptions.BusyPoll
+//     devices, every wait spinning on CQ.Poll/Device.Poll
+//     (GOROCE_BUSYPOLL=1). B's end (write_lat's server) runs in a process
+//     of its own started in namespace B (bench -child peer-goroce), as
+//     write_lat's does; -lat-peer goroutine runs it in this process
+//     instead (on this 2-vCPU machine that alone makes the sleeping round
+//     trip several times longer: the two ends share GOMAXPROCS). Full
+//     round trips from A's successive posts (write_lat prints half).
+//   - cpu (cpu.go): around the raw path-MTU rate, the TCP stream and each
+//     bw cell, the whole machine's busy CPU-seconds from /proc/stat (user
+//   - nice + system + irq + softirq + steal) and this process's
+//     (getrusage): CPU-seconds per GB moved and Gbit per busy CPU-second.
+//     The whole machine includes everything else running on it.
+//   - qps (rdma.go, latency MTU only): -qps RC QP pairs (default 1000) on
+//     one sleeping device pair, round-robin 64 B WRITEs, each QP at most
+//     -qp-depth outstanding (default 4: 4000 in flight; at 16 goroce's
+//     QPs end in RETRY_EXC_ERR on this machine) and one signalled per
+//     -qp-cqmod (2); the aggregate message rate next to one QP's (tx-depth
+//     128, cq-mod 100, same devices), and the heap per QP
+//     (runtime.MemStats.HeapAlloc after GC, before and after creating and
+//     connecting them, over both ends' QPs; it grows with -qp-depth).
+//   - idle (rdma.go, latency MTU only): two opened sleeping devices with a
+//     connected QP pair doing nothing for -idle: this process's
+//     CPU-seconds per second.
+//   - syscalls (syscalls.go, -syscalls, latency MTU only): bench runs
+//     the lat cell's client as a child (-child trace-goroce|trace-tcp)
+//     with a namespace pair and a peer process of its own, and attaches
+//     `strace -f -c -p` to that client for its timed loop only (the peer
+//     is not traced, as issue 10 counted the client): the sleeping 8 B
+//     WRITE round trip and the TCP ping-pong, -syscall-n round trips;
+//     system calls per round trip and the largest four.
 //
-// Every cell is bounded in time (-time, at most 3 s) and count. Needs root.
-// Namespaces are named goroce-bench-PID-N-{a,b}, use 198.18.X.0/24 without
-// routes out, and are deleted at the end and on SIGINT/SIGTERM.
+// Files: main.go (flags, namespaces, signals), cells.go (what runs in
+// which order), raw.go, tcp.go, rdma.go (devices, bw, qps, idle), lat.go
+// (the round trips), cpu.go (/proc/stat, getrusage, machine state),
+// syscalls.go (strace), peer.go (child processes), results.go
+// (repetitions, medians, metric names), report.go (the markdown).
+//
+// -cells picks cells (raw,tcp,bw,lat,qps,idle,syscalls; default all but
+// syscalls). The latency MTU is 1500 if -mtus has it, else the first.
+// Nothing here is a pass/fail test; the unit tests cover the arithmetic
+// and the report.
+//
+// Needs root. Namespaces are named goroce-bench-PID-N-{a,b}, use
+// 198.18.X.0/24 with no routes out, and are deleted at the end and on
+// SIGINT/SIGTERM (with any child process, killed by its PID).
 package main
 
 import (
-	"errors"
+	"bufio"
 	"flag"
 	"fmt"
-	"github.com/goroce/goroce/qp"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/qp"
 )
 
 var logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// verbose (-v) logs backend warnings, in child processes too.
+var verbose bool
 
 type limit struct {
 	d time.Duration
 	n int
 }
 
-type row struct {
-	backend, mtu, what             string
-	goroce, raw, vsRaw, tcp, vsTCP string
-	allocs                         string
+// Count bounds of the cells (the time bound is -time).
+const (
+	maxFrames  = 50_000_000
+	maxMsgs    = 20_000_000
+	maxRTTs    = 200_000
+	maxStreamN = 1_000_000 // 64 KiB TCP writes
+)
+
+var allCells = []string{"raw", "tcp", "bw", "lat", "qps", "idle", "syscalls"}
+
+type config struct {
+	backends []string
+	mtus     []int
+	cells    map[string]bool
+	cell     time.Duration
+	reps     int
+	qpsN     int
+	qpsDepth int
+	qpsCQMod int
+	idle     time.Duration
+	sysN     int
+	iperf3   string
+	latPeer  string // process or goroutine
+	rttOnly  bool   // -latency: only the round trips
+}
+
+func (c *config) latMTU() int {
+	if slices.Contains(c.mtus, 1500) {
+		return 1500
+	}
+	return c.mtus[0]
 }
 
 func main() {
+	var c config
 	backends := flag.String("backends", "afxdp,afpacket,udp", "comma-separated backends to measure")
 	mtus := flag.String("mtus", "1500,9000", "comma-separated veth MTUs")
-	cell := flag.Duration("time", 2*time.Second, "time bound of each measurement (at most 3s)")
-	depth := flag.Int("depth", 32, "outstanding WRs in the goodput streams")
-	verbose := flag.Bool("v", false, "log backend warnings to stderr")
-	flag.BoolVar(&latencyOnly, "latency", false, "measure only the round trips (MTU 1500: goroce, raw backend, TCP); skips other MTUs")
+	cells := flag.String("cells", "raw,tcp,bw,lat,qps,idle", "comma-separated cells: "+strings.Join(allCells, ","))
+	flag.DurationVar(&c.cell, "time", 700*time.Millisecond, "time bound of each cell (at most 3s)")
+	flag.IntVar(&c.reps, "reps", 3, "repetitions of every cell (medians and min–max are reported)")
+	flag.IntVar(&c.qpsN, "qps", 1000, "QP pairs of the qps cell")
+	flag.IntVar(&c.qpsDepth, "qp-depth", 4, "outstanding WRs per QP in the qps cell")
+	flag.IntVar(&c.qpsCQMod, "qp-cqmod", 2, "one signalled WR per this many in the qps cell")
+	flag.DurationVar(&c.idle, "idle", time.Second, "duration of the idle cell")
+	flag.BoolVar(&c.rttOnly, "latency", false, "measure only the round trips (raw, TCP and goroce; MTU 1500): -cells raw,tcp,lat -mtus 1500 without the rate cells")
+	sys := flag.Bool("syscalls", false, "also count system calls per sleeping round trip under strace (the syscalls cell)")
+	flag.IntVar(&c.sysN, "syscall-n", 2000, "round trips of the syscalls cell")
+	flag.BoolVar(&verbose, "v", false, "log backend warnings to stderr")
+	flag.StringVar(&c.latPeer, "lat-peer", "process", "where the round trips' far end runs: process (its own, as write_lat's server) or goroutine (this process)")
+	child := flag.String("child", "", "")            // internal: a child process (peer.go)
+	peerIfname := flag.String("peer-ifname", "", "") // internal: peer-goroce's interface
+	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	flag.Parse()
+	if verbose {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if c.cell <= 0 || c.cell > 3*time.Second {
+		c.cell = 3 * time.Second
+	}
+	c.reps = min(max(c.reps, 1), 20)
+	c.qpsN = min(max(c.qpsN, 1), 10_000)
+	c.qpsDepth = min(max(c.qpsDepth, 1), 128)
+	c.qpsCQMod = min(max(c.qpsCQMod, 1), c.qpsDepth)
+	c.idle = min(max(c.idle, 100*time.Millisecond), 30*time.Second)
+	c.sysN = min(max(c.sysN, 10), 100_000)
+	for _, s := range strings.Split(*mtus, ",") {
+		var m int
+		if _, err := fmt.Sscan(s, &m); err != nil || m < 1280 || m > 9000 {
+			fatalf(2, "bad MTU %q (1280..9000)", s)
+		}
+		c.mtus = append(c.mtus, m)
+	}
+	for _, b := range strings.Split(*backends, ",") {
+		switch b {
+		case qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP:
+			c.backends = append(c.backends, b)
+		default:
+			fatalf(2, "unknown backend %q (afxdp, afpacket, udp)", b)
+		}
+	}
+	c.cells = map[string]bool{}
+	for _, s := range strings.Split(*cells, ",") {
+		if !slices.Contains(allCells, s) {
+			fatalf(2, "unknown cell %q (%s)", s, strings.Join(allCells, ", "))
+		}
+		c.cells[s] = true
+	}
+	if c.latPeer != "process" && c.latPeer != "goroutine" {
+		fatalf(2, "-lat-peer is process or goroutine, not %q", c.latPeer)
+	}
+	if *sys {
+		c.cells["syscalls"] = true
+	}
+	if c.rttOnly {
+		c.mtus = []int{c.latMTU()}
+		c.cells = map[string]bool{"raw": true, "tcp": true, "lat": true, "syscalls": c.cells["syscalls"]}
+	}
+	if *child != "" {
+		os.Exit(runChild(*child, c, *peerIfname, *peerBusy))
+	}
 	if *memprofile != "" {
 		runtime.MemProfileRate = 1
 		defer func() {
-			f, err := os.Create(*memprofile)
-			if err == nil {
+			if f, err := os.Create(*memprofile); err == nil {
 				pprof.Lookup("allocs").WriteTo(f, 0)
 				f.Close()
 			}
@@ -85,309 +238,131 @@ func main() {
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			fatalf(1, "%v", err)
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if *cell <= 0 || *cell > 3*time.Second {
-		*cell = 3 * time.Second
+	if c.cells["tcp"] {
+		c.iperf3 = lookIperf3()
 	}
-	if *verbose {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	var mtuList []int
-	for _, s := range strings.Split(*mtus, ",") {
-		var m int
-		if _, err := fmt.Sscan(s, &m); err != nil || m < 1280 || m > 9000 {
-			fmt.Fprintf(os.Stderr, "bench: bad MTU %q\n", s)
-			os.Exit(2)
-		}
-		mtuList = append(mtuList, m)
-	}
-	var list []string
-	for _, b := range strings.Split(*backends, ",") {
-		switch b {
-		case qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP:
-			list = append(list, b)
-		default:
-			fmt.Fprintf(os.Stderr, "bench: unknown backend %q (afxdp, afpacket, udp)\n", b)
-			os.Exit(2)
-		}
-	}
+	cleanup.watchSignals()
 
-	// Namespaces in use, deleted on a signal.
-	var mu sync.Mutex
-	live := map[*netns.Pair]bool{}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-sig
-		mu.Lock()
-		for p := range live {
-			p.Close()
-		}
-		mu.Unlock()
-		fmt.Fprintf(os.Stderr, "bench: %v: namespaces removed\n", s)
-		os.Exit(130)
-	}()
-
-	start := time.Now()
-	load0 := loadavg()
-	var rows []row
-	for _, mtu := range mtuList {
-		if latencyOnly && mtu != 1500 {
-			continue
-		}
-		pair, err := netns.New(netns.Options{MTU: mtu, Prefix: "goroce-bench"})
+	in := runInfo{command: "go run ./bench " + strings.Join(os.Args[1:], " "), start: time.Now(), load0: loadavg(),
+		machine: readMachine(), cell: c.cell, reps: c.reps, iperf3: c.iperf3,
+		qpsN: c.qpsN, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle, latPeer: c.latPeer}
+	in.command = strings.TrimSpace(in.command)
+	res := newResults()
+	for _, mtu := range c.mtus {
+		pair, err := newPair(mtu, "goroce-bench")
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			fatalf(1, "%v", err)
 		}
-		mu.Lock()
-		live[pair] = true
-		mu.Unlock()
 		progress("MTU %d: namespaces %s, %s", mtu, pair.A.NS, pair.B.NS)
-		rows = append(rows, measureMTU(pair, mtu, list, limit{*cell, 0}, *depth)...)
-		mu.Lock()
-		delete(live, pair)
-		pair.Close()
-		mu.Unlock()
+		for rep := range c.reps {
+			measureRep(pair, mtu, rep, &c, res)
+		}
+		if c.cells["syscalls"] && mtu == c.latMTU() {
+			measureSyscalls(mtu, &c, res)
+		}
+		cleanup.closePair(pair)
 	}
-	printTable(rows, *cell, *depth, load0, loadavg(), time.Since(start))
+	in.elapsed, in.load1 = time.Since(in.start), loadavg()
+	writeReport(os.Stdout, res, in)
+}
+
+func fatalf(code int, format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
+	cleanup.all()
+	os.Exit(code)
 }
 
 func progress(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
 }
 
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
+// cleanup holds what a signal must tear down: namespace pairs and child
+// processes (by PID).
+var cleanup = &liveSet{pairs: map[*netns.Pair]bool{}, pids: map[int]bool{}}
+
+type liveSet struct {
+	mu    sync.Mutex
+	pairs map[*netns.Pair]bool
+	pids  map[int]bool
 }
 
-// latencyOnly (-latency) skips the goodput, message-rate and raw-rate cells.
-var latencyOnly bool
-
-var errSkipped = errors.New("not measured (-latency)")
-
-func measureMTU(pair *netns.Pair, mtu int, backends []string, cell limit, depth int) []row {
-	tcpBits, tcpErr := 0.0, errSkipped
-	if !latencyOnly {
-		tcpBits, tcpErr = tcpStream(pair, limit{cell.d, 200_000})
+func newPair(mtu int, prefix string) (*netns.Pair, error) {
+	cleanup.mu.Lock()
+	defer cleanup.mu.Unlock()
+	p, err := netns.New(netns.Options{MTU: mtu, Prefix: prefix})
+	if err != nil {
+		return nil, err
 	}
-	var tcpLat latency
-	var tcpLatErr error
-	if mtu == 1500 {
-		tcpLat, tcpLatErr = tcpPingPong(pair, limit{cell.d, 20_000})
-	}
-	if latencyOnly {
-		progress("MTU %d: TCP RTT %s", mtu, dur(tcpLat.p50, tcpLatErr))
-	} else {
-		progress("MTU %d: TCP %s, RTT %s", mtu, gbit(tcpBits, tcpErr), dur(tcpLat.p50, tcpLatErr))
-	}
-	var rows []row
-	for _, backend := range backends {
-		rows = append(rows, measureBackend(pair, mtu, backend, cell, depth, tcpBits, tcpErr, tcpLat, tcpLatErr)...)
-	}
-	return rows
+	cleanup.pairs[p] = true
+	return p, nil
 }
 
-func measureBackend(pair *netns.Pair, mtu int, backend string, cell limit, depth int,
-	tcpBits float64, tcpErr error, tcpLat latency, tcpLatErr error) []row {
-	fail := func(err error) []row {
-		progress("%s MTU %d: %v", backend, mtu, err)
-		return []row{{backend: backend, mtu: fmt.Sprint(mtu), what: "(setup)", goroce: "error: " + err.Error()}}
-	}
-	// goroce first, then the raw links on the same veth.
-	p, err := openRDMA(pair, backend, depth, false)
-	if err != nil {
-		return fail(err)
-	}
-	mode := p.a.info.Mode
-	mtuCol := fmt.Sprintf("%d (%d)", mtu, p.pmtu)
-	type streamRes struct {
-		op   string
-		size int
-		t    throughput
-		err  error
-	}
-	var streams []streamRes
-	ops := []struct {
-		name string
-		op   qp.WROpcode
-	}{{"WRITE", qp.WRRDMAWrite}, {"READ", qp.WRRDMARead}}
-	if latencyOnly {
-		ops = nil
-	}
-	for _, op := range ops {
-		for _, size := range []int{64, 4 << 10, 64 << 10} {
-			t, err := stream(p, op.op, size, depth, limit{cell.d, 2_000_000})
-			progress("%s MTU %d: %s %d B: %s, %.0f msg/s, %.2f allocs/msg, err %v", backend, mtu, op.name, size,
-				gbit(t.bitsPerSec(), err), t.msgsPerSec(), t.allocsPer, err)
-			streams = append(streams, streamRes{op.name, size, t, err})
-		}
-	}
-	// Round trips: [0] busy-poll devices, [1] normal devices in CQ.Wait.
-	lats := make([]latency, 2)
-	latErrs := make([]error, 2)
-	if mtu == 1500 {
-		runtime.GC()
-		lats[1], latErrs[1] = pingPong(p, false, limit{cell.d, 20_000})
-	}
+func (l *liveSet) closePair(p *netns.Pair) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.pairs, p)
 	p.Close()
-	if mtu == 1500 {
-		if bp, err := openRDMA(pair, backend, depth, true); err != nil {
-			latErrs[0] = err
-		} else {
-			runtime.GC()
-			lats[0], latErrs[0] = pingPong(bp, true, limit{cell.d, 20_000})
-			bp.Close()
-		}
-		for i, m := range []string{"busy-poll", "blocking"} {
-			progress("%s MTU %d: ping-pong %s: p50 %v p99 %v n %d err %v", backend, mtu, m, lats[i].p50, lats[i].p99, lats[i].n, latErrs[i])
-		}
-	}
-
-	r, err := openRaw(pair, backend)
-	var small, full rawRate
-	var smallErr, fullErr, rttErr error
-	var rtt latency
-	if err != nil {
-		smallErr, fullErr, rttErr = err, err, err
-	} else {
-		if mtu == 1500 {
-			rtt, rttErr = rawRTT(r, limit{cell.d, 20_000})
-			r.Close()
-			if latencyOnly {
-				err = errSkipped
-			} else {
-				r, err = openRaw(pair, backend) // rawRTT closed B's link
-			}
-		}
-		if err != nil {
-			smallErr, fullErr = err, err
-		} else {
-			small, smallErr = rate(r, 64, limit{cell.d, 20_000_000})
-			r.Close()
-			if r, err = openRaw(pair, backend); err != nil {
-				fullErr = err
-			} else {
-				full, fullErr = rate(r, p.pmtu, limit{cell.d, 20_000_000})
-				r.Close()
-			}
-		}
-	}
-	if latencyOnly {
-		progress("%s MTU %d: raw RTT %v (%v)", backend, mtu, rtt.p50, rttErr)
-	} else {
-		progress("%s MTU %d: raw %d-byte frames %.0f/s (%v), %d-byte frames %s (%v), RTT %v (%v)", backend, mtu,
-			small.frameLen, small.framesPerSec(), smallErr, full.frameLen, gbit(full.payloadBitsPerSec(), fullErr), fullErr, rtt.p50, rttErr)
-	}
-
-	name := backend + " (" + mode + ")"
-	var rows []row
-	for _, s := range streams {
-		rw := row{backend: name, mtu: mtuCol, what: fmt.Sprintf("RDMA %s %s", s.op, size(s.size))}
-		if s.err != nil {
-			rw.goroce = "error: " + s.err.Error()
-			rows = append(rows, rw)
-			continue
-		}
-		rw.allocs = fmt.Sprintf("%.2f", s.t.allocsPer)
-		if s.size == 64 {
-			rw.what += " (message rate)"
-			rw.goroce = fmt.Sprintf("%s msg/s (%s)", kilo(s.t.msgsPerSec()), gbit(s.t.bitsPerSec(), nil))
-			rw.raw = fmt.Sprintf("%s frames/s (%d B)", kiloErr(small.framesPerSec(), smallErr), small.frameLen)
-			rw.vsRaw = ratio(s.t.msgsPerSec(), small.framesPerSec(), smallErr)
-		} else {
-			rw.goroce = gbit(s.t.bitsPerSec(), nil)
-			rw.raw = fmt.Sprintf("%s (%d B frames)", gbit(full.payloadBitsPerSec(), fullErr), full.frameLen)
-			rw.vsRaw = ratio(s.t.bitsPerSec(), full.payloadBitsPerSec(), fullErr)
-			rw.tcp = gbit(tcpBits, tcpErr)
-			rw.vsTCP = ratio(s.t.bitsPerSec(), tcpBits, tcpErr)
-		}
-		rows = append(rows, rw)
-	}
-	if mtu == 1500 {
-		modes := []string{"busy-poll devices (CQ.Poll drives each device; a spinning core per device)",
-			"blocking (device goroutines, CQ.Wait)"}
-		for i, modeName := range modes {
-			rw := row{backend: name, mtu: mtuCol, what: "64 B WRITE_WITH_IMM round trip, " + modeName}
-			if latErrs[i] != nil {
-				rw.goroce = "error: " + latErrs[i].Error()
-			} else {
-				rw.goroce = fmt.Sprintf("%s (p99 %s, n=%d)", dur(lats[i].p50, nil), dur(lats[i].p99, nil), lats[i].n)
-				rw.raw = dur(rtt.p50, rttErr)
-				rw.vsRaw = ratio(float64(lats[i].p50), float64(rtt.p50), rttErr)
-				rw.tcp = dur(tcpLat.p50, tcpLatErr)
-				rw.vsTCP = ratio(float64(lats[i].p50), float64(tcpLat.p50), tcpLatErr)
-			}
-			rows = append(rows, rw)
-		}
-	}
-	return rows
 }
 
-func size(n int) string {
-	if n >= 1<<10 {
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
+func (l *liveSet) addPID(pid int) {
+	l.mu.Lock()
+	l.pids[pid] = true
+	l.mu.Unlock()
 }
 
-func gbit(bps float64, err error) string {
-	if err != nil {
-		return "error"
-	}
-	if bps < 1e9 {
-		return fmt.Sprintf("%.0f Mbit/s", bps/1e6)
-	}
-	return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
+func (l *liveSet) donePID(pid int) {
+	l.mu.Lock()
+	delete(l.pids, pid)
+	l.mu.Unlock()
 }
 
-func kilo(v float64) string {
-	if v >= 1e6 {
-		return fmt.Sprintf("%.2f M", v/1e6)
+func (l *liveSet) all() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for pid := range l.pids {
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	return fmt.Sprintf("%.1f k", v/1e3)
+	for p := range l.pairs {
+		p.Close()
+	}
 }
 
-func kiloErr(v float64, err error) string {
-	if err != nil {
-		return "error"
-	}
-	return kilo(v)
+func (l *liveSet) watchSignals() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		l.all()
+		fmt.Fprintf(os.Stderr, "bench: %v: child processes killed, namespaces removed\n", s)
+		os.Exit(130)
+	}()
 }
 
-func dur(d time.Duration, err error) string {
-	if err != nil {
-		return "error"
-	}
-	return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+// lineReader reads the child protocol's lines with a bound.
+type lineReader struct{ ch chan string }
+
+func newLineReader(r io.Reader) *lineReader {
+	l := &lineReader{ch: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			l.ch <- sc.Text()
+		}
+		close(l.ch)
+	}()
+	return l
 }
 
-func ratio(a, b float64, err error) string {
-	if err != nil || b == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.2f", a/b)
-}
-
-func printTable(rows []row, cell time.Duration, depth int, load0, load1 string, total time.Duration) {
-	fmt.Printf("goroce bench: %s, GOMAXPROCS %d, %d CPUs, each cell ≤ %v, %d WRs outstanding (READ ≤ 16); load average %s → %s; total %v\n\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), cell, depth, load0, load1, total.Round(time.Second))
-	fmt.Println("| backend (mode) | MTU (path MTU) | measurement | goroce | raw backend, same veth | goroce/raw | TCP, same veth | goroce/TCP | allocs/msg |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
-	for _, r := range rows {
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.backend, r.mtu, r.what, r.goroce, r.raw, r.vsRaw, r.tcp, r.vsTCP, r.allocs)
+func (l *lineReader) next(d time.Duration) (string, bool) {
+	select {
+	case s, ok := <-l.ch:
+		return s, ok
+	case <-time.After(d):
+		return "", false
 	}
 }

@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goroce/goroce/qp"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -49,16 +54,20 @@ func openRaw(pair *netns.Pair, backend string) (*rawPair, error) {
 		r.a.Close()
 		return nil, err
 	}
-	tmpl := func(src, dst *qp.InterfaceInfo) wire.Frame {
-		f := wire.Frame{SrcIP: src.IP, DstIP: dst.IP, HopLimit: 64, SrcPort: 0xC000,
-			BTH:  wire.BTHFields{Opcode: wire.RCRDMAWriteOnly, PKey: 0xFFFF, DestQP: 0x11, AckReq: true},
-			RETH: wire.RETHFields{VA: 0x1000, RKey: 0x1234}}
-		copy(f.SrcMAC[:], src.MAC)
-		copy(f.DstMAC[:], dst.MAC)
-		return f
-	}
-	r.ab, r.ba = tmpl(r.infoA, r.infoB), tmpl(r.infoB, r.infoA)
+	r.ab = rawTemplate(r.infoA.MAC, r.infoA.IP, r.infoB.MAC, r.infoB.IP)
+	r.ba = rawTemplate(r.infoB.MAC, r.infoB.IP, r.infoA.MAC, r.infoA.IP)
 	return r, nil
+}
+
+// rawTemplate is an RDMA WRITE ONLY frame from (srcMAC, srcIP) to
+// (dstMAC, dstIP), as buildFrames fills it in.
+func rawTemplate(srcMAC net.HardwareAddr, srcIP netip.Addr, dstMAC net.HardwareAddr, dstIP netip.Addr) wire.Frame {
+	f := wire.Frame{SrcIP: srcIP, DstIP: dstIP, HopLimit: 64, SrcPort: 0xC000,
+		BTH:  wire.BTHFields{Opcode: wire.RCRDMAWriteOnly, PKey: 0xFFFF, DestQP: 0x11, AckReq: true},
+		RETH: wire.RETHFields{VA: 0x1000, RKey: 0x1234}}
+	copy(f.SrcMAC[:], srcMAC)
+	copy(f.DstMAC[:], dstMAC)
+	return f
 }
 
 func buildFrames(t wire.Frame, n, payload int) ([][]byte, error) {
@@ -77,10 +86,13 @@ func buildFrames(t wire.Frame, n, payload int) ([][]byte, error) {
 }
 
 type rawRate struct {
-	frames   uint64
+	frames   uint64 // received
+	sent     int
 	frameLen int
 	payload  int
 	elapsed  time.Duration
+	cpu      cpuUse
+	cpuErr   error
 }
 
 func (r rawRate) framesPerSec() float64 { return float64(r.frames) / r.elapsed.Seconds() }
@@ -90,7 +102,8 @@ func (r rawRate) payloadBitsPerSec() float64 {
 
 // rate sends batches of RDMA WRITE ONLY frames with payload bytes from A
 // to B as fast as WriteBatch takes them, for lim, and counts what B
-// receives; the rate is B's count over the time to B's last frame.
+// receives; the rate is B's count over the time to B's last frame. The
+// CPU use covers the sending and the receiving, up to the receiver's stop.
 func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	batch, err := buildFrames(r.ab, r.a.BatchSize(), payload)
 	if err != nil {
@@ -117,6 +130,7 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 			}
 		}
 	}()
+	c0 := markCPU()
 	start := time.Now()
 	sent := 0
 	for sent < lim.n && time.Since(start) < lim.d {
@@ -130,7 +144,7 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	}
 	// Let the receiver catch up (bounded), then stop it.
 	for prev, t0 := uint64(0), time.Now(); time.Since(t0) < time.Second; {
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 		cur := got.Load()
 		if cur == prev || cur >= uint64(sent) {
 			break
@@ -139,69 +153,181 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	}
 	r.b.Close()
 	<-done
+	cpu, cpuErr := markCPU().since(c0)
 	if got.Load() == 0 {
 		return rawRate{}, errors.New("nothing received")
 	}
-	return rawRate{frames: got.Load(), frameLen: len(batch[0]), payload: payload,
-		elapsed: time.Unix(0, last.Load()).Sub(start)}, nil
+	return rawRate{frames: got.Load(), sent: sent, frameLen: len(batch[0]), payload: payload,
+		elapsed: time.Unix(0, last.Load()).Sub(start), cpu: cpu, cpuErr: cpuErr}, nil
 }
 
-// rawRTT measures single-frame request/response round trips (64-byte
-// payload RDMA WRITE ONLY frames, 138 bytes) between the two links, both
-// sleeping in their ReadBatch.
-func rawRTT(r *rawPair, lim limit) (latency, error) {
-	req, err := buildFrames(r.ab, 1, 64)
+// rawBusyRTT measures single-frame round trips (8-byte payload RDMA WRITE
+// ONLY frames) between the two links of r, both ends in this process
+// (-lat-peer goroutine). Both busy-poll: see rawPingClient and rawEcho.
+func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
+	req, err := buildFrames(r.ab, 1, 8)
 	if err != nil {
-		return latency{}, err
+		return nil, err
 	}
-	resp, err := buildFrames(r.ba, 1, 64)
-	if err != nil {
-		return latency{}, err
-	}
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		bufs, sizes := [][]byte{make([]byte, r.b.MTU()+64)}, []int{0}
-		for {
-			n, err := r.b.ReadBatch(bufs, sizes)
-			if err != nil {
-				return
-			}
-			if n > 0 {
-				r.b.WriteBatch(resp)
-			}
-		}
+		rawEcho(r.b, &stop)
 	}()
 	defer func() {
-		r.b.Close()
+		stop.Store(true)
 		wg.Wait()
 	}()
-	bufs, sizes := [][]byte{make([]byte, r.a.MTU()+64)}, []int{0}
-	var rtts []time.Duration
+	return rawPingClient(r.a, req, lim)
+}
+
+// rawBusyRTTPeer is rawBusyRTT with B's end in a process of its own
+// (bench -child peer-raw in namespace B), as the lat cell's.
+func rawBusyRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	var l nic.Link
+	var info *qp.InterfaceInfo
+	if err := pair.Do(netns.A, func() error {
+		var err error
+		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	t := rawTemplate(info.MAC, info.IP, pair.B.MAC, pair.B.Addr)
+	req, err := buildFrames(t, 1, 8)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := startPeer(pair, "-child", "peer-raw", "-backends", backend, "-peer-ifname", pair.B.Ifname)
+	if err != nil {
+		return nil, err
+	}
+	defer peer.finish()
+	if line, ok := peer.lines.next(setupTimeout + 5*time.Second); !ok || line != "ready" {
+		return nil, fmt.Errorf("peer: %s", strings.TrimPrefix(line, "error "))
+	}
+	return rawPingClient(l, req, lim)
+}
+
+// rawPingClient writes req and spins on TryReadBatch (yielding the
+// processor between empty looks, as a busy-poll goroce device does) until
+// the answer is back; the round trip is from the write to the read.
+func rawPingClient(l nic.Link, req [][]byte, lim limit) ([]time.Duration, error) {
+	pl, ok := poller(l)
+	if !ok {
+		return nil, errors.New("the backend link cannot be polled (no TryReadBatch)")
+	}
+	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
+	rtts := make([]time.Duration, 0, min(lim.n, 1<<20))
 	start := time.Now()
-	got := make(chan error, 1)
 	for len(rtts) < lim.n && time.Since(start) < lim.d {
 		t0 := time.Now()
-		if _, err := r.a.WriteBatch(req); err != nil {
-			return latency{}, err
+		if _, err := l.WriteBatch(req); err != nil {
+			return nil, err
 		}
-		// A lost frame (veth backlog) would block ReadBatch forever: bound it.
-		go func() {
-			_, err := r.a.ReadBatch(bufs, sizes)
-			got <- err
-		}()
-		select {
-		case err := <-got:
+		for spins := 0; ; spins++ {
+			n, err := pl.TryReadBatch(bufs, sizes)
 			if err != nil {
-				return latency{}, err
+				return nil, err
 			}
-		case <-time.After(stallTime):
-			r.a.Close()
-			<-got
-			return latency{}, fmt.Errorf("no response in %v", stallTime)
+			if n > 0 {
+				break
+			}
+			// A frame lost in the veth backlog would spin forever: bound it.
+			if spins%1024 == 1023 && time.Since(t0) > stallTime {
+				return nil, fmt.Errorf("no response in %v", stallTime)
+			}
+			runtime.Gosched()
 		}
 		rtts = append(rtts, time.Since(t0))
 	}
-	return summarize(rtts), nil
+	return rtts, nil
+}
+
+// rawEcho spins on l's TryReadBatch (yielding between empty looks) and
+// sends every frame back with its Ethernet and IPv4 addresses swapped,
+// until stop or the link fails.
+func rawEcho(l nic.Link, stop *atomic.Bool) error {
+	pl, ok := poller(l)
+	if !ok {
+		return errors.New("the backend link cannot be polled (no TryReadBatch)")
+	}
+	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
+	out := make([][]byte, 1)
+	for !stop.Load() {
+		n, err := pl.TryReadBatch(bufs, sizes)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			runtime.Gosched()
+			continue
+		}
+		out[0] = bufs[0][:sizes[0]]
+		swapAddrs(out[0])
+		if _, err := l.WriteBatch(out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// swapAddrs turns an Ethernet/IPv4 frame around: destination and source
+// MAC, and destination and source IPv4 address, trade places (the IPv4
+// header checksum does not change; the ICRC no longer matches, which no
+// raw receiver checks).
+func swapAddrs(f []byte) {
+	if len(f) < 34 {
+		return
+	}
+	for i := range 6 {
+		f[i], f[6+i] = f[6+i], f[i]
+	}
+	if f[12] != 0x08 || f[13] != 0x00 {
+		return
+	}
+	for i := range 4 {
+		f[26+i], f[30+i] = f[30+i], f[26+i]
+	}
+}
+
+// rawPeer is the raw ping-pong's far end (peer-raw): it echoes on
+// ifname until stdin ends.
+func rawPeer(ifname, backend string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	l, _, err := qp.OpenInterfaceLink(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var stop atomic.Bool
+	in := newLineReader(os.Stdin)
+	go func() {
+		for range in.ch {
+		}
+		stop.Store(true)
+	}()
+	fmt.Println("ready")
+	return rawEcho(l, &stop)
+}
+
+// poller finds the non-blocking read of l, under OpenInterfaceLink's
+// ownership wrapper (Unwrap).
+func poller(l nic.Link) (nic.Poller, bool) {
+	for {
+		if p, ok := l.(nic.Poller); ok {
+			return p, true
+		}
+		u, ok := l.(interface{ Unwrap() nic.Link })
+		if !ok {
+			return nil, false
+		}
+		l = u.Unwrap()
+	}
 }

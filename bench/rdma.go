@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
@@ -14,28 +11,39 @@ import (
 )
 
 const (
-	bufSize   = 4 << 20 // per endpoint: [0, half) local, [half, bufSize) remote target
+	bufSize   = 4 << 20 // per endpoint: [0, half) local sources, [half, bufSize) the peer's target
 	half      = bufSize / 2
-	latRecvs  = 16
-	stallTime = 5 * time.Second // no completion for this long: the cell fails
+	stallTime = 5 * time.Second // no progress for this long: the cell fails
+
+	// perftest's bandwidth defaults (perftest 4.5; cmd/goroce's tools).
+	bwTxDepth = 128
+	bwCQMod   = 100
 )
 
+// setupTimeout bounds opening a pair of devices and connecting a QP pair.
+const setupTimeout = 10 * time.Second
+
 type rdmaEnd struct {
-	dev      *qp.Device
-	info     *qp.InterfaceInfo
-	scq, rcq *qp.CQ
-	q        *qp.QP
-	buf      []byte
-	mr       *qp.MR
+	dev  *qp.Device
+	info *qp.InterfaceInfo
+	pd   *qp.PD
+	buf  []byte
+	mr   *qp.MR
 }
 
 func (e *rdmaEnd) sge(off, n int) qp.SGE {
 	return qp.SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
 }
 
+// rdmaPair is a device on each end of a netns pair, with one buffer
+// registered on each; QPs are made per cell (connect).
 type rdmaPair struct {
+	pair *netns.Pair
 	a, b *rdmaEnd
+	mtu  qp.MTU
 	pmtu int
+	busy bool
+	psn  uint32 // the next QP pair's starting PSNs
 }
 
 func (p *rdmaPair) Close() {
@@ -43,262 +51,315 @@ func (p *rdmaPair) Close() {
 	p.b.dev.Close()
 }
 
-// setupTimeout bounds opening and connecting a pair of devices.
-const setupTimeout = 10 * time.Second
+// openEnd opens a device on side s of pair with backend (in busy-poll
+// mode with busy: qp.InterfaceOptions.BusyPoll, no receive or timer
+// goroutine, the application's polling drives the device) and registers
+// a buffer on it.
+func openEnd(pair *netns.Pair, s netns.Side, backend string, busy bool) (*rdmaEnd, error) {
+	return openEndOn(func(fn func() error) error { return pair.Do(s, fn) }, pair.End(s).Ifname, backend, busy, int64(s)+1)
+}
 
-// openRDMA opens a device on each end of pair with backend and connects
-// one RC QP pair at the smaller path MTU. With busy, the devices are in
-// busy-poll mode (qp.InterfaceOptions.BusyPoll): no receive or timer goroutine,
-// each end's CQ polling drives its device.
-func openRDMA(pair *netns.Pair, backend string, depth int, busy bool) (*rdmaPair, error) {
+// openEndOn opens the device of ifname, calling OpenInterface inside do
+// (a namespace switch, or a plain call in a process started inside the
+// namespace).
+func openEndOn(do func(func() error) error, ifname, backend string, busy bool, seed int64) (*rdmaEnd, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	mk := func(s netns.Side) (*rdmaEnd, error) {
-		e := &rdmaEnd{}
-		err := pair.Do(s, func() error {
-			var err error
-			e.dev, e.info, err = qp.OpenInterface(ctx, pair.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger, Seed: int64(s) + 1,
-				BusyPoll: busy})
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		pd := e.dev.AllocPD()
-		e.scq, _ = e.dev.CreateCQ(1 << 16)
-		e.rcq, _ = e.dev.CreateCQ(1 << 16)
-		e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.scq, RecvCQ: e.rcq,
-			Cap: qp.Caps{MaxSendWR: max(depth, 64), MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			e.dev.Close()
-			return nil, err
-		}
-		e.buf = make([]byte, bufSize)
-		e.mr, err = pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead)
-		if err != nil {
-			e.dev.Close()
-			return nil, err
-		}
-		return e, nil
+	e := &rdmaEnd{}
+	err := do(func() error {
+		var err error
+		e.dev, e.info, err = qp.OpenInterface(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger,
+			Seed: seed, BusyPoll: busy})
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	a, err := mk(netns.A)
+	e.pd = e.dev.AllocPD()
+	e.buf = make([]byte, bufSize)
+	e.mr, err = e.pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead)
+	if err != nil {
+		e.dev.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// openRDMA opens a device on each end of pair (openEnd).
+func openRDMA(pair *netns.Pair, backend string, busy bool) (*rdmaPair, error) {
+	a, err := openEnd(pair, netns.A, backend, busy)
 	if err != nil {
 		return nil, fmt.Errorf("side A: %w", err)
 	}
-	b, err := mk(netns.B)
+	b, err := openEnd(pair, netns.B, backend, busy)
 	if err != nil {
 		a.dev.Close()
 		return nil, fmt.Errorf("side B: %w", err)
 	}
-	p := &rdmaPair{a: a, b: b}
-	mtu := min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
-	p.pmtu = mtu.Bytes()
-	o := qp.ConnectOptions{}
-	if err := a.q.Connect(ctx, qp.Remote{QPN: b.q.QPN(), PSN: 0x200, GID: pair.B.Addr, MTU: mtu}, qp.ConnectOptions{SQPSN: 0x100}); err != nil {
-		p.Close()
-		return nil, err
-	}
-	o.SQPSN = 0x200
-	if err := b.q.Connect(ctx, qp.Remote{QPN: a.q.QPN(), PSN: 0x100, GID: pair.A.Addr, MTU: mtu}, o); err != nil {
-		p.Close()
-		return nil, err
-	}
+	p := &rdmaPair{pair: pair, a: a, b: b, busy: busy, psn: 0x100}
+	p.mtu = min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
+	p.pmtu = p.mtu.Bytes()
 	return p, nil
 }
 
+// cqs are the completion queues of a set of QPs on both ends.
+type cqs struct{ sa, ra, sb, rb *qp.CQ }
+
+func (p *rdmaPair) newCQs(n int) (cqs, error) {
+	var c cqs
+	for _, x := range []struct {
+		dev *qp.Device
+		cq  **qp.CQ
+	}{{p.a.dev, &c.sa}, {p.a.dev, &c.ra}, {p.b.dev, &c.sb}, {p.b.dev, &c.rb}} {
+		cq, err := x.dev.CreateCQ(n)
+		if err != nil {
+			return cqs{}, err
+		}
+		*x.cq = cq
+	}
+	return c, nil
+}
+
+// connect creates n RC QP pairs with depth send WRs each, on c, and
+// connects them at the pair's path MTU with perftest's defaults
+// (qp.ConnectOptions zero values).
+func (p *rdmaPair) connect(n, depth int, c cqs) (qa, qb []*qp.QP, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout+time.Duration(n)*20*time.Millisecond)
+	defer cancel()
+	caps := qp.Caps{MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	destroy := func() {
+		for _, q := range append(qa, qb...) {
+			q.Destroy()
+		}
+	}
+	for range n {
+		a, err := p.a.pd.CreateQP(qp.InitAttr{SendCQ: c.sa, RecvCQ: c.ra, Cap: caps})
+		if err != nil {
+			destroy()
+			return nil, nil, err
+		}
+		qa = append(qa, a)
+		b, err := p.b.pd.CreateQP(qp.InitAttr{SendCQ: c.sb, RecvCQ: c.rb, Cap: caps})
+		if err != nil {
+			destroy()
+			return nil, nil, err
+		}
+		qb = append(qb, b)
+		psnA, psnB := p.psn, p.psn+0x1000
+		p.psn = (p.psn + 1) & 0x7FFFF
+		if err := a.Connect(ctx, qp.Remote{QPN: b.QPN(), PSN: psnB, GID: p.pair.B.Addr, MTU: p.mtu}, qp.ConnectOptions{SQPSN: psnA}); err != nil {
+			destroy()
+			return nil, nil, err
+		}
+		if err := b.Connect(ctx, qp.Remote{QPN: a.QPN(), PSN: psnA, GID: p.pair.A.Addr, MTU: p.mtu}, qp.ConnectOptions{SQPSN: psnB}); err != nil {
+			destroy()
+			return nil, nil, err
+		}
+	}
+	return qa, qb, nil
+}
+
 type throughput struct {
-	msgs      int
+	msgs      int64
 	bytes     int64
 	elapsed   time.Duration
 	allocsPer float64 // process-wide heap allocations per message
+	cpu       cpuUse
+	cpuErr    error
 }
 
 func (t throughput) bitsPerSec() float64 { return float64(t.bytes) * 8 / t.elapsed.Seconds() }
 func (t throughput) msgsPerSec() float64 { return float64(t.msgs) / t.elapsed.Seconds() }
 
-// stream keeps depth signalled WRs of size bytes outstanding from a to b
-// (RDMA WRITE into b's remote half, or RDMA READ from it) until limit.d has
-// passed or limit.n messages were posted, and waits for the last
-// completion. Completions are taken with CQ.Wait (sleeping when empty).
-func stream(p *rdmaPair, op qp.WROpcode, size, depth int, lim limit) (throughput, error) {
-	a, b := p.a, p.b
-	if op == qp.WRRDMARead {
-		depth = min(depth, 16) // max_rd_atomic (ConnectOptions default 16)
+func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
+
+// bwRun is perftest's run_iter_bw (cmd/goroce's bwClient) over qps, all
+// completing into cq: each QP keeps up to txDepth WRs outstanding, every
+// cqMod-th is signalled (and credits cqMod), each QP's window goes out in
+// one PostSendList, and the loop polls once after posting or waits (64
+// yielding polls, then CQ.Wait) when every window is full. tmpl[i] is QP
+// i's work request. It stops posting after lim.d (rounding each QP up to a
+// signalled WR) or lim.n messages, and ends at the last completion.
+func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size int, lim limit) (throughput, error) {
+	nq := len(qps)
+	cqMod = min(cqMod, txDepth)
+	mod := int64(max(cqMod, 1))
+	depth := int64(txDepth)
+	perQP := roundUp(max(int64(lim.n)/int64(nq), 1), mod)
+	iters := make([]int64, nq)
+	for i := range iters {
+		iters[i] = perQP
 	}
-	wr := &qp.SendWR{Opcode: op, Flags: qp.SendSignaled, SGL: []qp.SGE{a.sge(0, size)},
-		RemoteAddr: b.mr.IOVA() + half, RKey: b.mr.RKey()}
-	wcs := make([]qp.WC, depth)
-	list := make([]qp.SendWR, depth)
-	var ms0, ms1 runtime.MemStats
-	runtime.ReadMemStats(&ms0)
-	start := time.Now()
-	deadline := start.Add(lim.d)
-	posted, done := 0, 0
-	post := func() error {
-		wr.WRID = uint64(posted)
-		if err := a.q.PostSend(wr); err != nil {
-			return fmt.Errorf("post #%d: %w", posted, err)
-		}
-		posted++
-		return nil
-	}
-	for posted < depth && posted < lim.n {
-		if err := post(); err != nil {
-			return throughput{}, err
-		}
-	}
-	// One context for the whole cell: a per-call WithTimeout would put the
-	// benchmark's own allocations into the allocs/msg figure.
+	scnt, ccnt := make([]int64, nq), make([]int64, nq)
+	list := make([]qp.SendWR, txDepth)
+	var wcs [16]qp.WC // CTX_POLL_BATCH
 	ctx, cancel := context.WithTimeout(context.Background(), lim.d+stallTime)
 	defer cancel()
-	for done < posted {
-		n, err := a.scq.Wait(ctx, wcs)
-		if err != nil {
-			return throughput{}, fmt.Errorf("%d of %d completed: %w", done, posted, err)
-		}
-		for _, wc := range wcs[:n] {
-			if err := wc.Err(); err != nil {
-				return throughput{}, err
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	c0 := markCPU()
+	start := time.Now()
+	deadline := start.Add(lim.d)
+	stopped := false
+	var tot, totc int64 = perQP * int64(nq), 0
+	for totc < tot {
+		if !stopped && !time.Now().Before(deadline) {
+			stopped = true
+			tot = 0
+			for i := range iters {
+				iters[i] = min(iters[i], roundUp(scnt[i], mod))
+				tot += iters[i]
 			}
-			done++
+			if totc >= tot {
+				break
+			}
 		}
-		// Refill the window with one PostSendList: one batch write for the
-		// n WRs instead of one system call each.
-		if now := time.Now(); now.Before(deadline) {
-			k := min(n, lim.n-posted)
-			for j := range k {
-				list[j] = *wr
-				list[j].WRID = uint64(posted + j)
+		posted := false
+		for idx, q := range qps {
+			k := 0
+			for scnt[idx] < iters[idx] && scnt[idx]-ccnt[idx] < depth {
+				list[k] = tmpl[idx]
+				list[k].WRID = uint64(idx)
+				if scnt[idx]%mod == mod-1 {
+					list[k].Flags |= qp.SendSignaled
+				} else {
+					list[k].Flags &^= qp.SendSignaled
+				}
+				k++
+				scnt[idx]++
 			}
 			if k > 0 {
-				m, err := a.q.PostSendList(list[:k])
-				posted += m
-				if err != nil {
-					return throughput{}, fmt.Errorf("post #%d: %w", posted, err)
+				posted = true
+				if n, err := q.PostSendList(list[:k]); err != nil {
+					return throughput{}, fmt.Errorf("post on QP %d (%d of %d taken): %w", idx, n, k, err)
 				}
 			}
+		}
+		var n int
+		var err error
+		if posted {
+			n, err = cq.Poll(wcs[:])
+		} else {
+			n, err = pollWait(ctx, cq, wcs[:])
+		}
+		if err != nil {
+			return throughput{}, fmt.Errorf("%d of %d completed: %w", totc, tot, err)
+		}
+		for i := range n {
+			if err := wcs[i].Err(); err != nil {
+				return throughput{}, err
+			}
+			if id := int(wcs[i].WRID); id < nq {
+				ccnt[id] += mod
+			}
+			totc += mod
 		}
 	}
 	el := time.Since(start)
+	cpu, cpuErr := markCPU().since(c0)
 	runtime.ReadMemStats(&ms1)
-	return throughput{msgs: done, bytes: int64(done) * int64(size), elapsed: el,
-		allocsPer: float64(ms1.Mallocs-ms0.Mallocs) / float64(done)}, nil
+	return throughput{msgs: totc, bytes: totc * int64(size), elapsed: el,
+		allocsPer: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(totc, 1)), cpu: cpu, cpuErr: cpuErr}, nil
 }
 
-type latency struct {
-	n        int
-	p50, p99 time.Duration
+// spinPolls is how many yielding empty polls a waiter makes before it
+// sleeps in CQ.Wait (cmd/goroce's poller).
+const spinPolls = 64
+
+// pollWait is the perftest tools' default wait (cmd/goroce's poller
+// without -e): spinPolls yielding polls, then CQ.Wait.
+func pollWait(ctx context.Context, cq *qp.CQ, wcs []qp.WC) (int, error) {
+	for range spinPolls {
+		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			return n, err
+		}
+		runtime.Gosched()
+	}
+	return cq.Wait(ctx, wcs)
 }
 
-// pingPong measures round trips of 64-byte RDMA WRITE_WITH_IMM messages: a
-// writes into b's memory, b's receive completion triggers b's write back,
-// a's receive completion ends the round trip. In busy mode (p's devices in
-// busy-poll mode) each end's goroutine spins on CQ.Poll, which drives its
-// device (yielding the processor between looks, runtime.Gosched): two
-// spinning goroutines, one per device. Otherwise CQ.Wait sleeps until the
-// device's receive goroutine delivers the completion.
-func pingPong(p *rdmaPair, busy bool, lim limit) (latency, error) {
-	a, b := p.a, p.b
-	const size = 64
-	for _, e := range []*rdmaEnd{a, b} {
-		for range latRecvs {
-			if err := e.q.PostRecv(&qp.RecvWR{}); err != nil {
-				return latency{}, err
-			}
-		}
+// bw is one perftest-shaped stream on one new QP pair: tx-depth 128,
+// cq-mod 100, A → B (WRITE into B's target half, or READ from it). READs
+// beyond max_rd_atomic (16) wait in the QP's send queue, as on a NIC.
+func bw(p *rdmaPair, op qp.WROpcode, size int, lim limit) (throughput, error) {
+	c, err := p.newCQs(bwTxDepth + 16)
+	if err != nil {
+		return throughput{}, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), lim.d+stallTime)
-	defer cancel()
-	var stop atomic.Bool
-	recv := func(e *rdmaEnd, busy bool) error {
-		var wc [1]qp.WC
-		deadline := time.Now().Add(stallTime)
-		for {
-			var n int
-			var err error
-			if busy {
-				n, err = e.rcq.Poll(wc[:])
-				if n == 0 && err == nil {
-					if stop.Load() {
-						return context.Canceled
-					}
-					if time.Now().After(deadline) {
-						return fmt.Errorf("no receive completion in %v", stallTime)
-					}
-					runtime.Gosched()
-					continue
-				}
-			} else {
-				n, err = e.rcq.Wait(ctx, wc[:])
-			}
-			if err != nil {
-				return err
-			}
-			if err := wc[0].Err(); err != nil {
-				return fmt.Errorf("receive: %w", err)
-			}
-			// Drain the send completions of our own writes (not timed).
-			var s [8]qp.WC
-			for {
-				k, _ := e.scq.Poll(s[:])
-				if k == 0 {
-					break
-				}
-			}
-			return e.q.PostRecv(&qp.RecvWR{})
-		}
+	qa, qb, err := p.connect(1, bwTxDepth, c)
+	if err != nil {
+		return throughput{}, err
 	}
-	write := func(from, to *rdmaEnd) error {
-		return from.q.PostSend(&qp.SendWR{Opcode: qp.WRRDMAWriteWithImm, Flags: qp.SendSignaled,
-			SGL: []qp.SGE{from.sge(0, size)}, RemoteAddr: to.mr.IOVA() + half, RKey: to.mr.RKey(), Imm: 1})
+	defer qa[0].Destroy()
+	defer qb[0].Destroy()
+	wr := qp.SendWR{Opcode: op, SGL: []qp.SGE{p.a.sge(0, size)}, RemoteAddr: p.b.mr.IOVA() + half, RKey: p.b.mr.RKey()}
+	return bwRun(qa, c.sa, []qp.SendWR{wr}, bwTxDepth, bwCQMod, size, lim)
+}
+
+// qpsResult is the many-QP cell's outcome.
+type qpsResult struct {
+	agg, one  throughput
+	heapPerQP float64
+}
+
+// manyQPs connects n QP pairs on p's devices and streams round-robin
+// 64-byte WRITEs over all of them (each at most depth outstanding, one
+// signalled per cqMod), after one QP alone in the bandwidth cell's shape.
+func manyQPs(p *rdmaPair, n, depth, cqMod int, lim limit) (qpsResult, error) {
+	var res qpsResult
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	h0 := ms.HeapAlloc
+	c, err := p.newCQs(n*depth + 16)
+	if err != nil {
+		return res, err
 	}
-	var wg sync.WaitGroup
-	var echoErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			if err := recv(b, busy); err != nil {
-				if !stop.Load() {
-					echoErr = err
-				}
-				return
-			}
-			if err := write(b, a); err != nil {
-				echoErr = err
-				return
-			}
+	qa, qb, err := p.connect(n, depth, c)
+	if err != nil {
+		return res, fmt.Errorf("connecting %d QPs: %w", n, err)
+	}
+	defer func() {
+		for _, q := range append(qa, qb...) {
+			q.Destroy()
 		}
 	}()
-	var rtts []time.Duration
-	start := time.Now()
-	var err error
-	for len(rtts) < lim.n && time.Since(start) < lim.d {
-		t0 := time.Now()
-		if err = write(a, b); err != nil {
-			break
-		}
-		if err = recv(a, busy); err != nil {
-			break
-		}
-		rtts = append(rtts, time.Since(t0))
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	res.heapPerQP = (float64(ms.HeapAlloc) - float64(h0)) / float64(2*n)
+
+	if res.one, err = bw(p, qp.WRRDMAWrite, sizeSmall, lim); err != nil {
+		return res, fmt.Errorf("one QP: %w", err)
 	}
-	stop.Store(true)
-	cancel()
-	wg.Wait()
-	if err == nil {
-		err = echoErr
+	tmpl := make([]qp.SendWR, n)
+	for i := range tmpl {
+		off := (i % 1024) * sizeSmall
+		tmpl[i] = qp.SendWR{Opcode: qp.WRRDMAWrite, SGL: []qp.SGE{p.a.sge(off, sizeSmall)},
+			RemoteAddr: p.b.mr.IOVA() + half + uint64(off), RKey: p.b.mr.RKey()}
 	}
-	if err != nil {
-		return latency{}, err
+	if res.agg, err = bwRun(qa, c.sa, tmpl, depth, cqMod, sizeSmall, lim); err != nil {
+		return res, fmt.Errorf("%d QPs: %w", n, err)
 	}
-	return summarize(rtts), nil
+	return res, nil
 }
 
-func summarize(rtts []time.Duration) latency {
-	if len(rtts) == 0 {
-		return latency{}
+// idleCPU opens nothing: p's devices (normal mode) with one connected QP
+// pair sit idle for d, and the process's and machine's CPU use is
+// measured.
+func idleCPU(p *rdmaPair, d time.Duration) (cpuUse, error) {
+	c, err := p.newCQs(16)
+	if err != nil {
+		return cpuUse{}, err
 	}
-	slices.Sort(rtts)
-	return latency{n: len(rtts), p50: rtts[len(rtts)/2], p99: rtts[len(rtts)*99/100]}
+	qa, qb, err := p.connect(1, 16, c)
+	if err != nil {
+		return cpuUse{}, err
+	}
+	defer qa[0].Destroy()
+	defer qb[0].Destroy()
+	runtime.GC()
+	time.Sleep(50 * time.Millisecond)
+	c0 := markCPU()
+	time.Sleep(d)
+	return markCPU().since(c0)
 }

@@ -208,6 +208,27 @@ func (j *Job) Kill() {
 	}
 }
 
+// Signal sends signal sig (a name for kill: "INT", "TERM") to the job's
+// whole session in the VM, as a terminal's ^C reaches every process of
+// the foreground job.
+func (j *Job) Signal(sig string) error {
+	if j.done || j.v == nil {
+		return fmt.Errorf("interop: job %s is not running", j.id)
+	}
+	b, err := os.ReadFile(filepath.Join(j.dir, "pid"))
+	if err != nil {
+		return fmt.Errorf("interop: job %s has no pid yet: %w", j.id, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return fmt.Errorf("interop: job %s: bad pid %q", j.id, b)
+	}
+	if res := j.h.Run(j.v.idx, fmt.Sprintf("kill -%s -- -%d", sig, pid), 30*time.Second); !res.OK() {
+		return fmt.Errorf("interop: kill -%s job %s: %s", sig, j.id, res)
+	}
+	return nil
+}
+
 // WaitListen waits until a TCP socket listens on port in VM vm (a server
 // started with Start is ready for its client), at most timeout.
 func (h *Harness) WaitListen(vm, port int, timeout time.Duration) error {

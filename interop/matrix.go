@@ -41,23 +41,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/internal/dumpjson"
 	"github.com/goroce/goroce/internal/pcapfile"
-)
-
-// Dir is the direction of a matrix cell.
-type Dir int
-
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Dir -linecomment
-
-const (
-	// GoroceClient: goroce's tool connects to rxe's tool (server in VM 0).
-	GoroceClient Dir = iota // goroce→rxe
-	// RXEClient: rxe's tool in VM 0 connects to goroce's tool.
-	RXEClient // rxe→goroce
 )
 
 // Tool names one program in both implementations.
@@ -101,6 +90,9 @@ type Expect struct {
 	// PathMTU, when set, must be the largest RoCEv2 payload in the capture
 	// (proves the path MTU the two tools settled on).
 	PathMTU int
+	// TOS, when set, must be the IPv4 TOS byte of every RoCEv2 packet both
+	// sides sent (the GRH traffic class, perftest --tclass).
+	TOS *uint8
 }
 
 // Cell is one line of the matrix (both directions unless Skip says).
@@ -123,6 +115,15 @@ type Cell struct {
 	// GoroceSpecific cells test a property of goroce (e.g. its AF_XDP path
 	// MTU limit): skipped in the VM↔VM self-test.
 	GoroceSpecific bool
+	// InterruptClient, when set, sends SIGINT to the client this long after
+	// it started (perftest --run_infinitely runs until interrupted). An
+	// interrupted stock tool dies of the signal (exit 130): that counts as
+	// success when it printed its result line; goroce's tools end the run
+	// and exit 0.
+	InterruptClient time.Duration
+	// LogOutput logs both programs' output (cells whose point is what the
+	// tools print, not only the wire).
+	LogOutput bool
 }
 
 // Endpoint runs one side of a cell: rxe in a VM, or goroce on the host side.
@@ -142,6 +143,8 @@ type Proc interface {
 	Wait(timeout time.Duration) Result
 	Kill()
 	Running() bool
+	// Interrupt sends SIGINT (to the whole job in a VM).
+	Interrupt() error
 }
 
 // VMEndpoint is a stock tool in a VM.
@@ -188,6 +191,8 @@ type vmProc struct{ *Job }
 
 func (p vmProc) Running() bool { return p.Job.Running() }
 
+func (p vmProc) Interrupt() error { return p.Job.Signal("INT") }
+
 // GoroceEndpoint is goroce's tool in the host namespace on HostIface.
 type GoroceEndpoint struct {
 	H   *Harness
@@ -214,6 +219,9 @@ func (e GoroceEndpoint) Start(tool Tool, args []string, peer netip.Addr, env []s
 }
 
 type hostProc struct{ *HostProc }
+
+// Interrupt signals the tool itself: `ip netns exec` and `env` exec it.
+func (p hostProc) Interrupt() error { return p.Cmd.Process.Signal(syscall.SIGINT) }
 
 func (p hostProc) Running() bool {
 	select {
@@ -415,6 +423,12 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 		fail("client: %v", err)
 		return r
 	}
+	if c.InterruptClient > 0 {
+		time.Sleep(c.InterruptClient)
+		if err := cp.Interrupt(); err != nil {
+			fail("interrupting the client: %v", err)
+		}
+	}
 	r.Client = cp.Wait(180 * time.Second)
 	r.Server = sp.Wait(60 * time.Second)
 	r.Elapsed = time.Since(t0)
@@ -427,8 +441,9 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 		e   Endpoint
 		res Result
 	}{{"server", server, r.Server}, {"client", client, r.Client}} {
+		interrupted := c.InterruptClient > 0 && p.who == "client" && p.e.Impl() == "rxe" && p.res.Err == nil && p.res.ExitCode == 130
 		switch {
-		case !p.res.OK():
+		case !p.res.OK() && !interrupted:
 			fail("%s %s did not succeed:\n%s", p.who, p.e.Label(), p.res)
 		case c.Tool.Done != "" && !(p.who == "server" && c.Tool.SilentServer) && !strings.Contains(p.res.Stdout+p.res.Stderr, c.Tool.Done):
 			fail("%s %s printed no %q line:\n%s", p.who, p.e.Label(), c.Tool.Done, p.res)
@@ -447,6 +462,13 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 	m.judge(r, rep, c.Expect, impls)
 	if !c.Expect.Loss && !c.Expect.RNR {
 		r.Profiles = Profiles(r.Pcap, impls)
+	}
+	if tos := c.Expect.TOS; tos != nil {
+		for _, impl := range []string{gor.Impl(), rxe.Impl()} {
+			if got := r.Profiles[impl]["IPv4 TOS"]; got != strconv.Itoa(int(*tos)) {
+				fail("%s sent IPv4 TOS %q, want %d (the traffic class)", impl, got, *tos)
+			}
+		}
 	}
 	return r
 }

@@ -73,6 +73,7 @@ func matrixCells(mtu int) []Cell {
 	bw := []string{"-F", "-s", "4096", "-n", "20"}
 	lat := []string{"-F", "-s", "64", "-n", "20"}
 	loss := []string{"-F", "-s", "4096", "-n", "100"}
+	tos106 := uint8(106) // DSCP 26 (AF31), ECN ECT(0)
 	return []Cell{
 		{Name: "pingpong 4096 B", Tool: ToolPingpong, Args: []string{"-n", "20", "-s", "4096", "-m", "1024", "-c"},
 			Expect: Expect{PathMTU: 1024}, Note: "path MTU 1024"},
@@ -95,6 +96,18 @@ func matrixCells(mtu int) []Cell {
 			GoroceEnv: txDrop, Skip: goroceLoss, GoroceSpecific: true, Note: "GOROCE_TX_DROP=0.02, seed 7"},
 		{Name: "read_bw, 2% loss at goroce", Tool: ToolReadBW, Args: loss, Expect: Expect{Loss: true},
 			GoroceEnv: txDrop, Skip: goroceLoss, GoroceSpecific: true, Note: "GOROCE_TX_DROP=0.02, seed 7"},
+		// -b: both sides send (write_bw, read_bw: run_iter_bw on both ends;
+		// send_bw: run_iter_bi), each side prints the sum of both directions.
+		{Name: "write_bw -b", Tool: ToolWriteBW, Args: append([]string{"-b"}, bw...), LogOutput: true, Note: "bidirectional"},
+		{Name: "send_bw -b", Tool: ToolSendBW, Args: append([]string{"-b"}, bw...), LogOutput: true, Note: "bidirectional"},
+		{Name: "read_bw -b --report-both", Tool: ToolReadBW, Args: append([]string{"-b", "--report-both"}, bw...),
+			LogOutput: true, Note: "bidirectional, each direction's line too"},
+		// --run_infinitely: a line every -D 1 s until the client gets SIGINT
+		// (a stock client dies of it; goroce's ends the exchange).
+		{Name: "write_bw --run_infinitely", Tool: ToolWriteBW, Args: []string{"-F", "-s", "4096", "-t", "16", "--run_infinitely", "-D", "1"},
+			InterruptClient: 6 * time.Second, Note: "client interrupted after 6 s"},
+		{Name: "write_bw -l 4 --tclass", Tool: ToolWriteBW, Args: append([]string{"-l", "4", "--tclass", "106"}, bw...),
+			Expect: Expect{TOS: &tos106}, Note: "post lists of 4; traffic class 106 in every packet's TOS"},
 		// The server posts one receive (perftest -r 1) while the client has 20
 		// SENDs outstanding: the responder has no RECV for most of them and
 		// answers RNR NAK (rxe_resp.c check_resource); the requester waits
@@ -230,6 +243,10 @@ func TestMatrix(t *testing.T) {
 						}
 						t.Logf("%s %s: %s in %.1fs, %d RoCEv2 packets, %d NAKs, %d RNR NAKs, %d retransmitted, %d gaps, %d atomics chained",
 							c.Name, d, r.Status, r.Elapsed.Seconds(), r.Packets, r.NAKs, r.RNRNAKs, r.Retrans, r.Gaps, r.Atomics)
+						if c.InterruptClient > 0 || c.LogOutput {
+							// Both tables (what an interruption ended).
+							t.Logf("server:\n%s\nclient:\n%s", r.Server.Stdout, r.Client.Stdout)
+						}
 						for _, p := range r.Problems {
 							t.Errorf("%s", p)
 						}

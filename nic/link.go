@@ -6,7 +6,9 @@
 // deterministic simulation with seeded faults and a fake clock), and the
 // real ones in subpackages: afpacket (AF_PACKET rings, root), afxdp (AF_XDP,
 // root) and udp (an ordinary UDP socket, unprivileged, goroce-to-goroce and
-// a stated subset of rxe). TapLink wraps any of them to capture their frames
+// a stated subset of rxe). MemLink and udp work on every system Go has UDP
+// sockets on; afpacket and afxdp are Linux only and elsewhere fail to Open
+// with their ErrNotSupported (errors.ErrUnsupported). TapLink wraps any of them to capture their frames
 // as pcap. Subpackage netaddr answers the addressing questions (GID table,
 // path MTU, neighbour MAC, holding port 4791) for the real ones.
 package nic

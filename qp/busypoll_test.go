@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 // Busy-poll mode (busypoll.go) over the in-memory link on the real clock:
 // every operation class with each end driven only by its own CQ polling,
@@ -16,9 +16,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -87,8 +90,8 @@ func TestBusyPollOps(t *testing.T) {
 // place, and A counted one ACK timeout and one retransmitted packet.
 func TestBusyPollRetransmit(t *testing.T) {
 	var dropped atomic.Int32
-	mem := nic.MemConfig{}
-	mem.AtoB.Filter = func(f []byte) bool {
+	var drop sim.Faults
+	drop.Filter = func(f []byte) bool {
 		var p wire.Packet
 		if wire.Parse(f, &p) == nil && p.Opcode() == wire.RCRDMAWriteOnly && dropped.Load() == 0 {
 			dropped.Add(1)
@@ -99,15 +102,15 @@ func TestBusyPollRetransmit(t *testing.T) {
 	// Timeout 14: 4.096 µs · 2^14 ≈ 67 ms (IBTA C9-140); 7 retries. A shorter
 	// timer ran out 8 times in a row when -race and a parallel test binary
 	// kept B's polling goroutine off the CPU for ~35 ms (RETRY_EXC_ERR).
-	x := newX(t, xopts{busyPoll: true, mem: mem, connA: ConnectOptions{Timeout: 14}})
+	x := newX(t, xopts{busyPoll: true, faultsAB: drop, connA: qp.ConnectOptions{Timeout: 14}})
 	driveByCQ(t, x.b)
 	a, b := x.a, x.b
 	a.reset()
 	b.reset()
 	data := pattern(42, 200)
 	copy(a.buf[srcOff:], data)
-	x.post(a, &SendWR{WRID: 7, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []SGE{a.sge(srcOff, len(data))}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
+	x.post(a, &qp.SendWR{WRID: 7, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{a.sge(srcOff, len(data))}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
 	expectWC(t, a.scq, 7, transport.WCSuccess, transport.WCRDMAWrite)
 	checkBuf(t, "responder", b.buf, region{dstOff, data})
 	if dropped.Load() != 1 {
@@ -128,7 +131,7 @@ func TestBusyPollRetransmit(t *testing.T) {
 // return its error; after Close they return ErrClosed.
 func TestBusyPollWaitCancel(t *testing.T) {
 	x := newX(t, xopts{busyPoll: true, noTap: true})
-	var wc [4]WC
+	var wc [4]qp.WC
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		time.Sleep(20 * time.Millisecond) // any delay works; the outcome does not depend on it
@@ -144,13 +147,13 @@ func TestBusyPollWaitCancel(t *testing.T) {
 		t.Fatalf("WaitEvent = %v; want context.DeadlineExceeded", err)
 	}
 	x.a.dev.Close()
-	if n, err := x.a.scq.Wait(context.Background(), wc[:]); n != 0 || !errors.Is(err, ErrClosed) {
+	if n, err := x.a.scq.Wait(context.Background(), wc[:]); n != 0 || !errors.Is(err, qp.ErrClosed) {
 		t.Fatalf("Wait after Close = %d, %v; want ErrClosed", n, err)
 	}
-	if err := x.a.rcq.WaitEvent(context.Background()); !errors.Is(err, ErrClosed) {
+	if err := x.a.rcq.WaitEvent(context.Background()); !errors.Is(err, qp.ErrClosed) {
 		t.Fatalf("WaitEvent after Close = %v; want ErrClosed", err)
 	}
-	if err := x.a.dev.Progress(context.Background()); !errors.Is(err, ErrClosed) {
+	if err := x.a.dev.Progress(context.Background()); !errors.Is(err, qp.ErrClosed) {
 		t.Fatalf("Progress after Close = %v; want ErrClosed", err)
 	}
 }
@@ -164,8 +167,8 @@ func TestBusyPollWaitEvent(t *testing.T) {
 	defer cancel()
 	x.recv(b, 1, b.sge(0, 64))
 	b.rcq.ReqNotify(true)
-	x.post(a, &SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendSolicited,
-		SGL: []SGE{a.sge(0, 64)}})
+	x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendSolicited,
+		SGL: []qp.SGE{a.sge(0, 64)}})
 	if err := b.rcq.WaitEvent(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +188,8 @@ func TestBusyPollProgress(t *testing.T) {
 	b.reset()
 	data := pattern(9, 3000)
 	copy(b.buf[srcOff:], data)
-	x.post(a, &SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-		SGL: []SGE{a.sge(dstOff, len(data))}, RemoteAddr: b.mr.IOVA() + srcOff, RKey: b.mr.RKey()})
+	x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{a.sge(dstOff, len(data))}, RemoteAddr: b.mr.IOVA() + srcOff, RKey: b.mr.RKey()})
 	expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMARead)
 	checkBuf(t, "requester", a.buf, region{dstOff, data})
 	cancel()
@@ -195,7 +198,7 @@ func TestBusyPollProgress(t *testing.T) {
 	}
 	la, lb := nic.NewMemPair(nic.MemConfig{})
 	defer lb.Close()
-	d, err := Open(Config{Link: la, IP: ipA})
+	d, err := qp.Open(qp.Config{Link: la, IP: ipA})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,13 +217,13 @@ func TestBusyPollOpenErrors(t *testing.T) {
 	la, lb := nic.NewMemPair(nic.MemConfig{})
 	defer la.Close()
 	defer lb.Close()
-	if _, err := Open(Config{Link: la, IP: ipA, Manual: true, BusyPoll: true}); err == nil {
+	if _, err := qp.Open(qp.Config{Link: la, IP: ipA, Manual: true, BusyPoll: true}); err == nil {
 		t.Fatal("Manual and BusyPoll together accepted")
 	}
-	if _, err := Open(Config{Link: plainLink{la}, IP: ipA, BusyPoll: true}); err == nil {
+	if _, err := qp.Open(qp.Config{Link: plainLink{la}, IP: ipA, BusyPoll: true}); err == nil {
 		t.Fatal("busy-poll on a link without TryReadBatch accepted")
 	}
-	if _, err := Open(Config{Link: plainLink{la}, IP: ipA, Manual: true}); err == nil {
+	if _, err := qp.Open(qp.Config{Link: plainLink{la}, IP: ipA, Manual: true}); err == nil {
 		t.Fatal("manual mode on a link without TryReadBatch accepted")
 	}
 }
@@ -231,38 +234,40 @@ func TestBusyPollOpenErrors(t *testing.T) {
 func TestCQPollDrivesOnlyBusyDevices(t *testing.T) {
 	for _, mode := range []string{"manual", "busy"} {
 		t.Run(mode, func(t *testing.T) {
-			la, lb := nic.NewMemPair(nic.MemConfig{})
-			defer la.Close()
-			defer lb.Close()
-			d, err := Open(Config{Link: lb, IP: ipB, Manual: mode == "manual", BusyPoll: mode == "busy",
-				Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			cq, _ := d.CreateCQ(4)
-			if _, err := la.WriteBatch([][]byte{make([]byte, 60)}); err != nil { // not RoCE: counted
-				t.Fatal(err)
-			}
-			var wc [1]WC
-			cq.Poll(wc[:])
-			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-			if mode == "manual" {
-				cq.Wait(ctx, wc[:]) // sleeps until ctx ends, reads nothing
-			}
-			cancel()
-			read := d.RxStats().Frames
-			switch {
-			case mode == "manual" && (read != 0 || lb.Pending() != 1):
-				t.Fatalf("manual: CQ.Poll drove the device (frames read %d, pending %d)", read, lb.Pending())
-			case mode == "busy" && (read != 1 || lb.Pending() != 0):
-				t.Fatalf("busy: CQ.Poll did not drive the device (frames read %d, pending %d)", read, lb.Pending())
-			}
-			if mode == "manual" {
-				if n := d.Poll(); n != 1 || d.RxStats().NotRoCE+d.RxStats().ParseErrors != 1 {
-					t.Fatalf("manual: Device.Poll handled %d events, rx %+v", n, d.RxStats())
+			synctest.Test(t, func(t *testing.T) {
+				la, lb := nic.NewMemPair(nic.MemConfig{})
+				defer la.Close()
+				defer lb.Close()
+				d, err := qp.Open(qp.Config{Link: lb, IP: ipB, Manual: mode == "manual", BusyPoll: mode == "busy",
+					Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
+				defer d.Close()
+				cq, _ := d.CreateCQ(4)
+				if _, err := la.WriteBatch([][]byte{make([]byte, 60)}); err != nil { // not RoCE: counted
+					t.Fatal(err)
+				}
+				var wc [1]qp.WC
+				cq.Poll(wc[:])
+				ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+				if mode == "manual" {
+					cq.Wait(ctx, wc[:]) // sleeps until ctx ends, reads nothing
+				}
+				cancel()
+				read := d.RxStats().Frames
+				switch {
+				case mode == "manual" && (read != 0 || lb.Pending() != 1):
+					t.Fatalf("manual: CQ.Poll drove the device (frames read %d, pending %d)", read, lb.Pending())
+				case mode == "busy" && (read != 1 || lb.Pending() != 0):
+					t.Fatalf("busy: CQ.Poll did not drive the device (frames read %d, pending %d)", read, lb.Pending())
+				}
+				if mode == "manual" {
+					if n := d.Poll(); n != 1 || d.RxStats().NotRoCE+d.RxStats().ParseErrors != 1 {
+						t.Fatalf("manual: Device.Poll handled %d events, rx %+v", n, d.RxStats())
+					}
+				}
+			})
 		})
 	}
 }
@@ -273,9 +278,9 @@ func TestCQPollDrivesOnlyBusyDevices(t *testing.T) {
 func BenchmarkBusyPollWrite64(b *testing.B) {
 	x := newX(b, xopts{busyPoll: true, noTap: true})
 	a, bb := x.a, x.b
-	wr := &SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []SGE{a.sge(0, 64)}, RemoteAddr: bb.mr.IOVA(), RKey: bb.mr.RKey()}
-	var wc [1]WC
+	wr := &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{a.sge(0, 64)}, RemoteAddr: bb.mr.IOVA(), RKey: bb.mr.RKey()}
+	var wc [1]qp.WC
 	step := func() {
 		if err := a.qp.PostSend(wr); err != nil {
 			b.Fatal(err)
@@ -295,53 +300,5 @@ func BenchmarkBusyPollWrite64(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		step()
-	}
-}
-
-// TestBusyPollYieldsWhenIdle: polling an idle busy-poll device gives the OS
-// thread away once every yieldEvery fruitless polls (and a poll that finds
-// work starts the count again); a manual device never yields.
-func TestBusyPollYieldsWhenIdle(t *testing.T) {
-	var yields int
-	saved := osYield
-	osYield = func() { yields++ }
-	defer func() { osYield = saved }()
-	la, lb := nic.NewMemPair(nic.MemConfig{})
-	defer la.Close()
-	defer lb.Close()
-	d, err := Open(Config{Link: lb, IP: ipB, BusyPoll: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	cq, _ := d.CreateCQ(4)
-	for range 3*yieldEvery + 1 {
-		cq.Poll(nil)
-	}
-	if yields != 3 {
-		t.Fatalf("%d idle polls: %d yields, want 3", 3*yieldEvery+1, yields)
-	}
-	la.WriteBatch([][]byte{make([]byte, 60)}) // work: the count restarts
-	for range yieldEvery {
-		cq.Poll(nil)
-	}
-	if yields != 3 {
-		t.Fatalf("after a busy poll and %d idle ones: %d yields, want 3", yieldEvery-1, yields)
-	}
-	cq.Poll(nil)
-	if yields != 4 {
-		t.Fatalf("yields %d, want 4", yields)
-	}
-	m, err := Open(Config{Link: la, IP: ipA, Manual: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mcq, _ := m.CreateCQ(4)
-	for range 2 * yieldEvery {
-		mcq.Poll(nil)
-		m.Poll()
-	}
-	if yields != 4 {
-		t.Fatalf("a manual device yielded (%d)", yields)
 	}
 }

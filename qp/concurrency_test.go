@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 	"github.com/goroce/goroce/transport"
 )
 
@@ -22,38 +24,24 @@ func TestConcurrentQPs(t *testing.T) {
 		x := newX(t, xopts{noTap: true, size: 1 << 16})
 		const nq, rounds = 4, 100
 		type conn struct {
-			sa, sb     *QP
-			cqa, cqb   *CQ
+			sa, sb     *qp.QP
+			cqa, cqb   *qp.CQ
 			bufA, bufB []byte
-			mrA, mrB   *MR
+			mrA, mrB   *qp.MR
 		}
 		conns := make([]*conn, nq)
 		for i := range conns {
-			c := &conn{bufA: make([]byte, 8192), bufB: make([]byte, 8192)}
-			c.cqa, _ = x.a.dev.CreateCQ(64)
-			c.cqb, _ = x.b.dev.CreateCQ(64)
-			var err error
-			caps := Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
-			if c.sa, err = x.a.pd.CreateQP(InitAttr{SendCQ: c.cqa, RecvCQ: c.cqa, Cap: caps}); err != nil {
-				t.Fatal(err)
-			}
-			if c.sb, err = x.b.pd.CreateQP(InitAttr{SendCQ: c.cqb, RecvCQ: c.cqb, Cap: caps}); err != nil {
-				t.Fatal(err)
-			}
-			if c.mrA, err = x.a.pd.RegMR(c.bufA, allAccess); err != nil {
-				t.Fatal(err)
-			}
-			if c.mrB, err = x.b.pd.RegMR(c.bufB, allAccess); err != nil {
-				t.Fatal(err)
-			}
+			// More QP pairs on the same two devices, from the shared harness.
 			psn := uint32(1000 * (i + 1))
-			if err := c.sa.Connect(context.Background(), Remote{QPN: c.sb.QPN(), PSN: psn + 1, GID: ipB}, ConnectOptions{SQPSN: psn}); err != nil {
+			o := sim.QPOptions{BufSize: 8192, CQSize: 64, SharedCQ: true,
+				Caps: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
+			oa, ob := o, o
+			oa.Connect.SQPSN, ob.Connect.SQPSN = psn, psn+1
+			ea, eb, err := sim.ConnectQPs(context.Background(), x.a.dev, x.b.dev, oa, ob)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.sb.Connect(context.Background(), Remote{QPN: c.sa.QPN(), PSN: psn, GID: ipA}, ConnectOptions{SQPSN: psn + 1}); err != nil {
-				t.Fatal(err)
-			}
-			conns[i] = c
+			conns[i] = &conn{sa: ea.QP, sb: eb.QP, cqa: ea.SendCQ, cqb: eb.SendCQ, bufA: ea.Buf, bufB: eb.Buf, mrA: ea.MR, mrB: eb.MR}
 		}
 		var wg sync.WaitGroup
 		errs := make(chan error, nq)
@@ -63,10 +51,10 @@ func TestConcurrentQPs(t *testing.T) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
-				wait := func(cq *CQ) (WC, error) {
-					var wc [1]WC
+				wait := func(cq *qp.CQ) (qp.WC, error) {
+					var wc [1]qp.WC
 					if _, err := cq.Wait(ctx, wc[:]); err != nil {
-						return WC{}, err
+						return qp.WC{}, err
 					}
 					return wc[0], nil
 				}
@@ -74,12 +62,12 @@ func TestConcurrentQPs(t *testing.T) {
 					n := 1 + (r*977+i*131)%3000
 					msg := pattern(uint64(i*rounds+r), n)
 					copy(c.bufA, msg)
-					if err := c.sb.PostRecv(&RecvWR{WRID: uint64(r), SGL: []SGE{{Addr: c.mrB.IOVA(), Length: 4096, LKey: c.mrB.LKey()}}}); err != nil {
+					if err := c.sb.PostRecv(&qp.RecvWR{WRID: uint64(r), SGL: []qp.SGE{{Addr: c.mrB.IOVA(), Length: 4096, LKey: c.mrB.LKey()}}}); err != nil {
 						errs <- err
 						return
 					}
-					if err := c.sa.PostSend(&SendWR{WRID: uint64(r), Opcode: transport.WRSend, Flags: transport.SendSignaled,
-						SGL: []SGE{{Addr: c.mrA.IOVA(), Length: uint32(n), LKey: c.mrA.LKey()}}}); err != nil {
+					if err := c.sa.PostSend(&qp.SendWR{WRID: uint64(r), Opcode: transport.WRSend, Flags: transport.SendSignaled,
+						SGL: []qp.SGE{{Addr: c.mrA.IOVA(), Length: uint32(n), LKey: c.mrA.LKey()}}}); err != nil {
 						errs <- err
 						return
 					}
@@ -118,8 +106,8 @@ func TestLossyLink(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		const seed = 7
 		f := nic.Faults{Drop: 0.02, Corrupt: 0.02, Duplicate: 0.02, Reorder: 0.02}
-		x := newX(t, xopts{noTap: true, size: 1 << 18, mem: nic.MemConfig{Seed: seed, AtoB: f, BtoA: f},
-			connA: ConnectOptions{Timeout: 14, RetryCnt: 7}, connB: ConnectOptions{Timeout: 14, RetryCnt: 7}}) // 67 ms: a 1 ms timer timed out spuriously under -race and load
+		x := newX(t, xopts{noTap: true, size: 1 << 18, seed: seed, faultsAB: f, faultsBA: f,
+			connA: qp.ConnectOptions{Timeout: 14, RetryCnt: 7}, connB: qp.ConnectOptions{Timeout: 14, RetryCnt: 7}}) // 67 ms: a 1 ms timer timed out spuriously under -race and load
 		a, b := x.a, x.b
 		a.reset()
 		b.reset()
@@ -133,13 +121,13 @@ func TestLossyLink(t *testing.T) {
 			switch i % 4 {
 			case 0:
 				x.recv(b, wrID, b.sge(0, 20000))
-				x.post(a, &SendWR{WRID: wrID, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, n)}})
+				x.post(a, &qp.SendWR{WRID: wrID, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, n)}})
 				expectWC(t, a.scq, wrID, transport.WCSuccess, transport.WCSend)
 				if wc := expectWC(t, b.rcq, wrID, transport.WCSuccess, transport.WCRecv); wc.ByteLen != uint32(n) || !bytes.Equal(b.buf[:n], data) {
 					t.Fatalf("seed %d op %d: SEND of %d bytes: %v, data equal %v", seed, i, n, wc, bytes.Equal(b.buf[:n], data))
 				}
 			case 1:
-				x.post(a, &SendWR{WRID: wrID, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, n)},
+				x.post(a, &qp.SendWR{WRID: wrID, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, n)},
 					RemoteAddr: b.mr.IOVA() + 40000, RKey: b.mr.RKey()})
 				expectWC(t, a.scq, wrID, transport.WCSuccess, transport.WCRDMAWrite)
 				if !bytes.Equal(b.buf[40000:40000+n], data) {
@@ -147,15 +135,15 @@ func TestLossyLink(t *testing.T) {
 				}
 			case 2:
 				copy(b.buf[80000:], data)
-				x.post(a, &SendWR{WRID: wrID, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled, SGL: []SGE{a.sge(30000, n)},
+				x.post(a, &qp.SendWR{WRID: wrID, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(30000, n)},
 					RemoteAddr: b.mr.IOVA() + 80000, RKey: b.mr.RKey()})
 				expectWC(t, a.scq, wrID, transport.WCSuccess, transport.WCRDMARead)
 				if !bytes.Equal(a.buf[30000:30000+n], data) {
 					t.Fatalf("seed %d op %d: READ of %d bytes differs", seed, i, n)
 				}
 			case 3:
-				x.post(a, &SendWR{WRID: wrID, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
-					SGL: []SGE{a.sge(60000, 8)}, RemoteAddr: b.mr.IOVA() + 1<<17, RKey: b.mr.RKey(), CompareAdd: uint64(i)})
+				x.post(a, &qp.SendWR{WRID: wrID, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+					SGL: []qp.SGE{a.sge(60000, 8)}, RemoteAddr: b.mr.IOVA() + 1<<17, RKey: b.mr.RKey(), CompareAdd: uint64(i)})
 				expectWC(t, a.scq, wrID, transport.WCSuccess, transport.WCFetchAdd)
 				if got := binary.LittleEndian.Uint64(a.buf[60000:]); got != 1000+adds {
 					t.Fatalf("seed %d op %d: FETCH_ADD returned %d, want %d", seed, i, got, 1000+adds)

@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 // Every RC error path: the NAK on the wire (opcode, syndrome, PSN, decoded
 // from the pcap tap), both sides' completion statuses, the QP states, the
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -23,15 +24,15 @@ type errCase struct {
 	name string
 	opts xopts
 	// wr builds the failing WR (WRID 1); B has posted RECVs 100 and 101.
-	wr func(x *xpair) *SendWR
+	wr func(x *xpair) *qp.SendWR
 	// nak is the AETH syndrome B sends; nakPkt the index, within the failing
 	// message, of the packet it NAKs.
 	nak     wire.Syndrome
 	nakPkt  uint32
 	recvLen int // length of RECV 100 (default 4096)
-	recvSGE func(x *xpair) SGE
-	req     WCStatus // A's status for WR 1
-	recv    WCStatus // B's status for RECV 100 (WR_FLUSH_ERR when not consumed)
+	recvSGE func(x *xpair) qp.SGE
+	req     qp.WCStatus // A's status for WR 1
+	recv    qp.WCStatus // B's status for RECV 100 (WR_FLUSH_ERR when not consumed)
 	// allowed lists responder bytes the failing message may have changed
 	// before the error (rxe places the packets that preceded it).
 	allowed func(x *xpair) (buf []region, buf2 []region)
@@ -58,9 +59,9 @@ func runErrCase(t *testing.T, c errCase) {
 	wr.WRID, wr.Flags = 1, wr.Flags|transport.SendSignaled
 	x.post(a, wr)
 	// Two good WRs behind it: flushed once the NAK arrives.
-	x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 8000, RKey: b.mr.RKey()})
-	x.post(a, &SendWR{WRID: 3, Opcode: transport.WRSend, SGL: []SGE{a.sge(0, 8)}})
+	x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 8000, RKey: b.mr.RKey()})
+	x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRSend, SGL: []qp.SGE{a.sge(0, 8)}})
 
 	expectWC(t, a.scq, 1, c.req, 0)
 	expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
@@ -96,26 +97,26 @@ func runErrCase(t *testing.T, c errCase) {
 	checkBuf(t, "requester", a.buf, region{0, src})
 
 	// Posting in ERR completes at once with WR_FLUSH_ERR, on both queues.
-	x.post(a, &SendWR{WRID: 7, Opcode: transport.WRSend, SGL: []SGE{a.sge(0, 8)}})
+	x.post(a, &qp.SendWR{WRID: 7, Opcode: transport.WRSend, SGL: []qp.SGE{a.sge(0, 8)}})
 	expectWC(t, a.scq, 7, transport.WCWRFlushErr, 0)
 	x.recv(b, 8, b.sge(0, 8))
 	expectWC(t, b.rcq, 8, transport.WCWRFlushErr, 0)
 }
 
 func TestRemoteErrors(t *testing.T) {
-	write := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64, n int) func(x *xpair) *SendWR {
-		return func(x *xpair) *SendWR {
-			return &SendWR{Opcode: transport.WRRDMAWrite, SGL: []SGE{x.a.sge(0, n)}, RemoteAddr: va(x), RKey: rkey(x)}
+	write := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64, n int) func(x *xpair) *qp.SendWR {
+		return func(x *xpair) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{x.a.sge(0, n)}, RemoteAddr: va(x), RKey: rkey(x)}
 		}
 	}
-	read := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64, n int) func(x *xpair) *SendWR {
-		return func(x *xpair) *SendWR {
-			return &SendWR{Opcode: transport.WRRDMARead, SGL: []SGE{x.a.sge(0, n)}, RemoteAddr: va(x), RKey: rkey(x)}
+	read := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64, n int) func(x *xpair) *qp.SendWR {
+		return func(x *xpair) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRRDMARead, SGL: []qp.SGE{x.a.sge(0, n)}, RemoteAddr: va(x), RKey: rkey(x)}
 		}
 	}
-	fadd := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64) func(x *xpair) *SendWR {
-		return func(x *xpair) *SendWR {
-			return &SendWR{Opcode: transport.WRAtomicFetchAdd, SGL: []SGE{x.a.sge(0, 8)}, RemoteAddr: va(x), RKey: rkey(x), CompareAdd: 1}
+	fadd := func(rkey func(x *xpair) uint32, va func(x *xpair) uint64) func(x *xpair) *qp.SendWR {
+		return func(x *xpair) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRAtomicFetchAdd, SGL: []qp.SGE{x.a.sge(0, 8)}, RemoteAddr: va(x), RKey: rkey(x), CompareAdd: 1}
 		}
 	}
 	rk := func(x *xpair) uint32 { return x.b.mr.RKey() }
@@ -139,7 +140,7 @@ func TestRemoteErrors(t *testing.T) {
 			return mr.RKey()
 		}
 	}
-	qpAccess := func(acc memreg.Access) xopts { return xopts{connB: ConnectOptions{Access: acc}} }
+	qpAccess := func(acc memreg.Access) xopts { return xopts{connB: qp.ConnectOptions{Access: acc}} }
 	cases := []errCase{
 		{name: "write_wrong_rkey", wr: write(func(x *xpair) uint32 { return x.b.mr.RKey() ^ 0x80 }, base, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
 		{name: "write_unknown_key", wr: write(func(x *xpair) uint32 { return 0x7777_0000 }, base, 16), nak: accErr, req: transport.WCRemAccessErr, recv: flush},
@@ -164,22 +165,22 @@ func TestRemoteErrors(t *testing.T) {
 		{name: "qp_no_remote_read", opts: qpAccess(memreg.RemoteWrite | memreg.RemoteAtomic), wr: read(rk, base, 16), nak: invReq, req: transport.WCRemInvReqErr, recv: flush},
 		{name: "qp_no_remote_atomic", opts: qpAccess(memreg.RemoteWrite | memreg.RemoteRead), wr: fadd(rk, base), nak: invReq, req: transport.WCRemInvReqErr, recv: flush},
 		// RECV buffer too small: responder LOC_LEN_ERR, requester REM_INV_REQ_ERR.
-		{name: "recv_too_small", wr: func(x *xpair) *SendWR {
-			return &SendWR{Opcode: transport.WRSend, SGL: []SGE{x.a.sge(0, 4097)}}
+		{name: "recv_too_small", wr: func(x *xpair) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRSend, SGL: []qp.SGE{x.a.sge(0, 4097)}}
 		}, nak: invReq, nakPkt: 4, req: transport.WCRemInvReqErr, recv: transport.WCLocLenErr,
 			allowed: func(x *xpair) ([]region, []region) {
 				// The four full packets before the failing one were placed.
 				return nil, []region{{0, x.a.buf[:4096]}}
 			}},
-		{name: "recv_too_small_only", recvLen: 10, wr: func(x *xpair) *SendWR {
-			return &SendWR{Opcode: transport.WRSend, SGL: []SGE{x.a.sge(0, 100)}}
+		{name: "recv_too_small_only", recvLen: 10, wr: func(x *xpair) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRSend, SGL: []qp.SGE{x.a.sge(0, 100)}}
 		}, nak: invReq, req: transport.WCRemInvReqErr, recv: transport.WCLocLenErr},
 		// A RECV naming an MR of another PD is a malformed WQE (rxe
 		// RESPST_ERR_MALFORMED_WQE): NAK 0x63, LOC_QP_OP_ERR / REM_OP_ERR.
-		{name: "recv_sge_wrong_pd", recvSGE: func(x *xpair) SGE {
-			return SGE{Addr: x.b.mrO.IOVA(), Length: 64, LKey: x.b.mrO.LKey()}
-		}, wr: func(x *xpair) *SendWR {
-			return &SendWR{Opcode: transport.WRSend, SGL: []SGE{x.a.sge(0, 16)}}
+		{name: "recv_sge_wrong_pd", recvSGE: func(x *xpair) qp.SGE {
+			return qp.SGE{Addr: x.b.mrO.IOVA(), Length: 64, LKey: x.b.mrO.LKey()}
+		}, wr: func(x *xpair) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRSend, SGL: []qp.SGE{x.a.sge(0, 16)}}
 		}, nak: wire.NAKSyndrome(wire.NAKRemoteOperationalError), req: transport.WCRemOpErr, recv: transport.WCLocQPOpErr},
 	}
 	for _, c := range cases {
@@ -199,10 +200,10 @@ func TestMisalignedAtomic(t *testing.T) {
 		a, b := x.a, x.b
 		a.reset()
 		b.reset()
-		for _, wr := range []*SendWR{
-			{Opcode: transport.WRAtomicFetchAdd, SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 4, RKey: b.mr.RKey()},
-			{Opcode: transport.WRAtomicCmpAndSwp, SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 1, RKey: b.mr.RKey()},
-			{Opcode: transport.WRAtomicFetchAdd, SGL: []SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()},
+		for _, wr := range []*qp.SendWR{
+			{Opcode: transport.WRAtomicFetchAdd, SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 4, RKey: b.mr.RKey()},
+			{Opcode: transport.WRAtomicCmpAndSwp, SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + 1, RKey: b.mr.RKey()},
+			{Opcode: transport.WRAtomicFetchAdd, SGL: []qp.SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()},
 		} {
 			if err := a.qp.PostSend(wr); !errors.Is(err, transport.ErrInvalidArgument) {
 				t.Fatalf("PostSend(%v at %#x, %d bytes) = %v, want EINVAL", wr.Opcode, wr.RemoteAddr, wr.SGL[0].Length, err)
@@ -213,7 +214,7 @@ func TestMisalignedAtomic(t *testing.T) {
 		}
 		x.recv(b, 100, b.sge(0, 64))
 		// Forge a FETCH_ADD from A's address at the PSN B expects.
-		f := wire.Frame{DstMAC: b.dev.MAC(), SrcMAC: a.dev.MAC(), SrcIP: ipA, DstIP: ipB, HopLimit: 64,
+		f := wire.Frame{DstMAC: b.dev.MAC(), SrcMAC: a.dev.MAC(), SrcIP: a.ip, DstIP: b.ip, HopLimit: 64,
 			SrcPort: wire.RCSourcePort(a.qp.QPN(), b.qp.QPN()),
 			BTH: wire.BTHFields{Opcode: wire.RCFetchAdd, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), AckReq: true,
 				PSN: wire.PSN(a.sentPSN)},
@@ -251,14 +252,14 @@ func TestMisalignedAtomic(t *testing.T) {
 // PSN of the SEND); once a RECV is posted the retry succeeds.
 func TestRNR(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		x := newX(t, xopts{connB: ConnectOptions{MinRNRTimer: 14}}) // 1.28 ms
+		x := newX(t, xopts{connB: qp.ConnectOptions{MinRNRTimer: 14}}) // 1.28 ms
 		a, b := x.a, x.b
 		a.reset()
 		b.reset()
 		data := pattern(5, 3000)
 		copy(a.buf, data)
 		x.next()
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, 3000)}})
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 3000)}})
 		// Wait until the RNR NAK is on the wire (bounded; no timing assertion).
 		var seen []capPkt
 		for i := 0; ; i++ {
@@ -315,15 +316,15 @@ func TestRNRRetryExceeded(t *testing.T) {
 		t.Run(fmt.Sprintf("%v_rnr_retry_%d", tc.op, tc.retry), func(t *testing.T) {
 			bubble(t, func(t *testing.T) {
 				x := newX(t, xopts{
-					connA: ConnectOptions{SetRetry: true, RNRRetry: tc.retry, RetryCnt: 7, Timeout: 18},
-					connB: ConnectOptions{MinRNRTimer: 1}, // 10 µs
+					connA: qp.ConnectOptions{SetRetry: true, RNRRetry: tc.retry, RetryCnt: 7, Timeout: 18},
+					connB: qp.ConnectOptions{MinRNRTimer: 1}, // 10 µs
 				})
 				a, b := x.a, x.b
 				b.reset()
 				x.next()
-				x.post(a, &SendWR{WRID: 1, Opcode: tc.op, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, 100)},
+				x.post(a, &qp.SendWR{WRID: 1, Opcode: tc.op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 100)},
 					RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-				x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []SGE{a.sge(0, 8)},
+				x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
 					RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 				expectWC(t, a.scq, 1, transport.WCRNRRetryExcErr, 0)
 				expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
@@ -360,22 +361,22 @@ func TestRNRRetryExceeded(t *testing.T) {
 func TestLocalProtErr(t *testing.T) {
 	cases := []struct {
 		name  string
-		wr    func(x *xpair, ro *MR) *SendWR
+		wr    func(x *xpair, ro *qp.MR) *qp.SendWR
 		sends bool // the request still goes out (the failure is on the response)
 	}{
-		{"send_other_pd", func(x *xpair, ro *MR) *SendWR {
-			return &SendWR{Opcode: transport.WRSend, SGL: []SGE{{Addr: x.a.mrO.IOVA(), Length: 16, LKey: x.a.mrO.LKey()}}}
+		{"send_other_pd", func(x *xpair, ro *qp.MR) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRSend, SGL: []qp.SGE{{Addr: x.a.mrO.IOVA(), Length: 16, LKey: x.a.mrO.LKey()}}}
 		}, false},
-		{"write_bad_lkey", func(x *xpair, ro *MR) *SendWR {
-			return &SendWR{Opcode: transport.WRRDMAWrite, SGL: []SGE{{Addr: x.a.mr.IOVA(), Length: 16, LKey: x.a.mr.LKey() ^ 1}},
+		{"write_bad_lkey", func(x *xpair, ro *qp.MR) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{{Addr: x.a.mr.IOVA(), Length: 16, LKey: x.a.mr.LKey() ^ 1}},
 				RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()}
 		}, false},
-		{"read_into_readonly_mr", func(x *xpair, ro *MR) *SendWR {
-			return &SendWR{Opcode: transport.WRRDMARead, SGL: []SGE{{Addr: ro.IOVA(), Length: 16, LKey: ro.LKey()}},
+		{"read_into_readonly_mr", func(x *xpair, ro *qp.MR) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRRDMARead, SGL: []qp.SGE{{Addr: ro.IOVA(), Length: 16, LKey: ro.LKey()}},
 				RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()}
 		}, true},
-		{"atomic_into_readonly_mr", func(x *xpair, ro *MR) *SendWR {
-			return &SendWR{Opcode: transport.WRAtomicFetchAdd, SGL: []SGE{{Addr: ro.IOVA(), Length: 8, LKey: ro.LKey()}},
+		{"atomic_into_readonly_mr", func(x *xpair, ro *qp.MR) *qp.SendWR {
+			return &qp.SendWR{Opcode: transport.WRAtomicFetchAdd, SGL: []qp.SGE{{Addr: ro.IOVA(), Length: 8, LKey: ro.LKey()}},
 				RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey(), CompareAdd: 1}
 		}, true},
 	}
@@ -397,7 +398,7 @@ func TestLocalProtErr(t *testing.T) {
 				wr := c.wr(x, ro)
 				wr.WRID, wr.Flags = 1, transport.SendSignaled
 				x.post(a, wr)
-				x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []SGE{a.sge(0, 8)},
+				x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
 					RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 				expectWC(t, a.scq, 1, transport.WCLocProtErr, 0)
 				expectWC(t, a.scq, 2, transport.WCWRFlushErr, 0)
@@ -426,7 +427,7 @@ func TestSolicitedOnlyWakesOnError(t *testing.T) {
 		a, b := x.a, x.b
 		x.recv(b, 1, b.sge(0, 8))
 		b.rcq.ReqNotify(true)
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, SGL: []SGE{a.sge(0, 64)}}) // too long: LOC_LEN_ERR
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, SGL: []qp.SGE{a.sge(0, 64)}}) // too long: LOC_LEN_ERR
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		if err := b.rcq.WaitEvent(ctx); err != nil {
@@ -447,8 +448,8 @@ func TestSendWithInvBadRKey(t *testing.T) {
 		x.recv(b, 1, b.sge(0, 64))
 		x.recv(b, 2, b.sge(64, 64))
 		x.next()
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(0, 16)}, InvRKey: b.mrO.RKey()}) // an MR of another PD
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 16)}, InvRKey: b.mrO.RKey()}) // an MR of another PD
 		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
 		expectWC(t, b.rcq, 1, transport.WCRemInvReqErr, 0)
 		expectWC(t, b.rcq, 2, transport.WCWRFlushErr, 0)
@@ -470,7 +471,7 @@ func TestZeroLengthSkipsRKey(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		x := newX(t, xopts{})
 		for i, op := range []transport.WROpcode{transport.WRRDMAWrite, transport.WRRDMARead} {
-			x.post(x.a, &SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, RemoteAddr: 0xdead0000, RKey: 0xbadbad})
+			x.post(x.a, &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: transport.SendSignaled, RemoteAddr: 0xdead0000, RKey: 0xbadbad})
 			expectWC(t, x.a.scq, uint64(i), transport.WCSuccess, map[transport.WROpcode]transport.WCOpcode{
 				transport.WRRDMAWrite: transport.WCRDMAWrite, transport.WRRDMARead: transport.WCRDMARead}[op])
 		}
@@ -485,19 +486,19 @@ func TestRecoverAfterError(t *testing.T) {
 		x := newX(t, xopts{})
 		a, b := x.a, x.b
 		x.recv(b, 50, b.sge(0, 64))
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x40})
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey() ^ 0x40})
 		expectWC(t, a.scq, 1, transport.WCRemAccessErr, 0)
 		expectWC(t, b.rcq, 50, transport.WCWRFlushErr, 0)
 		for _, e := range []*xend{a, b} {
-			if err := e.qp.Modify(context.Background(), &Attr{State: transport.StateReset}, transport.AttrState); err != nil {
+			if err := e.qp.Modify(context.Background(), &qp.Attr{State: transport.StateReset}, transport.AttrState); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := a.qp.Connect(context.Background(), Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: ipB}, ConnectOptions{SQPSN: 0x777}); err != nil {
+		if err := a.qp.Connect(context.Background(), qp.Remote{QPN: b.qp.QPN(), PSN: 0x500, GID: b.ip}, qp.ConnectOptions{SQPSN: 0x777}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.qp.Connect(context.Background(), Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: ipA}, ConnectOptions{SQPSN: 0x500}); err != nil {
+		if err := b.qp.Connect(context.Background(), qp.Remote{QPN: a.qp.QPN(), PSN: 0x777, GID: a.ip}, qp.ConnectOptions{SQPSN: 0x500}); err != nil {
 			t.Fatal(err)
 		}
 		x.settle()
@@ -507,13 +508,13 @@ func TestRecoverAfterError(t *testing.T) {
 		data := pattern(21, 3000)
 		copy(a.buf, data)
 		x.recv(b, 2, b.sge(100, 3000))
-		x.post(a, &SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, 3000)}})
-		x.post(a, &SendWR{WRID: 3, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(0, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
-		x.post(a, &SendWR{WRID: 4, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(10000, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
-		x.post(a, &SendWR{WRID: 5, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(20000, 8)}, RemoteAddr: b.mr.IOVA() + 9000, RKey: b.mr.RKey(), CompareAdd: 3})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 3000)}})
+		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 4, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(10000, 3000)}, RemoteAddr: b.mr.IOVA() + 5000, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 5, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(20000, 8)}, RemoteAddr: b.mr.IOVA() + 9000, RKey: b.mr.RKey(), CompareAdd: 3})
 		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCSend)
 		expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMAWrite)
 		expectWC(t, a.scq, 4, transport.WCSuccess, transport.WCRDMARead)

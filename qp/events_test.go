@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
 
 // nextEvent returns d's next async event, failing when none comes within
 // a (fake, in a bubble) second.
-func nextEvent(t *testing.T, d *Device) AsyncEvent {
+func nextEvent(t *testing.T, d *qp.Device) qp.AsyncEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -25,7 +26,7 @@ func nextEvent(t *testing.T, d *Device) AsyncEvent {
 }
 
 // noEvent fails if d has an async event queued.
-func noEvent(t *testing.T, d *Device) {
+func noEvent(t *testing.T, d *qp.Device) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
@@ -41,14 +42,14 @@ func noEvent(t *testing.T, d *Device) {
 func TestAsyncEventAccessErr(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		x := newX(t, xopts{})
-		x.post(x.a, &SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{x.a.sge(0, 64)},
+		x.post(x.a, &qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{x.a.sge(0, 64)},
 			RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey() ^ 0x80})
-		expectWC(t, x.a.scq, 1, WCRemAccessErr, WCRDMAWrite)
+		expectWC(t, x.a.scq, 1, qp.WCRemAccessErr, qp.WCRDMAWrite)
 		ev := nextEvent(t, x.b.dev)
-		if ev.Type != EventQPAccessErr || ev.QP != x.b.qp || ev.Syndrome != wire.NAKSyndrome(wire.NAKRemoteAccessError) {
+		if ev.Type != qp.EventQPAccessErr || ev.QP != x.b.qp || ev.Syndrome != wire.NAKSyndrome(wire.NAKRemoteAccessError) {
 			t.Fatalf("responder event %v QP %p syndrome %v; want QP_ACCESS_ERR for %p with REMOTE_ACCESS_ERROR", ev.Type, ev.QP, ev.Syndrome, x.b.qp)
 		}
-		if st := ev.QP.State(); st != StateErr {
+		if st := ev.QP.State(); st != qp.StateErr {
 			t.Fatalf("QP state %v after QP_ACCESS_ERR, want ERR", st)
 		}
 		noEvent(t, x.b.dev)
@@ -60,12 +61,12 @@ func TestAsyncEventAccessErr(t *testing.T) {
 // request (rxe check_op_valid): QP_REQ_ERR on the responder.
 func TestAsyncEventReqErr(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		x := newX(t, xopts{connB: ConnectOptions{Access: RemoteRead}})
-		x.post(x.a, &SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{x.a.sge(0, 64)},
+		x := newX(t, xopts{connB: qp.ConnectOptions{Access: qp.RemoteRead}})
+		x.post(x.a, &qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{x.a.sge(0, 64)},
 			RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()})
-		expectWC(t, x.a.scq, 1, WCRemInvReqErr, WCRDMAWrite)
+		expectWC(t, x.a.scq, 1, qp.WCRemInvReqErr, qp.WCRDMAWrite)
 		ev := nextEvent(t, x.b.dev)
-		if ev.Type != EventQPReqErr || ev.QP != x.b.qp || ev.Syndrome.NAK() != wire.NAKInvalidRequest {
+		if ev.Type != qp.EventQPReqErr || ev.QP != x.b.qp || ev.Syndrome.NAK() != wire.NAKInvalidRequest {
 			t.Fatalf("responder event %+v, want QP_REQ_ERR with INVALID_REQUEST", ev)
 		}
 		noEvent(t, x.a.dev)
@@ -76,14 +77,14 @@ func TestAsyncEventReqErr(t *testing.T) {
 // leave the QP up and raise nothing; neither does a successful exchange.
 func TestAsyncEventNoneForRecoverableNAKs(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		x := newX(t, xopts{connA: ConnectOptions{MinRNRTimer: 1}, connB: ConnectOptions{MinRNRTimer: 1}})
+		x := newX(t, xopts{connA: qp.ConnectOptions{MinRNRTimer: 1}, connB: qp.ConnectOptions{MinRNRTimer: 1}})
 		// A SEND before any receive is posted: RNR NAK, then it succeeds.
-		x.post(x.a, &SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{x.a.sge(0, 64)}})
+		x.post(x.a, &qp.SendWR{WRID: 1, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: []qp.SGE{x.a.sge(0, 64)}})
 		x.pause()
 		x.recv(x.b, 7, x.b.sge(0, 64))
-		expectWC(t, x.a.scq, 1, WCSuccess, WCSend)
-		expectWC(t, x.b.rcq, 7, WCSuccess, WCRecv)
-		if c := x.b.qp.Counters(); c[CntSendRNRErr] == 0 {
+		expectWC(t, x.a.scq, 1, qp.WCSuccess, qp.WCSend)
+		expectWC(t, x.b.rcq, 7, qp.WCSuccess, qp.WCRecv)
+		if c := x.b.qp.Counters(); c[qp.CntSendRNRErr] == 0 {
 			t.Fatal("no RNR NAK was sent; the test does not test what it says")
 		}
 		noEvent(t, x.b.dev)
@@ -95,20 +96,20 @@ func TestAsyncEventNoneForRecoverableNAKs(t *testing.T) {
 // COMM_EST once; reaching RTS without traffic raises nothing.
 func TestAsyncEventCommEst(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		a, b, err := OpenMemoryPair(MemoryPairOptions{Seed: 1})
+		a, b, err := qp.OpenMemoryPair(qp.MemoryPairOptions{Seed: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer a.Close()
 		defer b.Close()
-		mk := func(d *Device) (*QP, *CQ, *MR) {
+		mk := func(d *qp.Device) (*qp.QP, *qp.CQ, *qp.MR) {
 			pd := d.AllocPD()
-			mr, err := pd.RegMR(make([]byte, 64), LocalWrite|RemoteWrite)
+			mr, err := pd.RegMR(make([]byte, 64), qp.LocalWrite|qp.RemoteWrite)
 			if err != nil {
 				t.Fatal(err)
 			}
 			cq, _ := d.CreateCQ(16)
-			q, err := pd.CreateQP(InitAttr{SendCQ: cq, RecvCQ: cq, Cap: Caps{MaxSendWR: 4, MaxRecvWR: 4}})
+			q, err := pd.CreateQP(qp.InitAttr{SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,36 +120,36 @@ func TestAsyncEventCommEst(t *testing.T) {
 		gidA, _ := a.GID(1)
 		gidB, _ := b.GID(1)
 		ctx := context.Background()
-		if err := qa.Connect(ctx, Remote{QPN: qb.QPN(), PSN: 5, GID: gidB}, ConnectOptions{SQPSN: 9}); err != nil {
+		if err := qa.Connect(ctx, qp.Remote{QPN: qb.QPN(), PSN: 5, GID: gidB}, qp.ConnectOptions{SQPSN: 9}); err != nil {
 			t.Fatal(err)
 		}
 		// B only to RTR, as a passive side whose CM RTU was lost.
-		if err := qb.Modify(ctx, &Attr{State: StateInit, Port: 1, AccessFlags: RemoteWrite},
-			AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
+		if err := qb.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: qp.RemoteWrite},
+			qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
 			t.Fatal(err)
 		}
-		if err := qb.Modify(ctx, &Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: qa.QPN(), RQPSN: 9,
-			MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: AV{DGID: gidA, SGIDIndex: 1, HopLimit: 64}},
-			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer); err != nil {
+		if err := qb.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: qp.MTU1024, DestQPN: qa.QPN(), RQPSN: 9,
+			MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: qp.AV{DGID: gidA, SGIDIndex: 1, HopLimit: 64}},
+			qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
 		noEvent(t, a) // qa went to RTS without receiving anything in RTR
 		noEvent(t, b)
-		if err := qa.PostSend(&SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL: []SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}, RemoteAddr: mrb.IOVA(), RKey: mrb.RKey()}); err != nil {
+		if err := qa.PostSend(&qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}, RemoteAddr: mrb.IOVA(), RKey: mrb.RKey()}); err != nil {
 			t.Fatal(err)
 		}
-		wcs := make([]WC, 1)
-		if _, err := cqa.Wait(ctx, wcs); err != nil || wcs[0].Status != WCSuccess {
+		wcs := make([]qp.WC, 1)
+		if _, err := cqa.Wait(ctx, wcs); err != nil || wcs[0].Status != qp.WCSuccess {
 			t.Fatalf("WRITE to the RTR QP: %v %v", wcs[0].Status, err)
 		}
 		ev := nextEvent(t, b)
-		if ev.Type != EventCommEst || ev.QP != qb {
+		if ev.Type != qp.EventCommEst || ev.QP != qb {
 			t.Fatalf("event %+v, want COMM_EST for the RTR QP", ev)
 		}
-		if err := qa.PostSend(&SendWR{WRID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL: []SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}, RemoteAddr: mrb.IOVA(), RKey: mrb.RKey()}); err != nil {
+		if err := qa.PostSend(&qp.SendWR{WRID: 2, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+			SGL: []qp.SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}, RemoteAddr: mrb.IOVA(), RKey: mrb.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := cqa.Wait(ctx, wcs); err != nil {
@@ -167,87 +168,36 @@ func TestAsyncEventCQOverrun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := x.a.pd.CreateQP(InitAttr{SendCQ: scq, RecvCQ: x.a.rcq, Cap: Caps{MaxSendWR: 4, MaxRecvWR: 4}})
+		q, err := x.a.pd.CreateQP(qp.InitAttr{SendCQ: scq, RecvCQ: x.a.rcq, Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		peer, err := x.b.pd.CreateQP(InitAttr{SendCQ: x.b.scq, RecvCQ: x.b.rcq, Cap: Caps{MaxSendWR: 4, MaxRecvWR: 4}})
+		peer, err := x.b.pd.CreateQP(qp.InitAttr{SendCQ: x.b.scq, RecvCQ: x.b.rcq, Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		if err := q.Connect(ctx, Remote{QPN: peer.QPN(), PSN: 1, GID: x.b.ip}, ConnectOptions{SQPSN: 1}); err != nil {
+		if err := q.Connect(ctx, qp.Remote{QPN: peer.QPN(), PSN: 1, GID: x.b.ip}, qp.ConnectOptions{SQPSN: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := peer.Connect(ctx, Remote{QPN: q.QPN(), PSN: 1, GID: x.a.ip}, ConnectOptions{SQPSN: 1}); err != nil {
+		if err := peer.Connect(ctx, qp.Remote{QPN: q.QPN(), PSN: 1, GID: x.a.ip}, qp.ConnectOptions{SQPSN: 1}); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 2 {
-			if err := q.PostSend(&SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{x.a.sge(0, 8)},
+			if err := q.PostSend(&qp.SendWR{WRID: uint64(i), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{x.a.sge(0, 8)},
 				RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if ev := nextEvent(t, x.a.dev); ev.Type != EventCQErr || ev.CQ != scq {
+		if ev := nextEvent(t, x.a.dev); ev.Type != qp.EventCQErr || ev.CQ != scq {
 			t.Fatalf("first event %+v, want CQ_ERR for the 1-entry CQ", ev)
 		}
-		if ev := nextEvent(t, x.a.dev); ev.Type != EventQPFatal || ev.QP != q || ev.CQ != scq {
+		if ev := nextEvent(t, x.a.dev); ev.Type != qp.EventQPFatal || ev.QP != q || ev.CQ != scq {
 			t.Fatalf("second event %+v, want QP_FATAL for its QP", ev)
 		}
 	})
 }
 
-// TestAsyncEventQueueOverflow: past AsyncEventQueueLen undelivered events
-// the device drops and counts; the next event handed out reports them.
-func TestAsyncEventQueueOverflow(t *testing.T) {
-	a, b, err := OpenMemoryPair(MemoryPairOptions{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	defer b.Close()
-	const extra = 10
-	a.mu.Lock()
-	for i := range AsyncEventQueueLen + extra {
-		a.raise(AsyncEvent{Type: EventPortActive, Port: i})
-	}
-	a.mu.Unlock()
-	if n := a.DroppedAsyncEvents(); n != extra {
-		t.Fatalf("DroppedAsyncEvents %d, want %d", n, extra)
-	}
-	ev := nextEvent(t, a)
-	if ev.Port != 0 || ev.Dropped != extra {
-		t.Fatalf("first event %+v, want port 0 reporting %d dropped", ev, extra)
-	}
-	for i := 1; i < AsyncEventQueueLen; i++ {
-		if ev := nextEvent(t, a); ev.Port != i || ev.Dropped != 0 {
-			t.Fatalf("event %d: %+v", i, ev)
-		}
-	}
-	noEvent(t, a)
-}
-
-// TestAsyncEventClosed: Close ends a blocked AsyncEvent with ErrClosed,
-// after the events queued before it.
-func TestAsyncEventClosed(t *testing.T) {
-	bubble(t, func(t *testing.T) {
-		a, b, err := OpenMemoryPair(MemoryPairOptions{Seed: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		a.raise(AsyncEvent{Type: EventPortErr, Port: 1})
-		a.Close()
-		if ev := nextEvent(t, a); ev.Type != EventPortErr {
-			t.Fatalf("event %+v, want the queued PORT_ERR", ev)
-		}
-		if _, err := a.AsyncEvent(context.Background()); !errors.Is(err, ErrClosed) {
-			t.Fatalf("AsyncEvent after Close: %v, want ErrClosed", err)
-		}
-	})
-}
-
-// failingLink is a memory link whose receive path fails on demand.
 type failingLink struct {
 	*nic.MemLink
 	fail chan struct{}
@@ -267,33 +217,33 @@ func TestAsyncEventDeviceFatal(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		la, lb := nic.NewMemPair(nic.MemConfig{})
 		l := &failingLink{MemLink: la, fail: make(chan struct{})}
-		d, err := Open(Config{Link: l, IP: ipA})
+		d, err := qp.Open(qp.Config{Link: l, IP: ipA})
 		if err != nil {
 			t.Fatal(err)
 		}
 		close(l.fail)
 		ev := nextEvent(t, d)
-		if ev.Type != EventDeviceFatal || !errors.Is(ev.Err, errLinkBroke) {
+		if ev.Type != qp.EventDeviceFatal || !errors.Is(ev.Err, errLinkBroke) {
 			t.Fatalf("event %+v, want DEVICE_FATAL with the link's error", ev)
 		}
 		d.Close()
 
 		// A plain close also ends the receive path with an error: no event.
-		d2, err := Open(Config{Link: lb, IP: ipB})
+		d2, err := qp.Open(qp.Config{Link: lb, IP: ipB})
 		if err != nil {
 			t.Fatal(err)
 		}
 		d2.Close()
 		synctest.Wait()
-		if _, err := d2.AsyncEvent(context.Background()); !errors.Is(err, ErrClosed) {
+		if _, err := d2.AsyncEvent(context.Background()); !errors.Is(err, qp.ErrClosed) {
 			t.Fatalf("AsyncEvent after Close: %v, want ErrClosed and no DEVICE_FATAL", err)
 		}
 	})
 }
 
 func TestAsyncEventTypeString(t *testing.T) {
-	for ty, want := range map[AsyncEventType]string{EventCQErr: "CQ_ERR", EventQPAccessErr: "QP_ACCESS_ERR",
-		EventCommEst: "COMM_EST", EventPortErr: "PORT_ERR", EventWQFatal: "WQ_FATAL", 42: "AsyncEventType(42)"} {
+	for ty, want := range map[qp.AsyncEventType]string{qp.EventCQErr: "CQ_ERR", qp.EventQPAccessErr: "QP_ACCESS_ERR",
+		qp.EventCommEst: "COMM_EST", qp.EventPortErr: "PORT_ERR", qp.EventWQFatal: "WQ_FATAL", 42: "AsyncEventType(42)"} {
 		if got := ty.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", int(ty), got, want)
 		}

@@ -1,8 +1,10 @@
-package qp
+package qp_test
 
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/goroce/goroce/qp"
 )
 
 // TestExpvar: the device's expvar is JSON with rxe's counters under
@@ -13,9 +15,9 @@ func TestExpvar(t *testing.T) {
 		x := newX(t, xopts{})
 		for i := range 3 {
 			x.recv(x.b, uint64(i), x.b.sge(0, 64))
-			x.post(x.a, &SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{x.a.sge(0, 64)}})
-			expectWC(t, x.a.scq, uint64(i), WCSuccess, WCSend)
-			expectWC(t, x.b.rcq, uint64(i), WCSuccess, WCRecv)
+			x.post(x.a, &qp.SendWR{WRID: uint64(i), Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: []qp.SGE{x.a.sge(0, 64)}})
+			expectWC(t, x.a.scq, uint64(i), qp.WCSuccess, qp.WCSend)
+			expectWC(t, x.b.rcq, uint64(i), qp.WCSuccess, qp.WCRecv)
 		}
 		type qpv struct {
 			State  string            `json:"state"`

@@ -1,9 +1,9 @@
-package qp
+package qp_test
 
 // Shared helpers of the data-path tests (ops_test.go, errors_test.go,
-// wire_test.go, bench_test.go): a configurable two-endpoint pair over the
-// in-memory link with a pcap tap, canary-guarded buffers, and a decoder
-// that turns the tap back into parsed packets (internal/pcapfile +
+// wire_test.go, bench_test.go): a configurable two-endpoint pair from the
+// shared harness (package sim, on the real clock or a synctest bubble's)
+// with a pcap tap, canary-guarded buffers, and a decoder that turns the tap back into parsed packets (internal/pcapfile +
 // wire.Parse) so that tests assert what went over the wire.
 
 import (
@@ -12,7 +12,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -22,6 +21,9 @@ import (
 	"github.com/goroce/goroce/internal/pcapfile"
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
+	"github.com/goroce/goroce/sim/simtest"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -32,26 +34,21 @@ const canary = 0xC5
 
 const allAccess = memreg.LocalWrite | memreg.RemoteWrite | memreg.RemoteRead | memreg.RemoteAtomic
 
-// IPv6 addresses from the benchmarking prefix 2001:2::/48 (RFC 5180), the
-// IPv6 sibling of 198.18.0.0/15; frames never leave the in-memory link.
-var (
-	ip6A = netip.MustParseAddr("2001:2::1")
-	ip6B = netip.MustParseAddr("2001:2::2")
-)
-
 // xopts configures newX. Zero values give a 1500-byte link (path MTU 1024),
 // PSNs 200 (A) and 100 (B), every QP access flag, 64 KiB buffers.
 type xopts struct {
 	linkMTU      int
 	psnA, psnB   uint32 // first PSN each side sends
 	setPSN       bool   // use psnA/psnB even when zero
-	connA, connB ConnectOptions
+	connA, connB qp.ConnectOptions
 	sqSigAllA    bool
-	capsA        Caps
+	capsA        qp.Caps
 	size         int // main buffer of each side
 	noTap        bool
-	v6           bool // IPv6 GIDs (ip6A/ip6B) instead of IPv4
-	mem          nic.MemConfig
+	v6           bool  // IPv6 GIDs (2001:2::1 and 2001:2::2) instead of IPv4
+	seed         int64 // the link's faults and the devices' keys
+	faultsAB     sim.Faults
+	faultsBA     sim.Faults
 	busyPoll     bool // devices in busy-poll mode (busypoll_test.go)
 }
 
@@ -59,14 +56,14 @@ type xopts struct {
 // same PD (buf2/mr2) and an MR in another PD (bufO/mrO), and separate send
 // and receive CQs.
 type xend struct {
-	dev        *Device
-	pd, pdO    *PD
-	scq, rcq   *CQ
-	qp         *QP
+	dev        *qp.Device
+	pd, pdO    *qp.PD
+	scq, rcq   *qp.CQ
+	qp         *qp.QP
 	buf, buf2  []byte
-	mr, mr2    *MR
+	mr, mr2    *qp.MR
 	bufO       []byte
-	mrO        *MR
+	mrO        *qp.MR
 	link       *nic.MemLink
 	ip         netip.Addr
 	otherQPN   uint32
@@ -225,9 +222,6 @@ func (x *xpair) settle() {
 
 func newX(t testing.TB, o xopts) *xpair {
 	t.Helper()
-	if o.linkMTU == 0 {
-		o.linkMTU = 1500
-	}
 	if !o.setPSN && o.psnA == 0 && o.psnB == 0 {
 		o.psnA, o.psnB = 200, 100
 	}
@@ -239,75 +233,50 @@ func newX(t testing.TB, o xopts) *xpair {
 	if x.bubble && o.busyPoll {
 		t.Fatal("a busy-poll pair cannot run in a synctest bubble: its pollers never block")
 	}
-	mc := o.mem
-	mc.MTU = o.linkMTU
+	cfg := sim.Config{Mode: sim.Goroutines, Seed: o.seed, MTU: o.linkMTU, AtoB: o.faultsAB, BtoA: o.faultsBA, IPv6: o.v6}
+	if o.busyPoll {
+		cfg.Mode = sim.BusyPoll
+	}
 	if !o.noTap {
-		mc.Tap = x.tap
+		cfg.Tap = x.tap
 	}
-	la, lb := nic.NewMemPair(mc)
-	mk := func(l *nic.MemLink, ip, peer netip.Addr, peerMAC net.HardwareAddr, sigAll bool, caps Caps) *xend {
-		d, err := Open(Config{Link: l, IP: ip, Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC}, Seed: 1,
-			BusyPoll: o.busyPoll})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		e := &xend{dev: d, pd: d.AllocPD(), pdO: d.AllocPD(), link: l, ip: ip}
-		e.scq, _ = d.CreateCQ(8192)
-		e.rcq, _ = d.CreateCQ(8192)
-		if caps.MaxSendWR == 0 {
-			caps = Caps{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}
-		}
-		e.qp, err = e.pd.CreateQP(InitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: caps, SQSigAll: sigAll})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.buf, e.buf2, e.bufO = make([]byte, o.size), make([]byte, 16<<10), make([]byte, 4096)
-		if e.mr, err = e.pd.RegMR(e.buf, allAccess); err != nil {
-			t.Fatal(err)
-		}
-		if e.mr2, err = e.pd.RegMR(e.buf2, allAccess); err != nil {
-			t.Fatal(err)
-		}
-		if e.mrO, err = e.pdO.RegMR(e.bufO, allAccess); err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	ia, ib := ipA, ipB
-	if o.v6 {
-		ia, ib = ip6A, ip6B
-	}
-	x.a = mk(la, ia, ib, lb.HardwareAddr(), o.sqSigAllA, o.capsA)
-	x.b = mk(lb, ib, ia, la.HardwareAddr(), false, Caps{})
-	ca, cb := o.connA, o.connB
-	ca.SQPSN, cb.SQPSN = o.psnA, o.psnB
+	n := simtest.NewPair(t, cfg)
 	// An ACK timeout of ≈1.07 s (18) instead of Connect's 67 ms: on a loaded
 	// machine (and under -race) a 67 ms stall makes go-back-N resend, which
-	// tests counting frames would see.
-	for _, c := range []*ConnectOptions{&ca, &cb} {
+	// tests counting frames would see (outside a bubble).
+	for _, c := range []*qp.ConnectOptions{&o.connA, &o.connB} {
 		if c.Timeout == 0 && !c.SetRetry {
 			c.Timeout = 18
 		}
 	}
-	x.a.sentPSN, x.b.sentPSN = o.psnA, o.psnB
-	if err := x.a.qp.Connect(context.Background(), Remote{QPN: x.b.qp.QPN(), PSN: o.psnB, GID: ib}, ca); err != nil {
-		t.Fatal(err)
+	o.connA.SQPSN, o.connB.SQPSN = o.psnA, o.psnB
+	qa, qb := simtest.ConnectQPs(t, n,
+		sim.QPOptions{BufSize: o.size, CQSize: 8192, Caps: o.capsA, SQSigAll: o.sqSigAllA, Connect: o.connA},
+		sim.QPOptions{BufSize: o.size, CQSize: 8192, Connect: o.connB})
+	mk := func(ep *sim.Endpoint, e *sim.QPEnd, sent uint32) *xend {
+		x := &xend{dev: ep.Dev, pd: e.PD, pdO: ep.Dev.AllocPD(), scq: e.SendCQ, rcq: e.RecvCQ, qp: e.QP,
+			buf: e.Buf, mr: e.MR, buf2: make([]byte, 16<<10), bufO: make([]byte, 4096), link: ep.Link, ip: ep.IP, sentPSN: sent}
+		var err error
+		if x.mr2, err = x.pd.RegMR(x.buf2, allAccess); err != nil {
+			t.Fatal(err)
+		}
+		if x.mrO, err = x.pdO.RegMR(x.bufO, allAccess); err != nil {
+			t.Fatal(err)
+		}
+		return x
 	}
-	if err := x.b.qp.Connect(context.Background(), Remote{QPN: x.a.qp.QPN(), PSN: o.psnA, GID: ia}, cb); err != nil {
-		t.Fatal(err)
-	}
+	x.a, x.b = mk(n.A, qa, o.psnA), mk(n.B, qb, o.psnB)
 	x.a.otherQPN, x.b.otherQPN = x.b.qp.QPN(), x.a.qp.QPN()
 	return x
 }
 
 // sge returns an SGE of e's main MR at offset off.
-func (e *xend) sge(off, n int) SGE {
-	return SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
+func (e *xend) sge(off, n int) qp.SGE {
+	return qp.SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
 }
 
-func (e *xend) sge2(off, n int) SGE {
-	return SGE{Addr: e.mr2.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr2.LKey()}
+func (e *xend) sge2(off, n int) qp.SGE {
+	return qp.SGE{Addr: e.mr2.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr2.LKey()}
 }
 
 // reset fills every buffer of e with the canary.
@@ -366,11 +335,11 @@ func checkBuf(t testing.TB, name string, buf []byte, regions ...region) {
 
 // waitWC waits for one completion (the timeout only guards against a hang;
 // no test outcome depends on timing).
-func waitWC(t testing.TB, cq *CQ) WC {
+func waitWC(t testing.TB, cq *qp.CQ) qp.WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var wc [1]WC
+	var wc [1]qp.WC
 	n, err := cq.Wait(ctx, wc[:])
 	if err != nil || n != 1 {
 		t.Fatalf("waiting for a completion: n=%d err=%v", n, err)
@@ -379,7 +348,7 @@ func waitWC(t testing.TB, cq *CQ) WC {
 }
 
 // expectWC waits for a completion and checks its WR ID, status and opcode.
-func expectWC(t testing.TB, cq *CQ, wrID uint64, st WCStatus, op transport.WCOpcode) WC {
+func expectWC(t testing.TB, cq *qp.CQ, wrID uint64, st qp.WCStatus, op transport.WCOpcode) qp.WC {
 	t.Helper()
 	wc := waitWC(t, cq)
 	if wc.WRID != wrID || wc.Status != st || (st == transport.WCSuccess && wc.Opcode != op) {
@@ -389,24 +358,24 @@ func expectWC(t testing.TB, cq *CQ, wrID uint64, st WCStatus, op transport.WCOpc
 }
 
 // noWC asserts that cq is empty right now.
-func noWC(t testing.TB, cq *CQ, what string) {
+func noWC(t testing.TB, cq *qp.CQ, what string) {
 	t.Helper()
-	var wc [4]WC
+	var wc [4]qp.WC
 	if n, _ := cq.Poll(wc[:]); n != 0 {
 		t.Fatalf("%s: unexpected completion(s): %v", what, wc[:n])
 	}
 }
 
-func (x *xpair) post(e *xend, wr *SendWR) {
+func (x *xpair) post(e *xend, wr *qp.SendWR) {
 	x.t.Helper()
 	if err := e.qp.PostSend(wr); err != nil {
 		x.t.Fatalf("post send %v: %v", wr.Opcode, err)
 	}
 }
 
-func (x *xpair) recv(e *xend, wrID uint64, sgl ...SGE) {
+func (x *xpair) recv(e *xend, wrID uint64, sgl ...qp.SGE) {
 	x.t.Helper()
-	if err := e.qp.PostRecv(&RecvWR{WRID: wrID, SGL: sgl}); err != nil {
+	if err := e.qp.PostRecv(&qp.RecvWR{WRID: wrID, SGL: sgl}); err != nil {
 		x.t.Fatalf("post recv: %v", err)
 	}
 }
@@ -466,3 +435,28 @@ func firstCopies(t testing.TB, ps []capPkt) []capPkt {
 }
 
 func le64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+
+// end is one side of a QP pair on devices a test opened itself (on a
+// network interface, or with a device option the harness does not set).
+type end struct {
+	dev *qp.Device
+	cq  *qp.CQ // send and receive
+	q   *qp.QP
+	buf []byte
+	mr  *qp.MR
+}
+
+// connectEnds connects a QP pair on da and db with the shared harness
+// (sim.ConnectQPs, one CQ per side); A sends from psnA, B from psnB.
+func connectEnds(t testing.TB, da, db *qp.Device, o sim.QPOptions, psnA, psnB uint32) (a, b *end) {
+	t.Helper()
+	oa, ob := o, o
+	oa.SharedCQ, ob.SharedCQ = true, true
+	oa.Connect.SQPSN, ob.Connect.SQPSN = psnA, psnB
+	ea, eb, err := sim.ConnectQPs(context.Background(), da, db, oa, ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &end{dev: da, cq: ea.SendCQ, q: ea.QP, buf: ea.Buf, mr: ea.MR},
+		&end{dev: db, cq: eb.SendCQ, q: eb.QP, buf: eb.Buf, mr: eb.MR}
+}

@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 import (
 	"bytes"
@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/pcapfile"
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -23,48 +24,37 @@ func TestRouteHopLimit(t *testing.T) {
 		var tap bytes.Buffer
 		la, lb := nic.NewMemPair(nic.MemConfig{Tap: &tap})
 		ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
-		da, err := Open(Config{Link: la, IP: ipA, RouteHopLimit: 64, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
+		da, err := qp.Open(qp.Config{Link: la, IP: ipA, RouteHopLimit: 64, Neighbors: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer da.Close()
-		db, err := Open(Config{Link: lb, IP: ipB, Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
+		db, err := qp.Open(qp.Config{Link: lb, IP: ipB, Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer db.Close()
-		mk := func(d *Device) (*QP, *CQ, *MR) {
-			pd := d.AllocPD()
-			cq, _ := d.CreateCQ(16)
-			q, err := pd.CreateQP(InitAttr{SendCQ: cq, RecvCQ: cq, Cap: Caps{MaxSendWR: 4, MaxRecvWR: 4}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			mr, err := pd.RegMR(make([]byte, 64), memreg.LocalWrite)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return q, cq, mr
-		}
-		qa, cqa, mra := mk(da)
-		qb, cqb, mrb := mk(db)
-		if err := qa.Connect(context.Background(), Remote{QPN: qb.QPN(), PSN: 1, GID: ipB}, ConnectOptions{SQPSN: 2, HopLimit: 1}); err != nil {
+		// The devices are the test's own (RouteHopLimit is a device option);
+		// their QPs come from the shared harness.
+		o := sim.QPOptions{BufSize: 64, CQSize: 16, SharedCQ: true, Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4}}
+		oa, ob := o, o
+		oa.Connect, ob.Connect = qp.ConnectOptions{SQPSN: 2, HopLimit: 1}, qp.ConnectOptions{SQPSN: 1, HopLimit: 1}
+		ea, eb, err := sim.ConnectQPs(context.Background(), da, db, oa, ob)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := qb.Connect(context.Background(), Remote{QPN: qa.QPN(), PSN: 2, GID: ipA}, ConnectOptions{SQPSN: 1, HopLimit: 1}); err != nil {
+		qa, qb, cqa, cqb := ea.QP, eb.QP, ea.SendCQ, eb.SendCQ
+		if err := qb.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{eb.SGE(0, 64)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := qb.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{{Addr: mrb.IOVA(), Length: 64, LKey: mrb.LKey()}}}); err != nil {
+		if err := qa.PostSend(&qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{ea.SGE(0, 8)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := qa.PostSend(&SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled,
-			SGL: []SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}}); err != nil {
-			t.Fatal(err)
-		}
-		if wc := wait(t, cqa); wc.Status != transport.WCSuccess {
+		if wc := waitWC(t, cqa); wc.Status != transport.WCSuccess {
 			t.Fatal(wc)
 		}
-		if wc := wait(t, cqb); wc.Status != transport.WCSuccess {
+		if wc := waitWC(t, cqb); wc.Status != transport.WCSuccess {
 			t.Fatal(wc)
 		}
 		recs, err := pcapfile.ReadAll(&tap)

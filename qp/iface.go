@@ -11,13 +11,13 @@ import (
 
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/nic/afxdp"
-	"github.com/goroce/goroce/nic/netaddr"
 )
 
 // Backend names for InterfaceOptions.Backend.
 const (
 	// BackendAuto is AF_XDP, falling back (logged) to AF_PACKET when AF_XDP
-	// is not supported here.
+	// is not supported here. Outside Linux it is the UDP backend (logged;
+	// InterfaceInfo.Fallback says why).
 	BackendAuto = "auto"
 	// BackendAFXDP is an AF_XDP socket with an XDP steering program
 	// (nic/afxdp): root, kernel >= 5.9, native mode where the driver has
@@ -28,7 +28,8 @@ const (
 	// low-latency ring. Linux only.
 	BackendAFPacket = "afpacket"
 	// BackendUDP is an ordinary UDP socket on IP:4791 (nic/udp): no
-	// privileges; the kernel builds the Ethernet/IP/UDP headers.
+	// privileges; the kernel builds the Ethernet/IP/UDP headers. Every
+	// system.
 	BackendUDP = "udp"
 )
 
@@ -38,6 +39,12 @@ var Backends = []string{BackendAFXDP, BackendAFPacket, BackendUDP}
 // DefaultUDPSocketBuffer is the UDP backend's default socket buffer size.
 // Root gets it (SO_RCVBUFFORCE); others get at most net.core.rmem_max.
 const DefaultUDPSocketBuffer = 8 << 20
+
+// defaultHopLimit is the hop limit of the address vectors when the
+// system's own default is not known: 64, the Linux kernel's default
+// (net.ipv4.ip_default_ttl and net.ipv6.conf.default.hop_limit), which
+// rxe and mlx5 peers send.
+const defaultHopLimit = 64
 
 // ErrNotSupported is wrapped by OpenInterface's error when the backend
 // asked for does not exist on this operating system (AF_XDP and AF_PACKET
@@ -110,7 +117,7 @@ type InterfaceInfo struct {
 	Backend   string // afxdp, afpacket or udp
 	Mode      string // afxdp: native/generic; afpacket: tpacket_v2/tpacket_v3; udp: socket
 	ZeroCopy  bool   // afxdp: zero-copy socket
-	Fallback  string // why auto did not use afxdp ("" if it did)
+	Fallback  string // why auto did not use afxdp ("" if it did; outside Linux: why udp)
 	MAC       net.HardwareAddr
 	IP        netip.Addr
 	NetdevMTU int   // the interface's MTU
@@ -182,26 +189,4 @@ func (o *InterfaceOptions) defaults(ifname string) error {
 		return nil
 	}
 	return fmt.Errorf("qp: open interface: unknown backend %q (auto, afxdp, afpacket, udp)", o.Backend)
-}
-
-// chooseIP returns want if it is an address of ifc, or the default.
-func chooseIP(ifc *netaddr.Interface, want netip.Addr) (netip.Addr, error) {
-	if want.IsValid() {
-		want = want.Unmap()
-		if _, ok := ifc.GIDIndex(want); !ok {
-			return netip.Addr{}, fmt.Errorf("qp: open interface: %v is not an address of %s", want, ifc.Name)
-		}
-		return want, nil
-	}
-	for _, g := range ifc.GIDs {
-		if g.IsIPv4() {
-			return g.Addr(), nil
-		}
-	}
-	for _, g := range ifc.GIDs {
-		if a := g.Addr(); !a.IsLinkLocalUnicast() {
-			return a, nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("qp: open interface: %s has no IPv4 or global IPv6 address to use as GID index 1", ifc.Name)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 )
 
 // BenchmarkWrite measures one signalled RDMA WRITE and its completion over
@@ -28,40 +29,20 @@ func BenchmarkWrite(b *testing.B) {
 
 func benchWrite(b *testing.B, backend string, size int) {
 	p := netns.NewPair(b, netns.Options{MTU: 1500, NoDAD: true})
-	type end struct {
-		dev *qp.Device
-		cq  *qp.CQ
-		q   *qp.QP
-		mr  *qp.MR
-	}
-	mk := func(s netns.Side) *end {
-		var e end
-		var err error
+	mk := func(s netns.Side) *qp.Device {
+		var dev *qp.Device
 		if err := p.Do(s, func() error {
-			e.dev, _, err = qp.OpenInterface(context.Background(), p.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: quiet, Seed: 1})
+			var err error
+			dev, _, err = qp.OpenInterface(context.Background(), p.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: quiet, Seed: 1})
 			return err
 		}); err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { e.dev.Close() })
-		pd := e.dev.AllocPD()
-		e.cq, _ = e.dev.CreateCQ(64)
-		if e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.cq, RecvCQ: e.cq,
-			Cap: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			b.Fatal(err)
-		}
-		if e.mr, err = pd.RegMR(make([]byte, 1<<20), qp.LocalWrite|qp.RemoteWrite); err != nil {
-			b.Fatal(err)
-		}
-		return &e
+		b.Cleanup(func() { dev.Close() })
+		return dev
 	}
-	x, y := mk(netns.A), mk(netns.B)
-	if err := x.q.Connect(context.Background(), qp.Remote{QPN: y.q.QPN(), PSN: 1, GID: p.B.Addr}, qp.ConnectOptions{SQPSN: 2}); err != nil {
-		b.Fatal(err)
-	}
-	if err := y.q.Connect(context.Background(), qp.Remote{QPN: x.q.QPN(), PSN: 2, GID: p.A.Addr}, qp.ConnectOptions{SQPSN: 1}); err != nil {
-		b.Fatal(err)
-	}
+	x, y := connectEnds(b, mk(netns.A), mk(netns.B), sim.QPOptions{BufSize: 1 << 20, CQSize: 64, SharedCQ: true,
+		Access: qp.LocalWrite | qp.RemoteWrite, Caps: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}, 2, 1)
 	wr := &qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{{Addr: x.mr.IOVA(), Length: uint32(size), LKey: x.mr.LKey()}}, RemoteAddr: y.mr.IOVA(), RKey: y.mr.RKey()}
 	var wc [1]qp.WC

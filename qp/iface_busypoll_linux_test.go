@@ -14,6 +14,7 @@ import (
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 )
 
 // TestBusyPollEachBackend opens busy-poll devices on both ends of a veth
@@ -29,40 +30,16 @@ func TestInterfaceBusyPollEachBackend(t *testing.T) {
 }
 
 func busyPollBackend(t *testing.T, p *netns.Pair, backend string) {
-	type end struct {
-		dev *qp.Device
-		cq  *qp.CQ
-		q   *qp.QP
-		buf []byte
-		mr  *qp.MR
-	}
-	mk := func(s netns.Side) *end {
-		e := &end{buf: make([]byte, 256<<10)}
+	mk := func(s netns.Side) *qp.Device {
 		dev, info := open(t, p, s, qp.InterfaceOptions{Backend: backend, BusyPoll: true, Seed: int64(s) + 1})
-		e.dev = dev
 		t.Cleanup(func() { dev.Close() })
 		if !dev.BusyPoll() || info.Backend != backend {
 			t.Fatalf("busy-poll %v, backend %s", dev.BusyPoll(), info.Backend)
 		}
-		pd := dev.AllocPD()
-		e.cq, _ = dev.CreateCQ(64)
-		var err error
-		if e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.cq, RecvCQ: e.cq,
-			Cap: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			t.Fatal(err)
-		}
-		if e.mr, err = pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead|qp.RemoteAtomic); err != nil {
-			t.Fatal(err)
-		}
-		return e
+		return dev
 	}
-	a, b := mk(netns.A), mk(netns.B)
-	if err := a.q.Connect(context.Background(), qp.Remote{QPN: b.q.QPN(), PSN: 1, GID: p.B.Addr}, qp.ConnectOptions{SQPSN: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.q.Connect(context.Background(), qp.Remote{QPN: a.q.QPN(), PSN: 2, GID: p.A.Addr}, qp.ConnectOptions{SQPSN: 1}); err != nil {
-		t.Fatal(err)
-	}
+	a, b := connectEnds(t, mk(netns.A), mk(netns.B), sim.QPOptions{BufSize: 256 << 10, CQSize: 64, SharedCQ: true,
+		Caps: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}, 2, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard only
 	defer cancel()
 	progress := make(chan error, 1)

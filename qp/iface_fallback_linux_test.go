@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 	"github.com/vishvananda/netlink"
 )
 
@@ -107,40 +107,18 @@ func fallbackInner(t *testing.T) {
 // devices in the private namespace (no capability in the initial user
 // namespace is involved: the UDP backend needs none).
 func udpWithoutPrivileges(t *testing.T) {
-	type end struct {
-		dev  *qp.Device
-		info *qp.InterfaceInfo
-		cq   *qp.CQ
-		q    *qp.QP
-		buf  []byte
-		mr   *qp.MR
-	}
-	mk := func(ifname string) *end {
-		e := &end{buf: make([]byte, 64<<10)}
-		var err error
-		if e.dev, e.info, err = qp.OpenInterface(context.Background(), ifname, qp.InterfaceOptions{Backend: qp.BackendUDP, Logger: quiet}); err != nil {
+	var infoA, infoB *qp.InterfaceInfo
+	mk := func(ifname string, info **qp.InterfaceInfo) *qp.Device {
+		dev, i, err := qp.OpenInterface(context.Background(), ifname, qp.InterfaceOptions{Backend: qp.BackendUDP, Logger: quiet})
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { e.dev.Close() })
-		pd := e.dev.AllocPD()
-		e.cq, _ = e.dev.CreateCQ(16)
-		if e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.cq, RecvCQ: e.cq,
-			Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			t.Fatal(err)
-		}
-		if e.mr, err = pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead); err != nil {
-			t.Fatal(err)
-		}
-		return e
+		t.Cleanup(func() { dev.Close() })
+		*info = i
+		return dev
 	}
-	a, b := mk("fbA"), mk("fbB")
-	ipA, ipB := netip.AddrFrom4([4]byte{198, 18, 1, 1}), netip.AddrFrom4([4]byte{198, 18, 1, 2})
-	if err := a.q.Connect(context.Background(), qp.Remote{QPN: b.q.QPN(), PSN: 7, GID: ipB}, qp.ConnectOptions{SQPSN: 9}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.q.Connect(context.Background(), qp.Remote{QPN: a.q.QPN(), PSN: 9, GID: ipA}, qp.ConnectOptions{SQPSN: 7}); err != nil {
-		t.Fatal(err)
-	}
+	a, b := connectEnds(t, mk("fbA", &infoA), mk("fbB", &infoB), sim.QPOptions{BufSize: 64 << 10, CQSize: 16, SharedCQ: true,
+		Access: qp.LocalWrite | qp.RemoteWrite | qp.RemoteRead, Caps: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}, 9, 7)
 	for i := range a.buf {
 		a.buf[i] = byte(i*13 + 1)
 	}
@@ -162,7 +140,7 @@ func udpWithoutPrivileges(t *testing.T) {
 		cancel()
 		if k != 1 || err != nil || wc[0].Status != qp.WCSuccess {
 			t.Fatalf("%v: completion %v, %v; rx A %+v B %+v; link A %+v B %+v", op, wc[0], err,
-				a.dev.RxStats(), b.dev.RxStats(), a.info.Link.Stats(), b.info.Link.Stats())
+				a.dev.RxStats(), b.dev.RxStats(), infoA.Link.Stats(), infoB.Link.Stats())
 		}
 	}
 	b.dev.Counters() // order with b's receive goroutine (placement happened before the ACK)

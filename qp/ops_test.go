@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 // Every RC operation class between two endpoints over the in-memory link,
 // with real data, canaries around every target and the frames on the wire
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -70,21 +71,21 @@ func runOp(t *testing.T, x *xpair, op transport.WROpcode, n, mtu int, wrID uint6
 	b.reset()
 	data := pattern(wrID, n)
 	imm := uint32(0xA1B2C300) | uint32(wrID&0xFF)
-	var inv *MR
+	var inv *qp.MR
 	switch op {
 	case transport.WRRDMARead:
 		copy(b.buf[srcOff:], data)
 	default:
 		copy(a.buf[srcOff:], data)
 	}
-	wr := &SendWR{WRID: wrID, Opcode: op, Flags: transport.SendSignaled, Imm: imm,
+	wr := &qp.SendWR{WRID: wrID, Opcode: op, Flags: transport.SendSignaled, Imm: imm,
 		RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()}
 	switch op {
 	case transport.WRRDMARead:
-		wr.SGL = []SGE{a.sge(dstOff, n)}
+		wr.SGL = []qp.SGE{a.sge(dstOff, n)}
 		wr.RemoteAddr = b.mr.IOVA() + srcOff
 	default:
-		wr.SGL = []SGE{a.sge(srcOff, n)}
+		wr.SGL = []qp.SGE{a.sge(srcOff, n)}
 	}
 	if op == transport.WRSendWithInv {
 		var err error
@@ -97,7 +98,7 @@ func runOp(t *testing.T, x *xpair, op transport.WROpcode, n, mtu int, wrID uint6
 	recv := op == transport.WRSend || op == transport.WRSendWithImm || op == transport.WRSendWithInv ||
 		op == transport.WRRDMAWriteWithImm
 	if recv {
-		sgl := []SGE{b.sge(dstOff, n)}
+		sgl := []qp.SGE{b.sge(dstOff, n)}
 		if op == transport.WRRDMAWriteWithImm {
 			sgl = nil // the data goes to the RETH target; the RECV only takes the CQE
 		}
@@ -247,7 +248,7 @@ func runAtomics(t *testing.T, x *xpair) {
 		b.reset()
 		copy(b.buf[tgt:], le64(c.init))
 		wrID := uint64(5000 + i)
-		x.post(a, &SendWR{WRID: wrID, Opcode: c.op, Flags: transport.SendSignaled, SGL: []SGE{a.sge(res, 8)},
+		x.post(a, &qp.SendWR{WRID: wrID, Opcode: c.op, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(res, 8)},
 			RemoteAddr: b.mr.IOVA() + tgt, RKey: b.mr.RKey(), CompareAdd: c.cmp, Swap: c.swap})
 		wop := transport.WCFetchAdd
 		if c.op == transport.WRAtomicCmpAndSwp {
@@ -293,13 +294,13 @@ func TestSGLists(t *testing.T) {
 		copy(a.buf2[33:], src[700:2200])
 		copy(a.buf[5000:], src[2200:2201])
 		copy(a.buf2[9000:], src[2201:3000])
-		sendSGL := []SGE{a.sge(10, 700), a.sge2(33, 1500), a.sge(5000, 1), a.sge2(9000, 799)}
+		sendSGL := []qp.SGE{a.sge(10, 700), a.sge2(33, 1500), a.sge(5000, 1), a.sge2(9000, 799)}
 		aRegions := []region{{10, src[0:700]}, {5000, src[2200:2201]}}
 		a2Regions := []region{{33, src[700:2200]}, {9000, src[2201:3000]}}
 
 		// Receiver: 1234 bytes in mr2, 1000 in the main MR, 1766 in mr2 (room for 4000).
 		x.recv(b, 1, b.sge2(100, 1234), b.sge(77, 1000), b.sge2(5000, 1766))
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: sendSGL})
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: sendSGL})
 		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
 		if wc := expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv); wc.ByteLen != 3000 {
 			t.Fatalf("byte_len %d", wc.ByteLen)
@@ -311,7 +312,7 @@ func TestSGLists(t *testing.T) {
 
 		// WRITE gathering the same 4 SGEs into one remote range.
 		b.reset()
-		x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled, SGL: sendSGL,
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled, SGL: sendSGL,
 			RemoteAddr: b.mr2.IOVA() + 11, RKey: b.mr2.RKey()})
 		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
 		checkBuf(t, "write target", b.buf2, region{11, src})
@@ -320,7 +321,7 @@ func TestSGLists(t *testing.T) {
 		// READ scattering a remote range into 4 SGEs.
 		a.reset()
 		copy(b.buf[300:], src)
-		x.post(a, &SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled, SGL: sendSGL,
+		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled, SGL: sendSGL,
 			RemoteAddr: b.mr.IOVA() + 300, RKey: b.mr.RKey()})
 		expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMARead)
 		checkBuf(t, "read main", a.buf, aRegions...)
@@ -336,7 +337,7 @@ func TestImmByteOrder(t *testing.T) {
 		x.next()
 		const imm = 0x01020304
 		x.recv(x.b, 9)
-		x.post(x.a, &SendWR{WRID: 9, Opcode: transport.WRSendWithImm, Flags: transport.SendSignaled, Imm: imm})
+		x.post(x.a, &qp.SendWR{WRID: 9, Opcode: transport.WRSendWithImm, Flags: transport.SendSignaled, Imm: imm})
 		expectWC(t, x.a.scq, 9, transport.WCSuccess, transport.WCSend)
 		wc := expectWC(t, x.b.rcq, 9, transport.WCSuccess, transport.WCRecv)
 		if wc.Imm != imm || wc.Flags&transport.WCWithImm == 0 {
@@ -361,8 +362,8 @@ func TestInvalidate(t *testing.T) {
 			a.reset()
 			b.reset()
 			x.recv(b, 1, b.sge(0, 16))
-			x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
-				SGL: []SGE{a.sge(0, 16)}, InvRKey: b.mr2.RKey()})
+			x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{a.sge(0, 16)}, InvRKey: b.mr2.RKey()})
 			expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
 			wc := expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
 			if wc.Flags&transport.WCWithInv == 0 || wc.InvRKey != b.mr2.RKey() || b.mr2.Valid() {
@@ -370,8 +371,8 @@ func TestInvalidate(t *testing.T) {
 			}
 			x.settle()
 			x.next()
-			x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-				SGL: []SGE{a.sge(0, 16)}, RemoteAddr: b.mr2.IOVA(), RKey: b.mr2.RKey()})
+			x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{a.sge(0, 16)}, RemoteAddr: b.mr2.IOVA(), RKey: b.mr2.RKey()})
 			expectWC(t, a.scq, 2, transport.WCRemAccessErr, 0)
 			x.settle()
 			nak := filter(x.next(), false)
@@ -384,15 +385,15 @@ func TestInvalidate(t *testing.T) {
 	t.Run("local_inv", func(t *testing.T) {
 		x := newX(t, xopts{})
 		a, b := x.a, x.b
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, InvRKey: a.mr2.RKey()})
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRLocalInv, Flags: transport.SendSignaled, InvRKey: a.mr2.RKey()})
 		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCLocalInv)
 		if a.mr2.Valid() {
 			t.Fatal("mr2 still valid after LOCAL_INV")
 		}
 		a.reset()
 		b.reset()
-		x.post(b, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []SGE{b.sge(0, 16)}, RemoteAddr: a.mr2.IOVA(), RKey: a.mr2.RKey()})
+		x.post(b, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{b.sge(0, 16)}, RemoteAddr: a.mr2.IOVA(), RKey: a.mr2.RKey()})
 		expectWC(t, b.scq, 2, transport.WCRemAccessErr, 0)
 		checkBuf(t, "invalidated MR", a.buf2)
 	})
@@ -408,9 +409,9 @@ func TestSolicited(t *testing.T) {
 			x.recv(b, uint64(i), b.sge(i*64, 64))
 		}
 		b.rcq.ReqNotify(true)
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, 8)}})
-		x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWriteWithImm, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 8)}})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWriteWithImm, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
 		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
 		x.settle()
@@ -420,12 +421,12 @@ func TestSolicited(t *testing.T) {
 		if err := b.rcq.WaitEvent(ctx); err == nil {
 			t.Fatal("an unsolicited receive fired a solicited-only notification")
 		}
-		var wcs [4]WC
+		var wcs [4]qp.WC
 		if n, _ := b.rcq.Poll(wcs[:]); n != 2 || wcs[0].Flags&transport.WCSolicited != 0 || wcs[1].Flags&transport.WCSolicited != 0 {
 			t.Fatalf("receives %v", wcs[:n])
 		}
 		x.next()
-		x.post(a, &SendWR{WRID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendSolicited, SGL: []SGE{a.sge(0, 8)}})
+		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendSolicited, SGL: []qp.SGE{a.sge(0, 8)}})
 		ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel2()
 		if err := b.rcq.WaitEvent(ctx2); err != nil {
@@ -451,10 +452,10 @@ func TestZeroLengthReadPSN(t *testing.T) {
 		x := newX(t, xopts{})
 		a, b := x.a, x.b
 		x.next()
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
 			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-		x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 4)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCRDMARead)
 		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMAWrite)
 		x.settle()
@@ -478,11 +479,11 @@ func TestUnsignaled(t *testing.T) {
 		x := newX(t, xopts{})
 		a, b := x.a, x.b
 		for i := 1; i <= 5; i++ {
-			x.post(a, &SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, SGL: []SGE{a.sge(i*8, 8)},
+			x.post(a, &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(i*8, 8)},
 				RemoteAddr: b.mr.IOVA() + uint64(i*8), RKey: b.mr.RKey()})
 		}
-		x.post(a, &SendWR{WRID: 6, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 6, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 		expectWC(t, a.scq, 6, transport.WCSuccess, transport.WCRDMAWrite)
 		x.settle()
 		noWC(t, a.scq, "unsignalled writes")
@@ -498,7 +499,7 @@ func TestSQSigAll(t *testing.T) {
 		x := newX(t, xopts{sqSigAllA: true})
 		a, b := x.a, x.b
 		for i := 1; i <= 3; i++ {
-			x.post(a, &SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, SGL: []SGE{a.sge(0, 8)},
+			x.post(a, &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, SGL: []qp.SGE{a.sge(0, 8)},
 				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 		}
 		for i := 1; i <= 3; i++ {
@@ -520,11 +521,11 @@ func TestInline(t *testing.T) {
 		data := pattern(3, 200)
 		copy(a.buf, data)
 		x.recv(b, 1, b.sge(dstOff, 256))
-		if err := a.qp.Modify(context.Background(), &Attr{State: transport.StateSQD}, transport.AttrState); err != nil {
+		if err := a.qp.Modify(context.Background(), &qp.Attr{State: transport.StateSQD}, transport.AttrState); err != nil {
 			t.Fatal(err)
 		}
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendInline,
-			SGL: []SGE{a.sge(0, 200)}})
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendInline,
+			SGL: []qp.SGE{a.sge(0, 200)}})
 		for i := range 200 {
 			a.buf[i] = 0xEE
 		}
@@ -532,14 +533,14 @@ func TestInline(t *testing.T) {
 		if f := x.next(); len(f) != 0 {
 			t.Fatalf("frames sent in SQD: %v", f)
 		}
-		if err := a.qp.Modify(context.Background(), &Attr{State: transport.StateRTS}, transport.AttrState); err != nil {
+		if err := a.qp.Modify(context.Background(), &qp.Attr{State: transport.StateRTS}, transport.AttrState); err != nil {
 			t.Fatal(err)
 		}
 		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)
 		expectWC(t, b.rcq, 1, transport.WCSuccess, transport.WCRecv)
 		checkBuf(t, "receiver", b.buf, region{dstOff, data})
-		if err := a.qp.PostSend(&SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendInline,
-			SGL: []SGE{a.sge(0, transport.MaxInlineData+1)}}); err == nil {
+		if err := a.qp.PostSend(&qp.SendWR{WRID: 2, Opcode: transport.WRSend, Flags: transport.SendInline,
+			SGL: []qp.SGE{a.sge(0, transport.MaxInlineData+1)}}); err == nil {
 			t.Fatal("inline SEND larger than the inline maximum accepted")
 		}
 	})
@@ -550,7 +551,7 @@ func TestInline(t *testing.T) {
 // completion arrives in order.
 func TestFillSQ(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		x := newX(t, xopts{capsA: Caps{MaxSendWR: 300, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		x := newX(t, xopts{capsA: qp.Caps{MaxSendWR: 300, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		a, b := x.a, x.b
 		// Stop B from answering until the queue is full: B's link drops nothing,
 		// but A's frames queue up in the link until B reads them, which it does
@@ -558,8 +559,8 @@ func TestFillSQ(t *testing.T) {
 		// posting multi-packet WRITEs.
 		posted := 0
 		for i := 0; i < 300; i++ {
-			err := a.qp.PostSend(&SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-				SGL: []SGE{a.sge(0, 2048)}, RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()})
+			err := a.qp.PostSend(&qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{a.sge(0, 2048)}, RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()})
 			if err != nil {
 				t.Fatalf("post %d: %v", i, err)
 			}
@@ -581,17 +582,17 @@ func TestPSNWrap(t *testing.T) {
 		b.reset()
 		data := pattern(11, 20*1024)
 		copy(a.buf[srcOff:], data)
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(srcOff, len(data))}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(srcOff, len(data))}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
 		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCRDMAWrite)
 		checkBuf(t, "write target", b.buf, region{dstOff, data})
-		x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(30000, 5000)}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(30000, 5000)}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
 		expectWC(t, a.scq, 2, transport.WCSuccess, transport.WCRDMARead)
 		checkBuf(t, "read target", a.buf, region{srcOff, data}, region{30000, data[:5000]})
 		// B sends across its own wrap (PSN 0xFFFFFE, 0xFFFFFF, 0, ...).
 		x.recv(a, 3, a.sge(40000, 4000))
-		x.post(b, &SendWR{WRID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{b.sge(dstOff, 4000)}})
+		x.post(b, &qp.SendWR{WRID: 3, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{b.sge(dstOff, 4000)}})
 		expectWC(t, b.scq, 3, transport.WCSuccess, transport.WCSend)
 		expectWC(t, a.rcq, 3, transport.WCSuccess, transport.WCRecv)
 		if !bytes.Equal(a.buf[40000:44000], data[:4000]) {

@@ -1,33 +1,34 @@
-package qp
+package qp_test
 
 import (
 	"bytes"
 	"testing"
 
-	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 )
 
 func TestPostSendList(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		a, b := newPair(t, nic.MemConfig{}, 1<<16)
+		x := newX(t, xopts{noTap: true})
+		a, b := x.a, x.b
 		for i := range a.buf {
 			a.buf[i] = byte(i*3 + 1)
 		}
-		wrs := make([]SendWR, 10)
+		wrs := make([]qp.SendWR, 10)
 		for i := range wrs {
-			wrs[i] = SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-				SGL:        []SGE{{Addr: a.mr.IOVA() + uint64(i*1000), Length: 1000, LKey: a.mr.LKey()}},
+			wrs[i] = qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+				SGL:        []qp.SGE{{Addr: a.mr.IOVA() + uint64(i*1000), Length: 1000, LKey: a.mr.LKey()}},
 				RemoteAddr: b.mr.IOVA() + uint64(i*1000), RKey: b.mr.RKey()}
 		}
 		// An invalid 11th WR (too many SGEs) stops the list there, like bad_wr.
-		bad := SendWR{WRID: 99, Opcode: transport.WRSend, SGL: make([]SGE, 9)}
+		bad := qp.SendWR{WRID: 99, Opcode: transport.WRSend, SGL: make([]qp.SGE, 9)}
 		n, err := a.qp.PostSendList(append(wrs, bad))
 		if n != 10 || err == nil {
 			t.Fatalf("posted %d, err %v; want 10 and an error for the 11th", n, err)
 		}
 		for i := 0; i < 10; i++ {
-			if wc := wait(t, a.cq); wc.Status != transport.WCSuccess || wc.WRID != uint64(i) {
+			if wc := waitWC(t, a.scq); wc.Status != transport.WCSuccess || wc.WRID != uint64(i) {
 				t.Fatalf("completion %d: %v", i, wc)
 			}
 		}

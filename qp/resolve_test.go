@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 )
 
 // TestConnectResolveContext: the neighbour resolution of Connect (the RTR
@@ -19,7 +20,7 @@ func TestConnectResolveContext(t *testing.T) {
 		la, lb := nic.NewMemPair(nic.MemConfig{})
 		defer lb.Close()
 		var deadlines []time.Duration // of each Resolve call's context, from its start
-		d, err := Open(Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"), ResolveTimeout: 5 * time.Second,
+		d, err := qp.Open(qp.Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"), ResolveTimeout: 5 * time.Second,
 			Resolve: func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
 				dl, ok := ctx.Deadline()
 				if !ok {
@@ -36,26 +37,26 @@ func TestConnectResolveContext(t *testing.T) {
 		defer d.Close()
 		cq, _ := d.CreateCQ(4)
 		pd := d.AllocPD()
-		peer := Remote{QPN: 0x11, GID: netip.MustParseAddr("198.18.0.2")}
+		peer := qp.Remote{QPN: 0x11, GID: netip.MustParseAddr("198.18.0.2")}
 
-		q, err := pd.CreateQP(InitAttr{SendCQ: cq, RecvCQ: cq, Cap: Caps{MaxSendWR: 1, MaxRecvWR: 1}})
+		q, err := pd.CreateQP(qp.InitAttr{SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: 1, MaxRecvWR: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err = q.Connect(ctx, peer, ConnectOptions{})
+		err = q.Connect(ctx, peer, qp.ConnectOptions{})
 		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) || q.State() != StateInit {
+		if !errors.Is(err, context.DeadlineExceeded) || q.State() != qp.StateInit {
 			t.Fatalf("Connect with a 200 ms context: %v, state %v; want DeadlineExceeded in INIT", err, q.State())
 		}
 
 		ctx, cancel = context.WithCancel(context.Background())
 		cancel()
-		if err := q.Connect(ctx, peer, ConnectOptions{}); !errors.Is(err, context.Canceled) {
+		if err := q.Connect(ctx, peer, qp.ConnectOptions{}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Connect with a canceled context: %v, want Canceled", err)
 		}
 
-		if err := q.Connect(context.Background(), peer, ConnectOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+		if err := q.Connect(context.Background(), peer, qp.ConnectOptions{}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Connect without a deadline: %v, want DeadlineExceeded after ResolveTimeout", err)
 		}
 		want := []time.Duration{200 * time.Millisecond, 5 * time.Second, 5 * time.Second}

@@ -1,4 +1,4 @@
-package qp
+package qp_test
 
 // Wire conformance against real rxe captures (testdata/rxe, see its
 // README): for the same operation, goroce's frames carry the same header
@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/pcapfile"
+	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -159,22 +160,22 @@ func TestWireMatchesRxe(t *testing.T) {
 		{"write_bw_gbits_small.pcap", func(x *xpair, m rxeMessage) { x.doWrite(64) }},
 		{"write_lat.pcap", func(x *xpair, m rxeMessage) { x.doWrite(2) }},
 		{"read_bw_small.pcap", func(x *xpair, m rxeMessage) {
-			x.post(x.a, &SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-				SGL: []SGE{x.a.sge(0, 64)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()})
+			x.post(x.a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{x.a.sge(0, 64)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()})
 			expectWC(x.t, x.a.scq, 1, transport.WCSuccess, transport.WCRDMARead)
 		}},
 		{"send_bw_small.pcap", func(x *xpair, m rxeMessage) { x.doSend(64) }},
 		{"rc_pingpong.pcap", func(x *xpair, m rxeMessage) { x.doSend(4096) }},
 		{"rc_pingpong_small.pcap", func(x *xpair, m rxeMessage) { x.doSend(512) }},
 		{"atomic_fadd.pcap", func(x *xpair, m rxeMessage) {
-			x.post(x.a, &SendWR{WRID: 1, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
-				SGL: []SGE{x.a.sge(0, 8)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey(), CompareAdd: m.reqs[0].p.AtomicETH.SwapAdd()})
+			x.post(x.a, &qp.SendWR{WRID: 1, Opcode: transport.WRAtomicFetchAdd, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{x.a.sge(0, 8)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey(), CompareAdd: m.reqs[0].p.AtomicETH.SwapAdd()})
 			expectWC(x.t, x.a.scq, 1, transport.WCSuccess, transport.WCFetchAdd)
 		}},
 		{"atomic_cas.pcap", func(x *xpair, m rxeMessage) {
 			ae := m.reqs[0].p.AtomicETH
-			x.post(x.a, &SendWR{WRID: 1, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
-				SGL: []SGE{x.a.sge(0, 8)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey(), CompareAdd: ae.Compare(), Swap: ae.SwapAdd()})
+			x.post(x.a, &qp.SendWR{WRID: 1, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{x.a.sge(0, 8)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey(), CompareAdd: ae.Compare(), Swap: ae.SwapAdd()})
 			expectWC(x.t, x.a.scq, 1, transport.WCSuccess, transport.WCCompSwap)
 		}},
 	}
@@ -215,14 +216,14 @@ func TestWireMatchesRxe(t *testing.T) {
 }
 
 func (x *xpair) doWrite(n int) {
-	x.post(x.a, &SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-		SGL: []SGE{x.a.sge(0, n)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()})
+	x.post(x.a, &qp.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{x.a.sge(0, n)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()})
 	expectWC(x.t, x.a.scq, 1, transport.WCSuccess, transport.WCRDMAWrite)
 }
 
 func (x *xpair) doSend(n int) {
 	x.recv(x.b, 1, x.b.sge(0, n))
-	x.post(x.a, &SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{x.a.sge(0, n)}})
+	x.post(x.a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{x.a.sge(0, n)}})
 	expectWC(x.t, x.a.scq, 1, transport.WCSuccess, transport.WCSend)
 	expectWC(x.t, x.b.rcq, 1, transport.WCSuccess, transport.WCRecv)
 }
@@ -232,7 +233,7 @@ func (x *xpair) doSend(n int) {
 // default hop limit is 64, what rxe shows in every capture.
 func TestWireHopLimitTOS(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		x := newX(t, xopts{connA: ConnectOptions{HopLimit: 5, TrafficClass: 0x68}})
+		x := newX(t, xopts{connA: qp.ConnectOptions{HopLimit: 5, TrafficClass: 0x68}})
 		x.next()
 		x.doWrite(8)
 		x.settle()
@@ -254,20 +255,20 @@ func TestWireHopLimitTOS(t *testing.T) {
 // payload length, UDP checksum 0, ICRC over the IPv6 pseudo-header.
 func TestIPv6(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		x := newX(t, xopts{v6: true, connA: ConnectOptions{TrafficClass: 0x20, HopLimit: 9}})
+		x := newX(t, xopts{v6: true, connA: qp.ConnectOptions{TrafficClass: 0x20, HopLimit: 9}})
 		a, b := x.a, x.b
 		a.reset()
 		b.reset()
 		data := pattern(61, 2500)
 		copy(a.buf, data)
 		x.recv(b, 1, b.sge(0, 2500))
-		x.post(a, &SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []SGE{a.sge(0, 2500)}})
-		x.post(a, &SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(0, 2500)}, RemoteAddr: b.mr.IOVA() + 4000, RKey: b.mr.RKey()})
-		x.post(a, &SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(8000, 2500)}, RemoteAddr: b.mr.IOVA() + 4000, RKey: b.mr.RKey()})
-		x.post(a, &SendWR{WRID: 4, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
-			SGL: []SGE{a.sge(16000, 8)}, RemoteAddr: b.mr.IOVA() + 12000, RKey: b.mr.RKey(),
+		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{a.sge(0, 2500)}})
+		x.post(a, &qp.SendWR{WRID: 2, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(0, 2500)}, RemoteAddr: b.mr.IOVA() + 4000, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(8000, 2500)}, RemoteAddr: b.mr.IOVA() + 4000, RKey: b.mr.RKey()})
+		x.post(a, &qp.SendWR{WRID: 4, Opcode: transport.WRAtomicCmpAndSwp, Flags: transport.SendSignaled,
+			SGL: []qp.SGE{a.sge(16000, 8)}, RemoteAddr: b.mr.IOVA() + 12000, RKey: b.mr.RKey(),
 			CompareAdd: uint64(canary) * 0x0101010101010101, Swap: 42})
 		for i, op := range []transport.WCOpcode{transport.WCSend, transport.WCRDMAWrite, transport.WCRDMARead, transport.WCCompSwap} {
 			expectWC(t, a.scq, uint64(i+1), transport.WCSuccess, op)

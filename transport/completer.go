@@ -7,91 +7,152 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// complete handles a response packet (ACK, NAK, READ response, ATOMIC ACK)
-// on the requester side (rxe_comp.c).
-func (q *QP) complete(p *wire.Packet, now time.Time) {
-	psn := p.BTH.PSN()
-	if !psn.Before(q.psnEnd) {
-		// Never sent: a stray or forged response (rxe drops it too).
-		q.inc(CntRcvdUnknownPSN)
+// completer handles the responses to the requester's packets (rxe_comp.c):
+// ACKs and NAKs, READ responses (placed into the WQE's SGL) and ATOMIC
+// ACKs. It moves compPSN, completes WQEs, retires them in posting order
+// into the send CQ, and decides on retries: it owns the local ACK timer and
+// the retry and RNR budgets, and tells the requester where to go back to.
+type completer struct {
+	qp  *QP
+	sq  *sendQueue
+	req *requester
+
+	compPSN       wire.PSN  // oldest PSN not yet acknowledged
+	retryLeft     int       // retries left (retry_cnt) before RETRY_EXC_ERR
+	rnrLeft       int       // RNR retries left (rnr_retry) before RNR_RETRY_EXC_ERR
+	retryDeadline time.Time // local ACK timeout; zero = not armed
+	gapRetryPSN   wire.PSN  // compPSN at which a response gap started a retry
+	gapRetried    bool
+}
+
+func (c *completer) reset() {
+	c.retryDeadline = time.Time{}
+	c.gapRetried = false
+}
+
+// deadline reports the local ACK timeout.
+func (c *completer) deadline() (time.Time, bool) { return c.retryDeadline, !c.retryDeadline.IsZero() }
+
+// onTimeout handles the local ACK timeout (rxe rxe_comp.c,
+// COMPST_ERROR_RETRY): go-back-N from compPSN while the budget lasts.
+func (c *completer) onTimeout(now time.Time) {
+	c.retryDeadline = time.Time{}
+	if !c.outstanding() {
 		return
 	}
-	if psn.Before(q.compPSN) && !q.readErrorNAK(p, psn) {
+	c.qp.inc(CntLocalAckTimeoutErr)
+	c.retry(now)
+}
+
+// ackTimeout is the local ACK timeout: 4.096 µs × 2^timeout.
+func (c *completer) ackTimeout() time.Duration {
+	if c.qp.attr.Timeout == 0 {
+		return 0
+	}
+	return time.Duration(4096<<c.qp.attr.Timeout) * time.Nanosecond
+}
+
+// startAckTimer arms the ACK timer if it is not running (the requester sent
+// a packet).
+func (c *completer) startAckTimer(now time.Time) {
+	if c.retryDeadline.IsZero() {
+		if d := c.ackTimeout(); d > 0 {
+			c.retryDeadline = now.Add(d)
+		}
+	}
+}
+
+// outstanding reports whether some sent PSN is not acknowledged yet.
+func (c *completer) outstanding() bool { return c.compPSN.Before(c.req.psnEnd) }
+
+// receive handles a response packet (ACK, NAK, READ response, ATOMIC ACK).
+func (c *completer) receive(p *wire.Packet, now time.Time) {
+	psn := p.BTH.PSN()
+	if !psn.Before(c.req.sentEnd) {
+		// Never sent: a stray or forged response. PSNs assigned to a WQE but
+		// not sent yet count too: an ACK for them would complete a WQE whose
+		// packets never left (rxe completes a WQE only once it is pending,
+		// every packet sent).
+		c.qp.inc(CntRcvdUnknownPSN)
+		return
+	}
+	if psn.Before(c.compPSN) && !c.readErrorNAK(p, psn) {
 		// Already acknowledged: a late, duplicated or re-sent response.
-		q.inc(CntRcvdStaleResponse)
+		c.qp.inc(CntRcvdStaleResponse)
 		return
 	}
 	switch op := p.Opcode(); {
 	case op == wire.RCAcknowledge:
-		q.onAck(p, psn, now)
+		c.onAck(p, psn, now)
 	case op.IsReadResponse():
-		q.onReadResponse(p, psn, now)
+		c.onReadResponse(p, psn, now)
 	case op == wire.RCAtomicAcknowledge:
-		q.onAtomicAck(p, psn, now)
+		c.onAtomicAck(p, psn, now)
 	}
-	q.retire()
-	q.pump(now)
+	c.retire()
+	c.req.pump(now)
 }
 
-func (q *QP) onAck(p *wire.Packet, psn wire.PSN, now time.Time) {
+func (c *completer) onAck(p *wire.Packet, psn wire.PSN, now time.Time) {
+	q := c.qp
 	syn := p.AETH.Syndrome()
 	switch syn.Kind() {
 	case wire.SynACK:
-		if q.ackThrough(psn, now) {
-			q.retryOnce(now)
+		if c.ackThrough(psn, now) {
+			c.retryOnce(now)
 		}
 	case wire.SynRNRNAK:
 		q.inc(CntRcvdRNRErr)
 		q.inc(CntRcvdNAKs)
-		if q.ackThrough(psn.Sub(1), now) {
-			q.retryOnce(now)
+		if c.ackThrough(psn.Sub(1), now) {
+			c.retryOnce(now)
 			return
 		}
-		if q.rnrLeft == 0 {
+		if c.rnrLeft == 0 {
 			q.inc(CntRetryRNRExceededErr)
-			q.fail(q.headWQE(), WCRNRRetryExcErr)
+			c.fail(c.sq.oldest(), WCRNRRetryExcErr)
 			return
 		}
 		if q.attr.RNRRetry != 7 {
-			q.rnrLeft--
+			c.rnrLeft--
 		}
-		q.compPSN = psn
-		q.retryDeadline = time.Time{}
-		q.rnrDeadline = now.Add(wire.RNRTimerDuration(syn.RNRTimer()))
+		c.compPSN = psn
+		c.retryDeadline = time.Time{}
+		c.req.waitRNR(now.Add(wire.RNRTimerDuration(syn.RNRTimer())))
 	case wire.SynNAK:
 		q.inc(CntRcvdNAKs)
-		if syn.NAK() != wire.NAKPSNSequenceError && q.headIsReadAt(psn) {
+		if syn.NAK() != wire.NAKPSNSequenceError && c.headIsReadAt(psn) {
 			// An error NAK inside the READ at the head: the responder failed
 			// while answering it (rxe read_reply → class C NAK at the request's
 			// PSN). It ends the READ with the NAK's status; retrying it could
 			// only time out (rxe check_psn/check_ack, "Handle remote errors in
 			// the midst of a Read reply"). Beyond compPSN rxe ignores it.
-			if psn.After(q.compPSN) {
+			if psn.After(c.compPSN) {
 				q.inc(CntRcvdStaleResponse)
 				return
 			}
-			q.fail(q.headWQE(), nakStatus(syn.NAK()))
+			c.fail(c.sq.oldest(), nakStatus(syn.NAK()))
 			return
 		}
-		readMissing := q.ackThrough(psn.Sub(1), now)
+		readMissing := c.ackThrough(psn.Sub(1), now)
 		if syn.NAK() == wire.NAKPSNSequenceError {
 			q.inc(CntRcvdSeqErr)
-			if !readMissing && q.compPSN.Before(psn) {
+			if !readMissing && c.compPSN.Before(psn) {
 				// The NAK acknowledges everything before its PSN (C9-106).
-				q.compPSN = psn
+				c.compPSN = psn
 			}
 			// Retries are not stacked (rxe COMPST_ERROR_RETRY: started_retry):
 			// a copy of a NAK already acted on, with nothing acknowledged
 			// since, starts no second go-back-N; a NAK for a new gap
 			// acknowledged something and does.
-			q.retryOnce(now)
+			c.retryOnce(now)
 			return
 		}
 		if readMissing {
-			q.retryOnce(now)
+			c.retryOnce(now)
 			return
 		}
-		q.fail(q.headWQE(), nakStatus(syn.NAK()))
+		c.fail(c.sq.oldest(), nakStatus(syn.NAK()))
 	default:
 		q.inc(CntRcvdBadOpcode)
 	}
@@ -116,12 +177,12 @@ func nakStatus(c wire.NAKCode) WCStatus {
 // that fails mid-way at the READ request's PSN, which the responses already
 // received have passed; rxe's check_psn lets such a NAK through while a READ
 // response sequence is open (comp.opcode FIRST/MIDDLE).
-func (q *QP) readErrorNAK(p *wire.Packet, psn wire.PSN) bool {
+func (c *completer) readErrorNAK(p *wire.Packet, psn wire.PSN) bool {
 	if p.Opcode() != wire.RCAcknowledge || p.AETH == nil {
 		return false
 	}
 	syn := p.AETH.Syndrome()
-	return syn.Kind() == wire.SynNAK && syn.NAK() != wire.NAKPSNSequenceError && q.headIsReadAt(psn)
+	return syn.Kind() == wire.SynNAK && syn.NAK() != wire.NAKPSNSequenceError && c.headIsReadAt(psn)
 }
 
 // ackThrough completes, in order, every SEND/WRITE WQE whose last PSN is at
@@ -129,15 +190,16 @@ func (q *QP) readErrorNAK(p *wire.Packet, psn wire.PSN) bool {
 // response has not arrived and reports it (missing=true) when psn lies at or
 // beyond it: responses arrive in order, so the response was lost and the
 // request must be retried (rxe check_psn → COMPST_ERROR_RETRY).
-func (q *QP) ackThrough(psn wire.PSN, now time.Time) (missing bool) {
-	old := q.compPSN
+func (c *completer) ackThrough(psn wire.PSN, now time.Time) (missing bool) {
+	old := c.compPSN
 	defer func() {
-		if q.compPSN != old {
-			q.progress(now)
+		if c.compPSN != old {
+			c.progress(now)
 		}
 	}()
-	for i := q.sqHead; i < q.sqTail; i++ {
-		w := &q.sq[i%uint64(len(q.sq))]
+	sq := c.sq
+	for i := sq.head; i < sq.tail; i++ {
+		w := sq.at(i)
 		if w.state == wqeComplete {
 			continue
 		}
@@ -149,138 +211,159 @@ func (q *QP) ackThrough(psn wire.PSN, now time.Time) (missing bool) {
 		}
 		if psn.Before(w.lastPSN) {
 			// Part of a long message is acknowledged (AckReq every 64 packets).
-			if !psn.Before(q.compPSN) {
-				q.compPSN = psn.Add(1)
+			if !psn.Before(c.compPSN) {
+				c.compPSN = psn.Add(1)
 			}
 			return false
 		}
-		q.completeWQE(w, WCSuccess)
-		q.compPSN = w.lastPSN.Add(1)
+		sq.complete(w, WCSuccess)
+		c.compPSN = w.lastPSN.Add(1)
 	}
 	return false
 }
 
 // progress is called when compPSN moved forward: the retry budgets are
 // restored and the ACK timer restarts.
-func (q *QP) progress(now time.Time) {
-	q.retryLeft = int(q.attr.RetryCnt)
-	q.rnrLeft = int(q.attr.RNRRetry)
-	q.gapRetried = false
-	q.retryDeadline = time.Time{}
-	if q.outstanding() {
-		if d := q.ackTimeout(); d > 0 {
-			q.retryDeadline = now.Add(d)
+func (c *completer) progress(now time.Time) {
+	c.retryLeft = int(c.qp.attr.RetryCnt)
+	c.rnrLeft = int(c.qp.attr.RNRRetry)
+	c.gapRetried = false
+	c.retryDeadline = time.Time{}
+	if c.outstanding() {
+		if d := c.ackTimeout(); d > 0 {
+			c.retryDeadline = now.Add(d)
+		}
+	}
+}
+
+// retry starts go-back-N from compPSN if the retry budget allows, and fails
+// the oldest WQE with RETRY_EXC_ERR otherwise.
+func (c *completer) retry(now time.Time) {
+	q := c.qp
+	if c.retryLeft == 0 {
+		q.inc(CntRetryExceededErr)
+		c.fail(c.sq.oldest(), WCRetryExcErr)
+		return
+	}
+	if !(q.attr.RetryCnt == 7 && q.cfg.RetryCnt7Infinite) {
+		c.retryLeft--
+	}
+	q.inc(CntCompleterRetryErr)
+	c.req.goBack(c.compPSN)
+	c.retryDeadline = time.Time{}
+	c.req.pump(now)
+	if c.retryDeadline.IsZero() && c.outstanding() {
+		if d := c.ackTimeout(); d > 0 {
+			c.retryDeadline = now.Add(d)
 		}
 	}
 }
 
 // retryOnce starts one go-back-N for a gap in the responses; more retries
 // for the same gap only come from the ACK timer ("retries are not stacked").
-func (q *QP) retryOnce(now time.Time) {
-	if q.gapRetried && q.gapRetryPSN == q.compPSN {
+func (c *completer) retryOnce(now time.Time) {
+	if c.gapRetried && c.gapRetryPSN == c.compPSN {
 		return
 	}
-	q.gapRetried, q.gapRetryPSN = true, q.compPSN
-	q.retry(now)
+	c.gapRetried, c.gapRetryPSN = true, c.compPSN
+	c.retry(now)
 }
 
-func (q *QP) onReadResponse(p *wire.Packet, psn wire.PSN, now time.Time) {
-	if q.ackThrough(psn.Sub(1), now) && !q.headIsReadAt(psn) {
-		q.retryOnce(now)
+func (c *completer) onReadResponse(p *wire.Packet, psn wire.PSN, now time.Time) {
+	if c.ackThrough(psn.Sub(1), now) && !c.headIsReadAt(psn) {
+		c.retryOnce(now)
 		return
 	}
-	w := q.headWQE()
+	w := c.sq.oldest()
 	if w != nil && w.wr.Opcode != WRRDMARead && w.state != wqePosted && !psn.Before(w.firstPSN) &&
-		!psn.After(w.lastPSN) && !psn.Before(q.compPSN) {
+		!psn.After(w.lastPSN) && !psn.Before(c.compPSN) {
 		// A READ response for a SEND/WRITE/atomic: rxe check_ack completes
 		// the WQE with FATAL_ERR and moves the QP to ERR.
-		q.fail(w, WCFatalErr)
+		c.fail(w, WCFatalErr)
 		return
 	}
 	if w == nil || w.wr.Opcode != WRRDMARead || w.state == wqePosted || psn.Before(w.firstPSN) || psn.After(w.lastPSN) {
-		q.inc(CntRcvdStaleResponse)
+		c.qp.inc(CntRcvdStaleResponse)
 		return
 	}
-	if psn != q.compPSN {
+	if psn != c.compPSN {
 		// An earlier response packet of this READ was lost.
-		q.retryOnce(now)
+		c.retryOnce(now)
 		return
 	}
 	if p.AETH != nil && p.AETH.Syndrome().Kind() != wire.SynACK {
-		q.fail(w, WCBadRespErr)
+		c.fail(w, WCBadRespErr)
 		return
 	}
+	mtu := c.qp.mtu
 	idx := uint32(psn.Diff(w.firstPSN))
-	off := idx * q.mtu
+	off := idx * mtu
 	n := uint32(len(p.Payload))
-	if off+n > w.length || (off+n < w.length && n != q.mtu) {
-		q.fail(w, WCBadRespErr)
+	if off+n > w.length || (off+n < w.length && n != mtu) {
+		c.fail(w, WCBadRespErr)
 		return
 	}
 	if n > 0 {
 		payload := p.Payload
-		if err := q.walkSGL(w.wr.SGL, off, n, true, func(mem []byte, pos uint32) { copy(mem, payload[pos:]) }); err != nil {
-			q.fail(w, WCLocProtErr)
+		if err := c.qp.walkSGL(w.wr.SGL, off, n, true, func(mem []byte, pos uint32) { copy(mem, payload[pos:]) }); err != nil {
+			c.fail(w, WCLocProtErr)
 			return
 		}
 	}
 	w.readDone = off + n
-	q.compPSN = psn.Add(1)
+	c.compPSN = psn.Add(1)
 	if off+n == w.length {
-		q.completeWQE(w, WCSuccess)
-		q.compPSN = w.lastPSN.Add(1)
+		c.sq.complete(w, WCSuccess)
+		c.compPSN = w.lastPSN.Add(1)
 	}
-	q.progress(now)
+	c.progress(now)
 }
 
-func (q *QP) headIsReadAt(psn wire.PSN) bool {
-	w := q.headWQE()
+func (c *completer) headIsReadAt(psn wire.PSN) bool {
+	w := c.sq.oldest()
 	return w != nil && w.wr.Opcode == WRRDMARead && w.state != wqePosted && !psn.Before(w.firstPSN) && !psn.After(w.lastPSN)
 }
 
-func (q *QP) onAtomicAck(p *wire.Packet, psn wire.PSN, now time.Time) {
-	if q.ackThrough(psn.Sub(1), now) {
-		if w := q.headWQE(); w == nil || !w.wr.Opcode.isAtomic() || w.firstPSN != psn {
-			q.retryOnce(now)
+func (c *completer) onAtomicAck(p *wire.Packet, psn wire.PSN, now time.Time) {
+	if c.ackThrough(psn.Sub(1), now) {
+		if w := c.sq.oldest(); w == nil || !w.wr.Opcode.isAtomic() || w.firstPSN != psn {
+			c.retryOnce(now)
 			return
 		}
 	}
-	w := q.headWQE()
-	if w == nil || !w.wr.Opcode.isAtomic() || w.state == wqePosted || w.firstPSN != psn || psn != q.compPSN {
-		q.inc(CntRcvdStaleResponse)
+	w := c.sq.oldest()
+	if w == nil || !w.wr.Opcode.isAtomic() || w.state == wqePosted || w.firstPSN != psn || psn != c.compPSN {
+		c.qp.inc(CntRcvdStaleResponse)
 		return
 	}
 	if p.AETH.Syndrome().Kind() != wire.SynACK {
-		q.fail(w, WCBadRespErr)
+		c.fail(w, WCBadRespErr)
 		return
 	}
-	if err := q.putAtomicResult(w, p.AtomicAckETH.OrigValue()); err != nil {
-		q.fail(w, WCLocProtErr)
+	if err := c.putAtomicResult(w, p.AtomicAckETH.OrigValue()); err != nil {
+		c.fail(w, WCLocProtErr)
 		return
 	}
-	q.completeWQE(w, WCSuccess)
-	q.compPSN = psn.Add(1)
-	q.progress(now)
+	c.sq.complete(w, WCSuccess)
+	c.compPSN = psn.Add(1)
+	c.progress(now)
 }
 
-// completeWQE marks w complete; retire delivers completions in order.
-func (q *QP) completeWQE(w *sendWQE, status WCStatus) {
-	if w.state == wqeComplete {
-		return
-	}
-	if w.state != wqePosted && w.wr.Opcode.isReadOrAtomic() {
-		q.rdAtomic--
-	}
-	w.state = wqeComplete
-	w.status = status
+// putAtomicResult stores an ATOMIC_ACK's original value in the first 8
+// bytes of the SGL, in host order as rxe does.
+func (c *completer) putAtomicResult(w *sendWQE, orig uint64) error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], orig)
+	return c.qp.walkSGL(w.wr.SGL, 0, 8, true, func(mem []byte, pos uint32) { copy(mem, b[pos:]) })
 }
 
 // retire delivers the completions of the WQEs at the head of the send queue
 // that are complete, in posting order. A CQE is made for signalled WRs (or
 // with sq_sig_all) and always for errors.
-func (q *QP) retire() {
-	for q.sqHead < q.sqTail {
-		w := &q.sq[q.sqHead%uint64(len(q.sq))]
+func (c *completer) retire() {
+	q, sq := c.qp, c.sq
+	for sq.head < sq.tail {
+		w := sq.at(sq.head)
 		if w.state != wqeComplete {
 			break
 		}
@@ -288,7 +371,7 @@ func (q *QP) retire() {
 			wc := WC{WRID: w.wr.WRID, Status: w.status, Opcode: sendWCOpcode(w.wr.Opcode), QPNum: q.cfg.QPN}
 			// rxe make_send_cqe: a successful send CQE carries the message
 			// length for every opcode and IBV_WC_WITH_IMM for the *_WITH_IMM
-			// opcodes (mlx5 sets WITH_IMM too). Only READ/atomics had them.
+			// opcodes (mlx5 sets WITH_IMM too).
 			if w.status == WCSuccess {
 				wc.ByteLen = w.length
 				if w.wr.Opcode == WRSendWithImm || w.wr.Opcode == WRRDMAWriteWithImm {
@@ -297,13 +380,13 @@ func (q *QP) retire() {
 			}
 			q.completion(q.cfg.SendCQ, &wc)
 		}
-		q.sqHead++
-		if q.sqReq < q.sqHead {
-			q.sqReq = q.sqHead
+		sq.head++
+		if sq.req < sq.head {
+			sq.req = sq.head
 		}
 	}
-	if q.sqHead == q.sqTail && !q.outstanding() {
-		q.retryDeadline = time.Time{}
+	if sq.head == sq.tail && !c.outstanding() {
+		c.retryDeadline = time.Time{}
 	}
 }
 
@@ -325,39 +408,18 @@ func sendWCOpcode(op WROpcode) WCOpcode {
 
 // fail completes w (may be nil) with an error status and moves the QP to
 // ERR, which flushes every other outstanding WQE.
-func (q *QP) fail(w *sendWQE, status WCStatus) {
+func (c *completer) fail(w *sendWQE, status WCStatus) {
 	if w != nil {
-		q.completeWQE(w, status)
+		c.sq.complete(w, status)
 	}
-	q.attr.State = StateErr
-	q.flushAll()
+	c.qp.toErr()
 }
 
-// flushAll completes every outstanding send and receive WQE with
-// WR_FLUSH_ERR (the QP is in ERR).
-func (q *QP) flushAll() {
-	q.flushSend()
-	q.flushRecv()
-	q.retryDeadline, q.rnrDeadline = time.Time{}, time.Time{}
+// flush completes every WQE of the send queue with WR_FLUSH_ERR and
+// retires them; nothing is outstanding afterwards.
+func (c *completer) flush() {
+	c.sq.flush()
+	c.retire()
+	c.compPSN = c.req.psnEnd
+	c.req.nextPSN = c.req.psnEnd
 }
-
-func (q *QP) flushSend() {
-	for i := q.sqHead; i < q.sqTail; i++ {
-		q.completeWQE(&q.sq[i%uint64(len(q.sq))], WCWRFlushErr)
-	}
-	q.rdAtomic = 0
-	q.retire()
-	q.compPSN = q.psnEnd
-	q.nextPSN = q.psnEnd
-}
-
-func (q *QP) flushRecv() {
-	for ; q.rqHead < q.rqTail; q.rqHead++ {
-		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		wc := WC{WRID: r.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.cfg.QPN}
-		q.completion(q.cfg.RecvCQ, &wc)
-	}
-	q.recvActive = false
-}
-
-var _ = binary.BigEndian

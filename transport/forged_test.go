@@ -1,9 +1,11 @@
 package transport_test
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
+	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
 )
@@ -237,5 +239,119 @@ func TestPostValidation(t *testing.T) {
 	e.run(0)
 	if w := e.a.scq.take(); len(w) != 1 || w[0].Status != transport.WCSuccess {
 		t.Fatalf("completions %v", w)
+	}
+}
+
+// TestDuplicateReadRange: a duplicate READ is replayed only when it asks for
+// a sub-range of the original READ with the same R_Key (rxe
+// duplicate_request); anything else is dropped without an answer (class D)
+// and the QP stays in RTS. The sub-range check must not overflow: a VA near
+// 2^64 whose end wraps past zero lies outside the original range.
+func TestDuplicateReadRange(t *testing.T) {
+	const top = ^uint64(0)
+	cases := []struct {
+		name    string
+		va      func(e *epair) uint64
+		length  uint32
+		rkeyXor uint32
+		replies int // 0: dropped
+	}{
+		{"whole", func(e *epair) uint64 { return e.b.mr.IOVA() }, 4096, 0, 4},
+		{"sub_range", func(e *epair) uint64 { return e.b.mr.IOVA() + 1024 }, 2048, 0, 2},
+		{"end_wraps", func(e *epair) uint64 { return top - 15 }, 32, 0, 0},
+		{"end_wraps_long", func(e *epair) uint64 { return top }, 4096, 0, 0},
+		{"starts_before", func(e *epair) uint64 { return e.b.mr.IOVA() - 1 }, 16, 0, 0},
+		{"ends_after", func(e *epair) uint64 { return e.b.mr.IOVA() + 4000 }, 200, 0, 0},
+		{"longer", func(e *epair) uint64 { return e.b.mr.IOVA() }, 4097, 0, 0},
+		{"other_rkey", func(e *epair) uint64 { return e.b.mr.IOVA() }, 4096, 0x100, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEPair(t, eopts{})
+			for i := range e.b.buf[:8192] {
+				e.b.buf[i] = byte(i * 7)
+			}
+			read := func(va uint64, length, rkey uint32) []logged {
+				return e.inject(wire.Frame{BTH: bth(wire.RCRDMAReadRequest, 0),
+					RETH: wire.RETHFields{VA: va, RKey: rkey, DMALen: length}}, nil)
+			}
+			if got := read(e.b.mr.IOVA(), 4096, e.b.mr.RKey()); len(got) != 4 {
+				t.Fatalf("original READ: answers %v, want 4 responses", got)
+			}
+			va := c.va(e)
+			got := read(va, c.length, e.b.mr.RKey()^c.rkeyXor)
+			if len(got) != c.replies {
+				t.Fatalf("duplicate READ va=%#x len=%d: answers %v, want %d", va, c.length, got, c.replies)
+			}
+			for i, l := range got {
+				off := va - e.b.mr.IOVA() + uint64(i)*1024
+				if !l.p.Opcode().IsReadResponse() || !bytes.Equal(l.p.Payload, e.b.buf[off:off+uint64(len(l.p.Payload))]) {
+					t.Fatalf("replayed response %d (%v) does not carry the memory at offset %d", i, l, off)
+				}
+			}
+			if e.b.q.State() != transport.StateRTS {
+				t.Fatalf("responder state %v after the duplicate, want RTS", e.b.q.State())
+			}
+			if n := e.b.q.Counters[transport.CntDuplicateRequest]; n != 1 {
+				t.Fatalf("duplicate_request = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestRequestRangeWraps: new WRITE, READ and atomic requests whose range
+// [va, va+len) wraps past 2^64 are refused with NAK remote access error
+// before anything is placed, whether the region is zero-based (a wrapped
+// end lands inside it) or ends just below 2^64. The range checks (memreg's
+// Remote, the responder's own) add nothing that can overflow.
+func TestRequestRangeWraps(t *testing.T) {
+	const top = ^uint64(0)
+	for _, c := range []struct {
+		name    string
+		iova    uint64
+		f       func(rkey uint32) wire.Frame
+		payload int
+	}{
+		{"write_only_zero_based", 0, func(k uint32) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCRDMAWriteOnly, 0), RETH: wire.RETHFields{VA: top - 7, RKey: k, DMALen: 64}}
+		}, 64},
+		{"write_first_zero_based", 0, func(k uint32) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCRDMAWriteFirst, 0), RETH: wire.RETHFields{VA: top - 1023, RKey: k, DMALen: 4096}}
+		}, 1024},
+		{"write_only_top", top - 4096, func(k uint32) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCRDMAWriteOnly, 0), RETH: wire.RETHFields{VA: top - 32, RKey: k, DMALen: 64}}
+		}, 64},
+		{"read_zero_based", 0, func(k uint32) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCRDMAReadRequest, 0), RETH: wire.RETHFields{VA: top - 7, RKey: k, DMALen: 64}}
+		}, 0},
+		{"read_top", top - 4096, func(k uint32) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCRDMAReadRequest, 0), RETH: wire.RETHFields{VA: top - 8, RKey: k, DMALen: 4096}}
+		}, 0},
+		{"atomic_zero_based", 0, func(k uint32) wire.Frame {
+			return wire.Frame{BTH: bth(wire.RCFetchAdd, 0), AtomicETH: wire.AtomicETHFields{VA: top - 7, RKey: k, SwapAdd: 1}}
+		}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEPair(t, eopts{})
+			mem := e.b.buf[:4096]
+			mr, err := e.b.pd.RegisterIOVA(mem, c.iova, memreg.LocalWrite|memreg.RemoteAny)
+			must(t, err)
+			for i := range mem {
+				mem[i] = 0xC5
+			}
+			got := e.inject(c.f(mr.RKey()), make([]byte, c.payload))
+			if want := wire.NAKSyndrome(wire.NAKRemoteAccessError); len(got) != 1 || got[0].p.Opcode() != wire.RCAcknowledge ||
+				got[0].p.AETH.Syndrome() != want {
+				t.Fatalf("answers %v, want one NAK %#x", got, uint8(want))
+			}
+			if e.b.q.State() != transport.StateErr {
+				t.Fatalf("responder state %v, want ERR", e.b.q.State())
+			}
+			for i, v := range e.b.buf {
+				if v != 0xC5 && i < len(mem) || v != 0 && i >= len(mem) {
+					t.Fatalf("responder memory changed at %d", i)
+				}
+			}
+		})
 	}
 }

@@ -5,6 +5,11 @@ package transport_test
 // (wire.Parse, ICRC checked) and hands it to the peer's Receive, on a fake
 // clock. No goroutine, no allocation per packet in the harness itself, so
 // the benchmarks measure the engine's own allocations.
+//
+// This is the engine-level harness, below qp: transport cannot import qp,
+// so the one device-level harness (package sim: sim.NewPair and
+// sim.ConnectQPs, used by qp's tests) cannot serve
+// here. Tests of whole devices belong there.
 
 import (
 	"fmt"
@@ -26,10 +31,10 @@ type ring struct {
 	head, tail int
 }
 
-func newRing(n int) *ring {
+func newRing(n, size int) *ring {
 	r := &ring{bufs: make([][]byte, n), lens: make([]int, n)}
 	for i := range r.bufs {
-		r.bufs[i] = make([]byte, frameCap)
+		r.bufs[i] = make([]byte, size)
 	}
 	return r
 }
@@ -111,6 +116,7 @@ type eopts struct {
 	accessB     memreg.Access
 	maxRdAtomic uint8
 	ringFrames  int
+	frameSize   int  // bytes per ring buffer (frameCap if 0); must hold a frame of the path MTU
 	zeroDestRd  bool // B accepts no READ/atomic (max_dest_rd_atomic 0)
 }
 
@@ -136,9 +142,12 @@ func newEPair(t testing.TB, o eopts) *epair {
 	if o.ringFrames == 0 {
 		o.ringFrames = 2048
 	}
+	if o.frameSize == 0 {
+		o.frameSize = frameCap
+	}
 	e := &epair{t: t, now: time.Unix(1_700_000_000, 0)}
 	mk := func(name string, qpn uint32, ip string, mac byte, psn wire.PSN, access memreg.Access) *side {
-		s := &side{name: name, out: newRing(o.ringFrames), scq: &cq{}, rcq: &cq{}, mrs: memreg.NewTable(int64(qpn)),
+		s := &side{name: name, out: newRing(o.ringFrames, o.frameSize), scq: &cq{}, rcq: &cq{}, mrs: memreg.NewTable(int64(qpn)),
 			ip: netip.MustParseAddr(ip), mac: [6]byte{2, 0, 0, 0, 0, mac}, sqPSN: psn, access: access}
 		s.pd = s.mrs.AllocPD()
 		s.buf = make([]byte, o.bufSize)

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -61,101 +62,21 @@ type Config struct {
 	DeviceCounters *Counters
 }
 
-type wqeState uint8
-
-const (
-	wqePosted   wqeState = iota // no PSN assigned yet
-	wqeSending                  // PSNs assigned, not every packet sent yet
-	wqeSent                     // every packet (or the READ request) sent
-	wqeComplete                 // completed or flushed; waiting to be retired in order
-)
-
-type sendWQE struct {
-	wr       SendWR
-	sgl      [MaxSGE]SGE
-	inline   []byte // SendInline data, copied at post time
-	length   uint32 // total bytes of the SGL (or the inline data)
-	state    wqeState
-	firstPSN wire.PSN
-	lastPSN  wire.PSN
-	npkts    uint32
-	readDone uint32 // bytes of READ response placed so far
-	status   WCStatus
-}
-
-type recvWQE struct {
-	wrID   uint64
-	sgl    [MaxSGE]SGE
-	nsge   int
-	length uint32
-}
-
-// resource is one entry of the responder's READ resource ring (rxe's
-// resp_res), kept to answer duplicate READ requests. Executed atomics are
-// kept in an atomic.History.
-type resource struct {
-	valid    bool
-	firstPSN wire.PSN
-	lastPSN  wire.PSN
-	va       uint64
-	rkey     uint32
-	length   uint32
-}
-
-// QP is the RC engine of one queue pair: requester, completer and responder.
-// It is a deterministic state machine: its inputs are work requests,
-// received packets and the current time; its outputs are frames (Output),
-// completions (CompletionQueue) and its next deadline. It has no goroutine,
-// no timer and no lock: its owner serialises every call.
+// QP is the RC engine of one queue pair. It is a deterministic state
+// machine: its inputs are work requests, received packets and the current
+// time; its outputs are frames (Output), completions (CompletionQueue) and
+// its next deadline. It has no goroutine, no timer and no lock: its owner
+// serialises every call. See the package documentation for the model.
 type QP struct {
 	cfg  Config
 	attr Attr
 	mtu  uint32
 
-	tmpl wire.Frame // outer headers for every frame this QP sends
-	ipID uint16
-
-	// Send queue: a ring indexed by monotonically increasing counters.
-	// [sqHead, sqReq) are in flight (PSNs assigned), sqReq is the WQE the
-	// requester works on, [sqReq, sqTail) still have packets to send.
-	sq                    []sendWQE
-	sqHead, sqReq, sqTail uint64
-
-	// Requester.
-	nextPSN   wire.PSN // PSN of the next packet the requester sends
-	psnEnd    wire.PSN // one past the last PSN assigned to any WQE
-	sentEnd   wire.PSN // one past the highest PSN sent so far
-	noackPkts int
-	rdAtomic  int // READ/atomic WQEs in flight
-
-	// Completer.
-	compPSN       wire.PSN // oldest PSN not yet acknowledged
-	retryLeft     int
-	rnrLeft       int
-	retryDeadline time.Time // local ACK timeout; zero = not armed
-	rnrDeadline   time.Time // RNR back-off; zero = not waiting
-	gapRetryPSN   wire.PSN  // compPSN at which a read-response gap started a retry
-	gapRetried    bool
-
-	// Receive queue.
-	rq             []recvWQE
-	rqHead, rqTail uint64
-
-	// Responder.
-	expPSN     wire.PSN
-	ackPSN     wire.PSN // one past the last SEND/WRITE/atomic packet executed (rxe resp.ack_psn); READs leave it
-	msn        uint32
-	nakSent    bool // a PSN sequence NAK is outstanding for the current gap
-	respOpcode int  // opcode of the last accepted packet of an unfinished message, -1 if none
-	recvOff    uint32
-	recvActive bool
-	wrVA       uint64
-	wrRKey     uint32
-	wrLen      uint32 // RETH length of the current WRITE
-	wrOff      uint32
-	res        []resource // READ replay records (rxe resp_res)
-	resNext    int
-	atomicHist *atomic.History // executed atomics, for duplicate replay
+	sq   sendQueue
+	out  emitter
+	req  requester
+	comp completer
+	resp responder
 
 	// wc is the completion handed to a CompletionQueue (see completion).
 	wc WC
@@ -164,8 +85,8 @@ type QP struct {
 }
 
 // completion delivers *wc to cq. The CQE passes through q.wc: a pointer to
-// a local WC given to the CompletionQueue interface escapes, which cost one
-// heap allocation per completion on the data path.
+// a local WC given to the CompletionQueue interface would escape, one heap
+// allocation per completion on the data path.
 func (q *QP) completion(cq CompletionQueue, wc *WC) {
 	q.wc = *wc
 	cq.Complete(&q.wc)
@@ -198,7 +119,12 @@ func New(cfg Config) (*QP, error) {
 	if cfg.PortMaxMTU == 0 {
 		cfg.PortMaxMTU = MTU4096
 	}
-	q := &QP{cfg: cfg, sq: make([]sendWQE, c.MaxSendWR), rq: make([]recvWQE, c.MaxRecvWR), respOpcode: -1}
+	q := &QP{cfg: cfg}
+	q.sq.ring = make([]sendWQE, c.MaxSendWR)
+	q.out = emitter{qp: q, out: cfg.Out}
+	q.req = requester{qp: q, sq: &q.sq, out: &q.out, comp: &q.comp}
+	q.comp = completer{qp: q, sq: &q.sq, req: &q.req}
+	q.resp = responder{qp: q, out: &q.out, rq: make([]recvWQE, c.MaxRecvWR), respOpcode: -1}
 	q.attr.State = StateReset
 	return q, nil
 }
@@ -212,8 +138,8 @@ func (q *QP) State() State { return q.attr.State }
 // Attr returns a copy of the current attributes (ibv_query_qp).
 func (q *QP) Attr() Attr {
 	a := q.attr
-	a.SQPSN = q.nextPSN
-	a.RQPSN = q.expPSN
+	a.SQPSN = q.req.nextPSN
+	a.RQPSN = q.resp.expPSN
 	return a
 }
 
@@ -258,20 +184,11 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	}
 	if mask&AttrRQPSN != 0 {
 		q.attr.RQPSN = a.RQPSN
-		q.expPSN, q.ackPSN = a.RQPSN, a.RQPSN
+		q.resp.setPSN(a.RQPSN)
 	}
 	if mask&AttrMaxDestRdAtomic != 0 {
 		q.attr.MaxDestRdAtomic = a.MaxDestRdAtomic
-		// rxe sizes its responder resources roundup_pow_of_two(max_dest_rd_atomic)
-		// (rxe_qp_from_attr), and its requester rounds max_rd_atomic the same
-		// way: an rxe peer set to 3 keeps 4 READs/atomics in flight.
-		n := 1
-		for n < int(a.MaxDestRdAtomic) {
-			n <<= 1
-		}
-		q.res = make([]resource, n)
-		q.resNext = 0
-		q.atomicHist = atomic.NewHistory(n)
+		q.resp.setResources(a.MaxDestRdAtomic)
 	}
 	if mask&AttrMinRNRTimer != 0 {
 		q.attr.MinRNRTimer = a.MinRNRTimer
@@ -281,21 +198,22 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	}
 	if mask&AttrRetryCnt != 0 {
 		q.attr.RetryCnt = a.RetryCnt
-		q.retryLeft = int(a.RetryCnt)
+		q.comp.retryLeft = int(a.RetryCnt)
 	}
 	if mask&AttrRNRRetry != 0 {
 		q.attr.RNRRetry = a.RNRRetry
-		q.rnrLeft = int(a.RNRRetry)
+		q.comp.rnrLeft = int(a.RNRRetry)
 	}
 	if mask&AttrSQPSN != 0 {
 		q.attr.SQPSN = a.SQPSN
-		q.nextPSN, q.psnEnd, q.compPSN, q.sentEnd = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
+		q.req.setPSN(a.SQPSN)
+		q.comp.compPSN = a.SQPSN
 	}
 	if mask&AttrMaxQPRdAtomic != 0 {
 		q.attr.MaxRdAtomic = a.MaxRdAtomic
 	}
 	if mask&(AttrAV|AttrDestQPN) != 0 {
-		q.buildTemplate()
+		q.out.setPath(&q.attr.AV, q.cfg.QPN, q.attr.DestQPN)
 	}
 	if next != cur {
 		q.enter(next, now)
@@ -358,20 +276,6 @@ func (q *QP) checkValues(a *Attr, mask AttrMask, cur, next State) error {
 	return nil
 }
 
-func (q *QP) buildTemplate() {
-	av := &q.attr.AV
-	q.tmpl = wire.Frame{
-		DstMAC: av.DMAC, SrcMAC: av.SMAC, HasVLAN: av.HasVLAN, VLAN: av.VLAN,
-		SrcIP: av.SGID.Unmap(), DstIP: av.DGID.Unmap(),
-		TrafficClass: av.TrafficClass, HopLimit: av.HopLimit,
-		SrcPort: wire.RCSourcePortFL(av.FlowLabel, q.cfg.QPN, q.attr.DestQPN),
-	}
-	if q.tmpl.SrcIP.Is6() {
-		// rxe writes flow label 0 on IPv6 (ip6_flow_hdr(..., 0)).
-		q.tmpl.FlowLabel = 0
-	}
-}
-
 // enter performs the side effects of a state change.
 func (q *QP) enter(next State, now time.Time) {
 	prev := q.attr.State
@@ -385,62 +289,89 @@ func (q *QP) enter(next State, now time.Time) {
 		}
 	case StateRTS:
 		if prev == StateSQD {
-			q.pump(now)
+			q.req.pump(now)
 		}
 	}
 }
 
 func (q *QP) resetQueues() {
-	clear(q.sq)
-	clear(q.rq)
-	q.sqHead, q.sqReq, q.sqTail, q.rqHead, q.rqTail = 0, 0, 0, 0, 0
-	q.rdAtomic, q.noackPkts = 0, 0
-	q.retryDeadline, q.rnrDeadline = time.Time{}, time.Time{}
-	q.gapRetried = false
-	q.msn, q.nakSent, q.respOpcode, q.recvActive = 0, false, -1, false
-	clear(q.res)
-	if q.atomicHist != nil {
-		q.atomicHist.Reset()
-	}
+	q.sq.reset()
+	q.req.reset()
+	q.comp.reset()
+	q.resp.reset()
 	a := q.attr
 	q.attr = Attr{State: StateReset, AccessFlags: a.AccessFlags}
 }
 
-// Deadline returns the next time Tick must be called, if any.
-func (q *QP) Deadline() (time.Time, bool) {
-	d := q.retryDeadline
-	if !q.rnrDeadline.IsZero() && (d.IsZero() || q.rnrDeadline.Before(d)) {
-		d = q.rnrDeadline
-	}
-	return d, !d.IsZero()
+// toErr moves the QP to ERR after a failure in one of its roles.
+func (q *QP) toErr() {
+	q.attr.State = StateErr
+	q.flushAll()
 }
 
-// Tick runs the timers that expired at now.
+// flushAll completes every outstanding send and receive WQE with
+// WR_FLUSH_ERR (the QP is in ERR) and stops every timer.
+func (q *QP) flushAll() {
+	q.comp.flush()
+	q.resp.flush()
+	q.comp.retryDeadline, q.req.rnrDeadline = time.Time{}, time.Time{}
+}
+
+// Deadline returns the next time Tick must be called, if any: the earliest
+// deadline of the three roles.
+func (q *QP) Deadline() (time.Time, bool) {
+	d, ok := q.req.deadline()
+	if t, has := q.comp.deadline(); has && (!ok || t.Before(d)) {
+		d, ok = t, true
+	}
+	if t, has := q.resp.deadline(); has && (!ok || t.Before(d)) {
+		d, ok = t, true
+	}
+	return d, ok
+}
+
+// Tick runs the timers that expired at now: each role whose deadline has
+// passed handles its timeout.
 func (q *QP) Tick(now time.Time) {
 	if q.attr.State != StateRTS && q.attr.State != StateSQD {
 		return
 	}
-	if !q.rnrDeadline.IsZero() && !now.Before(q.rnrDeadline) {
-		q.rnrDeadline = time.Time{}
-		q.goBack(q.compPSN)
-		q.pump(now)
+	if d, ok := q.req.deadline(); ok && !now.Before(d) {
+		q.req.onTimeout(now)
 	}
-	if !q.retryDeadline.IsZero() && !now.Before(q.retryDeadline) {
-		q.retryDeadline = time.Time{}
-		q.onTimeout(now)
+	if d, ok := q.comp.deadline(); ok && !now.Before(d) {
+		q.comp.onTimeout(now)
+	}
+	if d, ok := q.resp.deadline(); ok && !now.Before(d) {
+		q.resp.onTimeout(now)
 	}
 }
 
-// ackTimeout is the local ACK timeout: 4.096 µs × 2^timeout.
-func (q *QP) ackTimeout() time.Duration {
-	if q.attr.Timeout == 0 {
-		return 0
+// PostSend queues a send work request (ibv_post_send) and transmits what
+// the window allows. In the ERR state the request is completed at once with
+// WR_FLUSH_ERR, as rxe does.
+func (q *QP) PostSend(wr *SendWR, now time.Time) error {
+	st := q.attr.State
+	if st != StateRTS && st != StateSQD && st != StateErr {
+		return fmt.Errorf("post send in state %v: %w", st, ErrInvalidArgument)
 	}
-	return time.Duration(4096<<q.attr.Timeout) * time.Nanosecond
+	if err := q.req.post(wr); err != nil {
+		return err
+	}
+	if st == StateErr {
+		q.comp.flush()
+		return nil
+	}
+	q.req.pump(now)
+	return nil
 }
+
+// PostRecv queues a receive work request (ibv_post_recv). Allowed from INIT
+// on; in ERR the request is flushed at once.
+func (q *QP) PostRecv(wr *RecvWR) error { return q.resp.post(wr) }
 
 // Receive processes one received, parsed and ICRC-checked packet addressed
-// to this QP.
+// to this QP: requests go to the responder, responses to the completer.
 func (q *QP) Receive(p *wire.Packet, now time.Time) {
 	av := &q.attr.AV
 	// rxe_recv.c check_addr: the IP addresses must match the QP's path.
@@ -466,45 +397,15 @@ func (q *QP) Receive(p *wire.Packet, now time.Time) {
 		// rcvd_pkts counts what passed these checks, as rxe_rcv counts
 		// RXE_CNT_RCVD_PKTS only after hdr_check (state, addresses, P_Key).
 		q.inc(CntRcvdPkts)
-		q.respond(p, now)
+		q.resp.receive(p, now)
 	} else {
 		if q.attr.State != StateRTS && q.attr.State != StateSQD {
 			q.inc(CntRcvdWrongState)
 			return
 		}
 		q.inc(CntRcvdPkts)
-		q.complete(p, now)
+		q.comp.receive(p, now)
 	}
-}
-
-// frame prepares the template for one packet of opcode op.
-func (q *QP) frame(op wire.Opcode, psn wire.PSN) *wire.Frame {
-	f := &q.tmpl
-	q.ipID++
-	f.IPID = q.ipID
-	f.BTH = wire.BTHFields{Opcode: op, PKey: wire.DefaultPKey, DestQP: q.attr.DestQPN, PSN: psn}
-	return f
-}
-
-// emit builds the frame whose payload (payloadLen bytes) the caller already
-// placed at buf[f.HeaderLen():] and hands it to the output.
-func (q *QP) emit(buf []byte, f *wire.Frame, payloadLen int) {
-	n, err := wire.Build(buf, f, payloadLen)
-	if err != nil {
-		// Only a programming error (buffer too small) gets here.
-		q.inc(CntSendErrors)
-		return
-	}
-	q.cfg.Out.Send(n)
-	q.inc(CntSentPkts)
-}
-
-// sendAck sends an ACKNOWLEDGE with the given syndrome for psn.
-func (q *QP) sendAck(psn wire.PSN, syn wire.Syndrome) {
-	buf := q.cfg.Out.Frame()
-	f := q.frame(wire.RCAcknowledge, psn)
-	f.AETH = wire.AETHFields{Syndrome: syn, MSN: q.msn & wire.PSNMask}
-	q.emit(buf, f, 0)
 }
 
 func (q *QP) inc(c Counter) {
@@ -513,3 +414,33 @@ func (q *QP) inc(c Counter) {
 		q.cfg.DeviceCounters[c]++
 	}
 }
+
+// walkSGL resolves the byte range [off, off+n) of an SGL, region by region,
+// and calls fn with each piece and its position inside the range.
+func (q *QP) walkSGL(sgl []SGE, off, n uint32, write bool, fn func(mem []byte, pos uint32)) error {
+	pos := uint32(0)
+	for _, s := range sgl {
+		if n == 0 {
+			break
+		}
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		take := min(s.Length-off, n)
+		mem, err := q.cfg.MRs.Local(s.LKey, q.cfg.PD, write, s.Addr+uint64(off), take)
+		if err != nil {
+			return err
+		}
+		fn(mem, pos)
+		pos += take
+		n -= take
+		off = 0
+	}
+	if n != 0 {
+		return errSGLShort
+	}
+	return nil
+}
+
+var errSGLShort = errors.New("scatter/gather list shorter than the data")

@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"testing"
@@ -232,5 +233,38 @@ func TestLocalInvFailure(t *testing.T) {
 	e2.run(0)
 	if w := e2.a.scq.take(); len(w) != 1 || w[0].WRID != 4 || w[0].Status != transport.WCSuccess || w[0].Opcode != transport.WCLocalInv || mr.Valid() {
 		t.Fatalf("completions %v, MR valid %v", w, mr.Valid())
+	}
+}
+
+// TestAckForUnsentPSN: an ACK for a PSN the requester assigned but has not
+// sent (the window is full) is ignored as a PSN never sent; it must not
+// complete the WRITE whose last packets never left. The WRITE then completes
+// for real, with every byte at the responder.
+func TestAckForUnsentPSN(t *testing.T) {
+	e := newEPair(t, eopts{mtu: transport.MTU256, timeout: 10, retry: 3})
+	first := e.a.sqPSN
+	const n = 200 * 256 // 200 packets; the window lets 129 out
+	for i := range e.a.buf[:n] {
+		e.a.buf[i] = byte(i*13 + 1)
+	}
+	e.hook = func(from *side, p *wire.Packet) bool { return from != e.a } // the requests are lost
+	e.post(e.a, &transport.SendWR{WRID: 1, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, n)}, RemoteAddr: e.b.mr.IOVA(), RKey: e.b.mr.RKey()})
+	e.deliver()
+	e.hook = nil
+	e.injectA(wire.Frame{BTH: wire.BTHFields{Opcode: wire.RCAcknowledge, PSN: first.Add(199)},
+		AETH: wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: 1}}, nil)
+	if w := e.a.scq.take(); len(w) != 0 {
+		t.Fatalf("completions %v after an ACK for PSNs never sent, want none", w)
+	}
+	if c := e.a.q.Counters[transport.CntRcvdUnknownPSN]; c != 1 {
+		t.Fatalf("rcvd_unknown_psn %d, want 1", c)
+	}
+	e.run(20)
+	if w := e.a.scq.take(); len(w) != 1 || w[0].WRID != 1 || w[0].Status != transport.WCSuccess {
+		t.Fatalf("completions %v, want the WRITE with SUCCESS", w)
+	}
+	if !bytes.Equal(e.b.buf[:n], e.a.buf[:n]) {
+		t.Fatal("the responder's memory does not hold the WRITE")
 	}
 }

@@ -1,31 +1,67 @@
 package transport
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/wire"
 )
 
 // ErrQueueFull is returned when a work queue has no free slot (ENOMEM).
 var ErrQueueFull = errors.New("work queue full")
 
-// PostSend queues a send work request (ibv_post_send) and transmits what
-// the window allows. In the ERR state the request is completed at once with
-// WR_FLUSH_ERR, as rxe does.
-func (q *QP) PostSend(wr *SendWR, now time.Time) error {
-	st := q.attr.State
-	if st != StateRTS && st != StateSQD && st != StateErr {
-		return fmt.Errorf("post send in state %v: %w", st, ErrInvalidArgument)
+// requester turns send WQEs into request packets (rxe_req.c): it assigns
+// PSNs, segments messages at the path MTU, keeps the window and the
+// READ/atomic credits, and resends from a PSN when the completer asks for
+// go-back-N. Its only timer is the RNR back-off: after an RNR NAK it sends
+// nothing until the deadline, then resumes at the completer's PSN.
+type requester struct {
+	qp   *QP
+	sq   *sendQueue
+	out  *emitter
+	comp *completer // window base (compPSN), ACK timer, CQE delivery
+
+	nextPSN     wire.PSN  // PSN of the next packet to send
+	psnEnd      wire.PSN  // one past the last PSN assigned to any WQE
+	sentEnd     wire.PSN  // one past the highest PSN sent so far
+	noackPkts   int       // packets sent since the last one with AckReq
+	rnrDeadline time.Time // end of the RNR back-off; zero = not waiting
+}
+
+// setPSN sets the first PSN the requester sends (sq_psn).
+func (r *requester) setPSN(psn wire.PSN) {
+	r.nextPSN, r.psnEnd, r.sentEnd = psn, psn, psn
+}
+
+func (r *requester) reset() {
+	r.noackPkts = 0
+	r.rnrDeadline = time.Time{}
+}
+
+// deadline reports the end of the RNR back-off.
+func (r *requester) deadline() (time.Time, bool) { return r.rnrDeadline, !r.rnrDeadline.IsZero() }
+
+// onTimeout ends the RNR back-off: the requester resends from the PSN the
+// RNR NAK named (the completer's compPSN).
+func (r *requester) onTimeout(now time.Time) {
+	r.rnrDeadline = time.Time{}
+	r.goBack(r.comp.compPSN)
+	r.pump(now)
+}
+
+// waitRNR stops sending until deadline (an RNR NAK arrived).
+func (r *requester) waitRNR(deadline time.Time) { r.rnrDeadline = deadline }
+
+// post validates wr like rxe's validate_send_wr and queues it at the tail
+// of the send queue. It sends nothing.
+func (r *requester) post(wr *SendWR) error {
+	cfg := &r.qp.cfg
+	if r.sq.full() {
+		return fmt.Errorf("post send: %d WRs outstanding: %w", len(r.sq.ring), ErrQueueFull)
 	}
-	if q.sqTail-q.sqHead >= uint64(len(q.sq)) {
-		return fmt.Errorf("post send: %d WRs outstanding: %w", len(q.sq), ErrQueueFull)
-	}
-	if len(wr.SGL) > q.cfg.Caps.MaxSendSGE {
-		return fmt.Errorf("post send: %d SGEs > max_send_sge %d: %w", len(wr.SGL), q.cfg.Caps.MaxSendSGE, ErrInvalidArgument)
+	if len(wr.SGL) > cfg.Caps.MaxSendSGE {
+		return fmt.Errorf("post send: %d SGEs > max_send_sge %d: %w", len(wr.SGL), cfg.Caps.MaxSendSGE, ErrInvalidArgument)
 	}
 	var length uint64
 	for _, s := range wr.SGL {
@@ -50,7 +86,7 @@ func (q *QP) PostSend(wr *SendWR, now time.Time) error {
 	if inline && length > MaxInlineData {
 		return fmt.Errorf("post send: %d inline bytes > %d: %w", length, MaxInlineData, ErrInvalidArgument)
 	}
-	w := &q.sq[q.sqTail%uint64(len(q.sq))]
+	w := r.sq.at(r.sq.tail)
 	*w = sendWQE{wr: *wr, length: uint32(length), inline: w.inline[:0]}
 	n := copy(w.sgl[:], wr.SGL)
 	w.wr.SGL = w.sgl[:n]
@@ -58,122 +94,102 @@ func (q *QP) PostSend(wr *SendWR, now time.Time) error {
 		// Inline data is copied now: the application may reuse its buffer
 		// as soon as PostSend returns.
 		for _, s := range w.wr.SGL {
-			mem, err := q.cfg.MRs.Local(s.LKey, q.cfg.PD, false, s.Addr, s.Length)
+			mem, err := cfg.MRs.Local(s.LKey, cfg.PD, false, s.Addr, s.Length)
 			if err != nil {
 				return fmt.Errorf("post send: inline SGE: %w", err)
 			}
 			w.inline = append(w.inline, mem...)
 		}
 	}
-	q.sqTail++
-	if st == StateErr {
-		q.flushSend()
-		return nil
-	}
-	q.pump(now)
+	r.sq.tail++
 	return nil
 }
 
 // pump sends as many packets as the window, the read/atomic credits and the
 // RNR back-off allow.
-func (q *QP) pump(now time.Time) {
+func (r *requester) pump(now time.Time) {
+	q, sq := r.qp, r.sq
 	if q.attr.State != StateRTS && q.attr.State != StateSQD {
 		return
 	}
-	if !q.rnrDeadline.IsZero() {
+	if !r.rnrDeadline.IsZero() {
 		return
 	}
 	sent := false
-	for q.sqReq < q.sqTail {
-		w := &q.sq[q.sqReq%uint64(len(q.sq))]
+	for sq.req < sq.tail {
+		w := sq.at(sq.req)
 		if w.state == wqeComplete {
 			// A LOCAL_INV executed in order, or a WQE that was already
 			// acknowledged while go-back-N rewound past it.
-			if w.npkts > 0 && !q.nextPSN.After(w.lastPSN) {
-				q.nextPSN = w.lastPSN.Add(1)
+			if w.npkts > 0 && !r.nextPSN.After(w.lastPSN) {
+				r.nextPSN = w.lastPSN.Add(1)
 			}
-			q.sqReq++
+			sq.req++
 			continue
 		}
 		if w.state == wqePosted {
 			if q.attr.State == StateSQD {
 				break // draining: start nothing new
 			}
-			if w.wr.Opcode.isReadOrAtomic() && q.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
+			if w.wr.Opcode.isReadOrAtomic() && sq.rdAtomic >= max(int(q.attr.MaxRdAtomic), 1) {
 				break
 			}
-			if w.wr.Flags&SendFence != 0 && q.rdAtomicBefore(q.sqReq) {
+			if w.wr.Flags&SendFence != 0 && sq.rdAtomicBefore(sq.req) {
 				break
 			}
 			if w.wr.Opcode == WRLocalInv {
-				if q.sqReq != q.sqHead {
+				if sq.req != sq.head {
 					break // executes in order, when everything before it completed
 				}
-				if !q.localInvalidate(w) {
+				if !r.localInvalidate(w) {
 					return // failed: the QP is in ERR now
 				}
-				q.sqReq++
+				sq.req++
 				continue
 			}
-			q.assign(w)
+			r.assign(w)
 		}
 		// rxe_requester stalls when psn_compare(req.psn, comp.psn +
 		// RXE_MAX_UNACKED_PSNS) > 0: comp.psn+128 itself is still sent, so
-		// 129 PSNs may be outstanding (">=" here stopped one short).
-		if q.nextPSN.Diff(q.compPSN) > MaxUnackedPSNs {
-			break // window full (rxe: req.psn > comp.psn + RXE_MAX_UNACKED_PSNS)
+		// 129 PSNs may be outstanding.
+		if r.nextPSN.Diff(r.comp.compPSN) > MaxUnackedPSNs {
+			break // window full
 		}
-		if !q.sendNext(w) {
+		if !r.sendNext(w) {
 			return // the WQE failed locally; the QP is in ERR now
 		}
 		sent = true
-		if q.nextPSN.After(w.lastPSN) {
-			q.sqReq++
+		if r.nextPSN.After(w.lastPSN) {
+			sq.req++
 		}
 	}
-	if sent && q.retryDeadline.IsZero() {
-		if d := q.ackTimeout(); d > 0 {
-			q.retryDeadline = now.Add(d)
-		}
+	if sent {
+		r.comp.startAckTimer(now)
 	}
-	q.retire()
-}
-
-// rdAtomicBefore reports whether an uncompleted READ or atomic precedes idx.
-func (q *QP) rdAtomicBefore(idx uint64) bool {
-	for i := q.sqHead; i < idx; i++ {
-		w := &q.sq[i%uint64(len(q.sq))]
-		if w.state != wqeComplete && w.wr.Opcode.isReadOrAtomic() {
-			return true
-		}
-	}
-	return false
+	// A LOCAL_INV completes here, in the requester; the completer delivers
+	// its CQE (rxe's requester schedules the completer for the same reason).
+	r.comp.retire()
 }
 
 // assign gives a WQE its PSN range. A READ of N response packets uses N
 // PSNs; everything else one PSN per request packet.
-func (q *QP) assign(w *sendWQE) {
+func (r *requester) assign(w *sendWQE) {
+	mtu := r.qp.mtu
 	n := uint32(1)
-	if w.length > q.mtu && !w.wr.Opcode.isAtomic() {
-		n = (w.length + q.mtu - 1) / q.mtu
+	if w.length > mtu && !w.wr.Opcode.isAtomic() {
+		n = (w.length + mtu - 1) / mtu
 	}
-	w.npkts = n
-	w.firstPSN = q.nextPSN
-	w.lastPSN = q.nextPSN.Add(n - 1)
-	w.state = wqeSending
-	q.psnEnd = w.lastPSN.Add(1)
-	if w.wr.Opcode.isReadOrAtomic() {
-		q.rdAtomic++
-	}
+	r.sq.begin(w, r.nextPSN, n)
+	r.psnEnd = w.lastPSN.Add(1)
 }
 
 // localInvalidate executes a LOCAL_INV. A key that cannot be invalidated
 // fails the WR with LOC_QP_OP_ERR and moves the QP to ERR, as rxe's
-// rxe_do_local_ops does (it used to complete with MW_BIND_ERR and leave the
-// QP in RTS, sending the WRs behind it).
-func (q *QP) localInvalidate(w *sendWQE) bool {
-	if err := q.cfg.MRs.Invalidate(w.wr.InvRKey, q.cfg.PD); err != nil {
-		q.fail(w, WCLocQPOpErr)
+// rxe_do_local_ops does.
+func (r *requester) localInvalidate(w *sendWQE) bool {
+	cfg := &r.qp.cfg
+	if err := cfg.MRs.Invalidate(w.wr.InvRKey, cfg.PD); err != nil {
+		r.comp.fail(w, WCLocQPOpErr)
 		return false
 	}
 	w.state = wqeComplete
@@ -181,41 +197,42 @@ func (q *QP) localInvalidate(w *sendWQE) bool {
 	return true
 }
 
-// sendNext transmits the packet of w at q.nextPSN and advances. It returns
+// sendNext transmits the packet of w at nextPSN and advances. It returns
 // false if the WQE failed locally.
-func (q *QP) sendNext(w *sendWQE) bool {
-	psn := q.nextPSN
+func (r *requester) sendNext(w *sendWQE) bool {
+	psn := r.nextPSN
 	if psn.Before(w.firstPSN) || psn.After(w.lastPSN) {
 		// Cannot happen: goBack positions nextPSN inside the WQE.
-		q.fail(w, WCLocQPOpErr)
+		r.comp.fail(w, WCLocQPOpErr)
 		return false
 	}
 	idx := uint32(psn.Diff(w.firstPSN))
-	if psn.Before(q.sentEnd) {
-		q.inc(CntRetransmittedPkts)
+	if psn.Before(r.sentEnd) {
+		r.qp.inc(CntRetransmittedPkts)
 	}
 	defer func() {
-		if q.sentEnd.Before(q.nextPSN) {
-			q.sentEnd = q.nextPSN
+		if r.sentEnd.Before(r.nextPSN) {
+			r.sentEnd = r.nextPSN
 		}
 	}()
 	switch w.wr.Opcode {
 	case WRRDMARead:
-		q.sendReadRequest(w, idx)
-		q.nextPSN = w.lastPSN.Add(1)
+		r.sendReadRequest(w, idx)
+		r.nextPSN = w.lastPSN.Add(1)
 		w.state = wqeSent
 		return true
 	case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
-		q.sendAtomic(w)
-		q.nextPSN = psn.Add(1)
+		r.sendAtomic(w)
+		r.nextPSN = psn.Add(1)
 		w.state = wqeSent
 		return true
 	}
-	off := idx * q.mtu
-	n := min(w.length-off, q.mtu)
+	mtu := r.qp.mtu
+	off := idx * mtu
+	n := min(w.length-off, mtu)
 	first, last := idx == 0, off+n == w.length
 	op := requestOpcode(w.wr.Opcode, first, last)
-	f := q.frame(op, psn)
+	f := r.out.frame(op, psn)
 	if first && (op == wire.RCRDMAWriteFirst || op == wire.RCRDMAWriteOnly || op == wire.RCRDMAWriteOnlyWithImm) {
 		f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
 	}
@@ -230,20 +247,20 @@ func (q *QP) sendNext(w *sendWQE) bool {
 	// The comparison sees the count before the increment, and an END packet
 	// short-circuits it, so inside a long message AckReq falls on the 66th
 	// packet after the previous one, not the 65th.
-	if last || q.noackPkts > MaxPktPerAck {
+	if last || r.noackPkts > MaxPktPerAck {
 		f.BTH.AckReq = true
-		q.noackPkts = 0
+		r.noackPkts = 0
 	} else {
-		q.noackPkts++
+		r.noackPkts++
 	}
-	buf := q.cfg.Out.Frame()
+	buf := r.out.buffer()
 	hl := f.HeaderLen()
-	if err := q.gather(w, off, buf[hl:hl+int(n)]); err != nil {
-		q.fail(w, WCLocProtErr)
+	if err := r.gather(w, off, buf[hl:hl+int(n)]); err != nil {
+		r.comp.fail(w, WCLocProtErr)
 		return false
 	}
-	q.emit(buf, f, int(n))
-	q.nextPSN = psn.Add(1)
+	r.out.emit(buf, f, int(n))
+	r.nextPSN = psn.Add(1)
 	if last {
 		w.state = wqeSent
 	}
@@ -296,32 +313,32 @@ func requestOpcode(op WROpcode, first, last bool) wire.Opcode {
 // sendReadRequest sends the READ request for the part of w that has not
 // been answered yet: a re-issued READ asks for the remaining bytes at the
 // PSN of the first missing response (rxe req_retry).
-func (q *QP) sendReadRequest(w *sendWQE, idx uint32) {
-	done := idx * q.mtu
-	f := q.frame(wire.RCRDMAReadRequest, w.firstPSN.Add(idx))
+func (r *requester) sendReadRequest(w *sendWQE, idx uint32) {
+	done := idx * r.qp.mtu
+	f := r.out.frame(wire.RCRDMAReadRequest, w.firstPSN.Add(idx))
 	f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr + uint64(done), RKey: w.wr.RKey, DMALen: w.length - done}
 	f.BTH.AckReq = true
-	q.noackPkts = 0
-	q.emit(q.cfg.Out.Frame(), f, 0)
+	r.noackPkts = 0
+	r.out.emit(r.out.buffer(), f, 0)
 }
 
-func (q *QP) sendAtomic(w *sendWQE) {
+func (r *requester) sendAtomic(w *sendWQE) {
 	op := wire.RCFetchAdd
 	if w.wr.Opcode == WRAtomicCmpAndSwp {
 		op = wire.RCCompareSwap
 	}
-	f := q.frame(op, w.firstPSN)
+	f := r.out.frame(op, w.firstPSN)
 	f.AtomicETH = wire.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
 	if op == wire.RCCompareSwap {
 		f.AtomicETH.SwapAdd, f.AtomicETH.Compare = w.wr.Swap, w.wr.CompareAdd
 	}
 	f.BTH.AckReq = true
-	q.noackPkts = 0
-	q.emit(q.cfg.Out.Frame(), f, 0)
+	r.noackPkts = 0
+	r.out.emit(r.out.buffer(), f, 0)
 }
 
 // gather copies len(dst) bytes of w's message, starting at off, into dst.
-func (q *QP) gather(w *sendWQE, off uint32, dst []byte) error {
+func (r *requester) gather(w *sendWQE, off uint32, dst []byte) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -329,48 +346,19 @@ func (q *QP) gather(w *sendWQE, off uint32, dst []byte) error {
 		copy(dst, w.inline[off:])
 		return nil
 	}
-	return q.walkSGL(w.wr.SGL, off, uint32(len(dst)), false, func(mem []byte, pos uint32) {
+	return r.qp.walkSGL(w.wr.SGL, off, uint32(len(dst)), false, func(mem []byte, pos uint32) {
 		copy(dst[pos:], mem)
 	})
 }
-
-// walkSGL resolves the byte range [off, off+n) of an SGL, region by region,
-// and calls fn with each piece and its position inside the range.
-func (q *QP) walkSGL(sgl []SGE, off, n uint32, write bool, fn func(mem []byte, pos uint32)) error {
-	pos := uint32(0)
-	for _, s := range sgl {
-		if n == 0 {
-			break
-		}
-		if off >= s.Length {
-			off -= s.Length
-			continue
-		}
-		take := min(s.Length-off, n)
-		mem, err := q.cfg.MRs.Local(s.LKey, q.cfg.PD, write, s.Addr+uint64(off), take)
-		if err != nil {
-			return err
-		}
-		fn(mem, pos)
-		pos += take
-		n -= take
-		off = 0
-	}
-	if n != 0 {
-		return errSGLShort
-	}
-	return nil
-}
-
-var errSGLShort = errors.New("scatter/gather list shorter than the data")
 
 // goBack restarts transmission at psn (go-back-N): the requester returns to
 // the WQE that holds psn and resends from there, resuming a partly
 // acknowledged SEND/WRITE with its MIDDLE/LAST packets and re-issuing a
 // partly answered READ for the remaining bytes.
-func (q *QP) goBack(psn wire.PSN) {
-	for i := q.sqHead; i < q.sqTail; i++ {
-		w := &q.sq[i%uint64(len(q.sq))]
+func (r *requester) goBack(psn wire.PSN) {
+	sq := r.sq
+	for i := sq.head; i < sq.tail; i++ {
+		w := sq.at(i)
 		if w.state == wqePosted {
 			break
 		}
@@ -380,72 +368,17 @@ func (q *QP) goBack(psn wire.PSN) {
 		if psn.Before(w.firstPSN) {
 			psn = w.firstPSN
 		}
-		q.sqReq = i
-		q.nextPSN = psn
+		sq.req = i
+		r.nextPSN = psn
 		// noackPkts runs on: rxe's req_retry does not reset noack_pkts, so
 		// AckReq inside resent messages falls where rxe puts it.
 		if w.wr.Opcode == WRRDMARead {
 			// Bytes already placed stay placed; ask for the rest only.
-			q.nextPSN = w.firstPSN.Add(w.readDone / q.mtu)
+			r.nextPSN = w.firstPSN.Add(w.readDone / r.qp.mtu)
 		}
 		w.state = wqeSending
 		return
 	}
 	// Nothing outstanding: continue with new WQEs.
-	q.nextPSN = q.psnEnd
+	r.nextPSN = r.psnEnd
 }
-
-// onTimeout handles the local ACK timeout (rxe rxe_comp.c, COMPST_ERROR_RETRY).
-func (q *QP) onTimeout(now time.Time) {
-	if !q.outstanding() {
-		return
-	}
-	q.inc(CntLocalAckTimeoutErr)
-	q.retry(now)
-}
-
-// retry starts go-back-N from compPSN if the retry budget allows, and fails
-// the oldest WQE with RETRY_EXC_ERR otherwise.
-func (q *QP) retry(now time.Time) {
-	if q.retryLeft == 0 {
-		q.inc(CntRetryExceededErr)
-		q.fail(q.headWQE(), WCRetryExcErr)
-		return
-	}
-	if !(q.attr.RetryCnt == 7 && q.cfg.RetryCnt7Infinite) {
-		q.retryLeft--
-	}
-	q.inc(CntCompleterRetryErr)
-	q.goBack(q.compPSN)
-	q.retryDeadline = time.Time{}
-	q.pump(now)
-	if q.retryDeadline.IsZero() && q.outstanding() {
-		if d := q.ackTimeout(); d > 0 {
-			q.retryDeadline = now.Add(d)
-		}
-	}
-}
-
-// outstanding reports whether some sent PSN is not acknowledged yet.
-func (q *QP) outstanding() bool { return q.compPSN.Before(q.psnEnd) }
-
-// headWQE returns the oldest uncompleted send WQE, or nil.
-func (q *QP) headWQE() *sendWQE {
-	for i := q.sqHead; i < q.sqTail; i++ {
-		w := &q.sq[i%uint64(len(q.sq))]
-		if w.state != wqeComplete {
-			return w
-		}
-	}
-	return nil
-}
-
-// putAtomicResult stores an ATOMIC_ACK's original value in the first 8
-// bytes of the SGL, in host order as rxe does.
-func (q *QP) putAtomicResult(w *sendWQE, orig uint64) error {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], orig)
-	return q.walkSGL(w.wr.SGL, 0, 8, true, func(mem []byte, pos uint32) { copy(mem, b[pos:]) })
-}
-
-var _ = memreg.LocalWrite

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -11,88 +10,191 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// PostRecv queues a receive work request (ibv_post_recv). Allowed from INIT
-// on; in ERR the request is flushed at once.
-func (q *QP) PostRecv(wr *RecvWR) error {
-	st := q.attr.State
+// responder executes the requests the peer's requester sends (rxe_resp.c):
+// it checks each request's PSN, opcode sequence, access, resources, length
+// and R_Key in rxe's order, places SEND payloads into the receive queue's
+// buffers and WRITE payloads into registered memory, answers READs and
+// atomics, and acknowledges. Duplicates are answered without executing
+// anything twice: READs are replayed from memory (res), atomics from their
+// saved results (atomicHist). The responder has no timer: every answer goes
+// out while the request is handled.
+type responder struct {
+	qp  *QP
+	out *emitter
+
+	// Receive queue: a ring indexed by monotonically increasing counters;
+	// [rqHead, rqTail) are posted, rqHead is the WQE the next SEND (or
+	// WRITE_WITH_IMM) consumes.
+	rq             []recvWQE
+	rqHead, rqTail uint64
+
+	expPSN     wire.PSN // PSN of the next new request
+	ackPSN     wire.PSN // one past the last SEND/WRITE/atomic packet executed (rxe resp.ack_psn); READs leave it
+	msn        uint32   // AETH MSN: SEND/WRITE messages completed, READs and atomics accepted
+	nakSent    bool     // a PSN sequence NAK is outstanding for the current gap
+	respOpcode int      // opcode of the last accepted packet of an unfinished message, -1 if none
+	recvOff    uint32   // bytes of the current SEND placed so far
+	recvActive bool     // the WQE at rqHead belongs to the current message
+	wrVA       uint64   // RETH of the current WRITE
+	wrRKey     uint32
+	wrLen      uint32
+	wrOff      uint32          // bytes of the current WRITE placed so far
+	res        []resource      // READ replay records (rxe resp_res)
+	resNext    int             // next res entry to reuse
+	atomicHist *atomic.History // executed atomics, for duplicate replay
+}
+
+type recvWQE struct {
+	wrID   uint64
+	sgl    [MaxSGE]SGE
+	nsge   int
+	length uint32
+}
+
+// resource is one entry of the responder's READ resource ring (rxe's
+// resp_res), kept to answer duplicate READ requests. Executed atomics are
+// kept in an atomic.History.
+type resource struct {
+	valid    bool
+	firstPSN wire.PSN
+	lastPSN  wire.PSN
+	va       uint64
+	rkey     uint32
+	length   uint32
+}
+
+// covers reports whether [va, va+length) lies inside the READ's range.
+// rxe's check (iova + resid > va_org + length) wraps past 2^64 for a VA near
+// the top; this form has no sum that can overflow.
+func (res *resource) covers(va uint64, length uint32) bool {
+	return va >= res.va && length <= res.length && va-res.va <= uint64(res.length-length)
+}
+
+// setPSN sets the PSN of the first request expected (rq_psn).
+func (r *responder) setPSN(psn wire.PSN) { r.expPSN, r.ackPSN = psn, psn }
+
+// setResources sizes the READ and atomic replay records for
+// max_dest_rd_atomic n. rxe sizes its responder resources
+// roundup_pow_of_two(max_dest_rd_atomic) (rxe_qp_from_attr), and its
+// requester rounds max_rd_atomic the same way: an rxe peer set to 3 keeps 4
+// READs/atomics in flight.
+func (r *responder) setResources(n uint8) {
+	size := 1
+	for size < int(n) {
+		size <<= 1
+	}
+	r.res = make([]resource, size)
+	r.resNext = 0
+	r.atomicHist = atomic.NewHistory(size)
+}
+
+func (r *responder) reset() {
+	clear(r.rq)
+	r.rqHead, r.rqTail = 0, 0
+	r.msn, r.nakSent, r.respOpcode, r.recvActive = 0, false, -1, false
+	clear(r.res)
+	if r.atomicHist != nil {
+		r.atomicHist.Reset()
+	}
+}
+
+// deadline and onTimeout give the responder the shape of the other roles,
+// which QP.Deadline and QP.Tick go through; it never waits.
+func (r *responder) deadline() (time.Time, bool) { return time.Time{}, false }
+
+func (r *responder) onTimeout(time.Time) {}
+
+// post queues a receive work request at the tail of the receive queue.
+func (r *responder) post(wr *RecvWR) error {
+	st := r.qp.attr.State
 	if st == StateReset {
 		return fmt.Errorf("post recv in state RESET: %w", ErrInvalidArgument)
 	}
-	if q.rqTail-q.rqHead >= uint64(len(q.rq)) {
-		return fmt.Errorf("post recv: %d WRs outstanding: %w", len(q.rq), ErrQueueFull)
+	if r.rqTail-r.rqHead >= uint64(len(r.rq)) {
+		return fmt.Errorf("post recv: %d WRs outstanding: %w", len(r.rq), ErrQueueFull)
 	}
-	if len(wr.SGL) > q.cfg.Caps.MaxRecvSGE {
-		return fmt.Errorf("post recv: %d SGEs > max_recv_sge %d: %w", len(wr.SGL), q.cfg.Caps.MaxRecvSGE, ErrInvalidArgument)
+	if len(wr.SGL) > r.qp.cfg.Caps.MaxRecvSGE {
+		return fmt.Errorf("post recv: %d SGEs > max_recv_sge %d: %w", len(wr.SGL), r.qp.cfg.Caps.MaxRecvSGE, ErrInvalidArgument)
 	}
-	r := &q.rq[q.rqTail%uint64(len(q.rq))]
-	r.wrID = wr.WRID
-	r.nsge = copy(r.sgl[:], wr.SGL)
+	w := &r.rq[r.rqTail%uint64(len(r.rq))]
+	w.wrID = wr.WRID
+	w.nsge = copy(w.sgl[:], wr.SGL)
 	var n uint64
 	for _, s := range wr.SGL {
 		n += uint64(s.Length)
 	}
-	r.length = uint32(min(n, MaxMessageLen))
-	q.rqTail++
+	w.length = uint32(min(n, MaxMessageLen))
+	r.rqTail++
 	if st == StateErr {
-		q.flushRecv()
+		r.flush()
 	}
 	return nil
 }
 
-// respond handles a request packet (rxe_resp.c): PSN check, opcode
+// flush completes every posted receive WQE with WR_FLUSH_ERR.
+func (r *responder) flush() {
+	for ; r.rqHead < r.rqTail; r.rqHead++ {
+		w := &r.rq[r.rqHead%uint64(len(r.rq))]
+		wc := WC{WRID: w.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
+		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+	}
+	r.recvActive = false
+}
+
+// receive handles a request packet (rxe_resp.c): PSN check, opcode
 // sequence, access flags, resources, length, R_Key, execute, acknowledge.
-func (q *QP) respond(p *wire.Packet, now time.Time) {
+func (r *responder) receive(p *wire.Packet, now time.Time) {
 	psn := p.BTH.PSN()
-	switch d := psn.Diff(q.expPSN); {
+	switch d := psn.Diff(r.expPSN); {
 	case d > 0:
 		// Out of sequence: one NAK per gap, carrying the expected PSN (C9-110).
 		// out_of_seq_request counts those NAKs, as rxe's check_psn does (it
 		// increments RXE_CNT_OUT_OF_SEQ_REQ only when it sends the NAK).
-		if !q.nakSent {
-			q.nakSent = true
-			q.inc(CntOutOfSeqRequest)
-			q.sendNAK(q.expPSN, wire.NAKPSNSequenceError)
+		if !r.nakSent {
+			r.nakSent = true
+			r.qp.inc(CntOutOfSeqRequest)
+			r.sendNAK(r.expPSN, wire.NAKPSNSequenceError)
 		}
 		return
 	case d < 0:
-		q.inc(CntDuplicateRequest)
-		q.duplicate(p, psn)
+		r.qp.inc(CntDuplicateRequest)
+		r.duplicate(p, psn)
 		return
 	}
-	q.nakSent = false
+	r.nakSent = false
 	op := p.Opcode()
 
 	// Opcode sequence (rxe check_op_seq).
-	if !q.seqOK(op) {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+	if !r.seqOK(op) {
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	// QP access flags (rxe check_op_valid): a failure is an invalid request.
 	switch {
-	case op.IsWrite() && q.attr.AccessFlags&memreg.RemoteWrite == 0,
-		op.IsRead() && q.attr.AccessFlags&memreg.RemoteRead == 0,
-		op.IsAtomic() && q.attr.AccessFlags&memreg.RemoteAtomic == 0:
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+	case op.IsWrite() && r.qp.attr.AccessFlags&memreg.RemoteWrite == 0,
+		op.IsRead() && r.qp.attr.AccessFlags&memreg.RemoteRead == 0,
+		op.IsAtomic() && r.qp.attr.AccessFlags&memreg.RemoteAtomic == 0:
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	switch {
 	case op.IsSend():
-		q.execSend(p, op, psn)
+		r.execSend(p, op, psn)
 	case op.IsWrite():
-		q.execWrite(p, op, psn)
+		r.execWrite(p, op, psn)
 	case op.IsRead():
-		q.execRead(p, psn)
+		r.execRead(p, psn)
 	case op.IsAtomic():
-		q.execAtomic(p, op, psn)
+		r.execAtomic(p, op, psn)
 	default:
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 	}
 }
 
 // seqOK checks that op may follow the previous packet (C9-21..C9-24).
-func (q *QP) seqOK(op wire.Opcode) bool {
+func (r *responder) seqOK(op wire.Opcode) bool {
 	pos := op.Info().Pos
-	prev := q.respOpcode
+	prev := r.respOpcode
 	if prev < 0 {
 		// Not inside a message: only FIRST or ONLY may come.
 		return pos == wire.PosFirst || pos == wire.PosOnly
@@ -104,56 +206,56 @@ func (q *QP) seqOK(op wire.Opcode) bool {
 	return pos == wire.PosMiddle || pos == wire.PosLast
 }
 
-func (q *QP) checkLen(op wire.Opcode, n int) bool {
+func (r *responder) checkLen(op wire.Opcode, n int) bool {
 	switch op.Info().Pos {
 	case wire.PosOnly:
-		return n <= int(q.mtu)
+		return n <= int(r.qp.mtu)
 	case wire.PosFirst, wire.PosMiddle:
-		return n == int(q.mtu)
+		return n == int(r.qp.mtu)
 	case wire.PosLast:
-		return n >= 1 && n <= int(q.mtu)
+		return n >= 1 && n <= int(r.qp.mtu)
 	}
 	return false
 }
 
-func (q *QP) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
+func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	pos := op.Info().Pos
 	// rxe checks resources (check_resource: a RECV WQE, else RNR) before the
 	// packet length (check_length): a bad-length FIRST/ONLY without a RECV
 	// is RNR NAKed, and with one the RECV completes with the error.
 	if pos == wire.PosFirst || pos == wire.PosOnly {
-		if q.rqHead == q.rqTail {
-			q.sendRNR(psn)
+		if r.rqHead == r.rqTail {
+			r.sendRNR(psn)
 			return
 		}
-		q.recvActive, q.recvOff = true, 0
+		r.recvActive, r.recvOff = true, 0
 	}
-	if !q.checkLen(op, len(p.Payload)) {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+	if !r.checkLen(op, len(p.Payload)) {
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
-	r := &q.rq[q.rqHead%uint64(len(q.rq))]
+	w := &r.rq[r.rqHead%uint64(len(r.rq))]
 	n := uint32(len(p.Payload))
-	if q.recvOff+n > r.length {
+	if r.recvOff+n > w.length {
 		// The RECV buffer is too small (rxe RESPST_ERR_LENGTH).
-		q.classC(wire.NAKInvalidRequest, WCLocLenErr, psn)
+		r.classC(wire.NAKInvalidRequest, WCLocLenErr, psn)
 		return
 	}
 	if n > 0 {
 		payload := p.Payload
-		if err := q.walkSGL(r.sgl[:r.nsge], q.recvOff, n, true, func(mem []byte, at uint32) { copy(mem, payload[at:]) }); err != nil {
+		if err := r.qp.walkSGL(w.sgl[:w.nsge], r.recvOff, n, true, func(mem []byte, at uint32) { copy(mem, payload[at:]) }); err != nil {
 			// Bad lkey or access in the RECV WQE (RESPST_ERR_MALFORMED_WQE).
-			q.classC(wire.NAKRemoteOperationalError, WCLocQPOpErr, psn)
+			r.classC(wire.NAKRemoteOperationalError, WCLocQPOpErr, psn)
 			return
 		}
 	}
-	q.recvOff += n
+	r.recvOff += n
 	if pos == wire.PosFirst || pos == wire.PosMiddle {
-		q.respOpcode = int(op)
-		q.acceptPacket(p, psn)
+		r.respOpcode = int(op)
+		r.acceptPacket(p, psn)
 		return
 	}
-	wc := WC{WRID: r.wrID, Status: WCSuccess, Opcode: WCRecv, ByteLen: q.recvOff, QPNum: q.cfg.QPN}
+	wc := WC{WRID: w.wrID, Status: WCSuccess, Opcode: WCRecv, ByteLen: r.recvOff, QPNum: r.qp.cfg.QPN}
 	if op.HasImm() {
 		wc.Flags |= WCWithImm
 		wc.Imm = p.ImmDt.Imm()
@@ -163,80 +265,79 @@ func (q *QP) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	}
 	if op.HasInv() {
 		rkey := p.IETH.RKey()
-		if err := q.cfg.MRs.Invalidate(rkey, q.cfg.PD); err != nil {
+		if err := r.qp.cfg.MRs.Invalidate(rkey, r.qp.cfg.PD); err != nil {
 			// rxe (class J): no NAK; the QP goes to ERR and the RECV
 			// completes in error. execute returns before counting the
 			// message, so the ACK still sent for AckReq carries the MSN
 			// without it.
-			q.respOpcode = -1
-			q.acceptPacket(p, psn)
-			q.rqHead++
-			q.recvActive = false
+			r.respOpcode = -1
+			r.acceptPacket(p, psn)
+			r.rqHead++
+			r.recvActive = false
 			wc.Status = WCRemInvReqErr
-			q.completion(q.cfg.RecvCQ, &wc)
-			q.attr.State = StateErr
-			q.flushAll()
+			r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+			r.qp.toErr()
 			return
 		}
 		wc.Flags |= WCWithInv
 		wc.InvRKey = rkey
 	}
-	q.rqHead++
-	q.recvActive = false
-	q.finishMessage(p, psn)
-	q.completion(q.cfg.RecvCQ, &wc)
+	r.rqHead++
+	r.recvActive = false
+	r.finishMessage(p, psn)
+	r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 }
 
 // acceptPacket advances the expected PSN after an in-sequence packet and
 // acknowledges it when the requester asked for it.
-func (q *QP) acceptPacket(p *wire.Packet, psn wire.PSN) {
-	q.expPSN = psn.Add(1)
-	q.ackPSN = q.expPSN
+func (r *responder) acceptPacket(p *wire.Packet, psn wire.PSN) {
+	r.expPSN = psn.Add(1)
+	r.ackPSN = r.expPSN
 	if p.BTH.AckReq() {
-		q.sendAck(psn, wire.SyndromeACKNoCredit)
+		r.out.ack(psn, wire.SyndromeACKNoCredit, r.msn)
 	} else {
-		q.inc(CntAckDeferred)
+		r.qp.inc(CntAckDeferred)
 	}
 }
 
 // finishMessage ends a SEND/WRITE message: the MSN counts it.
-func (q *QP) finishMessage(p *wire.Packet, psn wire.PSN) {
-	q.respOpcode = -1
-	q.msn++
-	q.acceptPacket(p, psn)
+func (r *responder) finishMessage(p *wire.Packet, psn wire.PSN) {
+	r.respOpcode = -1
+	r.msn++
+	r.acceptPacket(p, psn)
 }
 
-func (q *QP) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
+func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	pos := op.Info().Pos
 	if op.HasImm() {
 		// WRITE_WITH_IMM consumes a RECV at its ONLY/LAST packet (rxe
 		// RXE_RWR_MASK), checked before the length and the R_Key as rxe's
 		// check_resource is: none posted is RNR; once taken, an error of this
 		// packet completes that RECV with the error status (classC).
-		if q.rqHead == q.rqTail {
-			q.sendRNR(psn)
+		if r.rqHead == r.rqTail {
+			r.sendRNR(psn)
 			return
 		}
-		q.recvActive = true
+		r.recvActive = true
 	}
-	if !q.checkLen(op, len(p.Payload)) {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+	if !r.checkLen(op, len(p.Payload)) {
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	if pos == wire.PosFirst || pos == wire.PosOnly {
-		q.wrVA, q.wrRKey, q.wrLen, q.wrOff = p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen(), 0
-		if q.wrLen > MaxMessageLen {
-			q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+		r.wrVA, r.wrRKey, r.wrLen, r.wrOff = p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen(), 0
+		if r.wrLen > MaxMessageLen {
+			r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 			return
 		}
 		// rxe check_rkey validates the whole RETH range [va, va+len) once,
 		// on the FIRST/ONLY packet: a WRITE that runs past the MR is NAKed at
-		// its first PSN before any byte is placed. (Checking each packet's
-		// piece alone placed the leading packets and NAKed a later PSN.)
+		// its first PSN before any byte is placed (checking each packet's
+		// piece alone would place the leading packets and NAK a later PSN).
 		// Zero-length writes skip the check (rxe check_rkey).
-		if q.wrLen > 0 {
-			if _, err := q.cfg.MRs.Remote(q.wrRKey, q.cfg.PD, memreg.RemoteWrite, q.wrVA, q.wrLen); err != nil {
-				q.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
+		if r.wrLen > 0 {
+			if _, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
+				r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 				return
 			}
 		}
@@ -245,82 +346,82 @@ func (q *QP) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	// The payload against the RETH length, after the R_Key and range as in
 	// rxe's check_rkey (a WRITE_ONLY whose payload differs from its RETH
 	// length and whose R_Key is bad gets NAK 0x62, not 0x61).
-	if q.wrOff+n > q.wrLen || (pos == wire.PosLast || pos == wire.PosOnly) && q.wrOff+n != q.wrLen {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+	if r.wrOff+n > r.wrLen || (pos == wire.PosLast || pos == wire.PosOnly) && r.wrOff+n != r.wrLen {
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	if n > 0 {
 		// Zero-length writes skip the R_Key check (rxe check_rkey).
-		mem, err := q.cfg.MRs.Remote(q.wrRKey, q.cfg.PD, memreg.RemoteWrite, q.wrVA+uint64(q.wrOff), n)
+		mem, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
 		if err != nil {
-			q.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
+			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 			return
 		}
 		copy(mem, p.Payload)
-		q.wrOff += n
+		r.wrOff += n
 	}
 	if pos == wire.PosFirst || pos == wire.PosMiddle {
-		q.respOpcode = int(op)
-		q.acceptPacket(p, psn)
+		r.respOpcode = int(op)
+		r.acceptPacket(p, psn)
 		return
 	}
 	if op.HasImm() {
-		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		q.rqHead++
-		q.recvActive = false
-		wc := WC{WRID: r.wrID, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: q.wrLen,
-			QPNum: q.cfg.QPN, Flags: WCWithImm, Imm: p.ImmDt.Imm()}
+		w := &r.rq[r.rqHead%uint64(len(r.rq))]
+		r.rqHead++
+		r.recvActive = false
+		wc := WC{WRID: w.wrID, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: r.wrLen,
+			QPNum: r.qp.cfg.QPN, Flags: WCWithImm, Imm: p.ImmDt.Imm()}
 		if p.BTH.SE() {
 			wc.Flags |= WCSolicited
 		}
-		q.finishMessage(p, psn)
-		q.completion(q.cfg.RecvCQ, &wc)
+		r.finishMessage(p, psn)
+		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 		return
 	}
-	q.finishMessage(p, psn)
+	r.finishMessage(p, psn)
 }
 
-func (q *QP) execRead(p *wire.Packet, psn wire.PSN) {
-	if q.attr.MaxDestRdAtomic == 0 {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
+	if r.qp.attr.MaxDestRdAtomic == 0 {
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	va, rkey, length := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
 	if length > MaxMessageLen {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	if length > 0 {
-		if _, err := q.cfg.MRs.Remote(rkey, q.cfg.PD, memreg.RemoteRead, va, length); err != nil {
-			q.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
+		if _, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteRead, va, length); err != nil {
+			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 			return
 		}
 	}
 	npkts := uint32(1)
-	if length > q.mtu {
-		npkts = (length + q.mtu - 1) / q.mtu
+	if length > r.qp.mtu {
+		npkts = (length + r.qp.mtu - 1) / r.qp.mtu
 	}
-	r := q.newResource()
-	*r = resource{valid: true, firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: va, rkey: rkey, length: length}
+	res := r.newResource()
+	*res = resource{valid: true, firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: va, rkey: rkey, length: length}
 	// The MSN counts a READ when it is accepted (C9-148).
-	q.msn++
-	q.respOpcode = -1
-	q.expPSN = psn.Add(npkts)
-	q.sendReadResponses(psn, va, rkey, length, false)
+	r.msn++
+	r.respOpcode = -1
+	r.expPSN = psn.Add(npkts)
+	r.sendReadResponses(psn, va, rkey, length, false)
 }
 
 // sendReadResponses sends the READ response packets for [va, va+length)
 // starting at psn. midStart marks a replay that starts inside the original
 // range: rxe then begins with READ_RESPONSE_MIDDLE (or LAST), and its
 // requester expects exactly that.
-func (q *QP) sendReadResponses(psn wire.PSN, va uint64, rkey uint32, length uint32, midStart bool) {
+func (r *responder) sendReadResponses(psn wire.PSN, va uint64, rkey uint32, length uint32, midStart bool) {
 	npkts := uint32(1)
-	if length > q.mtu {
-		npkts = (length + q.mtu - 1) / q.mtu
+	if length > r.qp.mtu {
+		npkts = (length + r.qp.mtu - 1) / r.qp.mtu
 	}
 	off := uint32(0)
 	for i := uint32(0); i < npkts; i++ {
-		n := min(length-off, q.mtu)
+		n := min(length-off, r.qp.mtu)
 		first, last := i == 0 && !midStart, i == npkts-1
 		var op wire.Opcode
 		switch {
@@ -333,80 +434,73 @@ func (q *QP) sendReadResponses(psn wire.PSN, va uint64, rkey uint32, length uint
 		default:
 			op = wire.RCRDMAReadResponseMiddle
 		}
-		f := q.frame(op, psn.Add(i))
-		f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: q.msn & wire.PSNMask}
-		buf := q.cfg.Out.Frame()
+		f := r.out.frame(op, psn.Add(i))
+		f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: r.msn & wire.PSNMask}
+		buf := r.out.buffer()
 		if n > 0 {
-			mem, err := q.cfg.MRs.Remote(rkey, q.cfg.PD, memreg.RemoteRead, va+uint64(off), n)
+			mem, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteRead, va+uint64(off), n)
 			if err != nil {
 				// The region went away while we answered (rxe_recheck_mr).
-				q.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn.Add(i))
+				r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn.Add(i))
 				return
 			}
 			hl := f.HeaderLen()
 			copy(buf[hl:hl+int(n)], mem)
 		}
-		q.emit(buf, f, int(n))
+		r.out.emit(buf, f, int(n))
 		off += n
 	}
 }
 
-func (q *QP) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
-	if q.attr.MaxDestRdAtomic == 0 {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
+	if r.qp.attr.MaxDestRdAtomic == 0 {
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	a := p.AtomicETH
 	va, rkey := a.VA(), a.RKey()
 	// rxe checks the R_Key and range (check_rkey: NAK 0x62) before the
 	// alignment (rxe_mr_do_atomic_op: NAK 0x61).
-	mem, err := q.cfg.MRs.Remote(rkey, q.cfg.PD, memreg.RemoteAtomic, va, 8)
+	mem, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteAtomic, va, 8)
 	if err != nil {
-		q.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
+		r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 		return
 	}
 	if va&7 != 0 {
-		q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
 	var orig uint64
 	if op == wire.RCFetchAdd {
-		orig, err = q.cfg.Atomics.FetchAdd(mem, va, a.SwapAdd())
+		orig, err = r.qp.cfg.Atomics.FetchAdd(mem, va, a.SwapAdd())
 	} else {
-		orig, err = q.cfg.Atomics.CompareSwap(mem, va, a.Compare(), a.SwapAdd())
+		orig, err = r.qp.cfg.Atomics.CompareSwap(mem, va, a.Compare(), a.SwapAdd())
 	}
 	if err != nil {
 		if errors.Is(err, atomic.ErrMisaligned) || errors.Is(err, atomic.ErrShort) {
-			q.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
+			r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		} else {
-			q.classC(wire.NAKRemoteOperationalError, WCRemOpErr, psn)
+			r.classC(wire.NAKRemoteOperationalError, WCRemOpErr, psn)
 		}
 		return
 	}
-	q.atomicHist.Record(psn, va, rkey, orig)
-	q.msn++
-	q.respOpcode = -1
-	q.expPSN = psn.Add(1)
-	q.ackPSN = q.expPSN
-	q.sendAtomicAck(psn, orig)
+	r.atomicHist.Record(psn, va, rkey, orig)
+	r.msn++
+	r.respOpcode = -1
+	r.expPSN = psn.Add(1)
+	r.ackPSN = r.expPSN
+	r.out.atomicAck(psn, orig, r.msn)
 }
 
-func (q *QP) sendAtomicAck(psn wire.PSN, orig uint64) {
-	f := q.frame(wire.RCAtomicAcknowledge, psn)
-	f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: q.msn & wire.PSNMask}
-	f.AtomicAckETH = orig
-	q.emit(q.cfg.Out.Frame(), f, 0)
-}
-
-func (q *QP) newResource() *resource {
-	r := &q.res[q.resNext]
-	q.resNext = (q.resNext + 1) % len(q.res)
-	return r
+func (r *responder) newResource() *resource {
+	res := &r.res[r.resNext]
+	r.resNext = (r.resNext + 1) % len(r.res)
+	return res
 }
 
 // duplicate answers a request whose PSN is before the expected one
 // (rxe duplicate_request, C9-105..C9-108).
-func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
+func (r *responder) duplicate(p *wire.Packet, psn wire.PSN) {
 	op := p.Opcode()
 	switch {
 	case op.IsSend() || op.IsWrite():
@@ -415,63 +509,61 @@ func (q *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 		// duplicate_request does (resp.ack_psn - 1): a READ executed since
 		// does not count, so the ACK cannot pass a READ whose responses the
 		// requester may still miss (which would make it retry).
-		q.sendAck(q.ackPSN.Sub(1), wire.SyndromeACKNoCredit)
+		r.out.ack(r.ackPSN.Sub(1), wire.SyndromeACKNoCredit, r.msn)
 	case op.IsRead():
 		va, rkey, length := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
-		for i := range q.res {
-			r := &q.res[i]
-			if !r.valid || psn.Before(r.firstPSN) || psn.After(r.lastPSN) {
+		for i := range r.res {
+			res := &r.res[i]
+			if !res.valid || psn.Before(res.firstPSN) || psn.After(res.lastPSN) {
 				continue
 			}
-			// The request must be a sub-range of the original one.
-			if rkey != r.rkey || va < r.va || va+uint64(length) > r.va+uint64(r.length) {
+			// The request must be the original one or a sub-range of it, with
+			// the same R_Key; anything else is dropped (rxe, class D).
+			if rkey != res.rkey || !res.covers(va, length) {
 				return
 			}
-			q.sendReadResponses(psn, va, rkey, length, psn != r.firstPSN)
+			r.sendReadResponses(psn, va, rkey, length, psn != res.firstPSN)
 			return
 		}
 		// No matching resource: dropped silently (rxe).
 	case op.IsAtomic():
 		// Answered from the saved original value, never executed again.
-		if rec, ok := q.atomicHist.Lookup(psn); ok && rec.VA == p.AtomicETH.VA() && rec.RKey == p.AtomicETH.RKey() {
-			q.sendAtomicAck(psn, rec.Orig)
+		if rec, ok := r.atomicHist.Lookup(psn); ok && rec.VA == p.AtomicETH.VA() && rec.RKey == p.AtomicETH.RKey() {
+			r.out.atomicAck(psn, rec.Orig, r.msn)
 		}
 	}
 }
 
-func (q *QP) sendNAK(psn wire.PSN, code wire.NAKCode) {
-	q.inc(CntSentNAKs)
-	q.sendAck(psn, wire.NAKSyndrome(code))
+func (r *responder) sendNAK(psn wire.PSN, code wire.NAKCode) {
+	r.qp.inc(CntSentNAKs)
+	r.out.ack(psn, wire.NAKSyndrome(code), r.msn)
 }
 
-func (q *QP) sendRNR(psn wire.PSN) {
-	q.inc(CntSendRNRErr)
-	q.inc(CntSentNAKs)
-	q.sendAck(psn, wire.RNRNAKSyndrome(q.attr.MinRNRTimer))
+func (r *responder) sendRNR(psn wire.PSN) {
+	r.qp.inc(CntSendRNRErr)
+	r.qp.inc(CntSentNAKs)
+	r.out.ack(psn, wire.RNRNAKSyndrome(r.qp.attr.MinRNRTimer), r.msn)
 }
 
 // classC handles a responder error of class C (IBTA 9.9.3.1.3, rxe
 // do_class_ac_error): NAK the packet, complete the RECV WQE in progress (if
 // any) with status, and move the QP to ERR.
-func (q *QP) classC(code wire.NAKCode, status WCStatus, psn wire.PSN) {
-	q.sendNAK(psn, code)
-	if q.recvActive && q.rqHead < q.rqTail {
-		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		q.rqHead++
-		wc := WC{WRID: r.wrID, Status: status, Opcode: WCRecv, QPNum: q.cfg.QPN}
-		q.completion(q.cfg.RecvCQ, &wc)
+func (r *responder) classC(code wire.NAKCode, status WCStatus, psn wire.PSN) {
+	r.sendNAK(psn, code)
+	if r.recvActive && r.rqHead < r.rqTail {
+		w := &r.rq[r.rqHead%uint64(len(r.rq))]
+		r.rqHead++
+		wc := WC{WRID: w.wrID, Status: status, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
+		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 	} else if status == WCLocLenErr || status == WCLocQPOpErr {
 		// The failing packet started a message (FIRST/ONLY): its WQE is the head.
-		if q.rqHead < q.rqTail {
-			r := &q.rq[q.rqHead%uint64(len(q.rq))]
-			q.rqHead++
-			wc := WC{WRID: r.wrID, Status: status, Opcode: WCRecv, QPNum: q.cfg.QPN}
-			q.completion(q.cfg.RecvCQ, &wc)
+		if r.rqHead < r.rqTail {
+			w := &r.rq[r.rqHead%uint64(len(r.rq))]
+			r.rqHead++
+			wc := WC{WRID: w.wrID, Status: status, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
+			r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 		}
 	}
-	q.recvActive = false
-	q.attr.State = StateErr
-	q.flushAll()
+	r.recvActive = false
+	r.qp.toErr()
 }
-
-var _ = binary.BigEndian

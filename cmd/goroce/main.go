@@ -21,6 +21,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
 	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/probecmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 )
 
@@ -38,6 +39,7 @@ var commands = []command{
 	{"devinfo", devinfocmd.Summary, devinfocmd.Run},
 	{"dump", dumpcmd.Summary, dumpcmd.Run},
 	{"pingpong", pingpongcmd.Summary, pingpongcmd.Run},
+	{"probe", probecmd.Summary, probecmd.Run},
 	perftestCommand(perftest.ReadBW),
 	perftestCommand(perftest.ReadLat),
 	perftestCommand(perftest.SendBW),

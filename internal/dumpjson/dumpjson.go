@@ -137,6 +137,14 @@ type Summary struct {
 	MTUSource    string         `json:"mtu_source"` // flag, inferred or unknown
 	Flows        []FlowSummary  `json:"flows"`
 	Warnings     []string       `json:"warnings,omitempty"`
+	// With --latency: one row per request flow and operation class.
+	Latency []LatencyStats `json:"latency,omitempty"`
+	// With --explain: the anomalies in capture order, and a verdict per
+	// request flow.
+	Anomalies []Anomaly `json:"anomalies,omitempty"`
+	Verdicts  []Verdict `json:"verdicts,omitempty"`
+	// With --graph: the files written.
+	Graphs []string `json:"graphs,omitempty"`
 }
 
 // FlowSummary is one flow: the packets from one address to one
@@ -172,4 +180,65 @@ type ResponseStats struct {
 	NAKs     map[string]int `json:"naks"`
 	RNRNAKs  int            `json:"rnr_naks"`
 	RNRTimer *uint8         `json:"rnr_timer,omitempty"` // code of the last RNR NAK
+}
+
+// LatencyStats is one row of --latency: one request flow (Src, Dst, DQPN)
+// and one operation class. Times are in nanoseconds; they are absent when
+// Count is 0.
+type LatencyStats struct {
+	Src   string `json:"src"`
+	Dst   string `json:"dst"`
+	DQPN  uint32 `json:"dqpn"`
+	Class string `json:"class"` // SEND (with imm/inv), WRITE (with imm), READ, ATOMIC (fetch-add, compare-swap)
+	// Count is the operations with completion evidence: the samples.
+	Count int `json:"count"`
+	// Retransmitted counts the samples some packet of which was resent:
+	// their time includes the recovery.
+	Retransmitted int `json:"retransmitted"`
+	// NAKed counts operations answered by a NAK other than a sequence
+	// error (failed; not samples).
+	NAKed int `json:"naked"`
+	// Unanswered counts operations without completion evidence in the
+	// capture (not samples).
+	Unanswered int    `json:"unanswered"`
+	MinNs      *int64 `json:"min_ns,omitempty"`
+	P50Ns      *int64 `json:"p50_ns,omitempty"`
+	P90Ns      *int64 `json:"p90_ns,omitempty"`
+	P99Ns      *int64 `json:"p99_ns,omitempty"`
+	MaxNs      *int64 `json:"max_ns,omitempty"`
+}
+
+// Verdict is the paragraph --explain prints per request flow.
+type Verdict struct {
+	Src        string  `json:"src"`
+	Dst        string  `json:"dst"`
+	DQPN       uint32  `json:"dqpn"`
+	RespDQPN   *uint32 `json:"resp_dqpn,omitempty"` // the requester's QPN, where its responses go
+	Operations int     `json:"operations"`
+	Completed  int     `json:"completed"`
+	Failed     int     `json:"failed"`     // answered by a NAK other than a sequence error
+	Unanswered int     `json:"unanswered"` // no completion evidence in the capture
+	Anomalies  int     `json:"anomalies"`
+	Text       string  `json:"text"`
+}
+
+// Anomaly is one line of --explain. Packets are frame numbers in the
+// capture (1-based, as Wireshark numbers them): the packets the line rests
+// on, cause first (the NAK, or the request that drew a NAK), then the
+// packets of the anomaly itself, then the answer (for duplicate requests).
+type Anomaly struct {
+	Time     string `json:"time,omitempty"`  // of the packet it is anchored on (RFC 3339)
+	Offset   string `json:"offset"`          // seconds since the first packet of the capture, e.g. "0.001234"
+	Src      string `json:"src"`             // the requester's flow: source,
+	Dst      string `json:"dst"`             // destination,
+	DQPN     uint32 `json:"dqpn"`            // and the responder's QPN
+	Kind     string `json:"kind"`            // Kind* constants
+	Cause    string `json:"cause,omitempty"` // retransmissions: Cause* constants
+	Packets  []int  `json:"packets"`
+	PSN      uint32 `json:"psn"`                 // first PSN concerned
+	PSNLast  uint32 `json:"psn_last"`            // last PSN concerned
+	WaitedUs *int64 `json:"waited_us,omitempty"` // timeout and RNR retransmissions: how long the requester waited
+	Text     string `json:"text"`                // the line printed, without the packet, time and flow prefix
+	// Packet is the frame number the line is anchored on (0: the end of the capture).
+	Packet int `json:"packet"`
 }

@@ -205,6 +205,7 @@ func deleteNamed(dir, name string) error {
 	return nil
 }
 
+// New creates the namespaces and the veth pair for a program (goroce demo
 // --netns, bench/): the caller must Close it. Needs root.
 func New(opts Options) (_ *Pair, err error) {
 	if os.Geteuid() != 0 {

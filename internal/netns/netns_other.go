@@ -3,7 +3,6 @@
 package netns
 
 import (
-	"fmt"
 	"os/exec"
 
 	"github.com/vishvananda/netlink"
@@ -11,7 +10,7 @@ import (
 
 // New fails outside Linux: network namespaces are Linux's.
 func New(opts Options) (*Pair, error) {
-	return nil, fmt.Errorf("netns: New: %w", ErrNotSupported)
+	return nil, ErrNotSupported
 }
 
 // Close does nothing: no Pair exists outside Linux.
@@ -19,18 +18,18 @@ func (p *Pair) Close() error { return nil }
 
 // Do fails outside Linux.
 func (p *Pair) Do(side Side, fn func() error) error {
-	return fmt.Errorf("netns: Do: %w", ErrNotSupported)
+	return ErrNotSupported
 }
 
 // Command returns a command that fails when run: there is no namespace to
 // run it in.
 func (p *Pair) Command(side Side, name string, args ...string) *exec.Cmd {
 	c := exec.Command(name, args...)
-	c.Err = fmt.Errorf("netns: Command: %w", ErrNotSupported)
+	c.Err = ErrNotSupported
 	return c
 }
 
 // Handle fails outside Linux.
 func (p *Pair) Handle(side Side) (*netlink.Handle, error) {
-	return nil, fmt.Errorf("netns: Handle: %w", ErrNotSupported)
+	return nil, ErrNotSupported
 }

@@ -35,8 +35,7 @@
 // V2); the frames are counted, and RC retransmission recovers them.
 //
 // AF_PACKET is Linux's. The package builds on every system; outside Linux
-// Open fails with an error wrapping ErrNotSupported (which matches
-// errors.ErrUnsupported).
+// Open fails with ErrNotSupported (which matches errors.ErrUnsupported).
 package afpacket
 
 import (
@@ -46,7 +45,7 @@ import (
 	"time"
 )
 
-// ErrNotSupported is wrapped by Open's error outside Linux.
+// ErrNotSupported is what Open returns outside Linux.
 var ErrNotSupported = fmt.Errorf("afpacket: AF_PACKET is Linux only, this is %s: %w", runtime.GOOS, errors.ErrUnsupported)
 
 // Options configure Open. The zero value is usable.

@@ -3,7 +3,6 @@
 package afpacket
 
 import (
-	"fmt"
 	"net"
 
 	"github.com/goroce/goroce/nic"
@@ -14,10 +13,8 @@ type Link struct{}
 
 var _ nic.Link = (*Link)(nil)
 
-// Open fails outside Linux with an error wrapping ErrNotSupported.
-func Open(ifname string, opts Options) (*Link, error) {
-	return nil, fmt.Errorf("afpacket: open %s: %w", ifname, ErrNotSupported)
-}
+// Open fails outside Linux with ErrNotSupported.
+func Open(ifname string, opts Options) (*Link, error) { return nil, ErrNotSupported }
 
 // The methods of a Link that cannot exist: they report a closed link.
 

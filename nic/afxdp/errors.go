@@ -3,14 +3,13 @@ package afxdp
 import (
 	"errors"
 	"fmt"
-	"runtime"
 )
 
 // ErrNotSupported is what every *NotSupportedError matches: AF_XDP cannot
-// run here. Outside Linux it is also the underlying error: AF_XDP is Linux
-// only, and Open and AttachPassProgram always fail there. It wraps
+// run here. AF_XDP is Linux only: on other systems Open and
+// AttachPassProgram always return such an error (Needs "Linux"). It wraps
 // errors.ErrUnsupported.
-var ErrNotSupported = fmt.Errorf("afxdp: AF_XDP is Linux only, this is %s: %w", runtime.GOOS, errors.ErrUnsupported)
+var ErrNotSupported = fmt.Errorf("afxdp: AF_XDP not supported: %w", errors.ErrUnsupported)
 
 // NotSupportedError says that this system, kernel, configuration or process
 // cannot run the AF_XDP backend, and what it would need. It matches

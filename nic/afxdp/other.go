@@ -3,6 +3,7 @@
 package afxdp
 
 import (
+	"errors"
 	"io"
 	"net"
 
@@ -25,15 +26,15 @@ type Link struct{}
 
 var _ nic.Link = (*Link)(nil)
 
-// Open fails outside Linux with a *NotSupportedError wrapping
-// ErrNotSupported.
+// Open fails outside Linux with a *NotSupportedError (it matches
+// ErrNotSupported and errors.ErrUnsupported).
 func Open(ifname string, queue int, opts Options) (*Link, error) {
-	return nil, notSupported("AF_XDP", "Linux", ErrNotSupported)
+	return nil, notSupported("AF_XDP", "Linux", errors.ErrUnsupported)
 }
 
 // AttachPassProgram fails outside Linux like Open.
 func AttachPassProgram(ifname string) (io.Closer, error) {
-	return nil, notSupported("XDP", "Linux", ErrNotSupported)
+	return nil, notSupported("XDP", "Linux", errors.ErrUnsupported)
 }
 
 // The methods of a Link that cannot exist: they report a closed link.

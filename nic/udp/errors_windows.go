@@ -20,8 +20,9 @@ func lostSend(err error) bool {
 func lostRead(err error) bool { return errors.Is(err, windows.WSAEMSGSIZE) }
 
 // icmpFeedback reports read errors that only echo an ICMP error for an
-// earlier datagram (WSAECONNRESET after port unreachable; setSocketOptions
-// turns that report off where it can, SIO_UDP_CONNRESET).
+// earlier datagram (WSAECONNRESET after port unreachable; the net package
+// turns those reports off with SIO_UDP_CONNRESET and SIO_UDP_NETRESET, so
+// this is only a second line).
 func icmpFeedback(err error) bool {
 	return errors.Is(err, windows.WSAECONNRESET) || errors.Is(err, windows.WSAENETRESET) ||
 		errors.Is(err, windows.WSAECONNREFUSED)

@@ -2,7 +2,6 @@ package udp
 
 import (
 	"fmt"
-	"unsafe"
 
 	"golang.org/x/sys/windows"
 )
@@ -14,15 +13,11 @@ const (
 	ipv6DontFrag   = 14
 )
 
-// setSocketOptions turns off the WSAECONNRESET a UDP socket otherwise
-// reports on the next read after an ICMP port unreachable
-// (SIO_UDP_CONNRESET), and sets DF on every datagram.
+// setSocketOptions sets DF on every datagram. (The net package already
+// turns off the WSAECONNRESET and WSAENETRESET reports that ICMP errors
+// would otherwise raise on later reads: SIO_UDP_CONNRESET, SIO_UDP_NETRESET.)
 func setSocketOptions(fd uintptr, v6 bool) error {
 	h := windows.Handle(fd)
-	var off, ret uint32
-	if err := windows.WSAIoctl(h, windows.SIO_UDP_CONNRESET, (*byte)(unsafe.Pointer(&off)), uint32(unsafe.Sizeof(off)), nil, 0, &ret, nil, 0); err != nil {
-		return fmt.Errorf("udp: SIO_UDP_CONNRESET: %w", err)
-	}
 	var err error
 	if v6 {
 		err = windows.SetsockoptInt(h, windows.IPPROTO_IPV6, ipv6DontFrag, 1)

@@ -13,14 +13,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
-	"net/netip"
 	"os"
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
-	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
 )
 
 // Summary is the command's line in goroce's usage.
@@ -81,34 +79,21 @@ func Run(env tool.Env, args []string) int {
 		defer f.Close()
 		tap = f
 	}
-	faults := nic.Faults{Drop: *loss, Duplicate: *dup, Reorder: *reorder, Corrupt: *corrupt}
-	la, lb := nic.NewMemPair(nic.MemConfig{MTU: *mtu, Seed: *seed, AtoB: faults, BtoA: faults, Tap: tap})
-	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
-	a, err := newDemoEnd("A", la, ipA, ipB, lb.HardwareAddr())
+	faults := sim.Faults{Drop: *loss, Duplicate: *dup, Reorder: *reorder, Corrupt: *corrupt}
+	n, err := sim.NewPair(sim.Config{Mode: sim.Goroutines, Seed: *seed, MTU: *mtu, AtoB: faults, BtoA: faults, Tap: tap})
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce demo:", err)
 		return 1
 	}
-	defer a.dev.Close()
-	b, err := newDemoEnd("B", lb, ipB, ipA, la.HardwareAddr())
+	defer n.Close()
+	a, b, err := connectDemo(context.Background(), n.A.Dev, n.B.Dev)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce demo:", err)
 		return 1
 	}
-	defer b.dev.Close()
+	ipA, ipB := n.A.IP, n.B.IP
 	_, stopMetrics := tool.StartMetrics(env, tool.Options{Metrics: *metricsAddr}, a.dev, b.dev)
 	defer stopMetrics()
-	opts := qp.ConnectOptions{Timeout: 14} // 67 ms local ACK timeout, as perftest and rc_pingpong use
-	optsA, optsB := opts, opts
-	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0 // B's PSNs wrap around 2^24 during the run
-	if err := a.qp.Connect(context.Background(), qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB}, optsA); err != nil {
-		fmt.Fprintln(stderr, "goroce demo: connect:", err)
-		return 1
-	}
-	if err := b.qp.Connect(context.Background(), qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA}, optsB); err != nil {
-		fmt.Fprintln(stderr, "goroce demo: connect:", err)
-		return 1
-	}
 	mtuBytes := a.dev.ActiveMTU().Bytes()
 	fmt.Fprintf(stdout, "goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, in-memory link (MTU %d)\n",
 		ipA, a.qp.QPN(), ipB, b.qp.QPN(), mtuBytes, *mtu)
@@ -118,7 +103,7 @@ func Run(env tool.Env, args []string) int {
 	}
 	ok := demoOps(stdout, a, b, *count, *seed, mtuBytes)
 	if faulty || !ok {
-		printDemoCounters(stdout, a, b, la, lb)
+		printDemoCounters(stdout, a, b, n.A.LinkStats(), n.B.LinkStats())
 	}
 	if !ok {
 		return 1
@@ -207,7 +192,7 @@ func demoOps(w io.Writer, a, b *demoEnd, count int, seed int64, mtuBytes int) (o
 	return ok
 }
 
-func printDemoCounters(w io.Writer, a, b *demoEnd, la, lb *nic.MemLink) {
+func printDemoCounters(w io.Writer, a, b *demoEnd, ma, mb sim.LinkStats) {
 	ca, cb := a.dev.Counters(), b.dev.Counters()
 	fmt.Fprintf(w, "\n%-24s %10s %10s\n", "counter", "A", "B")
 	ca.Each(func(name string, v uint64) {
@@ -224,7 +209,6 @@ func printDemoCounters(w io.Writer, a, b *demoEnd, la, lb *nic.MemLink) {
 	ra, rb := a.dev.RxStats(), b.dev.RxStats()
 	fmt.Fprintf(w, "%-24s %10d %10d\n", "rx_bad_icrc_dropped", ra.BadICRC, rb.BadICRC)
 	fmt.Fprintf(w, "%-24s %10d %10d\n", "rx_malformed_dropped", ra.ParseErrors+ra.NotRoCE, rb.ParseErrors+rb.NotRoCE)
-	ma, mb := la.MemStats(), lb.MemStats()
 	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_dropped", ma.Dropped, mb.Dropped)
 	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_duplicated", ma.Duplicated, mb.Duplicated)
 	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_reordered", ma.Reordered, mb.Reordered)
@@ -233,32 +217,22 @@ func printDemoCounters(w io.Writer, a, b *demoEnd, la, lb *nic.MemLink) {
 
 const demoHalf = 1 << 20
 
-func newDemoEnd(name string, l nic.Link, ip, peer netip.Addr, peerMAC net.HardwareAddr) (*demoEnd, error) {
-	dev, err := qp.Open(qp.Config{Name: "goroce-" + name, Link: l, IP: ip,
-		Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC}})
+// connectDemo sets up both ends (PD, 2 MiB buffer, CQs, QP) on two open
+// devices with the shared harness and connects them: 67 ms local ACK
+// timeout (as perftest and rc_pingpong), B's PSNs wrap around 2^24.
+func connectDemo(ctx context.Context, da, db *qp.Device) (a, b *demoEnd, err error) {
+	o := sim.QPOptions{BufSize: 2 * demoHalf, CQSize: 1024,
+		Caps: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}, Connect: qp.ConnectOptions{Timeout: 14}}
+	oa, ob := o, o
+	oa.Connect.SQPSN, ob.Connect.SQPSN = 0x100, 0xFFFFF0
+	ea, eb, err := sim.ConnectQPs(ctx, da, db, oa, ob)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return newDemoEndOn(name, dev)
-}
-
-// newDemoEndOn sets up an endpoint (PD, CQs, QP, MR) on an open device.
-func newDemoEndOn(name string, dev *qp.Device) (*demoEnd, error) {
-	var err error
-	e := &demoEnd{name: name, dev: dev, pd: dev.AllocPD(), buf: make([]byte, 2*demoHalf)}
-	if e.scq, err = dev.CreateCQ(1024); err != nil {
-		return nil, err
+	mk := func(name string, d *qp.Device, e *sim.QPEnd) *demoEnd {
+		return &demoEnd{name: name, dev: d, pd: e.PD, scq: e.SendCQ, rcq: e.RecvCQ, qp: e.QP, buf: e.Buf, mr: e.MR}
 	}
-	if e.rcq, err = dev.CreateCQ(1024); err != nil {
-		return nil, err
-	}
-	e.qp, err = e.pd.CreateQP(qp.InitAttr{SendCQ: e.scq, RecvCQ: e.rcq,
-		Cap: qp.Caps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}})
-	if err != nil {
-		return nil, err
-	}
-	e.mr, err = e.pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead|qp.RemoteAtomic)
-	return e, err
+	return mk("A", da, ea), mk("B", db, eb), nil
 }
 
 func (e *demoEnd) sge(off, n int) qp.SGE {

@@ -92,7 +92,7 @@ func runDemoNetns(env tool.Env, c demoNetnsConfig) int {
 	defer cancel()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var drops [2]*nic.DropLink
-	open := func(side netns.Side, name string) (*demoEnd, *qp.InterfaceInfo, error) {
+	open := func(side netns.Side, name string) (*qp.Device, *qp.InterfaceInfo, error) {
 		o := qp.InterfaceOptions{Backend: c.link, Name: "goroce-" + name, Logger: logger}
 		if c.loss > 0 {
 			o.WrapLink = func(l nic.Link) nic.Link {
@@ -114,30 +114,24 @@ func runDemoNetns(env tool.Env, c demoNetnsConfig) int {
 		devsMu.Lock()
 		devs = append(devs, dev)
 		devsMu.Unlock()
-		e, err := newDemoEndOn(name, dev)
-		return e, info, err
+		return dev, info, nil
 	}
-	a, infoA, err := open(netns.A, "A")
+	da, infoA, err := open(netns.A, "A")
 	if err != nil {
 		return fail("side A: %v", err)
 	}
-	b, infoB, err := open(netns.B, "B")
+	db, infoB, err := open(netns.B, "B")
 	if err != nil {
 		return fail("side B: %v", err)
+	}
+	a, b, err := connectDemo(ctx, da, db)
+	if err != nil {
+		return fail("connect: %v", err)
 	}
 	_, stopMetrics := tool.StartMetrics(env, tool.Options{Metrics: c.metrics}, a.dev, b.dev)
 	defer stopMetrics()
 	ipA, ipB := pair.A.Addr, pair.B.Addr
 	pmtu := min(a.dev.ActiveMTU(), b.dev.ActiveMTU())
-	opts := qp.ConnectOptions{Timeout: 14}
-	optsA, optsB := opts, opts
-	optsA.SQPSN, optsB.SQPSN = 0x100, 0xFFFFF0
-	if err := a.qp.Connect(ctx, qp.Remote{QPN: b.qp.QPN(), PSN: optsB.SQPSN, GID: ipB, MTU: pmtu}, optsA); err != nil {
-		return fail("connect: %v", err)
-	}
-	if err := b.qp.Connect(ctx, qp.Remote{QPN: a.qp.QPN(), PSN: optsA.SQPSN, GID: ipA, MTU: pmtu}, optsB); err != nil {
-		return fail("connect: %v", err)
-	}
 	fmt.Fprintf(stdout, "goroce demo: A %v QPN %#06x  <->  B %v QPN %#06x, path MTU %d, veth in namespaces %s / %s (MTU %d)\n",
 		ipA, a.qp.QPN(), ipB, b.qp.QPN(), pmtu.Bytes(), pair.A.NS, pair.B.NS, c.mtu)
 	for _, x := range []struct {

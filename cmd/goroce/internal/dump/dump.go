@@ -55,6 +55,15 @@ type Options struct {
 	Flush bool
 	// Count stops the input after this many RoCEv2 packets (0: no limit).
 	Count int
+	// Latency adds per-flow, per-operation-class latencies to the summary
+	// (latency.go). It implies Quiet.
+	Latency bool
+	// Explain adds the anomalies and a verdict per flow to the summary
+	// (explain.go). It implies Quiet.
+	Explain bool
+	// GraphDir, when set, is where Finish writes one SVG time–sequence
+	// graph per RC request flow with more than one packet (graph.go).
+	GraphDir string
 }
 
 // Record is one captured frame.
@@ -81,12 +90,16 @@ type Dumper struct {
 	line     []byte // reused output buffer
 	err      error  // first write error
 	warnings []string
+	evs      []ev // for the capture-wide analyses (analysis.go)
 }
 
 // New returns a Dumper writing to w.
 func New(w io.Writer, opts Options) *Dumper {
 	if opts.Location == nil {
 		opts.Location = time.Local
+	}
+	if opts.Latency || opts.Explain {
+		opts.Quiet = true
 	}
 	d := &Dumper{w: bufio.NewWriterSize(w, 64<<10), opts: opts}
 	d.flows.init(opts.MTU)
@@ -139,6 +152,9 @@ func (d *Dumper) Packet(rec Record) {
 		return
 	}
 	d.flows.add(&x)
+	if d.opts.Latency || d.opts.Explain || d.opts.GraphDir != "" {
+		d.record(&x, d.stats.packets)
+	}
 	if d.opts.Quiet {
 		return
 	}
@@ -171,12 +187,17 @@ func (d *Dumper) write(b []byte) {
 // write error.
 func (d *Dumper) Finish() (Summary, error) {
 	s := d.Summary()
+	gerr := d.analyze(&s)
 	if d.opts.JSON {
 		d.writeSummaryJSON(&s)
 	} else {
 		d.writeSummaryText(&s)
+		d.writeAnalysesText(&s)
 	}
 	d.flush()
+	if d.err == nil && gerr != nil {
+		d.err = gerr
+	}
 	return s, d.err
 }
 

@@ -251,17 +251,17 @@ func hugeLengthFiles() map[string][]byte {
 			pcapRecord(be, 1, 0, small, 0x7fffffff, 0x7fffffff)...),
 		"pcap_snaplen_4GiB_record_64MiB": append(pcapHeader(le, pcapMagicNano, 0xffffffff, layers.LinkTypeRaw),
 			pcapRecord(le, 1, 0, small, 1<<26, 1<<26)...),
-		"pcapng_snaplen_4GiB_packet_4GiB": slices(ngSHB(), ngIDB(layers.LinkTypeEthernet, 0xffffffff),
+		"pcapng_snaplen_4GiB_packet_4GiB": joinBytes(ngSHB(), ngIDB(layers.LinkTypeEthernet, 0xffffffff),
 			ngEPB(small, 0xfffffff0, 0xfffffff0)),
-		"pcapng_block_4GiB": slices(ngSHB(), ngIDB(layers.LinkTypeEthernet, 0),
+		"pcapng_block_4GiB": joinBytes(ngSHB(), ngIDB(layers.LinkTypeEthernet, 0),
 			binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, 6), 0xfffffffc), small),
-		"pcapng_snaplen_0_packet_2GiB": slices(ngSHB(), ngIDB(layers.LinkTypeEthernet, 0),
+		"pcapng_snaplen_0_packet_2GiB": joinBytes(ngSHB(), ngIDB(layers.LinkTypeEthernet, 0),
 			ngEPB(small, 0x7ffffff0, 0x7ffffff0)),
 	}
 	return out
 }
 
-func slices(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+func joinBytes(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 // TestWriteCaptureCorpus regenerates testdata/fuzz/FuzzCapture from the rxe
 // captures: the start of each capture, one frame of every opcode, the small

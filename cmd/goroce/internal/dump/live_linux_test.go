@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,7 +139,8 @@ func TestLive(t *testing.T) {
 	send(v6)
 
 	var out bytes.Buffer
-	d := New(&out, Options{Count: 7, Location: time.UTC, Flush: true})
+	graphs := t.TempDir()
+	d := New(&out, Options{Count: 7, Location: time.UTC, Flush: true, GraphDir: graphs})
 	// The bound is a safety net: the frames are already queued on the socket.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -164,6 +166,12 @@ func TestLive(t *testing.T) {
 	}
 	if r := s.Flows[0].Requests; r.Packets != 5 || r.Gaps != 0 {
 		t.Fatalf("flow %+v", *r)
+	}
+	// --graph on a live capture: the IPv4 flow (5 packets and a corrupted
+	// one) gets its graph, the one-packet IPv6 flow none.
+	want := filepath.Join(graphs, pair.A.Addr.String()+"_to_"+pair.B.Addr.String()+"_qp0x11.svg")
+	if len(s.Graphs) != 1 || s.Graphs[0] != want {
+		t.Fatalf("graphs %v, want [%s]", s.Graphs, want)
 	}
 }
 

@@ -50,6 +50,9 @@ func Run(env tool.Env, args []string) int {
 		all     = fs.Bool("all", false, "live capture: do not filter UDP port 4791 in the kernel")
 		quiet   = fs.Bool("q", false, "print only the summary")
 		utc     = fs.Bool("utc", false, "print timestamps in UTC instead of local time")
+		latency = fs.Bool("latency", false, "report per-QP operation latencies (count, min, p50, p90, p99, max) instead of the packet lines")
+		explain = fs.Bool("explain", false, "explain the anomalies (loss, NAKs, timeouts, duplicates) instead of the packet lines")
+		graph   = fs.String("graph", "", "write one SVG time-sequence graph per RC flow into this directory")
 	)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, dumpUsage)
@@ -95,7 +98,7 @@ func Run(env tool.Env, args []string) int {
 	case *mtu != 0 && !validMTU(*mtu):
 		return bad("-mtu must be 256, 512, 1024, 2048 or 4096")
 	}
-	opts := dump.Options{JSON: *jsonOut, MTU: *mtu, Quiet: *quiet, Count: *count}
+	opts := dump.Options{JSON: *jsonOut, MTU: *mtu, Quiet: *quiet, Count: *count, Latency: *latency, Explain: *explain, GraphDir: *graph}
 	if *utc {
 		opts.Location = time.UTC
 	}

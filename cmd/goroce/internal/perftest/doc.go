@@ -59,6 +59,13 @@
 //	read/atomic_lat       Sync, Keys, Connect, Keys, Sync, [client: Traffic], Close
 //	write_lat             Sync, Keys, Connect, Keys, Sync, Traffic (both sides), (no close in 6.06)
 //
+// With -b (PlanConfig.Duplex) both sides of a BW test run the traffic:
+// write/read/atomic_bw do Sync, Traffic, [Sync with -a], Reports per size
+// after the after-RTR handshake (--run_infinitely: Traffic only), send_bw
+// adds Reports after each size's Traffic unless the run is timed. Neither
+// release exchanges the flag itself (6.06 has no negotiation; HEAD's is
+// skipped with a 6.06 peer): both ends must be given -b, as with -q.
+//
 // Reports (xchg_bw_reports) is five blobs, big-endian: size (u64), iters (u64
 // for peers >= 5.33 as a C float, else u32), bw_peak, bw_avg and msgRate_avg
 // as IEEE doubles (hton_double byte-swaps the u64), plus four more doubles

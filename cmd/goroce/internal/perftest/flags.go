@@ -42,14 +42,52 @@ type Flags struct {
 	OutReads    int        // -o, --outs (0: device maximum)
 	DontXchg    bool       // --dont_xchg_versions
 	PerPort     bool       // --report-per-port
+	Bidir       bool       // -b, --bidirectional (BW): both sides send
+	ReportBoth  bool       // --report-both: with -b, each direction's line after the sum
+	RunInf      bool       // --run_infinitely (BW): a report every -D seconds until interrupted
+	PostList    int        // -l, --post_list (1): WRs per post (BW)
+	CQModSet    bool       // -Q was given (req_cq_mod: -l then keeps it)
+	TClass      int        // --tclass: the GRH traffic class (IP TOS byte)
+	TOS         int        // -T, --tos (-1: not set); goroce uses it as the traffic class
+	OutJSON     bool       // --out_json: write each report to OutJSONFile too
+	OutJSONFile string     // --out_json_file (perftest_out.json)
+	LimitBW     float64    // -w, --limit_bw: fail when the average BW is below it
+	LimitBWSet  bool       // -w was given (is_limit_bw)
+	LimitMsg    float64    // -y, --limit_msgrate (checked only together with -w, as perftest does)
+	LimitMsgSet bool       // -y was given (is_limit_msgrate)
 	Host        string     // server to connect to; "" for the server role
+}
+
+// DefaultReportPeriod is DEF_DURATION: the seconds between two reports of
+// --run_infinitely when -D is not given.
+const DefaultReportPeriod = 5
+
+// DefaultJSONFile is DEFAULT_JSON_FILE_NAME.
+const DefaultJSONFile = "perftest_out.json"
+
+// ReportPeriod is the interval of --run_infinitely's reports: -D, or
+// DefaultReportPeriod.
+func (f Flags) ReportPeriod() int {
+	if f.Duration > 0 {
+		return f.Duration
+	}
+	return DefaultReportPeriod
+}
+
+// TrafficClass is the GRH traffic class of every packet the QPs send:
+// -T when given, else --tclass.
+func (f Flags) TrafficClass() uint8 {
+	if f.TOS >= 0 {
+		return uint8(f.TOS)
+	}
+	return uint8(f.TClass)
 }
 
 // ErrUsage is wrapped by every ParseFlags error.
 var ErrUsage = errors.New("perftest: usage")
 
 // ErrUnsupported is wrapped when an option asks for a mode goroce does not
-// implement (rdma_cm, bidirectional, transports other than RC).
+// implement (rdma_cm, transports other than RC).
 var ErrUnsupported = errors.New("perftest: unsupported option")
 
 // Defaults returns the tool defaults for t (perftest_parameters.h:
@@ -59,7 +97,7 @@ var ErrUnsupported = errors.New("perftest: unsupported option")
 func Defaults(t Test) Flags {
 	f := Flags{Test: t, Size: 65536, Iters: 1000, NumQPs: 1, TxDepth: 128, RxDepth: 512, CQMod: 100,
 		GIDIndex: -1, IBPort: 1, Port: DefaultPort, AtomicType: FetchAndAdd, Connection: "RC",
-		InlineSize: -1, QPTimeout: 14}
+		InlineSize: -1, QPTimeout: 14, PostList: 1, TOS: -1, OutJSONFile: DefaultJSONFile}
 	if !t.BW() {
 		f.Size, f.TxDepth = 2, 1
 	}
@@ -81,9 +119,9 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	fs := flag.NewFlagSet("ib_"+t.String(), flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var (
-		atomicType      = f.AtomicType.String()
-		sizeSet, rdmaCM bool
-		bidir           bool
+		atomicType        = f.AtomicType.String()
+		sizeSet, rdmaCM   bool
+		limitBW, limitMsg string
 	)
 	both := func(short, long string, reg func(string)) {
 		if short != "" {
@@ -131,7 +169,13 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	intFlag(&f.NumQPs, "q", "qp")
 	intFlag(&f.TxDepth, "t", "tx-depth")
 	intFlag(&f.RxDepth, "r", "rx-depth")
-	intFlag(&f.CQMod, "Q", "cq-mod")
+	num("Q", "cq-mod", func(v int64) error {
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			return fmt.Errorf("%d is out of range", v)
+		}
+		f.CQMod, f.CQModSet = int(v), true
+		return nil
+	})
 	intFlag(&f.MTU, "m", "mtu")
 	intFlag(&f.GIDIndex, "x", "gid-index")
 	both("d", "ib-dev", func(n string) { fs.StringVar(&f.IBDev, n, "", "") })
@@ -150,7 +194,16 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	boolFlag(&f.DontXchg, "", "dont_xchg_versions")
 	boolFlag(&f.PerPort, "", "report-per-port")
 	boolFlag(&rdmaCM, "R", "rdma_cm")
-	boolFlag(&bidir, "b", "bidirectional")
+	boolFlag(&f.Bidir, "b", "bidirectional")
+	boolFlag(&f.ReportBoth, "", "report-both")
+	boolFlag(&f.RunInf, "", "run_infinitely")
+	intFlag(&f.PostList, "l", "post_list")
+	intFlag(&f.TClass, "", "tclass")
+	intFlag(&f.TOS, "T", "tos")
+	boolFlag(&f.OutJSON, "", "out_json")
+	both("", "out_json_file", func(n string) { fs.StringVar(&f.OutJSONFile, n, f.OutJSONFile, "") })
+	both("w", "limit_bw", func(n string) { fs.StringVar(&limitBW, n, "", "") })
+	both("y", "limit_msgrate", func(n string) { fs.StringVar(&limitMsg, n, "", "") })
 
 	flagArgs, pos, err := getopt.Rewrite(fs, args)
 	if err != nil {
@@ -168,8 +221,45 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	if rdmaCM {
 		return Flags{}, fmt.Errorf("%w: -R (rdma_cm): goroce speaks the Ethernet exchange only", ErrUnsupported)
 	}
-	if bidir {
-		return Flags{}, fmt.Errorf("%w: -b (bidirectional)", ErrUnsupported)
+	// The checks of parser() and force_dependecies, with their messages.
+	if f.Bidir && !t.BW() {
+		return Flags{}, fmt.Errorf("%w: Bidirectional is only available in BW test", ErrUsage)
+	}
+	if (f.Histogram || f.Unsorted) && t.BW() {
+		return Flags{}, fmt.Errorf("%w: -H and -U are Available only on Latency tests", ErrUsage)
+	}
+	if f.TOS != -1 && (f.TOS < 0 || f.TOS > 255) {
+		return Flags{}, fmt.Errorf("%w: TOS %d out of range (0-255)", ErrUsage, f.TOS)
+	}
+	if f.TClass < 0 || f.TClass > 255 {
+		return Flags{}, fmt.Errorf("%w: traffic class %d out of range (0-255)", ErrUsage, f.TClass)
+	}
+	if limitBW != "" {
+		f.LimitBW, f.LimitBWSet = strtof(limitBW), true
+		if f.LimitBW < 0 {
+			return Flags{}, fmt.Errorf("%w: Invalid Minimum BW Limit", ErrUsage)
+		}
+	}
+	if limitMsg != "" {
+		f.LimitMsg, f.LimitMsgSet = strtof(limitMsg), true
+		if f.LimitMsg < 0 {
+			return Flags{}, fmt.Errorf("%w: Invalid Minimum msgRate Limit", ErrUsage)
+		}
+	}
+	if f.RunInf {
+		switch {
+		case f.Events:
+			return Flags{}, fmt.Errorf("%w: run_infinitely does not support events feature yet.", ErrUsage)
+		case !t.BW():
+			return Flags{}, fmt.Errorf("%w: run_infinitely exists only in BW tests for now.", ErrUsage)
+		case f.Bidir && t.Verb() == Send:
+			return Flags{}, fmt.Errorf("%w: run_infinitely mode is not supported in SEND Bidirectional BW test", ErrUsage)
+		case f.AllSizes:
+			return Flags{}, fmt.Errorf("%w: --run_infinitely and -a together", ErrUsage)
+		}
+	}
+	if f.PostList < 1 {
+		return Flags{}, fmt.Errorf("%w: post list size %d out of range", ErrUsage, f.PostList)
 	}
 	if f.Connection != "RC" {
 		return Flags{}, fmt.Errorf("%w: connection type %q (only RC)", ErrUnsupported, f.Connection)
@@ -224,5 +314,36 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	if t.BW() && f.CQMod > f.TxDepth {
 		f.CQMod = f.TxDepth
 	}
+	// Post lists (after the cq_mod clamp, as in force_dependecies): the
+	// list is posted whole, so it must fit the send queue, and a completion
+	// is asked every cq_mod WRs of it.
+	if f.PostList > 1 {
+		if !t.BW() {
+			return Flags{}, fmt.Errorf("%w: Post list is supported in BW tests only", ErrUsage)
+		}
+		if f.Duration == 0 && !f.RunInf && f.Iters%uint64(f.PostList) != 0 {
+			return Flags{}, fmt.Errorf("%w: Number of iterations must be a multiple of post list size", ErrUsage)
+		}
+		if !f.CQModSet {
+			f.CQMod = f.PostList
+		} else if f.PostList%f.CQMod != 0 {
+			return Flags{}, fmt.Errorf("%w: Post list size must be a multiple of CQ moderation", ErrUsage)
+		}
+		if f.PostList > f.TxDepth {
+			return Flags{}, fmt.Errorf("%w: post list %d is larger than the TX depth %d", ErrUsage, f.PostList, f.TxDepth)
+		}
+	}
 	return f, nil
 }
+
+// PostListNote is what parser() prints (after a ResultLine) when -l sets the
+// CQ moderation: "" when it does not apply.
+func (f Flags) PostListNote() string {
+	if f.PostList > 1 && !f.CQModSet {
+		return ResultLine + "Post List requested - CQ moderation will be the size of the post list\n"
+	}
+	return ""
+}
+
+// strtof is C's strtof(s, NULL): the longest decimal prefix, 0 if none.
+func strtof(s string) float64 { return float64(float32(Atof(s))) }

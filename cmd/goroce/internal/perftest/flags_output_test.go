@@ -1,6 +1,7 @@
 package perftest
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"strings"
@@ -57,7 +58,20 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{WriteBW, "-R", ErrUnsupported},
 		{WriteBW, "--rdma_cm", ErrUnsupported},
-		{WriteBW, "-b", ErrUnsupported},
+		{WriteLat, "-b", ErrUsage},
+		{WriteBW, "-H", ErrUsage},
+		{SendBW, "-U", ErrUsage},
+		{SendBW, "-b --run_infinitely", ErrUsage},
+		{WriteLat, "--run_infinitely", ErrUsage},
+		{WriteBW, "--run_infinitely -e", ErrUsage},
+		{WriteBW, "-l 3", ErrUsage},          // 5000 iterations are not a multiple of 3
+		{WriteBW, "-l 4 -Q 3", ErrUsage},     // the list must be a multiple of cq_mod
+		{WriteLat, "-l 2", ErrUsage},         // BW tests only
+		{WriteBW, "-l 256 -n 512", ErrUsage}, // longer than the TX depth
+		{WriteBW, "-T 256", ErrUsage},
+		{WriteBW, "--tclass=-1", ErrUsage},
+		{WriteBW, "-w -1", ErrUsage},
+		{WriteBW, "-y -2", ErrUsage},
 		{SendBW, "-c UD", ErrUnsupported},
 		{AtomicBW, "-A FOO", ErrUsage},
 		{AtomicLat, "-s 16", ErrUsage},
@@ -181,5 +195,68 @@ func TestAtof(t *testing.T) {
 	}
 	if DecodeVersion([]byte("6.06\x00garbage")) != "6.06" || DecodeVersion([]byte("0123456789abcdef")) != "0123456789abcdef" {
 		t.Error("DecodeVersion")
+	}
+}
+
+func TestParseNewFlags(t *testing.T) {
+	f, err := ParseFlags(WriteBW, strings.Fields("-b --report-both --run_infinitely -D 2 -l 4 -T 0x68 --tclass 8 --out_json --out_json_file=/tmp/x.json -w 1.5 -y 0.25 host"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Bidir || !f.ReportBoth || !f.RunInf || f.ReportPeriod() != 2 || f.PostList != 4 || f.CQMod != 4 || f.CQModSet ||
+		f.TrafficClass() != 0x68 || !f.OutJSON || f.OutJSONFile != "/tmp/x.json" || !f.LimitBWSet || f.LimitBW != 1.5 ||
+		!f.LimitMsgSet || f.LimitMsg != 0.25 || f.PostListNote() == "" {
+		t.Errorf("flags %+v", f)
+	}
+	f, err = ParseFlags(SendBW, strings.Fields("--tclass=96 -l 8 -Q 2 -n 64"))
+	if err != nil || f.TrafficClass() != 96 || f.CQMod != 2 || f.PostListNote() != "" || f.OutJSONFile != DefaultJSONFile || f.ReportPeriod() != DefaultReportPeriod {
+		t.Errorf("flags %+v, %v", f, err)
+	}
+}
+
+func TestFormatNewOutput(t *testing.T) {
+	ti := TestInfo{Test: SendBW, Server: true, Device: "rxe0", NumQPs: 1, Transport: "IB", PCIeRelax: true, TxDepth: 128,
+		RxDepth: 512, CQMod: 100, MTU: MTU1024, LinkType: "Ethernet", GIDIndex: 1, Duplex: true, PostList: 2}
+	info := FormatTestInfo(ti)
+	for _, want := range []string{"                    Send Bidirectional Post List BW Test\n",
+		" ibv_wr* API     : OFF\n TX depth        : 128\n Post List       : 2\n RX depth        : 512\n CQ Moderation   : 100\n"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("test information lacks %q:\n%s", want, info)
+		}
+	}
+	my := BWReport{Size: 65536, Iters: 1000, BWPeak: 10, BWAvg: 9, MsgRateAvg: 0.5}
+	rem := BWReport{Size: 65536, Iters: 1000, BWPeak: 1, BWAvg: 2, MsgRateAvg: 0.25}
+	if got, want := FormatBWSum(my, rem, false), FormatBWReport(BWReport{Size: 65536, Iters: 1000, BWPeak: 11, BWAvg: 11, MsgRateAvg: 0.75}, false); got != want {
+		t.Errorf("sum %q, want %q", got, want)
+	}
+	// inc_accuracy follows our own average, not the sum.
+	if got := FormatBWSum(BWReport{Size: 2, Iters: 5, BWAvg: 0.05}, BWReport{BWAvg: 0.2}, true); !strings.Contains(got, "0.250000") {
+		t.Errorf("six decimals expected: %q", got)
+	}
+	samples := []float64{3, 1.5, 2, 1234567, 0.00001}
+	got := FormatLatSamples(samples, true, true)
+	want := "#, usec\n1, 3\n2, 1.5\n3, 2\n4, 1.23457e+06\n5, 1e-05\n#, usec\n1, 1e-05\n2, 1.5\n3, 2\n" + ResultLine + LatHeader
+	if got != want {
+		t.Errorf("raw latency output %q, want %q", got, want)
+	}
+	if FormatLatSamples(samples, false, false) != "" {
+		t.Error("output without -U/-H")
+	}
+	js := FormatJSONBW(ti, SumBW(my, rem), false)
+	if !strings.HasPrefix(js, "{\n\"test_info\": {\n\"test\": \"Send_Bidirectional_Post_List_BW_Test\",\n") ||
+		!strings.HasSuffix(js, "\"results\": {\n\"MsgSize\": 65536,\n\"n_iterations\": 1000,\n\"BW_peak\": 11.00,\n\"BW_average\": 11.00,\n\"MsgRate\": 0.750000\n}\n}\n") {
+		t.Errorf("JSON %s", js)
+	}
+	var v map[string]map[string]any
+	if err := json.Unmarshal([]byte(js), &v); err != nil || v["test_info"]["RX_depth"] != 512.0 || v["test_info"]["Post_List"] != 2.0 {
+		t.Errorf("JSON %v, %v", v, err)
+	}
+	lj := FormatJSONLat(TestInfo{Test: ReadLat, MTU: MTU1024, GIDIndex: 1}, LatReport{Size: 2, Iters: 10, Percentile999: 3.256})
+	if err := json.Unmarshal([]byte(lj), &v); err != nil || v["results"]["percentile_99.9"] != 3.26 || v["test_info"]["test"] != "RDMA_Read_Latency_Test" {
+		t.Errorf("latency JSON %v, %v\n%s", v, err, lj)
+	}
+	r := NewBWReportFactor(1024, 1000, time.Second, 2, false)
+	if r.Size != 1024 || r.MsgRateAvg != 0.002 || math.Abs(r.BWAvg-2048000.0/(1<<20)) > 1e-9 {
+		t.Errorf("infinite duplex report %+v", r)
 	}
 }

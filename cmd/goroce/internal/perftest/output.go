@@ -57,6 +57,8 @@ type TestInfo struct {
 	GIDIndex   int    // printed when not -1
 	InlineSize int    // "Max inline data" (send, write)
 	OutReads   int    // "Outstand reads" (read, atomic)
+	Duplex     bool   // -b: "Bidirectional" in the title, both depths on both sides
+	PostList   int    // -l: "Post List" in the title and its line when > 1
 }
 
 func onOff(b bool) string {
@@ -80,6 +82,12 @@ func FormatTestInfo(ti TestInfo) string {
 		b.WriteString(ti.AtomicType.String() + " ")
 	}
 	if ti.Test.BW() {
+		if ti.Duplex {
+			b.WriteString("Bidirectional ")
+		}
+		if ti.PostList > 1 {
+			b.WriteString("Post List ")
+		}
 		b.WriteString("BW ")
 	} else {
 		b.WriteString("Latency ")
@@ -90,10 +98,13 @@ func FormatTestInfo(ti TestInfo) string {
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", onOff(ti.PCIeRelax))
 	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", "OFF")
-	if !ti.Server {
+	if !ti.Server || ti.Duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", ti.TxDepth)
 	}
-	if verb == Send && ti.Server {
+	if ti.PostList > 1 {
+		fmt.Fprintf(&b, " Post List       : %d\n", ti.PostList)
+	}
+	if verb == Send && (ti.Server || ti.Duplex) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", ti.RxDepth)
 	}
 	if ti.Test.BW() {
@@ -195,12 +206,67 @@ func FormatBWReport(r BWReport, gbits bool) string {
 		cf(r.BWPeak, 7, 2) + "            " + cf(r.BWAvg, 7, 2) + "\t\t   " + cf(r.MsgRateAvg, 7, 6) + "\n"
 }
 
+// FormatBWSum is print_full_bw_report(my, rem) of a bidirectional test:
+// the peaks, averages and message rates of both directions added, the size
+// and iterations our own, and the six-decimal format chosen on our own
+// average (inc_accuracy is computed before the sum).
+func FormatBWSum(my, rem BWReport, gbits bool) string {
+	sum := SumBW(my, rem)
+	if gbits && my.BWAvg < 0.1 {
+		return " " + cu(sum.Size, 7) + "    " + strconv.FormatUint(sum.Iters, 10) + "           " +
+			cf(sum.BWPeak, 7, 6) + "            " + cf(sum.BWAvg, 7, 6) + "            " + cf(sum.MsgRateAvg, 7, 6) + "\n"
+	}
+	return " " + cu(sum.Size, 7) + "    " + cu(sum.Iters, 10) + "       " +
+		cf(sum.BWPeak, 7, 2) + "            " + cf(sum.BWAvg, 7, 2) + "\t\t   " + cf(sum.MsgRateAvg, 7, 6) + "\n"
+}
+
+// SumBW is the report print_full_bw_report prints for my and rem: every
+// rate added, size and iterations from my.
+func SumBW(my, rem BWReport) BWReport {
+	s := my
+	s.BWPeak += rem.BWPeak
+	s.BWAvg += rem.BWAvg
+	s.MsgRateAvg += rem.MsgRateAvg
+	s.BWAvgP1 += rem.BWAvgP1
+	s.MsgRateAvgP1 += rem.MsgRateAvgP1
+	s.BWAvgP2 += rem.BWAvgP2
+	s.MsgRateAvgP2 += rem.MsgRateAvgP2
+	return s
+}
+
+// FormatReportBoth is what --report-both adds after a bidirectional
+// test's sum line: our own line and the peer's, each under its own title
+// and header.
+func FormatReportBoth(my, rem BWReport, gbits bool) string {
+	var b strings.Builder
+	b.WriteString(ResultLine + "\n Local results: \n" + ResultLine + BWHeader(gbits))
+	b.WriteString(FormatBWReport(my, gbits))
+	b.WriteString(ResultLine + "\n Remote results: \n" + ResultLine + BWHeader(gbits))
+	b.WriteString(FormatBWReport(rem, gbits))
+	return b.String()
+}
+
+// ClientClosed is what a write/read/atomic_bw server of --run_infinitely
+// prints when the client ends the run (HEAD's write_bw.c; 6.06's client
+// never ends it).
+const ClientClosed = " Client closed connection\n"
+
 // Format factors of print_report_bw: MB/sec is MiB (0x100000), Gb/sec is
 // 10^9 bits (125000000 bytes).
 const (
 	formatMB = 0x100000
 	formatGb = 125000000
 )
+
+// NewBWReportFactor is NewBWReport for --run_infinitely with -b, where
+// print_report_bw counts every message factor times (run_inf_bi_factor: 2
+// for the RDMA tests, both directions being alike).
+func NewBWReportFactor(size, iters uint64, total time.Duration, factor int, gbits bool) BWReport {
+	r := NewBWReport(size*uint64(factor), iters, total, 0, gbits)
+	r.Size = size
+	r.MsgRateAvg *= float64(factor)
+	return r
+}
 
 // NewBWReport computes what print_report_bw would from the run's numbers:
 // iters messages of size bytes in total, the fastest message in best (0 for
@@ -234,6 +300,47 @@ func FormatLatReport(r LatReport) string {
 		cf(r.Min, 7, 2) + "        " + cf(r.Max, 7, 2) + "      " + cf(r.Typical, 7, 2) + "  \t       " +
 		cf(r.Avg, 7, 2) + "     \t" + cf(r.Stdev, 7, 2) + "\t\t" + cf(r.Percentile99, 7, 2) + " \t\t" +
 		cf(r.Percentile999, 7, 2) + "\n"
+}
+
+// FormatLatSamples is what -U (report-unsorted) and -H (report-histogram)
+// add before a latency line, as print_report_lat prints them: with -U
+// every sample in the order measured, with -H the samples sorted without
+// the two largest (LAT_MEASURE_TAIL), each list under "#, usec" and as
+// "%d, %g"; then, when either was asked, a ResultLine and the table header
+// again. samples are those NewLatReport takes.
+func FormatLatSamples(samples []float64, unsorted, histogram bool) string {
+	if !unsorted && !histogram {
+		return ""
+	}
+	var b strings.Builder
+	list := func(d []float64) {
+		b.WriteString("#, usec\n")
+		for i, v := range d {
+			b.WriteString(strconv.Itoa(i+1) + ", " + cg(v) + "\n")
+		}
+	}
+	if unsorted {
+		list(samples)
+	}
+	if histogram {
+		d := append([]float64(nil), samples...)
+		sort.Float64s(d)
+		list(d[:max(len(d)-2, 0)])
+	}
+	b.WriteString(ResultLine + LatHeader)
+	return b.String()
+}
+
+// cg is C's "%g": six significant digits, the exponent form below 1e-4
+// and from 1e6, trailing zeros dropped.
+func cg(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return cf(v, 0, 0)
+	case math.IsInf(v, 0):
+		return cf(v, 0, 0)
+	}
+	return fmt.Sprintf("%.6g", v)
 }
 
 // NewLatReport is print_report_lat on samples already in microseconds and

@@ -111,6 +111,15 @@ type PlanConfig struct {
 	// tests other than atomic), which repeats the traffic step and, for the
 	// send tests, the handshake around it.
 	AllSizes bool
+	// Duplex is -b (BW tests): both sides run the traffic and exchange
+	// their reports after it.
+	Duplex bool
+	// Duration is a timed run (-D, or --run_infinitely): send_bw's duplex
+	// sides then exchange no reports.
+	Duration bool
+	// RunInf is --run_infinitely: a duplex write/read/atomic test runs its
+	// traffic right after the after-RTR handshake and then closes.
+	RunInf bool
 }
 
 // AllSizes returns the sizes -a runs: 2^1 … 2^23 (the loops "for (i = 1;
@@ -125,8 +134,8 @@ func AllSizes() []uint64 {
 }
 
 // Steps returns the sequence test t runs as client or server in perftest
-// 4.5-0.17 (the same counts as HEAD), without bidirectional mode. See the
-// package documentation for where each count comes from.
+// 4.5-0.17 (the same counts as HEAD). See the package documentation for
+// where each count comes from.
 func Steps(t Test, server bool, cfg PlanConfig) []Step {
 	sizes := []uint64{cfg.Size}
 	if cfg.AllSizes && t != AtomicBW && t != AtomicLat {
@@ -141,6 +150,23 @@ func Steps(t Test, server bool, cfg PlanConfig) []Step {
 		// after moving qp to RTR"; then the server waits in one more
 		// handshake while the client runs, reports, close.
 		steps = append(steps, st(StepKeys), st(StepConnect), st(StepKeys), st(StepSync))
+		if cfg.Duplex {
+			// Both sides: a handshake before each size's run (none with
+			// --run_infinitely), one after it with -a (6.06 >= 4.6), then
+			// the reports each way; close.
+			if cfg.RunInf {
+				steps = append(steps, Step{Kind: StepTraffic, Size: cfg.Size})
+			} else {
+				for _, sz := range sizes {
+					steps = append(steps, st(StepSync), Step{Kind: StepTraffic, Size: sz})
+					if cfg.AllSizes {
+						steps = append(steps, st(StepSync))
+					}
+					steps = append(steps, st(StepReports))
+				}
+			}
+			return append(steps, st(StepClose))
+		}
 		if !server {
 			for _, sz := range sizes {
 				steps = append(steps, Step{Kind: StepTraffic, Size: sz})
@@ -154,6 +180,9 @@ func Steps(t Test, server bool, cfg PlanConfig) []Step {
 		steps = append(steps, st(StepKeys), st(StepConnect), st(StepSync), st(StepKeys))
 		for _, sz := range sizes {
 			steps = append(steps, Step{Kind: StepPrepare, Size: sz}, st(StepSync), Step{Kind: StepTraffic, Size: sz})
+			if cfg.Duplex && !cfg.Duration {
+				steps = append(steps, st(StepReports))
+			}
 			if cfg.AllSizes {
 				steps = append(steps, st(StepSync))
 			}

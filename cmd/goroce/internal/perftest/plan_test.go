@@ -492,3 +492,50 @@ func TestWaitsForTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestStepsDuplex: with -b both sides of a BW test run the traffic and put
+// the same exchanges on the wire: write/read/atomic_bw a handshake before
+// each size's run (and one after it with -a), the reports each way, the
+// close; send_bw its usual sequence with the reports after each size
+// unless the run is timed; with --run_infinitely the RDMA tests go straight
+// from the after-RTR handshake to the traffic.
+func TestStepsDuplex(t *testing.T) {
+	w := func(k ...StepKind) []StepKind { return k }
+	hello := w(StepHello, StepKeys, StepKeys, StepSync)
+	for _, c := range []struct {
+		test Test
+		cfg  PlanConfig
+		want []StepKind
+	}{
+		{WriteBW, PlanConfig{Duplex: true}, append(hello, StepSync, StepReports, StepClose)},
+		{ReadBW, PlanConfig{Duplex: true, Duration: true}, append(hello, StepSync, StepReports, StepClose)},
+		{WriteBW, PlanConfig{Duplex: true, RunInf: true, Duration: true}, append(hello, StepClose)},
+		{SendBW, PlanConfig{Duplex: true}, w(StepHello, StepKeys, StepSync, StepKeys, StepSync, StepReports, StepClose)},
+		{SendBW, PlanConfig{Duplex: true, Duration: true}, w(StepHello, StepKeys, StepSync, StepKeys, StepSync, StepClose)},
+	} {
+		for _, server := range []bool{false, true} {
+			c.cfg.Size = 64
+			steps := Steps(c.test, server, c.cfg)
+			if got := wireKinds(steps); !slices.Equal(got, c.want) {
+				t.Errorf("%v %+v server=%v: %v, want %v", c.test, c.cfg, server, got, c.want)
+			}
+			n := 0
+			for _, s := range steps {
+				if s.Kind == StepTraffic {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%v %+v server=%v: %d traffic steps", c.test, c.cfg, server, n)
+			}
+		}
+	}
+	for _, test := range []Test{WriteBW, ReadBW, SendBW} {
+		cfg := PlanConfig{Size: 64, AllSizes: true, Duplex: true}
+		c, s := wireKinds(Steps(test, false, cfg)), wireKinds(Steps(test, true, cfg))
+		// Per size: a handshake, the run, a handshake, the reports.
+		if !slices.Equal(c, s) || len(c) != len(hello)+23*3+1 {
+			t.Errorf("%v -a -b: client %v, server %v", test, c, s)
+		}
+	}
+}

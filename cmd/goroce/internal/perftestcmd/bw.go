@@ -12,13 +12,17 @@ import (
 // The bandwidth tests' traffic loops (perftest_resources.c run_iter_bw,
 // run_iter_bw_server) and the peak of their report.
 
-// bwClient is run_iter_bw with post_list 1: keep up to tx_depth messages
-// outstanding on each QP, ask for a completion every cq_mod of them (and
-// for the last), and time every post and every completion for the peak.
+// bwClient is run_iter_bw: keep up to tx_depth messages outstanding on
+// each QP, ask for a completion every cq_mod of them (and for the last),
+// and time every post and every completion for the peak. With -l the
+// unit of posting is a fixed list of post_list WRs (ctx_set_send_wqes: the
+// addresses step inside the list and stay put from one post to the next;
+// every cq_mod-th WR of the list is signalled), timed once per list.
 func (r *runner) bwClient(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
 	f := r.f
 	nq := len(r.qps)
-	duration := f.Duration > 0
+	inf := r.infinite()
+	duration := f.Duration > 0 || inf != nil
 	iters := int64(f.Iters)
 	txDepth, cqMod := int64(f.TxDepth), int64(max(f.CQMod, 1))
 	wrs := make([]qp.SendWR, nq)
@@ -38,13 +42,25 @@ func (r *runner) bwClient(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (
 			tcompleted[i] = -1
 		}
 	}
+	postList := int64(max(f.PostList, 1))
+	var tmpl [][]qp.SendWR
+	var tmplSGE [][]qp.SGE
+	if postList > 1 {
+		tmpl, tmplSGE = r.postListWRs(wrs, sges, size, cqMod, postList)
+	}
 	list, listSGE := make([]qp.SendWR, txDepth), make([]qp.SGE, txDepth)
 	var wcs [16]qp.WC // CTX_POLL_BATCH
 	var totscnt, totccnt int64
 	start := time.Now()
 	deadline := start.Add(time.Duration(f.Duration) * time.Second)
+	inf.begin(start)
 	for {
-		if duration {
+		if inf != nil {
+			if inf.ended() {
+				break
+			}
+			inf.maybeReport(totccnt)
+		} else if duration {
 			if !time.Now().Before(deadline) {
 				break
 			}
@@ -59,7 +75,21 @@ func (r *runner) bwClient(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (
 			// (perftest posts them one ibv_post_send at a time; a NIC's
 			// doorbell is cheap, a system call is not).
 			k := 0
-			for (duration || scnt[idx] < iters) && scnt[idx]-ccnt[idx] < txDepth {
+			for postList > 1 && (duration || scnt[idx] < iters) && scnt[idx]-ccnt[idx]+postList <= txDepth {
+				if !duration {
+					tposted[totscnt] = int64(time.Since(start))
+				}
+				for j := range tmpl[idx] {
+					listSGE[k] = tmplSGE[idx][j]
+					list[k] = tmpl[idx][j]
+					list[k].SGL = listSGE[k : k+1]
+					k++
+				}
+				posted = true
+				scnt[idx] += postList
+				totscnt += postList
+			}
+			for postList == 1 && (duration || scnt[idx] < iters) && scnt[idx]-ccnt[idx] < txDepth {
 				if cqMod > 1 && scnt[idx]%cqMod == 0 && (duration || scnt[idx] != iters-1) {
 					w.Flags &^= qp.SendSignaled
 				}
@@ -123,21 +153,57 @@ func (r *runner) bwClient(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (
 			}
 		}
 	}
+	if inf != nil {
+		return inf.finish()
+	}
 	if duration {
 		return perftest.NewBWReport(size, uint64(totccnt), time.Duration(f.Duration)*time.Second, 0, f.ReportGbits), nil
 	}
 	total := time.Duration(tcompleted[tot-1] - tposted[0])
-	return perftest.NewBWReport(size, uint64(tot), total, peakDelta(tposted, tcompleted, cqMod), f.ReportGbits), nil
+	return perftest.NewBWReport(size, uint64(tot), total, peakDelta(tposted, tcompleted, cqMod, postList), f.ReportGbits), nil
+}
+
+// postListWRs is ctx_set_send_wqes with post_list > 1: per QP a list of
+// postList copies of the QP's WR, each one INC further than the previous
+// when the size allows cycling, every cqMod-th signalled.
+func (r *runner) postListWRs(wrs []qp.SendWR, sges [][1]qp.SGE, size uint64, cqMod, postList int64) ([][]qp.SendWR, [][]qp.SGE) {
+	cycling := size <= r.cycle/2
+	tmpl, tmplSGE := make([][]qp.SendWR, len(wrs)), make([][]qp.SGE, len(wrs))
+	for i := range wrs {
+		tmpl[i], tmplSGE[i] = make([]qp.SendWR, postList), make([]qp.SGE, postList)
+		locBase, remBase := sges[i][0].Addr, wrs[i].RemoteAddr
+		for j := range postList {
+			tmplSGE[i][j] = sges[i][0]
+			w := wrs[i]
+			if j > 0 {
+				tmplSGE[i][j].Addr = tmplSGE[i][j-1].Addr
+				w.RemoteAddr = tmpl[i][j-1].RemoteAddr
+				if cycling {
+					r.increaseAddr(&tmplSGE[i][j].Addr, size, uint64(j-1), locBase)
+					if r.verb != perftest.Send {
+						r.increaseAddr(&w.RemoteAddr, size, uint64(j-1), remBase)
+					}
+				}
+			}
+			w.Flags &^= qp.SendSignaled
+			if (j+1)%cqMod == 0 {
+				w.Flags |= qp.SendSignaled
+			}
+			tmpl[i][j] = w
+		}
+	}
+	return tmpl, tmplSGE
 }
 
 // peakDelta is print_report_bw's search for the peak: the smallest time
 // per message over every run of messages from a post i to a completion j
 // (j on the cq_mod lattice). It is quadratic like the C code; past ~10^8
-// pairs only runs starting at a completion boundary are tried.
-func peakDelta(tposted, tcompleted []int64, cqMod int64) time.Duration {
+// pairs only runs starting at a completion boundary are tried. With post
+// lists the posts are timed once per list, every postList messages.
+func peakDelta(tposted, tcompleted []int64, cqMod, postList int64) time.Duration {
 	n := int64(len(tposted))
-	step := int64(1)
-	if n*(n/cqMod+1) > 1e8 {
+	step := postList
+	if step == 1 && n*(n/cqMod+1) > 1e8 {
 		step = cqMod
 	}
 	best := int64(-1)
@@ -163,7 +229,8 @@ func (r *runner) bwServer(p *tool.Poller, size uint64) (perftest.BWReport, error
 	nq := len(r.qps)
 	iters := int64(f.Iters)
 	rxDepth := int64(f.RxDepth)
-	duration := f.Duration > 0
+	inf := r.infinite()
+	duration := f.Duration > 0 || inf != nil
 	tot := iters * int64(nq)
 	rcntQ := make([]int64, nq)
 	var rcnt int64
@@ -171,8 +238,14 @@ func (r *runner) bwServer(p *tool.Poller, size uint64) (perftest.BWReport, error
 	var first, deadline time.Time
 	cycling := size <= r.cycle/2
 	spins := 0
+	inf.begin(time.Now())
 	for duration || rcnt < tot {
-		if duration && !first.IsZero() && !time.Now().Before(deadline) {
+		if inf != nil {
+			if inf.ended() {
+				return inf.finish()
+			}
+			inf.maybeReport(rcnt)
+		} else if duration && !first.IsZero() && !time.Now().Before(deadline) {
 			break
 		}
 		var n int

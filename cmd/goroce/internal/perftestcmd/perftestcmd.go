@@ -8,8 +8,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
@@ -64,6 +68,18 @@ perftest options goroce implements (the values and defaults of perftest 4.5):
   -c, --connection=RC       the only connection type
   --report_gbits            report Gb/s instead of MB/s
   --dont_xchg_versions      do not exchange versions
+  -b, --bidirectional       both sides send (BW tests); the line is the sum of both directions
+  --report-both             with -b, also each direction's line
+  --run_infinitely          a line every -D seconds (5) until interrupted (BW tests)
+  -H, --report-histogram    list the sorted latency samples (latency tests)
+  -U, --report-unsorted     list the latency samples in order (latency tests)
+  -l, --post_list=<size>    post lists of this many WRs (BW tests; CQ moderation = size)
+  --tclass=<value>          traffic class: the IP TOS byte of every packet
+  -T, --tos=<value>         the same (perftest takes -T only with rdma_cm)
+  --out_json                also write each report as JSON to --out_json_file
+  --out_json_file=<file>    (perftest_out.json)
+  -w, --limit_bw=<value>    fail (exit 1) when the average BW is below this
+  -y, --limit_msgrate=<v>   same for the message rate (checked only with -w, as perftest)
 goroce options:
   --timeout=<seconds>       give up (exit 1) after this long, waiting for the peer included;
                             a client then retries a refused connection until the timeout
@@ -100,8 +116,6 @@ func Run(env tool.Env, t perftest.Test, args []string) int {
 		switch {
 		case f.Duration > 0 && !t.BW():
 			err = fmt.Errorf("%w: -D in a latency test", perftest.ErrUnsupported)
-		case f.Unsorted || f.Histogram:
-			err = fmt.Errorf("%w: -U and -H (raw latency output)", perftest.ErrUnsupported)
 		case f.IBPort != 1:
 			err = fmt.Errorf("%w: IB port %d (a goroce device has port 1 only)", perftest.ErrUnsupported, f.IBPort)
 		}
@@ -113,11 +127,29 @@ func Run(env tool.Env, t perftest.Test, args []string) int {
 	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
 	r := &runner{env: env, ctx: ctx, f: f, test: t, verb: t.Verb(), server: f.Host == "", opts: opts}
+	r.out(f.PostListNote())
+	if f.RunInf {
+		// --run_infinitely ends when interrupted: the traffic stops and the
+		// run ends as upstream's SIGINT handler makes it end.
+		var stop context.CancelFunc
+		r.stop, stop = interruptContext(ctx)
+		defer stop()
+	}
 	if err := r.run(); err != nil {
 		fmt.Fprintf(env.Stderr, " %v\n", err)
 		return 1
 	}
+	if msg := r.limitError(); msg != "" {
+		fmt.Fprintln(env.Stderr, msg)
+		return 1
+	}
 	return 0
+}
+
+// interruptContext is the context whose end interrupts --run_infinitely:
+// SIGINT or SIGTERM. Tests replace it.
+var interruptContext = func(ctx context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 }
 
 // runner is one run of a tool: perftest's pingpong_context and
@@ -158,6 +190,15 @@ type runner struct {
 
 	// write_lat: the PSN the peer's next WRITE will have used up to.
 	peerPSN wire.PSN
+
+	conn net.Conn
+	info perftest.TestInfo // what FormatTestInfo printed (the JSON report repeats it)
+	// stop ends --run_infinitely's traffic (nil otherwise); inf is the
+	// reporter of its traffic phase.
+	stop context.Context
+	inf  *infinite
+	// -w/-y: whether some report met the limits (is_*_limit_passed).
+	bwPassed, msgPassed bool
 }
 
 func (r *runner) out(s string) { fmt.Fprint(r.env.Stdout, s) }
@@ -181,14 +222,30 @@ func (r *runner) run() error {
 		return err
 	}
 	defer conn.Close()
-	cfg := perftest.Config{Test: r.test, Server: r.server, Plan: perftest.PlanConfig{Size: f.Size, AllSizes: f.AllSizes},
+	r.conn = conn
+	cfg := perftest.Config{Test: r.test, Server: r.server, Plan: perftest.PlanConfig{Size: f.Size, AllSizes: f.AllSizes,
+		Duplex: f.Bidir, Duration: f.Duration > 0 || f.RunInf, RunInf: f.RunInf},
 		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: tool.ExchangeTimeout}
 	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
+	peerMayWrite := false
 	if _, err := perftest.Run(r.ctx, conn, cfg, hooks); err != nil {
-		return fmt.Errorf("Failed to run the %v test: %w", r.test, err)
+		switch {
+		case errors.Is(err, errInfiniteEnd):
+			// --run_infinitely ended by an interruption or by the peer
+			// closing the exchange: nothing more is exchanged, and the
+			// peer may still be writing into our buffer.
+			peerMayWrite = true
+		case f.RunInf && r.server && !f.Bidir && r.verb != perftest.Send && r.ctx.Err() == nil && peerGone(err):
+			// A write/read/atomic_bw client of 6.06 never leaves its
+			// infinite loop; it ends when interrupted, closing the socket
+			// the server waits on.
+			r.out(perftest.ClientClosed)
+		default:
+			return fmt.Errorf("Failed to run the %v test: %w", r.test, err)
+		}
 	}
 	r.out(perftest.ResultLine)
-	if r.env.Buffers != nil {
+	if r.env.Buffers != nil && !peerMayWrite {
 		dev.RxStats() // takes the device lock: the last writes into buf happen before the copy
 		r.env.Buffers("final", append([]byte(nil), r.buf...))
 	}
@@ -217,6 +274,7 @@ func (r *runner) init(dev *qp.Device) error {
 		}
 		r.mtu = m
 	}
+	r.bwPassed, r.msgPassed = false, false
 	r.outReads = 1
 	if r.verb == perftest.Read || r.verb == perftest.Atomic {
 		r.outReads = defaultOutReads
@@ -310,6 +368,7 @@ func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	r.rcq = r.scq
 	maxRecv := 1
 	if r.verb == perftest.Send {
+		// Every SEND side receives too: the server, and with -b the client.
 		maxRecv = f.RxDepth
 		if r.rcq, err = r.dev.CreateCQ(f.RxDepth*nq + 16); err != nil {
 			return nil, fmt.Errorf("Couldn't create a receiver CQ: %w", err)
@@ -330,10 +389,11 @@ func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 		keys[i] = perftest.KeyMsg{OutReads: uint16(r.outReads), QPN: q.QPN(), PSN: tool.RandomPSN(), RKey: r.mr.RKey(),
 			VAddr: perftest.TargetVAddr(r.mr.IOVA(), nq, i, r.maxSize, n.CycleBuffer), GID: tool.GIDBytes(gid)}
 	}
-	r.out(perftest.FormatTestInfo(perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
+	r.info = perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
 		Device: r.dev.Name(), NumQPs: nq, Transport: "IB", PCIeRelax: r.test.BW(), TxDepth: f.TxDepth,
 		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: n.MTU, LinkType: "Ethernet", GIDIndex: r.gidIndex,
-		InlineSize: int(r.inline), OutReads: r.outReads}))
+		InlineSize: int(r.inline), OutReads: r.outReads, Duplex: f.Bidir, PostList: f.PostList}
+	r.out(perftest.FormatTestInfo(r.info))
 	if r.env.Buffers != nil {
 		r.env.Buffers("init", append([]byte(nil), r.buf...))
 	}
@@ -368,6 +428,7 @@ func (r *runner) connectQPs(local, peer []perftest.KeyMsg) error {
 		}
 		err := tool.ModifyToRTS(r.ctx, q, tool.ConnectAttrs{MTU: qp.MTU(r.neg.MTU), DestQPN: peer[i].QPN, RQPSN: peer[i].PSN,
 			SQPSN: local[i].PSN, DGID: peer[i].GID, Global: true, SGIDIndex: r.gidIndex, HopLimit: 0xFF,
+			TrafficClass:    r.f.TrafficClass(),
 			MaxDestRdAtomic: uint8(local[i].OutReads), MaxRdAtomic: uint8(max(min(peer[i].OutReads, qp.MaxRdAtomic), 1)),
 			Timeout: uint8(r.f.QPTimeout)})
 		if err != nil {
@@ -424,18 +485,96 @@ func (r *runner) after(_ int, st perftest.Step, out *perftest.Outcome) error {
 			r.out(perftest.LatHeader)
 		}
 	case perftest.StepReports:
-		if r.server {
-			r.out(perftest.FormatBWReport(out.RemoteReport, r.f.ReportGbits))
+		switch {
+		case r.f.Bidir:
+			// print_full_bw_report(my, rem): the sum of both directions.
+			r.printBW(out.LocalReport, &out.RemoteReport)
+			if r.f.ReportBoth && !r.f.AllSizes {
+				r.out(perftest.FormatReportBoth(out.LocalReport, out.RemoteReport, r.f.ReportGbits))
+				r.writeJSON(out.RemoteReport, r.f.ReportGbits && out.RemoteReport.BWAvg < 0.1)
+			}
+		case r.server && r.f.RunInf:
+			r.out(perftest.ClientClosed)
+		case r.server:
+			r.printBW(out.RemoteReport, nil)
 		}
 	}
 	return nil
+}
+
+// printBW is print_full_bw_report: the table line of my (plus rem, the
+// peer's direction, in a bidirectional test), the --out_json file, and the
+// -w/-y verdict of that line.
+func (r *runner) printBW(my perftest.BWReport, rem *perftest.BWReport) {
+	f := r.f
+	inc := f.ReportGbits && my.BWAvg < 0.1
+	sum := my
+	if rem != nil {
+		sum = perftest.SumBW(my, *rem)
+		r.out(perftest.FormatBWSum(my, *rem, f.ReportGbits))
+	} else {
+		r.out(perftest.FormatBWReport(my, f.ReportGbits))
+	}
+	if f.Bidir == (rem != nil) {
+		if !(f.LimitBWSet && f.LimitBW > sum.BWAvg) {
+			r.bwPassed = true
+		}
+		if !(f.LimitMsgSet && f.LimitMsg > sum.MsgRateAvg) {
+			r.msgPassed = true
+		}
+	}
+	r.writeJSON(sum, inc)
+}
+
+// writeJSON rewrites the --out_json file with report rep.
+func (r *runner) writeJSON(rep perftest.BWReport, inc bool) {
+	if r.f.OutJSON {
+		r.writeJSONFile(perftest.FormatJSONBW(r.info, rep, inc))
+	}
+}
+
+func (r *runner) writeJSONFile(s string) {
+	// open_file_write: O_CREAT|O_RDWR|O_TRUNC, 0600; a failure is reported
+	// and the test goes on.
+	if err := os.WriteFile(r.f.OutJSONFile, []byte(s), 0o600); err != nil {
+		fmt.Fprintf(r.env.Stderr, "failed to open %s\n", r.f.OutJSONFile)
+	}
+}
+
+// limitError is the verdict of -w and -y at the end of a BW test, as the
+// tools give it after closing: a message and exit 1 when no report met the
+// limit. Like perftest, -y counts only together with -w, and a non-duplex
+// write/read/atomic_bw server (which returns before the check) never fails.
+func (r *runner) limitError() string {
+	f := r.f
+	if !r.test.BW() || !f.LimitBWSet || (r.server && !f.Bidir && r.verb != perftest.Send) {
+		return ""
+	}
+	if !r.bwPassed {
+		return "Error: BW result is below bw limit"
+	}
+	if !r.msgPassed {
+		return "Error: Msg rate  is below msg_rate limit"
+	}
+	return ""
+}
+
+// errInfiniteEnd ends a --run_infinitely traffic phase after which nothing
+// is exchanged any more (a bidirectional or send test interrupted, or its
+// peer gone).
+var errInfiniteEnd = errors.New("the infinite run ended")
+
+// peerGone reports whether err is the peer closing the exchange.
+func peerGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // prepare is ctx_set_recv_wqes for a SEND receiver: rx_depth receives per
 // QP into the QP's target half, cycling through the cycle buffer in BW
 // tests, the address reset to the start afterwards.
 func (r *runner) prepare(size uint64, _ []perftest.KeyMsg) error {
-	if r.verb != perftest.Send || (r.test == perftest.SendBW && !r.server) {
+	if r.verb != perftest.Send || (r.test == perftest.SendBW && !r.server && !r.f.Bidir) {
 		return nil
 	}
 	nq := len(r.qps)
@@ -489,16 +628,39 @@ func (r *runner) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport
 	r.prog.Stop() // the loops' polls drive a busy-poll device
 	defer r.prog.Start()
 	switch {
-	case r.test.BW() && !r.server:
+	case r.f.RunInf && r.test.BW():
+		// Its lines are printed during the run.
+		var rep perftest.BWReport
+		var err error
+		if r.test == perftest.SendBW && r.server {
+			rep, err = r.bwServer(p, size)
+		} else {
+			rep, err = r.bwClient(p, size, peer)
+		}
+		if err != nil && !errors.Is(err, errInfiniteEnd) && r.inf != nil {
+			return r.inf.excuse(err)
+		}
+		return rep, err
+	case r.test == perftest.SendBW && r.f.Bidir:
+		// run_iter_bi; print_report_bw prints its own line only for a
+		// timed run (no reports are exchanged then).
+		rep, err := r.bwBi(p, size, peer)
+		if err == nil && r.f.Duration > 0 {
+			r.printBW(rep, nil)
+		}
+		return rep, err
+	case r.test.BW() && (!r.server || r.f.Bidir):
+		// With -b both sides run run_iter_bw; the sum is printed after
+		// the reports are exchanged.
 		rep, err := r.bwClient(p, size, peer)
-		if err == nil {
-			r.out(perftest.FormatBWReport(rep, r.f.ReportGbits))
+		if err == nil && !r.f.Bidir {
+			r.printBW(rep, nil)
 		}
 		return rep, err
 	case r.test == perftest.SendBW:
 		rep, err := r.bwServer(p, size)
 		if err == nil {
-			r.out(perftest.FormatBWReport(rep, r.f.ReportGbits))
+			r.printBW(rep, nil)
 		}
 		return rep, err
 	}
@@ -517,7 +679,12 @@ func (r *runner) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport
 	if err != nil {
 		return perftest.BWReport{}, err
 	}
-	r.out(perftest.FormatLatReport(perftest.NewLatReport(size, r.f.Iters, samples)))
+	r.out(perftest.FormatLatSamples(samples, r.f.Unsorted, r.f.Histogram))
+	rep := perftest.NewLatReport(size, r.f.Iters, samples)
+	if r.f.OutJSON {
+		r.writeJSONFile(perftest.FormatJSONLat(r.info, rep))
+	}
+	r.out(perftest.FormatLatReport(rep))
 	return perftest.BWReport{Size: size, Iters: r.f.Iters}, nil
 }
 

@@ -104,6 +104,10 @@ func DefaultEnv() Env {
 // defaultInterface is what stands in for "the first RDMA device" of the
 // C tools: the first interface that is up, not a loopback, and has an IPv4
 // address.
+// DefaultInterface is the interface a tool uses when -d is not given: the
+// first one up with an IPv4 address.
+func DefaultInterface() (string, error) { return defaultInterface() }
+
 func defaultInterface() (string, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
@@ -470,6 +474,7 @@ type ConnectAttrs struct {
 	Global          bool // is_global: rc_pingpong sets it only for a GID with a non-zero interface id
 	SGIDIndex       int
 	HopLimit        uint8
+	TrafficClass    uint8 // GRH traffic class: the IP TOS byte (DSCP and ECN) of every packet
 	SL              uint8
 	MaxDestRdAtomic uint8
 	MaxRdAtomic     uint8
@@ -494,6 +499,7 @@ func ModifyToRTS(ctx context.Context, q *qp.QP, a ConnectAttrs) error {
 		attr.AV.DGID = netip.AddrFrom16(a.DGID)
 		attr.AV.SGIDIndex = uint8(a.SGIDIndex)
 		attr.AV.HopLimit = a.HopLimit
+		attr.AV.TrafficClass = a.TrafficClass
 		mask |= qp.AttrAV
 	} else {
 		// On Ethernet the AV must carry a GRH; without one rxe refuses the

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/qp"
+)
+
+// measureRep runs one repetition of every selected cell at one MTU.
+func measureRep(pair *netns.Pair, mtu, rep int, c *config, res *results) {
+	lat := mtu == c.latMTU()
+	lim := func(n int) limit { return limit{c.cell, n} }
+	tag := fmt.Sprintf("MTU %d rep %d", mtu, rep+1)
+	if c.cells["tcp"] && !c.rttOnly {
+		t, err := tcpStream(pair, lim(maxStreamN))
+		recordRate(res, key{"tcp", mtu, ""}, "tcp.stream", t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
+		progress("%s: TCP stream %s (%v)", tag, fmtGbit(t.bitsPerSec()/1e9), err)
+		if c.iperf3 != "" {
+			bps, err := iperf3Stream(pair, c.iperf3, c.cell)
+			record(res, key{"tcp", mtu, mIperfGbps}, bps/1e9, err)
+			progress("%s: iperf3 %s (%v)", tag, fmtGbit(bps/1e9), err)
+		}
+	}
+	if c.cells["tcp"] {
+		if lat {
+			ping := tcpPingPongPeer
+			if c.latPeer == "goroutine" {
+				ping = tcpPingPong
+			}
+			rtts, err := ping(pair, lim(maxRTTs), nil)
+			recordLat(res, key{"tcp", mtu, latTCP}, rtts, err)
+			progress("%s: TCP ping-pong %s (%v)", tag, latLine(rtts), err)
+		}
+	}
+	for _, b := range c.backends {
+		measureBackend(pair, mtu, rep, b, lat, c, res)
+	}
+}
+
+func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *config, res *results) {
+	tag := fmt.Sprintf("%s MTU %d rep %d", b, mtu, rep+1)
+	lim := func(n int) limit { return limit{c.cell, n} }
+	if c.cells["raw"] {
+		measureRaw(pair, mtu, b, lat, c, tag, lim, res)
+	}
+	if c.cells["bw"] || (lat && (c.cells["qps"] || c.cells["idle"])) {
+		p, err := openRDMA(pair, b, false)
+		if err != nil {
+			progress("%s: goroce devices: %v", tag, err)
+			for _, m := range []string{bwKey(b, mtu, "WRITE", sizeSmall, "mps").metric, mQPsAgg, mIdleProc} {
+				res.fail(key{b, mtu, m}, err)
+			}
+		} else {
+			res.addSection(section{backend: b, mtu: mtu, mode: p.a.info.Mode, pmtu: p.pmtu})
+			measureGoroce(p, mtu, b, lat, tag, c, res)
+			p.Close()
+		}
+	}
+	if lat && c.cells["lat"] {
+		var info section
+		rtts, err := roundTrips(pair, b, false, lim(maxRTTs), c.latPeer, &info)
+		if err == nil {
+			info.backend, info.mtu = b, mtu
+			res.addSection(info)
+		}
+		recordLat(res, key{b, mtu, latSleep}, rtts, err)
+		progress("%s: goroce sleeping 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
+		rtts, err = roundTrips(pair, b, true, lim(maxRTTs), c.latPeer, nil)
+		recordLat(res, key{b, mtu, latBusy}, rtts, err)
+		progress("%s: goroce busy-poll 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
+	}
+}
+
+// roundTrips is the lat cell: write_lat's loop on devices of their own,
+// the far end in a process of its own or (goroutine) in this one.
+// info, when set, learns the backend's mode and the path MTU.
+func roundTrips(pair *netns.Pair, b string, busy bool, lim limit, where string, info *section) ([]time.Duration, error) {
+	runtime.GC()
+	if where == "process" {
+		return writeLatPeer(pair, b, busy, lim, nil, info)
+	}
+	p, err := openRDMA(pair, b, busy)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if info != nil {
+		info.mode, info.pmtu = p.a.info.Mode, p.pmtu
+	}
+	return writeLat(p, lim, nil)
+}
+
+func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag string, lim func(int) limit, res *results) {
+	if !c.rttOnly {
+		measureRawRates(pair, mtu, b, tag, lim, res)
+	}
+	if !lat {
+		return
+	}
+	runtime.GC()
+	var rtts []time.Duration
+	var err error
+	if c.latPeer == "process" {
+		rtts, err = rawBusyRTTPeer(pair, b, lim(maxRTTs))
+	} else {
+		var r *rawPair
+		if r, err = openRaw(pair, b); err == nil {
+			rtts, err = rawBusyRTT(r, lim(maxRTTs))
+			r.Close()
+		}
+	}
+	recordLat(res, key{b, mtu, latRaw}, rtts, err)
+	progress("%s: raw busy ping-pong %s (%v)", tag, latLine(rtts), err)
+}
+
+// measureRawRates is the raw cell's one-way rates.
+func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(int) limit, res *results) {
+	r, err := openRaw(pair, b)
+	if err != nil {
+		progress("%s: raw links: %v", tag, err)
+		res.fail(key{b, mtu, mRawSmallFPS}, err)
+		res.fail(key{b, mtu, mRawFullGbps}, err)
+		return
+	}
+	pmtu := min(r.infoA.PathMTU, r.infoB.PathMTU)
+	res.addSection(section{backend: b, mtu: mtu, pmtu: pmtu})
+	small, err := rate(r, sizeSmall, lim(maxFrames)) // closes B's link
+	r.Close()
+	record(res, key{b, mtu, mRawSmallFPS}, small.framesPerSec(), err)
+	if err == nil {
+		res.add(key{b, mtu, mRawSmallLen}, float64(small.frameLen))
+	}
+	progress("%s: raw %d B frames %s/s, %d of %d sent received (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), small.frames, small.sent, err)
+	if r, err = openRaw(pair, b); err != nil {
+		res.fail(key{b, mtu, mRawFullGbps}, err)
+		return
+	}
+	full, err := rate(r, pmtu, lim(maxFrames))
+	r.Close()
+	recordRate(res, key{b, mtu, ""}, "raw.full", int64(full.frames)*int64(full.payload), full.elapsed, full.cpu, firstErr(err, full.cpuErr), err)
+	if err == nil {
+		res.add(key{b, mtu, mRawFullLen}, float64(full.frameLen))
+	}
+	progress("%s: raw %d B frames %s payload, %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), full.frames, full.sent, err)
+}
+
+func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *config, res *results) {
+	lim := func(n int) limit { return limit{c.cell, n} }
+	if c.cells["bw"] {
+		for _, op := range []struct {
+			name string
+			op   qp.WROpcode
+		}{{"WRITE", qp.WRRDMAWrite}, {"READ", qp.WRRDMARead}} {
+			for _, size := range []int{sizeSmall, sizeMid, sizeLarge} {
+				runtime.GC()
+				t, err := bw(p, op.op, size, lim(maxMsgs))
+				record(res, bwKey(b, mtu, op.name, size, "mps"), t.msgsPerSec(), err)
+				recordRate(res, key{b, mtu, ""}, fmt.Sprintf("%s%s.%d", bwPrefix, op.name, size), t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
+				if err == nil {
+					res.add(bwKey(b, mtu, op.name, size, "allocs"), t.allocsPer)
+				}
+				progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg (%v)", tag, op.name, sizeName(size),
+					fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, err)
+			}
+		}
+	}
+	if !lat {
+		return
+	}
+	if c.cells["qps"] {
+		q, err := manyQPs(p, c.qpsN, c.qpsDepth, c.qpsCQMod, lim(maxMsgs))
+		record(res, key{b, mtu, mQPsAgg}, q.agg.msgsPerSec(), err)
+		if q.one.msgs > 0 {
+			res.add(key{b, mtu, mQPsOne}, q.one.msgsPerSec())
+		} else {
+			res.fail(key{b, mtu, mQPsOne}, err)
+		}
+		if q.heapPerQP != 0 {
+			res.add(key{b, mtu, mQPsHeap}, q.heapPerQP)
+		} else {
+			res.fail(key{b, mtu, mQPsHeap}, err)
+		}
+		progress("%s: %d QPs %s msg/s, one QP %s msg/s, %s per QP (%v)", tag, c.qpsN, fmtRate(q.agg.msgsPerSec()),
+			fmtRate(q.one.msgsPerSec()), fmtBytes(q.heapPerQP), err)
+	}
+	if c.cells["idle"] {
+		u, err := idleCPU(p, c.idle)
+		record(res, key{b, mtu, mIdleProc}, u.proc/u.wall, err)
+		record(res, key{b, mtu, mIdleMachine}, u.machine/u.wall, err)
+		progress("%s: idle devices %.4f CPU-s/s (%v)", tag, u.proc/u.wall, err)
+	}
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

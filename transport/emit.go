@@ -1,0 +1,75 @@
+package transport
+
+import "github.com/goroce/goroce/wire"
+
+// emitter builds every frame the QP sends, for the requester and the
+// responder alike: one template holds the outer headers (Ethernet, IP,
+// UDP), resolved when the path is set; a frame is the template plus a BTH
+// and the extension headers of one packet, with the payload the caller has
+// already copied into place behind the headers.
+type emitter struct {
+	qp      *QP // counters
+	out     Output
+	tmpl    wire.Frame // outer headers for every frame this QP sends
+	ipID    uint16
+	destQPN uint32
+}
+
+// setPath resolves the outer headers for the address vector av between the
+// local QP qpn and the remote QP destQPN.
+func (e *emitter) setPath(av *AV, qpn, destQPN uint32) {
+	e.destQPN = destQPN
+	e.tmpl = wire.Frame{
+		DstMAC: av.DMAC, SrcMAC: av.SMAC, HasVLAN: av.HasVLAN, VLAN: av.VLAN,
+		SrcIP: av.SGID.Unmap(), DstIP: av.DGID.Unmap(),
+		TrafficClass: av.TrafficClass, HopLimit: av.HopLimit,
+		SrcPort: wire.RCSourcePortFL(av.FlowLabel, qpn, destQPN),
+	}
+	if e.tmpl.SrcIP.Is6() {
+		// rxe writes flow label 0 on IPv6 (ip6_flow_hdr(..., 0)).
+		e.tmpl.FlowLabel = 0
+	}
+}
+
+// buffer returns the buffer for the next frame, from the Output. The caller
+// places the payload at frame(...).HeaderLen() and passes it to emit.
+func (e *emitter) buffer() []byte { return e.out.Frame() }
+
+// frame prepares the template for one packet of opcode op. The caller adds
+// the packet's flags and extension headers.
+func (e *emitter) frame(op wire.Opcode, psn wire.PSN) *wire.Frame {
+	f := &e.tmpl
+	e.ipID++
+	f.IPID = e.ipID
+	f.BTH = wire.BTHFields{Opcode: op, PKey: wire.DefaultPKey, DestQP: e.destQPN, PSN: psn}
+	return f
+}
+
+// emit builds the frame whose payload (payloadLen bytes) the caller already
+// placed at buf[f.HeaderLen():] and hands it to the output.
+func (e *emitter) emit(buf []byte, f *wire.Frame, payloadLen int) {
+	n, err := wire.Build(buf, f, payloadLen)
+	if err != nil {
+		// Only a programming error (buffer too small) gets here.
+		e.qp.inc(CntSendErrors)
+		return
+	}
+	e.out.Send(n)
+	e.qp.inc(CntSentPkts)
+}
+
+// ack sends an ACKNOWLEDGE with syndrome syn and MSN msn for psn.
+func (e *emitter) ack(psn wire.PSN, syn wire.Syndrome, msn uint32) {
+	buf := e.buffer()
+	f := e.frame(wire.RCAcknowledge, psn)
+	f.AETH = wire.AETHFields{Syndrome: syn, MSN: msn & wire.PSNMask}
+	e.emit(buf, f, 0)
+}
+
+// atomicAck sends an ATOMIC_ACKNOWLEDGE carrying orig for psn.
+func (e *emitter) atomicAck(psn wire.PSN, orig uint64, msn uint32) {
+	f := e.frame(wire.RCAtomicAcknowledge, psn)
+	f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: msn & wire.PSNMask}
+	f.AtomicAckETH = orig
+	e.emit(e.buffer(), f, 0)
+}
