@@ -30,12 +30,14 @@ func _() {
 	_ = x[CntSentNAKs-19]
 	_ = x[CntRcvdNAKs-20]
 	_ = x[CntSendErrors-21]
-	_ = x[NumCounters-22]
+	_ = x[CntAckCoalesced-22]
+	_ = x[CntReadRestarted-23]
+	_ = x[NumCounters-24]
 }
 
-const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsNumCounters"
+const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsack_coalescedread_restartedNumCounters"
 
-var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 199, 215, 234, 247, 260, 275, 291, 300, 309, 320, 331}
+var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 199, 215, 234, 247, 260, 275, 291, 300, 309, 320, 333, 347, 358}
 
 func (i Counter) String() string {
 	idx := int(i) - 0
