@@ -188,11 +188,12 @@ func (r *responder) endBatch(now time.Time) {
 // busy reports whether responses wait in the queue.
 func (r *responder) busy() bool { return r.pendHead != r.pendTail }
 
-// owe records that an ACK for psn is owed. IBTA lets a responder coalesce
-// ACKs: an ACK acknowledges every request before its PSN (cumulative, the
-// requester completes every earlier SEND/WRITE on it: C9-108 area, and
-// PROTOCOL.md §3.3), and mlx5 and hfi1 (rc_defer_ack: one ACK per receive
-// interrupt) send one for many requests.
+// owe records that an ACK for psn is owed. Coalescing is legal because RC
+// ACKs are cumulative: an ACK acknowledges every request before its PSN,
+// and the requester completes every earlier SEND/WRITE on it (PROTOCOL.md
+// §3.3 and §3.4; IBTA's text calls these coalesced acknowledgements).
+// mlx5 coalesces, and hfi1 defers an ACK to the end of the receive
+// interrupt (rc_defer_ack), as EndBatch does here.
 func (r *responder) owe(psn wire.PSN, msn uint32) {
 	if r.ackOwed {
 		r.qp.inc(CntAckCoalesced)
