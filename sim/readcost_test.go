@@ -37,6 +37,9 @@ func readCost(t *testing.T, seed int64, size int, loss float64) float64 {
 	if wc[0].Status != transport.WCSuccess || !bytes.Equal(a.Buf, b.Buf) {
 		t.Fatalf("seed %d: completion %v, data equal %v", seed, wc[0], bytes.Equal(a.Buf, b.Buf))
 	}
+	ca, cb := a.QP.Counters(), b.QP.Counters()
+	t.Logf("seed %d loss %.2f: requester retries %d (ACK timeouts %d), responder READs restarted %d, simulated %v",
+		seed, loss, ca[transport.CntCompleterRetryErr], ca[transport.CntLocalAckTimeoutErr], cb[transport.CntReadRestarted], n.Clock().Elapsed())
 	return float64(n.B.LinkStats().TxBytes) / float64(size)
 }
 
