@@ -125,6 +125,9 @@ type Device struct {
 	// failedCQs are CQs that overran since the last endCall; their QPs
 	// still have to be moved to ERR.
 	failedCQs []*CQ
+	// touched are the QPs that received a frame in the batch drive is
+	// handling (EndBatch).
+	touched []*QP
 	// onAsync, when set, also receives the CQ-overrun events (with d.mu
 	// held), for tests.
 	onAsync func(asyncEvent)
@@ -391,6 +394,15 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 	for i := 0; i < n; i++ {
 		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
 	}
+	// ---- issue 10, ACK coalescing: end the receive batch of every QP that
+	// got a frame in it, so each sends one cumulative ACK, written with the
+	// rest of this pass by endCall.
+	for _, q := range d.touched {
+		q.eng.EndBatch(now)
+	}
+	clear(d.touched)
+	d.touched = d.touched[:0]
+	// ---- end issue 10
 	fired := 0
 	if timers {
 		fired, next = d.timers(now, true)
@@ -473,6 +485,11 @@ func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
 		return
 	}
 	q.eng.Receive(pkt, now)
+	// issue 10: remember the QP for EndBatch in drive (consecutive frames
+	// of one QP add it once; a repeat later in the batch is harmless).
+	if k := len(d.touched); k == 0 || d.touched[k-1] != q {
+		d.touched = append(d.touched, q)
+	}
 }
 
 // kick wakes the timer goroutine to recompute the earliest deadline.

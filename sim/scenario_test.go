@@ -351,3 +351,32 @@ func TestScenarioRNR(t *testing.T) {
 		}
 	}
 }
+
+// Ten SENDs posted in one list reach the responder in one link batch: the
+// device ends that batch with one cumulative ACK (the last PSN), not ten.
+func TestScenarioAckCoalesced(t *testing.T) {
+	s := newScen(t, qp.ConnectOptions{}, false)
+	for i := 0; i < 10; i++ {
+		if err := s.b.qp.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{s.b.sge(i*256, 256)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrs := make([]qp.SendWR, 10)
+	for i := range wrs {
+		wrs[i] = qp.SendWR{WRID: uint64(i), Opcode: transport.WRSend, Flags: transport.SendSignaled, SGL: []qp.SGE{s.a.sge(i*16, 16)}}
+	}
+	if n, err := s.a.qp.PostSendList(wrs); err != nil || n != 10 {
+		t.Fatalf("posted %d: %v", n, err)
+	}
+	for i := 0; i < 10; i++ {
+		if wc := s.waitWC(s.a.cq); wc.Status != transport.WCSuccess {
+			t.Fatalf("completion %v", wc)
+		}
+	}
+	if len(s.ba) != 1 || s.ba[0].op != wire.RCAcknowledge || s.ba[0].psn != scenSQPSN+9 {
+		t.Fatalf("B sent %+v, want one ACK for PSN %#x", s.ba, scenSQPSN+9)
+	}
+	if c := s.b.qp.Counters(); c[transport.CntAckCoalesced] != 9 {
+		t.Errorf("ack_coalesced %d, want 9", c[transport.CntAckCoalesced])
+	}
+}

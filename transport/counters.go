@@ -62,6 +62,14 @@ const (
 	CntRcvdNAKs // rcvd_naks
 	// Frames that could not be built.
 	CntSendErrors // send_errors
+	// ACKs asked for (AckReq, or a duplicate SEND/WRITE) that were merged
+	// into a later cumulative ACK of the same receive batch instead of
+	// being sent (QP.EndBatch).
+	CntAckCoalesced // ack_coalesced
+	// READ responses abandoned part-way because the requester asked again
+	// from a PSN inside them (a retry after a lost response packet); the
+	// response continues from that PSN.
+	CntReadRestarted // read_restarted
 
 	// NumCounters is the number of counters.
 	NumCounters

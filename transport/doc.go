@@ -106,18 +106,42 @@
 //	requester  end of the RNR back-off → resend from compPSN
 //	completer  local ACK timeout (4.096 µs × 2^timeout) → go-back-N from
 //	           compPSN, or RETRY_EXC_ERR when retry_cnt is spent
-//	responder  none: every answer goes out while its request is handled
+//	responder  work left for the next call → the time of the last call
+//	           ("now"): READ response packets beyond the budget, an owed ACK
 //
 // Deadline returns the earliest of them. The owner calls Tick(now) at or
 // after it; Tick runs the timeout of every role whose deadline has passed
 // (a Tick before any deadline does nothing). Any call may move the
 // deadline, so the owner asks again after each one.
 //
+// # Batches: ACK coalescing and READ pacing
+//
+// The responder sends one cumulative ACK per receive batch, not one per
+// request that asks for it (AckReq): it owes the ACK (the latest PSN and
+// MSN), and EndBatch sends it. The device calls EndBatch for every QP that
+// got a frame, after handing a batch of received frames to its QPs and
+// before writing the batch of frames they produced, so the ACK and the
+// requests produced in that pass leave in the same WriteBatch. An ACK
+// acknowledges every earlier PSN, so coalescing is what IBTA's cumulative
+// acknowledgement allows and what mlx5 and hfi1 do. NAKs, ATOMIC ACKs and
+// READ responses are never delayed or merged; an owed ACK is sent before
+// any of them, so responses leave in PSN order. An owner that never calls
+// EndBatch loses nothing: the owed ACK makes the deadline now, and Tick
+// sends it.
+//
+// READ responses are paced: one engine call sends at most ResponseBudget
+// response packets of a QP; the rest of the response, and every response
+// owed after it, waits in the responder's queue and the deadline is now,
+// so the owner's drive loop calls Tick again after writing the batch (and
+// after reading the link). A retried READ for a PSN inside the response in
+// progress abandons the rest of it and continues from that PSN.
+//
 // # Inputs and outputs
 //
 // Inputs: PostSend and PostRecv (work requests, validated like rxe's
 // validate_send_wr), Modify (state and attributes), Receive (a packet
-// wire.Parse accepted, ICRC checked) and Tick. Outputs: frames, written
+// wire.Parse accepted, ICRC checked), EndBatch (the end of a receive
+// batch) and Tick. Outputs: frames, written
 // into buffers from Config.Out (Frame, then Send) with the payload copied
 // straight from or to registered memory (memreg) and the headers built in
 // front of it; completions, passed to Config.SendCQ and Config.RecvCQ; and

@@ -96,6 +96,10 @@ type epair struct {
 	// log, when set, records a copy of every delivered frame.
 	log []logged
 	rec bool
+	// batch, when set, hands all the frames one side has sent to its peer
+	// as one receive batch (one EndBatch after them), as a device does with
+	// a batch read from its link; otherwise each frame is a batch of one.
+	batch bool
 }
 
 type logged struct {
@@ -224,6 +228,23 @@ func (e *epair) deliver() int {
 					e.log = append(e.log, l)
 				}
 				s.peer.q.Receive(&e.pkt, e.now)
+				if !e.batch {
+					s.peer.q.EndBatch(e.now)
+				}
+			}
+			if e.batch {
+				s.peer.q.EndBatch(e.now)
+			}
+		}
+		if !moved {
+			// Work due now (a paced READ response, an owed ACK) runs
+			// before the delivery is over, as the device's drive loop
+			// calls a QP again when its deadline is now.
+			for _, s := range []*side{e.a, e.b} {
+				if d, ok := s.q.Deadline(); ok && !d.After(e.now) {
+					s.q.Tick(e.now)
+					moved = moved || s.out.head != s.out.tail
+				}
 			}
 		}
 		if !moved {

@@ -124,7 +124,7 @@ func New(cfg Config) (*QP, error) {
 	q.out = emitter{qp: q, out: cfg.Out}
 	q.req = requester{qp: q, sq: &q.sq, out: &q.out, comp: &q.comp}
 	q.comp = completer{qp: q, sq: &q.sq, req: &q.req}
-	q.resp = responder{qp: q, out: &q.out, rq: make([]recvWQE, c.MaxRecvWR), respOpcode: -1}
+	q.resp = responder{qp: q, out: &q.out, rq: make([]recvWQE, c.MaxRecvWR), respOpcode: -1, pend: make([]pending, 4)}
 	q.attr.State = StateReset
 	return q, nil
 }
@@ -314,6 +314,7 @@ func (q *QP) toErr() {
 func (q *QP) flushAll() {
 	q.comp.flush()
 	q.resp.flush()
+	q.resp.dropPending()
 	q.comp.retryDeadline, q.req.rnrDeadline = time.Time{}, time.Time{}
 }
 
@@ -331,19 +332,34 @@ func (q *QP) Deadline() (time.Time, bool) {
 }
 
 // Tick runs the timers that expired at now: each role whose deadline has
-// passed handles its timeout.
+// passed handles its timeout. The sending roles run in RTS and SQD, the
+// responder from RTR on.
 func (q *QP) Tick(now time.Time) {
-	if q.attr.State != StateRTS && q.attr.State != StateSQD {
-		return
+	if st := q.attr.State; st == StateRTS || st == StateSQD {
+		if d, ok := q.req.deadline(); ok && !now.Before(d) {
+			q.req.onTimeout(now)
+		}
+		if d, ok := q.comp.deadline(); ok && !now.Before(d) {
+			q.comp.onTimeout(now)
+		}
 	}
-	if d, ok := q.req.deadline(); ok && !now.Before(d) {
-		q.req.onTimeout(now)
+	if st := q.attr.State; st >= StateRTR && st != StateErr {
+		if d, ok := q.resp.deadline(); ok && !now.Before(d) {
+			q.resp.onTimeout(now)
+		}
 	}
-	if d, ok := q.comp.deadline(); ok && !now.Before(d) {
-		q.comp.onTimeout(now)
-	}
-	if d, ok := q.resp.deadline(); ok && !now.Before(d) {
-		q.resp.onTimeout(now)
+}
+
+// EndBatch ends a batch of received packets: the responder sends the one
+// cumulative ACK it owes for the requests of the batch that asked for one
+// (AckReq). The owner calls it after handing a batch of received frames to
+// its QPs and before writing out the frames they produced, so the ACK
+// leaves in the same write as the requests of that pass. An owner that
+// never calls it loses nothing: an owed ACK makes Deadline the time of the
+// last call, and Tick sends it.
+func (q *QP) EndBatch(now time.Time) {
+	if st := q.attr.State; st >= StateRTR && st != StateErr {
+		q.resp.endBatch(now)
 	}
 }
 

@@ -42,6 +42,52 @@ type responder struct {
 	res        []resource      // READ replay records (rxe resp_res)
 	resNext    int             // next res entry to reuse
 	atomicHist *atomic.History // executed atomics, for duplicate replay
+
+	// The ACK owed (coalescing): the latest one asked for, cumulative.
+	ackOwed    bool
+	ackOwedPSN wire.PSN
+	ackOwedMSN uint32
+	// pend holds, in PSN order, the responses that wait behind a READ
+	// response in progress (at pendHead): a ring indexed by growing
+	// counters, sized with the READ resources.
+	pend               []pending
+	pendHead, pendTail uint64
+	now                time.Time // of the last call: the deadline while work waits
+}
+
+// ResponseBudget bounds the READ response packets one QP sends in one
+// engine call (Receive, Tick), like rxe's responder task, which sends one
+// response packet per iteration and yields after RXE_MAX_ITERATIONS (1024,
+// rxe_param.h; rxe_task.c do_task) to let other work run. goroce's budget
+// is smaller: between two calls the owner reads the link, so a READ retried
+// after a lost response (the requester's go-back-N) replaces the rest of
+// the old response after at most this many packets instead of after the
+// whole message.
+const ResponseBudget = 64
+
+type pendKind uint8
+
+const (
+	pendRead   pendKind = iota // READ response packets from psn
+	pendAck                    // one ACKNOWLEDGE (ACK or NAK)
+	pendAtomic                 // one ATOMIC_ACKNOWLEDGE
+)
+
+// pending is one response waiting in the responder's queue.
+type pending struct {
+	kind pendKind
+	psn  wire.PSN // the next (READ) or only packet's PSN
+	syn  wire.Syndrome
+	msn  uint32
+	orig uint64 // pendAtomic: the original value
+	// pendRead: the resource's PSN range (to recognise a retry inside it),
+	// the next byte, the bytes and packets left, and whether the next
+	// packet continues the response (MIDDLE/LAST) or starts it.
+	first, last wire.PSN
+	va          uint64
+	rkey        uint32
+	left, pkts  uint32
+	started     bool
 }
 
 type recvWQE struct {
@@ -86,6 +132,11 @@ func (r *responder) setResources(n uint8) {
 	r.res = make([]resource, size)
 	r.resNext = 0
 	r.atomicHist = atomic.NewHistory(size)
+	// A conforming requester has at most size READs and atomics in flight,
+	// each with an ACK or NAK before it: 2·size+2 entries never fill.
+	r.pump(-1)
+	r.pend = make([]pending, 2*size+2)
+	r.pendHead, r.pendTail = 0, 0
 }
 
 func (r *responder) reset() {
@@ -96,13 +147,123 @@ func (r *responder) reset() {
 	if r.atomicHist != nil {
 		r.atomicHist.Reset()
 	}
+	r.dropPending()
 }
 
-// deadline and onTimeout give the responder the shape of the other roles,
-// which QP.Deadline and QP.Tick go through; it never waits.
-func (r *responder) deadline() (time.Time, bool) { return time.Time{}, false }
+// dropPending forgets every response not sent yet (the QP is in ERR or
+// RESET, where it sends nothing).
+func (r *responder) dropPending() {
+	r.ackOwed = false
+	r.pendHead = r.pendTail
+}
 
-func (r *responder) onTimeout(time.Time) {}
+// deadline reports the time of the last call while an ACK is owed or a
+// response waits: the owner's next Tick sends them (EndBatch sends an owed
+// ACK sooner).
+func (r *responder) deadline() (time.Time, bool) {
+	if r.ackOwed || r.busy() {
+		return r.now, true
+	}
+	return time.Time{}, false
+}
+
+// onTimeout sends what waits: the next ResponseBudget packets of the
+// queue, then the owed ACK once nothing is queued before it.
+func (r *responder) onTimeout(now time.Time) {
+	r.now = now
+	r.pump(ResponseBudget)
+	r.endBatch(now)
+}
+
+// endBatch sends the owed ACK, unless responses for earlier PSNs still
+// wait (it follows them).
+func (r *responder) endBatch(now time.Time) {
+	r.now = now
+	if r.ackOwed && !r.busy() {
+		r.ackOwed = false
+		r.out.ack(r.ackOwedPSN, wire.SyndromeACKNoCredit, r.ackOwedMSN)
+	}
+}
+
+// busy reports whether responses wait in the queue.
+func (r *responder) busy() bool { return r.pendHead != r.pendTail }
+
+// owe records that an ACK for psn is owed. Coalescing is legal because RC
+// ACKs are cumulative: an ACK acknowledges every request before its PSN,
+// and the requester completes every earlier SEND/WRITE on it (PROTOCOL.md
+// §3.3 and §3.4; IBTA's text calls these coalesced acknowledgements).
+// mlx5 coalesces, and hfi1 defers an ACK to the end of the receive
+// interrupt (rc_defer_ack), as EndBatch does here.
+func (r *responder) owe(psn wire.PSN, msn uint32) {
+	if r.ackOwed {
+		r.qp.inc(CntAckCoalesced)
+	}
+	r.ackOwed, r.ackOwedPSN, r.ackOwedMSN = true, psn, msn
+}
+
+// settleAck puts the owed ACK in front of a response that is about to be
+// sent or queued: responses leave in PSN order, so an ACK never follows a
+// later NAK.
+func (r *responder) settleAck() {
+	if !r.ackOwed {
+		return
+	}
+	r.ackOwed = false
+	r.respond(pending{kind: pendAck, psn: r.ackOwedPSN, syn: wire.SyndromeACKNoCredit, msn: r.ackOwedMSN})
+}
+
+// respond sends a one-packet response (ACK, NAK, ATOMIC ACK) now, or queues
+// it behind the READ response in progress.
+func (r *responder) respond(p pending) {
+	if r.busy() {
+		r.push(p)
+		return
+	}
+	r.send(&p)
+}
+
+func (r *responder) send(p *pending) {
+	if p.kind == pendAtomic {
+		r.out.atomicAck(p.psn, p.orig, p.msn)
+	} else {
+		r.out.ack(p.psn, p.syn, p.msn)
+	}
+}
+
+// push queues p. A full queue (a requester beyond max_dest_rd_atomic) is
+// made room in by finishing the response at its head.
+func (r *responder) push(p pending) {
+	if r.pendTail-r.pendHead == uint64(len(r.pend)) {
+		r.pump(-1)
+	}
+	r.pend[r.pendTail%uint64(len(r.pend))] = p
+	r.pendTail++
+}
+
+// pump sends up to budget packets from the queue (all of it when budget < 0).
+func (r *responder) pump(budget int) {
+	for budget != 0 && r.busy() {
+		budget--
+		e := &r.pend[r.pendHead%uint64(len(r.pend))]
+		if e.kind != pendRead {
+			r.pendHead++
+			r.send(e)
+			continue
+		}
+		if !r.readPacket(e) {
+			return
+		}
+		if e.pkts == 0 {
+			r.pendHead++
+		}
+	}
+}
+
+// finish sends everything waiting, the owed ACK last.
+func (r *responder) finish() {
+	r.pump(-1)
+	r.endBatch(r.now)
+}
 
 // post queues a receive work request at the tail of the receive queue.
 func (r *responder) post(wr *RecvWR) error {
@@ -144,6 +305,7 @@ func (r *responder) flush() {
 // receive handles a request packet (rxe_resp.c): PSN check, opcode
 // sequence, access flags, resources, length, R_Key, execute, acknowledge.
 func (r *responder) receive(p *wire.Packet, now time.Time) {
+	r.now = now
 	psn := p.BTH.PSN()
 	switch d := psn.Diff(r.expPSN); {
 	case d > 0:
@@ -269,9 +431,10 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			// rxe (class J): no NAK; the QP goes to ERR and the RECV
 			// completes in error. execute returns before counting the
 			// message, so the ACK still sent for AckReq carries the MSN
-			// without it.
+			// without it; it leaves before the QP goes to ERR.
 			r.respOpcode = -1
 			r.acceptPacket(p, psn)
+			r.finish()
 			r.rqHead++
 			r.recvActive = false
 			wc.Status = WCRemInvReqErr
@@ -289,12 +452,12 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 }
 
 // acceptPacket advances the expected PSN after an in-sequence packet and
-// acknowledges it when the requester asked for it.
+// owes an ACK for it when the requester asked for one.
 func (r *responder) acceptPacket(p *wire.Packet, psn wire.PSN) {
 	r.expPSN = psn.Add(1)
 	r.ackPSN = r.expPSN
 	if p.BTH.AckReq() {
-		r.out.ack(psn, wire.SyndromeACKNoCredit, r.msn)
+		r.owe(psn, r.msn)
 	} else {
 		r.qp.inc(CntAckDeferred)
 	}
@@ -407,49 +570,69 @@ func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
 	r.msn++
 	r.respOpcode = -1
 	r.expPSN = psn.Add(npkts)
-	r.sendReadResponses(psn, va, rkey, length, false)
+	r.startRead(res, psn, va, length, false)
 }
 
-// sendReadResponses sends the READ response packets for [va, va+length)
-// starting at psn. midStart marks a replay that starts inside the original
-// range: rxe then begins with READ_RESPONSE_MIDDLE (or LAST), and its
-// requester expects exactly that.
-func (r *responder) sendReadResponses(psn wire.PSN, va uint64, rkey uint32, length uint32, midStart bool) {
+// startRead queues the READ response packets for [va, va+length) from psn,
+// of the READ recorded in res, behind every response owed before it, and
+// sends the first ResponseBudget packets of the queue. midStart marks a
+// replay that starts inside the original range: rxe then begins with
+// READ_RESPONSE_MIDDLE (or LAST), and its requester expects exactly that.
+func (r *responder) startRead(res *resource, psn wire.PSN, va uint64, length uint32, midStart bool) {
+	r.settleAck()
+	r.push(r.readEntry(res, psn, va, length, midStart))
+	r.pump(ResponseBudget)
+}
+
+func (r *responder) readEntry(res *resource, psn wire.PSN, va uint64, length uint32, midStart bool) pending {
 	npkts := uint32(1)
 	if length > r.qp.mtu {
 		npkts = (length + r.qp.mtu - 1) / r.qp.mtu
 	}
-	off := uint32(0)
-	for i := uint32(0); i < npkts; i++ {
-		n := min(length-off, r.qp.mtu)
-		first, last := i == 0 && !midStart, i == npkts-1
-		var op wire.Opcode
-		switch {
-		case first && last:
-			op = wire.RCRDMAReadResponseOnly
-		case first:
-			op = wire.RCRDMAReadResponseFirst
-		case last:
-			op = wire.RCRDMAReadResponseLast
-		default:
-			op = wire.RCRDMAReadResponseMiddle
-		}
-		f := r.out.frame(op, psn.Add(i))
-		f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: r.msn & wire.PSNMask}
-		buf := r.out.buffer()
-		if n > 0 {
-			mem, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteRead, va+uint64(off), n)
-			if err != nil {
-				// The region went away while we answered (rxe_recheck_mr).
-				r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn.Add(i))
-				return
-			}
-			hl := f.HeaderLen()
-			copy(buf[hl:hl+int(n)], mem)
-		}
-		r.out.emit(buf, f, int(n))
-		off += n
+	return pending{kind: pendRead, psn: psn, msn: r.msn, first: res.firstPSN, last: res.lastPSN,
+		va: va, rkey: res.rkey, left: length, pkts: npkts, started: midStart}
+}
+
+// readPacket sends the next READ response packet of e. It reports false
+// when the region went away meanwhile (rxe_recheck_mr): the READ ends with
+// a NAK and the QP goes to ERR.
+func (r *responder) readPacket(e *pending) bool {
+	n := min(e.left, r.qp.mtu)
+	first, last := !e.started, e.pkts == 1
+	var op wire.Opcode
+	switch {
+	case first && last:
+		op = wire.RCRDMAReadResponseOnly
+	case first:
+		op = wire.RCRDMAReadResponseFirst
+	case last:
+		op = wire.RCRDMAReadResponseLast
+	default:
+		op = wire.RCRDMAReadResponseMiddle
 	}
+	f := r.out.frame(op, e.psn)
+	f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: e.msn & wire.PSNMask}
+	buf := r.out.buffer()
+	if n > 0 {
+		mem, err := r.qp.cfg.MRs.Remote(e.rkey, r.qp.cfg.PD, memreg.RemoteRead, e.va, n)
+		if err != nil {
+			// Nothing queued behind the failed READ matters any more: the
+			// QP goes to ERR after the NAK.
+			psn := e.psn
+			r.dropPending()
+			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
+			return false
+		}
+		hl := f.HeaderLen()
+		copy(buf[hl:hl+int(n)], mem)
+	}
+	r.out.emit(buf, f, int(n))
+	e.psn = e.psn.Add(1)
+	e.va += uint64(n)
+	e.left -= n
+	e.pkts--
+	e.started = true
+	return true
 }
 
 func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
@@ -489,7 +672,8 @@ func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	r.respOpcode = -1
 	r.expPSN = psn.Add(1)
 	r.ackPSN = r.expPSN
-	r.out.atomicAck(psn, orig, r.msn)
+	r.settleAck()
+	r.respond(pending{kind: pendAtomic, psn: psn, orig: orig, msn: r.msn})
 }
 
 func (r *responder) newResource() *resource {
@@ -508,8 +692,9 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN) {
 		// the PSN of the last SEND/WRITE/atomic packet executed, as rxe's
 		// duplicate_request does (resp.ack_psn - 1): a READ executed since
 		// does not count, so the ACK cannot pass a READ whose responses the
-		// requester may still miss (which would make it retry).
-		r.out.ack(r.ackPSN.Sub(1), wire.SyndromeACKNoCredit, r.msn)
+		// requester may still miss (which would make it retry). It is
+		// owed like any ACK, and coalesces with the others.
+		r.owe(r.ackPSN.Sub(1), r.msn)
 	case op.IsRead():
 		va, rkey, length := p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
 		for i := range r.res {
@@ -522,33 +707,68 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN) {
 			if rkey != res.rkey || !res.covers(va, length) {
 				return
 			}
-			r.sendReadResponses(psn, va, rkey, length, psn != res.firstPSN)
+			r.replayRead(res, psn, va, length)
 			return
 		}
 		// No matching resource: dropped silently (rxe).
 	case op.IsAtomic():
 		// Answered from the saved original value, never executed again.
 		if rec, ok := r.atomicHist.Lookup(psn); ok && rec.VA == p.AtomicETH.VA() && rec.RKey == p.AtomicETH.RKey() {
-			r.out.atomicAck(psn, rec.Orig, r.msn)
+			r.settleAck()
+			r.respond(pending{kind: pendAtomic, psn: psn, orig: rec.Orig, msn: r.msn})
 		}
 	}
 }
 
+// replayRead answers a duplicate READ for [psn, …] of res. A retry inside
+// the response in progress (the requester's go-back-N after a lost
+// response packet) abandons the rest of that response and continues from
+// psn: the new request asks for everything the old one still had to send.
+// A request for a READ queued and not started yet is answered by the queue
+// already. Any other is queued for replay, as rxe replays the resource
+// (duplicate_request: res->cur_psn = psn).
+func (r *responder) replayRead(res *resource, psn wire.PSN, va uint64, length uint32) {
+	mid := psn != res.firstPSN
+	for i := r.pendHead; i < r.pendTail; i++ {
+		e := &r.pend[i%uint64(len(r.pend))]
+		if e.kind != pendRead || psn.Before(e.first) || psn.After(e.last) {
+			continue
+		}
+		if i == r.pendHead {
+			r.qp.inc(CntReadRestarted)
+			*e = r.readEntry(res, psn, va, length, mid)
+			r.pump(ResponseBudget)
+			return
+		}
+		if !e.started {
+			return
+		}
+	}
+	r.startRead(res, psn, va, length, mid)
+}
+
 func (r *responder) sendNAK(psn wire.PSN, code wire.NAKCode) {
 	r.qp.inc(CntSentNAKs)
-	r.out.ack(psn, wire.NAKSyndrome(code), r.msn)
+	r.settleAck()
+	r.respond(pending{kind: pendAck, psn: psn, syn: wire.NAKSyndrome(code), msn: r.msn})
 }
 
 func (r *responder) sendRNR(psn wire.PSN) {
 	r.qp.inc(CntSendRNRErr)
 	r.qp.inc(CntSentNAKs)
-	r.out.ack(psn, wire.RNRNAKSyndrome(r.qp.attr.MinRNRTimer), r.msn)
+	r.settleAck()
+	r.respond(pending{kind: pendAck, psn: psn, syn: wire.RNRNAKSyndrome(r.qp.attr.MinRNRTimer), msn: r.msn})
 }
 
 // classC handles a responder error of class C (IBTA 9.9.3.1.3, rxe
 // do_class_ac_error): NAK the packet, complete the RECV WQE in progress (if
 // any) with status, and move the QP to ERR.
 func (r *responder) classC(code wire.NAKCode, status WCStatus, psn wire.PSN) {
+	// The QP sends nothing in ERR: what is owed before the NAK goes first.
+	r.finish()
+	if r.qp.attr.State == StateErr {
+		return
+	}
 	r.sendNAK(psn, code)
 	if r.recvActive && r.rqHead < r.rqTail {
 		w := &r.rq[r.rqHead%uint64(len(r.rq))]
