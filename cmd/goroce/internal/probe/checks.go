@@ -35,6 +35,16 @@ type check struct {
 	tests    []perftest.Test // the servers whose region the check needs
 	required string
 	run      func(s *session) (observed string, pass bool, err error)
+	// rxe, when set, is how Linux rxe is known to answer this check instead
+	// of what IBTA requires: a failing observation that matches it is
+	// reported as a deviation ("rxe does X; IBTA requires Y"), not a pass.
+	rxe *knownDeviation
+}
+
+// knownDeviation is a peer's documented departure from IBTA on one check.
+type knownDeviation struct {
+	does  string                // what the peer does, with its source
+	match func(s *session) bool // the answers (s.last) are that behaviour
 }
 
 func (c *check) applies(t perftest.Test) bool {
@@ -97,6 +107,7 @@ func (s *session) one(f frame, ok func(answer) bool) (string, bool, error) {
 		return "", false, err
 	}
 	as := s.answers(1)
+	s.last = as
 	return describe(as), len(as) >= 1 && ok(as[0]), nil
 }
 
@@ -184,6 +195,18 @@ var checks = []*check{
 			f := s.access(perftest.ReadBW, s.psn, s.peer.VAddr, s.peer.RKey)
 			f.dmaLen = 1<<31 + 8
 			return s.one(f, func(a answer) bool { return isNAK(a, wire.NAKInvalidRequest, s.psn) })
+		},
+		// Linux 6.1's rxe_resp.c check_length checks only the packet's
+		// payload against the path MTU, not the RETH length against 2^31
+		// (mainline added `if (dmalen > (1 << 31)) return
+		// RESPST_ERR_LENGTH;` later); check_rkey's mr_check_range then fails
+		// for 2^31+8 bytes from the region's start, RESPST_ERR_RKEY_VIOLATION,
+		// which is NAK REMOTE_ACCESS_ERROR.
+		rxe: &knownDeviation{
+			does: "NAK REMOTE_ACCESS_ERROR (Linux 6.1 rxe_resp.c: check_length has no 2^31 limit, check_rkey's mr_check_range fails)",
+			match: func(s *session) bool {
+				return len(s.last) == 1 && isNAK(s.last[0], wire.NAKRemoteAccessError, s.psn)
+			},
 		},
 	},
 	{
