@@ -164,7 +164,7 @@ func TestProbeRXE(t *testing.T) {
 func runProbe(t *testing.T, h *Harness, bin, server, test string, text bool) (probeReport, string) {
 	t.Helper()
 	var rep probeReport
-	run := func(json bool) string {
+	run := func(asJSON bool) string {
 		// 14 server runs cover the 12 checks; each run ends when its one
 		// connection does, or after 60 s.
 		srv := h.Start(0, fmt.Sprintf("for i in $(seq 1 14); do timeout 60 %s -F -x 1 >/dev/null 2>&1; done", server))
@@ -173,7 +173,7 @@ func runProbe(t *testing.T, h *Harness, bin, server, test string, text bool) (pr
 			t.Fatal(err)
 		}
 		args := []string{"probe", "-d", h.HostIface(), "--test", test}
-		if json {
+		if asJSON {
 			args = append(args, "--json")
 		}
 		p, err := h.HostStart(bin, append(args, h.VMIP(0).String())...)
