@@ -52,6 +52,7 @@ var rxeProbe = map[string]map[string]probeCheck{
 		// duplicate_request finds the saved read by PSN and replays it.
 		"duplicate":     {"pass", "RC_RDMA_READ_RESPONSE_ONLY psn P ACK 8 bytes, then for the duplicate: RC_RDMA_READ_RESPONSE_ONLY psn P ACK 8 bytes"},
 		"bad-icrc":      {"pass", "silence, then for the valid request: RC_RDMA_READ_RESPONSE_ONLY psn P ACK 8 bytes"},
+		"truncated":     {"pass", "silence, then for the valid request: RC_RDMA_READ_RESPONSE_ONLY psn P ACK 8 bytes"},
 		"wrong-dest-qp": {"pass", "silence, then for the valid request: RC_RDMA_READ_RESPONSE_ONLY psn P ACK 8 bytes"},
 	},
 	"atomic_bw": {
@@ -67,6 +68,7 @@ var rxeProbe = map[string]map[string]probeCheck{
 		// the FETCH_ADD 0 sees one addition).
 		"duplicate":     {"pass", "RC_ATOMIC_ACKNOWLEDGE psn P ACK orig V, then for the duplicate: RC_ATOMIC_ACKNOWLEDGE psn P ACK orig V, then FETCH_ADD 0: RC_ATOMIC_ACKNOWLEDGE psn P+1 ACK orig V"},
 		"bad-icrc":      {"pass", "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn P ACK orig V"},
+		"truncated":     {"pass", "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn P ACK orig V"},
 		"wrong-dest-qp": {"pass", "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn P ACK orig V"},
 	},
 }

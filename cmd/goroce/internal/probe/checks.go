@@ -240,12 +240,18 @@ var checks = []*check{
 		},
 	},
 	{
-		name: "truncated", tests: writeOnly,
-		required: "silently dropped (the frame ends 16 bytes into a 64-byte payload); the valid request at the same PSN is then accepted",
+		name: "truncated", tests: anyServer,
+		required: "silently dropped (the frame ends 16 bytes into a WRITE's 64-byte payload, or 8 bytes into a READ's RETH or an atomic's AtomicETH); the valid request at the same PSN is then accepted",
 		run: func(s *session) (string, bool, error) {
-			f := frame{op: wire.RCRDMAWriteOnly, psn: s.psn, va: s.peer.VAddr, rkey: s.peer.RKey, dmaLen: 64, payload: make([]byte, 64)}
-			f.cut = wire.EthernetLen + wire.IPv4Len + wire.UDPLen + wire.BTHLen + wire.RETHLen + 16
-			return s.silentThenValid(s.test(), f)
+			t := s.test()
+			hdrs := wire.EthernetLen + wire.IPv4Len + wire.UDPLen + wire.BTHLen
+			f := s.access(t, s.psn, s.peer.VAddr, s.peer.RKey)
+			f.cut = hdrs + 8
+			if t == perftest.WriteBW {
+				f = frame{op: wire.RCRDMAWriteOnly, psn: s.psn, va: s.peer.VAddr, rkey: s.peer.RKey, dmaLen: 64, payload: make([]byte, 64)}
+				f.cut = hdrs + wire.RETHLen + 16
+			}
+			return s.silentThenValid(t, f)
 		},
 	},
 	{

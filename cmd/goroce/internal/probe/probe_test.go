@@ -196,6 +196,7 @@ func TestProbeAtomicServer(t *testing.T) {
 		"psn-gap":           "RC_ACKNOWLEDGE psn %d NAK(PSN_SEQUENCE_ERROR), then for the request at the expected PSN: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
 		"duplicate":         "RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0, then for the duplicate: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0, then FETCH_ADD 0: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x1",
 		"bad-icrc":          "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
+		"truncated":         "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
 		"far-future-psn":    "RC_ACKNOWLEDGE psn %d NAK(PSN_SEQUENCE_ERROR), then for the request at the expected PSN: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
 		"wrong-dest-qp":     "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
 	}
@@ -208,9 +209,10 @@ func TestProbeAtomicServer(t *testing.T) {
 }
 
 func TestProbeReadServer(t *testing.T) {
-	res, _ := runChecks(t, perftest.ReadBW, "access", "wrong-rkey", "straddle-end", "duplicate", "psn-gap", "oversized-read")
+	res, _ := runChecks(t, perftest.ReadBW, "access", "wrong-rkey", "straddle-end", "duplicate", "psn-gap", "oversized-read", "truncated")
 	want := map[string]string{
 		"oversized-read": "RC_ACKNOWLEDGE psn %d NAK(INVALID_REQUEST)",
+		"truncated":      "silence, then for the valid request: RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
 		"access":         "RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
 		"wrong-rkey":     "RC_ACKNOWLEDGE psn %d NAK(REMOTE_ACCESS_ERROR)",
 		"straddle-end":   "RC_ACKNOWLEDGE psn %d NAK(REMOTE_ACCESS_ERROR)",
