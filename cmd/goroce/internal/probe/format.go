@@ -7,9 +7,10 @@ import (
 
 // Summary counts the verdicts.
 type Summary struct {
-	Pass  int `json:"pass"`
-	Fail  int `json:"fail"`
-	Error int `json:"error"`
+	Pass      int `json:"pass"`
+	Deviation int `json:"deviation"` // known departures from IBTA (rxe's)
+	Fail      int `json:"fail"`
+	Error     int `json:"error"`
 }
 
 // Summarize counts rs by verdict.
@@ -19,6 +20,8 @@ func Summarize(rs []Result) Summary {
 		switch r.Verdict {
 		case "pass":
 			s.Pass++
+		case "deviation":
+			s.Deviation++
 		case "fail":
 			s.Fail++
 		default:
@@ -29,7 +32,8 @@ func Summarize(rs []Result) Summary {
 }
 
 // Text formats the results for a terminal: per check the verdict, what was
-// sent, what the peer did and what IBTA requires, then the summary.
+// sent, what the peer did and what IBTA requires (and, for a known
+// deviation, what the implementation does instead), then the summary.
 func Text(rs []Result) string {
 	var b strings.Builder
 	for _, r := range rs {
@@ -43,8 +47,11 @@ func Text(rs []Result) string {
 			fmt.Fprintf(&b, "      peer did: %s\n", r.Observed)
 		}
 		fmt.Fprintf(&b, "      required: %s\n", r.Required)
+		if r.Deviation != "" {
+			fmt.Fprintf(&b, "      known:    %s\n", r.Deviation)
+		}
 	}
 	s := Summarize(rs)
-	fmt.Fprintf(&b, "%d checks: %d pass, %d fail, %d could not run\n", len(rs), s.Pass, s.Fail, s.Error)
+	fmt.Fprintf(&b, "%d checks: %d pass, %d known deviation from IBTA, %d fail, %d could not run\n", len(rs), s.Pass, s.Deviation, s.Fail, s.Error)
 	return b.String()
 }

@@ -66,10 +66,13 @@ type Result struct {
 	Sent     string `json:"sent"`     // the crafted frames
 	Observed string `json:"observed"` // what the peer did
 	Required string `json:"required"` // what IBTA requires
-	// Verdict is "pass" (the peer did what IBTA requires), "fail", or
-	// "error" (the check could not run: Error says why).
-	Verdict string `json:"verdict"`
-	Error   string `json:"error,omitempty"`
+	// Verdict is "pass" (the peer did what IBTA requires), "deviation"
+	// (it did not, but did what a known implementation is documented to do
+	// instead: Deviation says which and what), "fail", or "error" (the
+	// check could not run: Error says why).
+	Verdict   string `json:"verdict"`
+	Deviation string `json:"deviation,omitempty"`
+	Error     string `json:"error,omitempty"`
 	// Peer is what the exchange told about the server.
 	PeerQPN uint32 `json:"peer_qpn"`
 	PeerPSN uint32 `json:"peer_psn"`
@@ -211,6 +214,7 @@ type session struct {
 	ipID    uint16
 	buf     []byte
 	sent    []string
+	last    []answer // the answers the check judged (for known deviations)
 }
 
 // frame is what a check sends.
@@ -406,9 +410,17 @@ func runOne(ctx context.Context, env *Env, cfg Config, rx *receiver, c *check) R
 		return fail(err)
 	}
 	res.Observed = outcome
-	res.Verdict = "fail"
-	if pass {
-		res.Verdict = "pass"
-	}
+	res.Verdict, res.Deviation = verdict(c, s, pass)
 	return res
+}
+
+// verdict judges a check that ran: pass, a known deviation, or fail.
+func verdict(c *check, s *session, pass bool) (string, string) {
+	switch {
+	case pass:
+		return "pass", ""
+	case c.rxe != nil && c.rxe.match(s):
+		return "deviation", "rxe does " + c.rxe.does + "; IBTA requires " + c.required
+	}
+	return "fail", ""
 }

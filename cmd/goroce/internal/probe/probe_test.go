@@ -14,6 +14,7 @@ import (
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/wire"
 )
 
 // responder is goroce's own perftest server side on the far end of an
@@ -195,6 +196,7 @@ func TestProbeAtomicServer(t *testing.T) {
 		"psn-gap":           "RC_ACKNOWLEDGE psn %d NAK(PSN_SEQUENCE_ERROR), then for the request at the expected PSN: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
 		"duplicate":         "RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0, then for the duplicate: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0, then FETCH_ADD 0: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x1",
 		"bad-icrc":          "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
+		"truncated":         "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
 		"far-future-psn":    "RC_ACKNOWLEDGE psn %d NAK(PSN_SEQUENCE_ERROR), then for the request at the expected PSN: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
 		"wrong-dest-qp":     "silence, then for the valid request: RC_ATOMIC_ACKNOWLEDGE psn %d ACK orig 0x0",
 	}
@@ -207,9 +209,10 @@ func TestProbeAtomicServer(t *testing.T) {
 }
 
 func TestProbeReadServer(t *testing.T) {
-	res, _ := runChecks(t, perftest.ReadBW, "access", "wrong-rkey", "straddle-end", "duplicate", "psn-gap", "oversized-read")
+	res, _ := runChecks(t, perftest.ReadBW, "access", "wrong-rkey", "straddle-end", "duplicate", "psn-gap", "oversized-read", "truncated")
 	want := map[string]string{
 		"oversized-read": "RC_ACKNOWLEDGE psn %d NAK(INVALID_REQUEST)",
+		"truncated":      "silence, then for the valid request: RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
 		"access":         "RC_RDMA_READ_RESPONSE_ONLY psn %d ACK 8 bytes",
 		"wrong-rkey":     "RC_ACKNOWLEDGE psn %d NAK(REMOTE_ACCESS_ERROR)",
 		"straddle-end":   "RC_ACKNOWLEDGE psn %d NAK(REMOTE_ACCESS_ERROR)",
@@ -266,5 +269,48 @@ func TestProbeUnknownCheck(t *testing.T) {
 	if _, err := Run(context.Background(), env, Config{Test: perftest.WriteBW, Checks: []string{"misaligned-atomic"}}); err == nil ||
 		!strings.Contains(err.Error(), "needs a atomic_bw server") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// A check with a known rxe deviation: the IBTA answer passes, rxe's answer
+// is a deviation that names both, anything else fails.
+func TestProbeKnownDeviation(t *testing.T) {
+	var c *check
+	for _, x := range checks {
+		if x.name == "oversized-read" {
+			c = x
+		}
+	}
+	s := &session{psn: 77}
+	nak := func(code wire.NAKCode, psn wire.PSN) []answer {
+		return []answer{{op: wire.RCAcknowledge, psn: psn, aeth: true, syn: wire.NAKSyndrome(code)}}
+	}
+	for _, tc := range []struct {
+		last    []answer
+		pass    bool
+		verdict string
+	}{
+		{nak(wire.NAKInvalidRequest, 77), true, "pass"},
+		{nak(wire.NAKRemoteAccessError, 77), false, "deviation"},
+		{nak(wire.NAKRemoteAccessError, 78), false, "fail"},
+		{nil, false, "fail"},
+	} {
+		s.last = tc.last
+		v, dev := verdict(c, s, tc.pass)
+		if v != tc.verdict {
+			t.Errorf("%s: verdict %s, want %s", describe(tc.last), v, tc.verdict)
+		}
+		if v == "deviation" {
+			if !strings.HasPrefix(dev, "rxe does NAK REMOTE_ACCESS_ERROR") || !strings.Contains(dev, "; IBTA requires NAK INVALID_REQUEST") {
+				t.Errorf("deviation text %q", dev)
+			}
+			txt := Text([]Result{{Check: c.name, Verdict: v, Deviation: dev, Observed: describe(tc.last), Required: c.required}})
+			if !strings.Contains(txt, "DEVIATION oversized-read") || !strings.Contains(txt, "known:    rxe does") ||
+				!strings.Contains(txt, "1 checks: 0 pass, 1 known deviation from IBTA, 0 fail") {
+				t.Errorf("text:\n%s", txt)
+			}
+		} else if dev != "" {
+			t.Errorf("%s: deviation text %q on a %s", describe(tc.last), dev, v)
+		}
 	}
 }
