@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
@@ -31,6 +32,11 @@ type QP struct {
 	eng            *transport.QP
 	sendCQ, recvCQ *CQ
 	destroyed      bool // guarded by dev.mu
+
+	// The device's deadline heap (deadline.go), under dev.mu.
+	seq  uint64    // creation order
+	hidx int       // index in the heap, -1 when not in it
+	dl   time.Time // the deadline it is placed with
 }
 
 // ErrDestroyed is returned by the calls on a QP after QP.Destroy.
@@ -74,7 +80,8 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
 	}
 	d.nextQPN = qpn + 1
-	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ}
+	d.qpSeq++
+	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, seq: d.qpSeq, hidx: -1}
 	d.qps[qpn] = q
 	d.qpList = append(d.qpList, q)
 	return q, nil
@@ -169,13 +176,15 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 		a.AV.SMAC = d.mac
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := q.usable(); err != nil {
+		d.mu.Unlock()
 		return err
 	}
 	now := d.now()
 	err = q.eng.Modify(a, mask, now)
+	d.touch(q)
 	d.endCall(now)
+	d.unlock()
 	d.kick()
 	return err
 }
@@ -216,8 +225,9 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	now := d.now()
 	err := q.eng.PostSend(wr, now)
+	d.touch(q)
 	d.endCall(now)
-	d.mu.Unlock()
+	d.unlock()
 	d.kick()
 	return err
 }
@@ -254,8 +264,9 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		}
 		n++
 	}
+	d.touch(q)
 	d.endCall(now)
-	d.mu.Unlock()
+	d.unlock()
 	d.kick()
 	return n, err
 }
@@ -265,12 +276,14 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 func (q *QP) PostRecv(wr *RecvWR) error {
 	d := q.dev
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := q.postable(q.recvCQ); err != nil {
+		d.mu.Unlock()
 		return err
 	}
 	err := q.eng.PostRecv(wr)
+	d.touch(q)
 	d.endCall(d.now())
+	d.unlock()
 	return err
 }
 
@@ -285,6 +298,7 @@ func (q *QP) Destroy() error {
 		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
 	}
 	q.destroyed = true
+	d.heap.remove(q)
 	delete(d.qps, q.QPN())
 	for i, x := range d.qpList {
 		if x == q {
