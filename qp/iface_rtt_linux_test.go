@@ -49,42 +49,36 @@ func reportRTT(b *testing.B, samples []time.Duration, cpu0 syscall.Rusage) {
 	b.ReportMetric(us(cpu), "cpu-µs/rtt")
 }
 
+// BenchmarkIdle is the idle cost of the sleeping mode: a connected pair of
+// devices on each backend with nothing to do, CPU time of the whole
+// process per second of wall time (run with -benchtime 5x: five seconds).
+func BenchmarkIdle(b *testing.B) {
+	for _, backend := range []string{qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP} {
+		b.Run(backend, func(b *testing.B) {
+			rttPair(b, backend)
+			time.Sleep(100 * time.Millisecond)
+			var cpu0, cpu1 syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &cpu0)
+			t0 := time.Now()
+			for b.Loop() {
+				time.Sleep(time.Second)
+			}
+			syscall.Getrusage(syscall.RUSAGE_SELF, &cpu1)
+			cpu := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - cpu0.Utime.Nano() - cpu0.Stime.Nano())
+			b.ReportMetric(float64(cpu)/1e3/time.Since(t0).Seconds(), "cpu-µs/s")
+		})
+	}
+}
+
+type rttEnd struct {
+	dev *qp.Device
+	cq  *qp.CQ
+	q   *qp.QP
+	mr  *qp.MR
+}
+
 func benchRTT(b *testing.B, backend string) {
-	p := netns.NewPair(b, netns.Options{MTU: 1500, NoDAD: true})
-	type end struct {
-		dev *qp.Device
-		cq  *qp.CQ
-		q   *qp.QP
-		mr  *qp.MR
-	}
-	mk := func(s netns.Side) *end {
-		var e end
-		var err error
-		if err := p.Do(s, func() error {
-			e.dev, _, err = qp.OpenInterface(context.Background(), p.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: quiet, Seed: 1})
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { e.dev.Close() })
-		pd := e.dev.AllocPD()
-		e.cq, _ = e.dev.CreateCQ(64)
-		if e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.cq, RecvCQ: e.cq,
-			Cap: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			b.Fatal(err)
-		}
-		if e.mr, err = pd.RegMR(make([]byte, 4096), qp.LocalWrite|qp.RemoteWrite); err != nil {
-			b.Fatal(err)
-		}
-		return &e
-	}
-	x, y := mk(netns.A), mk(netns.B)
-	if err := x.q.Connect(context.Background(), qp.Remote{QPN: y.q.QPN(), PSN: 1, GID: p.B.Addr}, qp.ConnectOptions{SQPSN: 2}); err != nil {
-		b.Fatal(err)
-	}
-	if err := y.q.Connect(context.Background(), qp.Remote{QPN: x.q.QPN(), PSN: 2, GID: p.A.Addr}, qp.ConnectOptions{SQPSN: 1}); err != nil {
-		b.Fatal(err)
-	}
+	x, y := rttPair(b, backend)
 	wr := &qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{{Addr: x.mr.IOVA(), Length: 8, LKey: x.mr.LKey()}}, RemoteAddr: y.mr.IOVA(), RKey: y.mr.RKey()}
 	var wc [1]qp.WC
@@ -112,6 +106,41 @@ func benchRTT(b *testing.B, backend string) {
 		}
 	}
 	reportRTT(b, samples, cpu0)
+}
+
+// rttPair opens a connected pair of devices on backend between two new
+// namespaces.
+func rttPair(b *testing.B, backend string) (x, y *rttEnd) {
+	p := netns.NewPair(b, netns.Options{MTU: 1500, NoDAD: true})
+	mk := func(s netns.Side) *rttEnd {
+		var e rttEnd
+		var err error
+		if err := p.Do(s, func() error {
+			e.dev, _, err = qp.OpenInterface(context.Background(), p.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: quiet, Seed: 1})
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { e.dev.Close() })
+		pd := e.dev.AllocPD()
+		e.cq, _ = e.dev.CreateCQ(64)
+		if e.q, err = pd.CreateQP(qp.InitAttr{SendCQ: e.cq, RecvCQ: e.cq,
+			Cap: qp.Caps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			b.Fatal(err)
+		}
+		if e.mr, err = pd.RegMR(make([]byte, 4096), qp.LocalWrite|qp.RemoteWrite); err != nil {
+			b.Fatal(err)
+		}
+		return &e
+	}
+	x, y = mk(netns.A), mk(netns.B)
+	if err := x.q.Connect(context.Background(), qp.Remote{QPN: y.q.QPN(), PSN: 1, GID: p.B.Addr}, qp.ConnectOptions{SQPSN: 2}); err != nil {
+		b.Fatal(err)
+	}
+	if err := y.q.Connect(context.Background(), qp.Remote{QPN: x.q.QPN(), PSN: 2, GID: p.A.Addr}, qp.ConnectOptions{SQPSN: 1}); err != nil {
+		b.Fatal(err)
+	}
+	return x, y
 }
 
 func benchTCPRTT(b *testing.B) {
