@@ -111,6 +111,7 @@ type MemLink struct {
 	timer  *time.Timer
 	done   chan struct{}
 	once   sync.Once
+	w      memWait // mem_wait.go
 }
 
 var _ Link = (*MemLink)(nil)
@@ -204,6 +205,7 @@ func NewMemPair(cfg MemConfig) (a, b *MemLink) {
 			tx:     tx,
 			rx:     rx,
 			done:   make(chan struct{}),
+			w:      memWait{changed: make(chan struct{}, 1)},
 		}
 	}
 	return mk(cfg.MACA, ab, ba), mk(cfg.MACB, ba, ab)

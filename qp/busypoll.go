@@ -2,13 +2,11 @@ package qp
 
 // Busy-poll mode (Config.BusyPoll): caller-driven progress on a real link.
 //
-// A device normally runs two goroutines: one sleeps in the link's
-// ReadBatch and one sleeps until the engines' next deadline. Every received
-// frame then costs a wake-up of the receive goroutine, and every completion
-// a hand-off from it to the application through the CQ (docs/performance.md
-// measured ≈ 330 µs per 64-byte round trip that way on a loaded 2-vCPU
-// machine, against ≈ 39 µs when one goroutine did everything). In busy-poll
-// mode the device starts no goroutine. Progress is made by whoever polls:
+// A device normally runs a driver goroutine parked in the Go runtime's
+// network poller (driver.go; two goroutines on a link without nic.Waiter).
+// Every received frame then costs a wake-up of that goroutine, and every
+// completion a hand-off from it to the application through the CQ. In
+// busy-poll mode the device starts no goroutine. Progress is made by whoever polls:
 //
 //   - CQ.Poll first runs Device.Poll on the CQ's device (the device that
 //     created it): it reads the frames already on the link (TryReadBatch,

@@ -25,6 +25,12 @@ type CQ struct {
 	armed         bool // ReqNotify was called and no event fired yet
 	solicitedOnly bool
 	event         chan struct{}
+
+	// Goroutines sleeping in Wait, and their wake-up (cap 1): a
+	// completion signals only when one is registered, and a woken waiter
+	// passes the signal on when entries are left for another.
+	waiters int
+	wake    chan struct{}
 }
 
 // CreateCQ creates a completion queue of at least cqe entries.
@@ -35,7 +41,7 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if d.isClosed() {
 		return nil, ErrClosed
 	}
-	return &CQ{dev: d, ring: make([]WC, cqe), event: make(chan struct{}, 1)}, nil
+	return &CQ{dev: d, ring: make([]WC, cqe), event: make(chan struct{}, 1), wake: make(chan struct{}, 1)}, nil
 }
 
 // Complete adds a completion (called by the engines, with the device lock
@@ -48,15 +54,27 @@ func (cq *CQ) Complete(wc *WC) {
 		if !cq.overrun {
 			cq.overrun = true
 			cq.dev.failedCQs = append(cq.dev.failedCQs, cq)
+			cq.signal()
 		}
 		return
 	}
 	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
 	cq.n++
+	cq.signal()
 	if cq.armed && (!cq.solicitedOnly || wc.Flags&WCSolicited != 0 || wc.Status != 0) {
 		cq.armed = false
 		select {
 		case cq.event <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// signal wakes a goroutine sleeping in Wait, if one is (cq.mu held).
+func (cq *CQ) signal() {
+	if cq.waiters > 0 {
+		select {
+		case cq.wake <- struct{}{}:
 		default:
 		}
 	}
@@ -68,6 +86,11 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 	cq.dev.busyProgress()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
+	return cq.take(wcs)
+}
+
+// take moves completions into wcs (cq.mu held).
+func (cq *CQ) take(wcs []WC) (int, error) {
 	k := 0
 	for k < len(wcs) && cq.n > 0 {
 		wcs[k] = cq.ring[cq.head]
@@ -111,8 +134,9 @@ func (cq *CQ) WaitEvent(ctx context.Context) error {
 	}
 }
 
-// Wait polls, and when the CQ is empty arms it and sleeps until a completion
-// arrives; it returns at least one completion or the context's error. On a
+// Wait polls, and when the CQ is empty sleeps until a completion arrives;
+// it returns at least one completion or the context's error. It leaves the
+// ReqNotify/WaitEvent notification alone. On a
 // busy-poll device it never sleeps: it spins on Poll (driving the device,
 // yielding the processor between looks) and so burns a core while it waits.
 // An empty wcs could never receive a completion: Wait returns an error
@@ -124,17 +148,26 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	if cq.busy() {
 		return cq.spinWait(ctx, wcs)
 	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
 	for {
-		n, err := cq.Poll(wcs)
-		if n > 0 || err != nil {
+		if n, err := cq.take(wcs); n > 0 || err != nil {
+			if cq.n > 0 && cq.waiters > 0 {
+				cq.signal() // entries left: another waiter's turn
+			}
 			return n, err
 		}
-		cq.ReqNotify(false)
-		// A completion may have arrived between Poll and ReqNotify.
-		if n, err := cq.Poll(wcs); n > 0 || err != nil {
-			return n, err
+		cq.waiters++
+		cq.mu.Unlock()
+		var err error
+		select {
+		case <-cq.wake:
+		case <-ctx.Done():
+			err = ctx.Err()
 		}
-		if err := cq.WaitEvent(ctx); err != nil {
+		cq.mu.Lock()
+		cq.waiters--
+		if err != nil {
 			return 0, err
 		}
 	}

@@ -17,11 +17,13 @@
 // RC engines (transport.QP) of its queue pairs. The engines are
 // deterministic state machines without goroutines or timers; the Device
 // serialises every call into them under one mutex and provides the two
-// things they need from the outside world: a receive goroutine that reads
+// things they need from the outside world: a driver goroutine that reads
 // frame batches from the link, parses them (wire.Parse, ICRC checked) and
-// hands each packet to the QP it is addressed to, and a timer goroutine that
-// calls the engines' Tick at their deadlines. Frames the engines produce are
-// collected into a batch and written to the link once per call.
+// hands each packet to the QP it is addressed to, and calls the engines'
+// Tick at their deadlines (a heap over the QPs, deadline.go); between the
+// two it parks in the Go runtime's network poller (driver.go). Frames the
+// engines produce are collected into a batch and written to the link once
+// per call, after the mutex is released.
 //
 // Completions are delivered into CQs, which applications poll (Poll) or
 // wait on (Wait, with solicited-only notification like ibv_req_notify_cq).
@@ -115,12 +117,21 @@ type Device struct {
 	mrs     *memreg.Table
 	atomics *atomic.Executor
 	qps     map[uint32]*QP
-	qpList  []*QP // creation order: timers run in a deterministic order
+	qpList  []*QP // creation order
 	nextQPN uint32
+	qpSeq   uint64       // creation counter: QP.seq
+	heap    deadlineHeap // QPs with an engine deadline (deadline.go)
+	due     []*QP        // timers' scratch
+	waiter  nic.Waiter   // normal mode on a link that waits in the runtime poller (driver.go)
+	armed   time.Time    // the waiter's deadline as last set (zero: none)
+	// customClock: Config.Now was given; deadlines are converted to the
+	// real clock for the link.
+	customClock bool
 	// qpnLimit is the highest QP number handed out (maxQPN; tests lower
 	// it to reach the wrap quickly).
 	qpnLimit uint32
 	tx       txBatch
+	txMu     sync.Mutex // held while frames are written to the link; taken after mu
 
 	// failedCQs are CQs that overran since the last endCall; their QPs
 	// still have to be moved to ERR.
@@ -166,6 +177,7 @@ func Open(cfg Config) (*Device, error) {
 	if !cfg.IP.IsValid() {
 		return nil, fmt.Errorf("qp: open device: no IP address")
 	}
+	custom := cfg.Now != nil
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -175,7 +187,7 @@ func Open(cfg Config) (*Device, error) {
 	d := &Device{
 		cfg: cfg, mrs: memreg.NewTable(cfg.Seed), atomics: atomic.NewExecutor(),
 		qps: map[uint32]*QP{}, nextQPN: minQPN, qpnLimit: maxQPN, now: cfg.Now,
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), customClock: custom,
 	}
 	copy(d.mac[:], cfg.Link.HardwareAddr())
 	d.gids = []GID{linkLocal(d.mac)}
@@ -186,7 +198,7 @@ func Open(cfg Config) (*Device, error) {
 		d.gids = append(d.gids, ip)
 	}
 	d.maxMTU = PathMTU(cfg.Link.MTU())
-	d.tx.init(cfg.Link, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	d.tx.init(cfg.Link, &d.txMu, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
 	if cfg.Manual && cfg.BusyPoll {
 		return nil, fmt.Errorf("qp: open device: Manual and BusyPoll are exclusive")
 	}
@@ -197,6 +209,12 @@ func Open(cfg Config) (*Device, error) {
 		}
 		d.poller, d.rx = tr, newRxBatch(cfg.Link)
 		d.busy = cfg.BusyPoll
+		return d, nil
+	}
+	if w, ok := nic.CanWait(cfg.Link); ok {
+		d.waiter = w
+		d.wg.Add(1)
+		go d.driveLoop()
 		return d, nil
 	}
 	d.wg.Add(2)
@@ -294,13 +312,32 @@ type asyncEvent struct {
 }
 
 // endCall finishes a call into the engines (d.mu held): QPs whose CQ
-// overran go to ERR, then the frames the engines produced are written.
+// overran go to ERR, and a driver parked with a later deadline than the
+// engines' earliest is re-armed. The frames the engines produced leave in
+// unlock.
 func (d *Device) endCall(now time.Time) {
 	d.afterCall()
 	if len(d.failedCQs) > 0 {
 		d.failCQs(now)
 	}
-	d.tx.flush()
+	if d.waiter != nil {
+		if e := d.earliest(); !e.IsZero() && (d.armed.IsZero() || e.Before(d.armed)) {
+			d.arm(e)
+		}
+	}
+}
+
+// unlock releases d.mu and then writes the frames the engines produced
+// while it was held, in one WriteBatch outside it: the batch is handed over
+// under d.mu with d.txMu taken, so batches reach the link in the order
+// their calls ran, and the next call fills the other buffer meanwhile.
+func (d *Device) unlock() {
+	out := d.tx.handoff()
+	d.mu.Unlock()
+	if out != nil {
+		d.tx.write(out)
+		d.txMu.Unlock()
+	}
 }
 
 // failCQs handles CQ overruns as rxe does (rxe_cq_post: the CQ goes to
@@ -316,6 +353,7 @@ func (d *Device) failCQs(now time.Time) {
 		for _, q := range d.qpList {
 			if (q.sendCQ == cq || q.recvCQ == cq) && q.eng.State() != StateErr && q.eng.State() != StateReset {
 				q.eng.Modify(&Attr{State: StateErr}, AttrState, now)
+				d.touch(q)
 				d.event(asyncEvent{kind: eventQPFatal, cq: cq, qp: q})
 			}
 		}
@@ -383,56 +421,35 @@ func newRxBatch(l nic.Link) *rxBatch {
 	return b
 }
 
-// drive is the device's one unit of work, whoever runs it (the receive
-// and timer goroutines, or Poll in the manual and busy-poll modes), with
-// d.mu held: input the n frames read into b, then, with timers set, tick
-// every engine whose deadline has passed, and write what the engines
-// produced. It returns the frames and timer expiries handled and the
-// earliest engine deadline left (zero if none).
+// drive is the device's one unit of work, whoever runs it (the driver
+// goroutine, or the receive and timer goroutines, or Poll in the manual and
+// busy-poll modes), with d.mu held: input the n frames read into b, then,
+// with timers set, tick every engine whose deadline has passed. The frames
+// the engines produced leave when the caller unlocks. It returns the frames
+// and timer expiries handled and the earliest engine deadline left (zero
+// if none).
 func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Time) {
 	now := d.now()
 	for i := 0; i < n; i++ {
 		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
 	}
-	// ---- issue 10, ACK coalescing: end the receive batch of every QP that
-	// got a frame in it, so each sends one cumulative ACK, written with the
-	// rest of this pass by endCall.
+	// ACK coalescing: end the receive batch of every QP that got a frame
+	// in it, so each sends one cumulative ACK, written with the rest of
+	// this pass.
 	for _, q := range d.touched {
 		q.eng.EndBatch(now)
+		d.touch(q)
 	}
 	clear(d.touched)
 	d.touched = d.touched[:0]
-	// ---- end issue 10
 	fired := 0
 	if timers {
 		fired, next = d.timers(now, true)
+	} else {
+		next = d.earliest()
 	}
 	d.endCall(now)
 	return n + fired, next
-}
-
-// timers is the one scan of the engines' deadlines (d.mu held): with fire
-// set, every engine whose deadline is at or before now ticks (in creation
-// order, so a simulation is deterministic). It returns how many ticked and
-// the earliest deadline left (zero if none).
-func (d *Device) timers(now time.Time, fire bool) (fired int, next time.Time) {
-	for _, q := range d.qpList {
-		dl, ok := q.eng.Deadline()
-		if !ok {
-			continue
-		}
-		if fire && !dl.After(now) {
-			q.eng.Tick(now)
-			fired++
-			if dl, ok = q.eng.Deadline(); !ok {
-				continue
-			}
-		}
-		if next.IsZero() || dl.Before(next) {
-			next = dl
-		}
-	}
-	return fired, next
 }
 
 // rxLoop reads frame batches (blocking) and drives the device with each.
@@ -451,7 +468,7 @@ func (d *Device) rxLoop() {
 			return
 		}
 		d.drive(b, n, true)
-		d.mu.Unlock()
+		d.unlock()
 		d.kick()
 	}
 }
@@ -485,15 +502,20 @@ func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
 		return
 	}
 	q.eng.Receive(pkt, now)
-	// issue 10: remember the QP for EndBatch in drive (consecutive frames
-	// of one QP add it once; a repeat later in the batch is harmless).
+	d.touch(q)
+	// Remember the QP for EndBatch in drive (consecutive frames of one QP
+	// add it once; a repeat later in the batch is harmless).
 	if k := len(d.touched); k == 0 || d.touched[k-1] != q {
 		d.touched = append(d.touched, q)
 	}
 }
 
-// kick wakes the timer goroutine to recompute the earliest deadline.
+// kick wakes the timer goroutine (a link without nic.Waiter) to recompute
+// the earliest deadline.
 func (d *Device) kick() {
+	if d.waiter != nil || d.poller != nil {
+		return
+	}
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -509,7 +531,7 @@ func (d *Device) timerLoop() {
 	for {
 		d.mu.Lock()
 		_, next := d.drive(nil, 0, true)
-		d.mu.Unlock()
+		d.unlock()
 		wait := time.Hour
 		if !next.IsZero() {
 			wait = max(next.Sub(d.now()), 0)
@@ -530,32 +552,46 @@ func (d *Device) timerLoop() {
 	}
 }
 
-// txBatch collects the frames the engines produce during one call and
-// writes them to the link in one batch (it implements transport.Output).
+// txBatch collects the frames the engines produce during one call (it
+// implements transport.Output). Two buffer sets alternate: the engines fill
+// one under d.mu while the other is written to the link under d.txMu
+// (handoff, write).
 type txBatch struct {
 	link   nic.Link
+	mu     *sync.Mutex // the device's txMu
 	bufs   [][]byte
 	frames [][]byte
-	n      int
+	// The other set, written by the holder of mu.
+	spareBufs   [][]byte
+	spareFrames [][]byte
 }
 
-func (b *txBatch) init(link nic.Link, frameLen int) {
+func (b *txBatch) init(link nic.Link, mu *sync.Mutex, frameLen int) {
 	size := link.BatchSize()
 	if size <= 0 {
 		size = 32
 	}
 	size = max(size, 64)
-	b.link = link
-	b.bufs = make([][]byte, size)
-	for i := range b.bufs {
-		b.bufs[i] = make([]byte, frameLen)
+	b.link, b.mu = link, mu
+	mk := func() [][]byte {
+		bufs := make([][]byte, size)
+		for i := range bufs {
+			bufs[i] = make([]byte, frameLen)
+		}
+		return bufs
 	}
-	b.frames = make([][]byte, 0, size)
+	b.bufs, b.spareBufs = mk(), mk()
+	b.frames, b.spareFrames = make([][]byte, 0, size), make([][]byte, 0, size)
 }
 
 func (b *txBatch) Frame() []byte {
 	if len(b.frames) == len(b.bufs) {
-		b.flush()
+		// Full in the middle of a call: write it now, in order after
+		// any batch still being written.
+		b.mu.Lock()
+		b.write(b.frames)
+		b.mu.Unlock()
+		b.frames = b.frames[:0]
 	}
 	return b.bufs[len(b.frames)]
 }
@@ -564,13 +600,39 @@ func (b *txBatch) Send(n int) {
 	b.frames = append(b.frames, b.bufs[len(b.frames)][:n])
 }
 
-func (b *txBatch) flush() {
-	for off := 0; off < len(b.frames); {
-		n, err := b.link.WriteBatch(b.frames[off:])
+// handoff (d.mu held) takes b.mu and swaps the buffer sets, returning the
+// frames to write once d.mu is released (nil, without b.mu, when there are
+// none). b.mu is held until the previous batch was written, so the spare
+// set is free by then.
+func (b *txBatch) handoff() [][]byte {
+	if len(b.frames) == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	out := b.frames
+	b.bufs, b.spareBufs = b.spareBufs, b.bufs
+	b.frames, b.spareFrames = b.spareFrames[:0], out
+	return out
+}
+
+// flushLocked writes the frames collected so far (d.mu held).
+func (b *txBatch) flushLocked() {
+	if len(b.frames) == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.write(b.frames)
+	b.mu.Unlock()
+	b.frames = b.frames[:0]
+}
+
+// write writes frames to the link (b.mu held).
+func (b *txBatch) write(frames [][]byte) {
+	for off := 0; off < len(frames); {
+		n, err := b.link.WriteBatch(frames[off:])
 		if err != nil || n == 0 {
 			break // the link counted the loss; RC recovers by retransmission
 		}
 		off += n
 	}
-	b.frames = b.frames[:0]
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/nic/afxdp"
@@ -83,6 +84,8 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 		}
 		pr.cfg.Link = pl
 		pr.cfg.BusyPoll = true
+	} else if w, ok := dlink.(nic.Waiter); ok {
+		pr.cfg.Link = &waitedLink{ownedLink: owned, w: w}
 	}
 	if err := ctx.Err(); err != nil {
 		pr.cfg.Link.Close()
@@ -305,6 +308,27 @@ func newPolledLink(l *ownedLink) (*polledLink, error) {
 
 // TryReadBatch reads the frames already waiting, without blocking.
 func (l *polledLink) TryReadBatch(bufs [][]byte, sizes []int) (int, error) { return l.try(bufs, sizes) }
+
+// waitedLink is the device's link in the normal mode when the link under
+// the ownership wrapper can wait in the runtime poller (nic.Waiter): the
+// device's driver goroutine parks there (driver.go).
+type waitedLink struct {
+	*ownedLink
+	w nic.Waiter
+}
+
+// TryReadBatch implements nic.Poller.
+func (l *waitedLink) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	return l.w.TryReadBatch(bufs, sizes)
+}
+
+// WaitReadBatch implements nic.Waiter.
+func (l *waitedLink) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	return l.w.WaitReadBatch(bufs, sizes)
+}
+
+// SetWaitDeadline implements nic.Waiter.
+func (l *waitedLink) SetWaitDeadline(t time.Time) error { return l.w.SetWaitDeadline(t) }
 
 func closeAll(cs []io.Closer) error {
 	var first error

@@ -21,7 +21,7 @@ func (d *Device) Poll() int {
 		return 0
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	if d.busy && d.closed {
 		return 0
 	}
@@ -43,6 +43,7 @@ func (d *Device) Poll() int {
 		if last {
 			return events
 		}
+		d.tx.flushLocked() // each batch's answers leave before the next is read
 	}
 }
 
@@ -50,6 +51,6 @@ func (d *Device) Poll() int {
 func (d *Device) NextDeadline() (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, next := d.timers(time.Time{}, false)
+	next := d.earliest()
 	return next, !next.IsZero()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/goroce/goroce/transport"
 	"github.com/goroce/goroce/wire"
@@ -31,6 +32,11 @@ type QP struct {
 	eng            *transport.QP
 	sendCQ, recvCQ *CQ
 	destroyed      bool // guarded by dev.mu
+
+	// The device's deadline heap (deadline.go), under dev.mu.
+	seq  uint64    // creation order
+	hidx int       // index in the heap, -1 when not in it
+	dl   time.Time // the deadline it is placed with
 }
 
 // ErrDestroyed is returned by the calls on a QP after QP.Destroy.
@@ -76,7 +82,8 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	}
 	hooks.attach(eng)
 	d.nextQPN = qpn + 1
-	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ}
+	d.qpSeq++
+	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, seq: d.qpSeq, hidx: -1}
 	d.qps[qpn] = q
 	d.qpList = append(d.qpList, q)
 	return q, nil
@@ -171,13 +178,15 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 		a.AV.SMAC = d.mac
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := q.usable(); err != nil {
+		d.mu.Unlock()
 		return err
 	}
 	now := d.now()
 	err = q.eng.Modify(a, mask, now)
+	d.touch(q)
 	d.endCall(now)
+	d.unlock()
 	d.kick()
 	return err
 }
@@ -221,8 +230,9 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if err == nil {
 		q.countSend(wr)
 	}
+	d.touch(q)
 	d.endCall(now)
-	d.mu.Unlock()
+	d.unlock()
 	d.kick()
 	return err
 }
@@ -260,8 +270,9 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		q.countSend(&wrs[n])
 		n++
 	}
+	d.touch(q)
 	d.endCall(now)
-	d.mu.Unlock()
+	d.unlock()
 	d.kick()
 	return n, err
 }
@@ -271,12 +282,14 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 func (q *QP) PostRecv(wr *RecvWR) error {
 	d := q.dev
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err := q.postable(q.recvCQ); err != nil {
+		d.mu.Unlock()
 		return err
 	}
 	err := q.eng.PostRecv(wr)
+	d.touch(q)
 	d.endCall(d.now())
+	d.unlock()
 	return err
 }
 
@@ -291,6 +304,7 @@ func (q *QP) Destroy() error {
 		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
 	}
 	q.destroyed = true
+	d.heap.remove(q)
 	delete(d.qps, q.QPN())
 	for i, x := range d.qpList {
 		if x == q {

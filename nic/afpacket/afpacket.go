@@ -63,6 +63,8 @@ type Link struct {
 
 	features []string
 
+	w waitState // wait_linux.go
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 
@@ -185,6 +187,9 @@ func Open(ifname string, opts Options) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("afpacket: eventfd: %w", err)
 	}
+	if err := l.initWait(); err != nil {
+		return nil, err
+	}
 	ok = true
 	return l, nil
 }
@@ -226,6 +231,9 @@ func attachFilter(fd int, prog []bpf.RawInstruction) error {
 }
 
 func (l *Link) release() {
+	if l.w.park != nil {
+		l.w.park.Close()
+	}
 	if l.ring != nil {
 		unix.Munmap(l.ring)
 		l.ring = nil
@@ -512,6 +520,7 @@ func (l *Link) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		l.stop.Stop()
+		l.w.park.Close() // wakes a parked WaitReadBatch
 		l.rxMu.Lock()
 		l.txMu.Lock()
 		l.statsMu.Lock()

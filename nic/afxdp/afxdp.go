@@ -80,6 +80,8 @@ type Link struct {
 	prog *ebpf.Program
 	lnk  link.Link
 
+	w waitState // wait_linux.go
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -175,6 +177,9 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 		return nil, err
 	}
 	l.zeroCopy = l.readZeroCopy()
+	if err := l.initWait(); err != nil {
+		return nil, err
+	}
 	if err := l.xsks.Put(uint32(queue), uint32(l.fd)); err != nil {
 		return nil, opError("XSKMAP update", err)
 	}
@@ -678,6 +683,7 @@ func (l *Link) Close() error {
 		var one [8]byte
 		one[0] = 1 // eventfd counters are host-endian; any non-zero value wakes
 		unix.Write(l.efd, one[:])
+		l.w.park.Close() // wakes a parked WaitReadBatch
 		l.rxMu.Lock()
 		l.txMu.Lock()
 		l.fdMu.Lock()
@@ -693,6 +699,9 @@ func (l *Link) Close() error {
 // release frees everything Open acquired, in reverse order.
 func (l *Link) release() error {
 	var errs []error
+	if l.w.park != nil {
+		l.w.park.Close()
+	}
 	if l.xsks != nil && l.fd >= 0 {
 		// Drop the map's reference to the socket now rather than when the
 		// kernel frees the map after the program (RCU, then a work queue).

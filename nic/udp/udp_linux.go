@@ -28,6 +28,8 @@ type mmsgSock struct {
 
 	tx      *sockio.Batch // under l.txMu
 	trailer [][4]byte
+
+	w waitState // wait_linux.go
 }
 
 func openMmsg(l *Link, cfg Config) (_ sock, err error) {
@@ -72,6 +74,9 @@ func openMmsg(l *Link, cfg Config) (_ sock, err error) {
 	if s.wake, err = sockio.NewStopper(); err != nil {
 		return nil, fmt.Errorf("udp: eventfd: %w", err)
 	}
+	if err := s.initWait(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -107,6 +112,9 @@ func sockaddr(ap netip.AddrPort, zoneID uint32) unix.Sockaddr {
 }
 
 func (s *mmsgSock) release() {
+	if s.w.park != nil {
+		s.w.park.Close()
+	}
 	if s.fd >= 0 {
 		unix.Close(s.fd)
 		s.fd = -1
@@ -116,7 +124,12 @@ func (s *mmsgSock) release() {
 	}
 }
 
-func (s *mmsgSock) stop() { s.wake.Stop() }
+func (s *mmsgSock) stop() {
+	s.wake.Stop()
+	if s.w.park != nil {
+		s.w.park.Close() // wakes a parked WaitReadBatch
+	}
+}
 
 func (s *mmsgSock) socketDrops() uint64 { return uint64(sockio.SocketDrops(s.fd)) }
 

@@ -1,0 +1,74 @@
+package qp
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/goroce/goroce/nic"
+)
+
+// The normal mode's progress, on a link that can wait in the Go runtime's
+// network poller (nic.Waiter: the udp, afpacket, afxdp and in-memory links):
+// one driver goroutine per device, and no other. It reads the link
+// (WaitReadBatch) and, when nothing is waiting, parks in the runtime poller
+// with the link's wait deadline set to the engines' earliest deadline
+// (armed), so a frame or that deadline wakes it, whichever comes first;
+// then it inputs the frames, runs the due timers and writes what the
+// engines produced. No OS thread blocks in a system call for it, and no
+// goroutine is woken when the application posts: PostSend and the others
+// run the engine and write its frames themselves, and re-arm the wait
+// deadline only when the engines' earliest deadline moved before the
+// armed one (endCall). A later one is left armed (the driver finds nothing
+// due then, and re-arms), so the common post-ACK-complete cycle costs no
+// re-arm at all.
+//
+// Links without nic.Waiter keep two goroutines: rxLoop, blocked in
+// ReadBatch, and timerLoop, woken by kick after every post.
+
+// driveErrPause bounds how fast the driver retries a link that keeps
+// failing with an error other than a deadline or ErrClosed.
+const driveErrPause = time.Millisecond
+
+// arm sets the driver's wait deadline (d.mu held).
+func (d *Device) arm(t time.Time) {
+	if t.Equal(d.armed) {
+		return
+	}
+	d.armed = t
+	if !t.IsZero() && d.customClock {
+		// The link's deadline is on the real clock.
+		t = time.Now().Add(t.Sub(d.now()))
+	}
+	d.waiter.SetWaitDeadline(t)
+}
+
+// driveLoop is the driver goroutine.
+func (d *Device) driveLoop() {
+	defer d.wg.Done()
+	b := newRxBatch(d.cfg.Link)
+	for {
+		n, err := d.waiter.WaitReadBatch(b.bufs, b.sizes)
+		if err != nil {
+			n = 0
+			if errors.Is(err, nic.ErrClosed) {
+				d.linkFailed(err) // DEVICE_FATAL unless the device closed it
+				return
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				if d.isClosed() {
+					return
+				}
+				time.Sleep(driveErrPause)
+			}
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return
+		}
+		_, next := d.drive(b, n, true)
+		d.arm(next)
+		d.unlock()
+	}
+}
