@@ -3,6 +3,7 @@ package qp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -198,9 +199,22 @@ func TestAsyncEventCQOverrun(t *testing.T) {
 	})
 }
 
+// failingLink has only the blocking nic.Link methods (the device reads it
+// with its receive goroutine); failingWaiter can also wait in the runtime
+// poller (the device's driver goroutine reads it).
 type failingLink struct {
+	nic.Link
+	fail chan struct{}
+}
+
+type failingWaiter struct {
 	*nic.MemLink
 	fail chan struct{}
+}
+
+func (l *failingWaiter) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	<-l.fail
+	return 0, fmt.Errorf("%w: %w", nic.ErrClosed, errLinkBroke)
 }
 
 var errLinkBroke = errors.New("link broke")
@@ -216,7 +230,7 @@ func (l *failingLink) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 func TestAsyncEventDeviceFatal(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		la, lb := nic.NewMemPair(nic.MemConfig{})
-		l := &failingLink{MemLink: la, fail: make(chan struct{})}
+		l := &failingLink{Link: la, fail: make(chan struct{})}
 		d, err := qp.Open(qp.Config{Link: l, IP: ipA})
 		if err != nil {
 			t.Fatal(err)
@@ -227,6 +241,19 @@ func TestAsyncEventDeviceFatal(t *testing.T) {
 			t.Fatalf("event %+v, want DEVICE_FATAL with the link's error", ev)
 		}
 		d.Close()
+
+		lw, _ := nic.NewMemPair(nic.MemConfig{})
+		w := &failingWaiter{MemLink: lw, fail: make(chan struct{})}
+		dw, err := qp.Open(qp.Config{Link: w, IP: ipA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(w.fail)
+		ev = nextEvent(t, dw)
+		if ev.Type != qp.EventDeviceFatal || !errors.Is(ev.Err, errLinkBroke) {
+			t.Fatalf("driver goroutine: event %+v, want DEVICE_FATAL with the link's error", ev)
+		}
+		dw.Close()
 
 		// A plain close also ends the receive path with an error: no event.
 		d2, err := qp.Open(qp.Config{Link: lb, IP: ipB})
