@@ -20,7 +20,10 @@ package interop
 // and parses, there is no NAK, RNR NAK, PSN gap or retransmission unless the
 // cell expects them (loss, RNR), and, for atomics, the value chain seen on
 // the wire is consistent: each ATOMIC_ACKNOWLEDGE's original value equals
-// what the earlier operations on the same address imply.
+// what the earlier operations on the same address imply. A loss cell's
+// capture is also judged from `goroce dump --explain --json` (judgeExplain):
+// every retransmission explained by loss, in the data flow, and every
+// operation of that flow completed.
 //
 // With MatrixPeerVM the "goroce" side is rxe in VM 1 running the same stock
 // tool: that proves the runner and the judge against a known-good pair, and
