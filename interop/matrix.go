@@ -20,7 +20,10 @@ package interop
 // and parses, there is no NAK, RNR NAK, PSN gap or retransmission unless the
 // cell expects them (loss, RNR), and, for atomics, the value chain seen on
 // the wire is consistent: each ATOMIC_ACKNOWLEDGE's original value equals
-// what the earlier operations on the same address imply.
+// what the earlier operations on the same address imply. A loss cell's
+// capture is also judged from `goroce dump --explain --json` (judgeExplain):
+// every retransmission explained by loss, in the data flow, and every
+// operation of that flow completed.
 //
 // With MatrixPeerVM the "goroce" side is rxe in VM 1 running the same stock
 // tool: that proves the runner and the judge against a known-good pair, and
@@ -306,6 +309,12 @@ type CellResult struct {
 	Profiles  map[string]WireProfile // by impl, from the capture
 	Note      string
 	Summaries []string // dump's flow lines, for the log
+	// Explained counts the anomalies `goroce dump --explain` found in a
+	// loss cell's capture, ExplainedBy its retransmissions by cause, and
+	// Completed the operations of the data flow its verdict counts completed.
+	Explained   int
+	ExplainedBy map[string]int
+	Completed   int
 }
 
 // Result statuses.
@@ -463,6 +472,15 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 	if !c.Expect.Loss && !c.Expect.RNR {
 		r.Profiles = Profiles(r.Pcap, impls)
 	}
+	if c.Expect.Loss {
+		ex, err := RunDump(m.Bin, r.Pcap, "--explain")
+		if err != nil {
+			fail("goroce dump --explain: %v", err)
+			return r
+		}
+		// The bw tools' client is the requester of the one data QP.
+		judgeExplain(r, &ex.Summary, client.IP().String(), server.IP().String())
+	}
 	if tos := c.Expect.TOS; tos != nil {
 		for _, impl := range []string{gor.Impl(), rxe.Impl()} {
 			if got := r.Profiles[impl]["IPv4 TOS"]; got != strconv.Itoa(int(*tos)) {
@@ -602,10 +620,71 @@ func byString(m map[string]int) string {
 	return strings.Join(s, ", ")
 }
 
-// RunDump runs `bin dump --json pcap` and parses it.
-func RunDump(bin, pcap string) (*dumpjson.Report, error) {
+// Retransmission causes of `goroce dump --explain` that packet loss
+// explains (cmd/goroce/internal/dump/analysis.go Cause*): the responder's
+// sequence NAK, the requester's ACK timeout, a gap in the READ responses,
+// and an ACK passing an unanswered READ (implicit NAK).
+var lossCauses = map[string]bool{
+	"sequence_nak": true, "timeout": true, "read_response_gap": true, "implicit_nak": true,
+}
+
+// judgeExplain checks the --explain analysis of a loss cell's capture
+// after judge (r.Retrans): when the capture holds retransmitted PSNs the
+// anomalies include retransmissions caused by a sequence NAK or a timeout;
+// every retransmission is explained by loss and lies in the data flow (src,
+// the requester, to dst); and that flow's verdict has every operation
+// completed. A capture may hold no retransmission at all: when the dropping
+// side is the responder of a WRITE stream, it loses only coalesced ACKs,
+// which the next ACK covers, and the capture point (after the drop) sees
+// nothing to explain.
+func judgeExplain(r *CellResult, s *dumpjson.Summary, src, dst string) {
+	fail := func(format string, a ...any) {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
+	}
+	r.Explained = len(s.Anomalies)
+	r.ExplainedBy = map[string]int{}
+	var flow *dumpjson.Verdict
+	for i := range s.Verdicts {
+		v := &s.Verdicts[i]
+		if v.Src == src && v.Dst == dst && (flow == nil || v.Operations > flow.Operations) {
+			flow = v
+		}
+	}
+	if flow == nil {
+		fail("explain: no verdict for the data flow %s > %s", src, dst)
+		return
+	}
+	for _, a := range s.Anomalies {
+		if a.Kind != "retransmission" {
+			continue
+		}
+		r.ExplainedBy[a.Cause]++
+		if a.Src != flow.Src || a.Dst != flow.Dst || a.DQPN != flow.DQPN {
+			fail("explain: retransmission in %s > %s dqpn %#x, outside the data flow %s > %s dqpn %#x: %s",
+				a.Src, a.Dst, a.DQPN, flow.Src, flow.Dst, flow.DQPN, a.Text)
+		}
+		if !lossCauses[a.Cause] {
+			fail("explain: retransmission with cause %q, not one loss explains: %s", a.Cause, a.Text)
+		}
+	}
+	switch n := r.ExplainedBy["sequence_nak"] + r.ExplainedBy["timeout"]; {
+	case r.Retrans > 0 && n == 0:
+		fail("explain: %d retransmitted PSNs but no retransmission caused by a sequence NAK or a timeout (%d anomalies, retransmissions by cause: %s)",
+			r.Retrans, r.Explained, byString(r.ExplainedBy))
+	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
+		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))
+	}
+	r.Completed = flow.Completed
+	if flow.Unanswered != 0 || flow.Failed != 0 || flow.Completed != flow.Operations {
+		fail("explain: data flow %s > %s dqpn %#x: %d operations, %d completed, %d failed, %d unanswered: %s",
+			flow.Src, flow.Dst, flow.DQPN, flow.Operations, flow.Completed, flow.Failed, flow.Unanswered, flow.Text)
+	}
+}
+
+// RunDump runs `bin dump --json [flags] pcap` and parses it.
+func RunDump(bin, pcap string, flags ...string) (*dumpjson.Report, error) {
 	var stderr bytes.Buffer
-	c := exec.Command(bin, "dump", "--json", pcap)
+	c := exec.Command(bin, append(append([]string{"dump", "--json"}, flags...), pcap)...)
 	c.Stderr = &stderr
 	out, err := c.Output()
 	if err != nil {

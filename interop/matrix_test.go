@@ -243,6 +243,10 @@ func TestMatrix(t *testing.T) {
 						}
 						t.Logf("%s %s: %s in %.1fs, %d RoCEv2 packets, %d NAKs, %d RNR NAKs, %d retransmitted, %d gaps, %d atomics chained",
 							c.Name, d, r.Status, r.Elapsed.Seconds(), r.Packets, r.NAKs, r.RNRNAKs, r.Retrans, r.Gaps, r.Atomics)
+						if c.Expect.Loss {
+							t.Logf("%s %s: --explain: %d anomalies, retransmissions by cause: %s; data flow %d operations completed",
+								c.Name, d, r.Explained, byString(r.ExplainedBy), r.Completed)
+						}
 						if c.InterruptClient > 0 || c.LogOutput {
 							// Both tables (what an interruption ended).
 							t.Logf("server:\n%s\nclient:\n%s", r.Server.Stdout, r.Client.Stdout)
@@ -567,4 +571,56 @@ func pcapfileReadAll(r io.Reader) ([][]byte, error) {
 		out = append(out, rec.Data)
 	}
 	return out, err
+}
+
+// TestJudgeExplain: the --explain checks of a loss cell on a summary shaped
+// like dump's (one data flow, its retransmissions and verdict).
+func TestJudgeExplain(t *testing.T) {
+	const req, resp = "198.18.0.1", "198.18.0.11"
+	base := func() *dumpjson.Summary {
+		return &dumpjson.Summary{
+			Anomalies: []dumpjson.Anomaly{
+				{Src: req, Dst: resp, DQPN: 0x11, Kind: "gap", Text: "gap"},
+				{Src: req, Dst: resp, DQPN: 0x11, Kind: "sequence_nak", Text: "nak"},
+				{Src: req, Dst: resp, DQPN: 0x11, Kind: "retransmission", Cause: "sequence_nak", Text: "go-back-N"},
+				{Src: req, Dst: resp, DQPN: 0x11, Kind: "retransmission", Cause: "timeout", Text: "timeout"},
+			},
+			Verdicts: []dumpjson.Verdict{
+				{Src: resp, Dst: req, DQPN: 0x22, Operations: 1, Completed: 1},
+				{Src: req, Dst: resp, DQPN: 0x11, Operations: 100, Completed: 100, Anomalies: 3},
+			},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*dumpjson.Summary)
+		want   string
+		clean  bool // the flow summary counts no retransmitted PSN
+	}{
+		{"clean", func(*dumpjson.Summary) {}, "", false},
+		{"other flow", func(s *dumpjson.Summary) { s.Anomalies[3].DQPN = 0x12 }, "outside the data flow", false},
+		{"rnr cause", func(s *dumpjson.Summary) { s.Anomalies[3].Cause = "rnr_nak" }, `cause "rnr_nak"`, false},
+		{"no loss retransmission", func(s *dumpjson.Summary) { s.Anomalies = s.Anomalies[:2] }, "no retransmission caused", false},
+		{"unanswered", func(s *dumpjson.Summary) {
+			s.Verdicts[1].Completed, s.Verdicts[1].Unanswered = 99, 1
+		}, "1 unanswered", false},
+		{"no data flow", func(s *dumpjson.Summary) { s.Verdicts = s.Verdicts[:1] }, "no verdict for the data flow", false},
+		{"acks lost only", func(s *dumpjson.Summary) { s.Anomalies = nil }, "", true},
+		{"retransmissions not counted", func(s *dumpjson.Summary) {}, "where the flow summary counts none", true},
+	} {
+		s := base()
+		tc.mutate(s)
+		r := &CellResult{Retrans: 20}
+		if tc.clean {
+			r.Retrans = 0
+		}
+		judgeExplain(r, s, req, resp)
+		got := strings.Join(r.Problems, "; ")
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s: problems %q, want %q", tc.name, got, tc.want)
+		}
+		if tc.name == "clean" && (r.Explained != 4 || r.ExplainedBy["sequence_nak"] != 1 || r.ExplainedBy["timeout"] != 1) {
+			t.Errorf("clean: explained %d, by cause %v", r.Explained, r.ExplainedBy)
+		}
+	}
 }
