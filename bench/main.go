@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command bench measures goroce against the frame backend it runs on and
 // against the kernel's TCP, on the same veth between two network
 // namespaces, and prints one markdown document (stdout; progress on
