@@ -63,7 +63,7 @@ type Link struct {
 
 	features []string
 
-	w waitState // wait_linux.go
+	w sockio.BatchWait // wait_linux.go
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -231,9 +231,7 @@ func attachFilter(fd int, prog []bpf.RawInstruction) error {
 }
 
 func (l *Link) release() {
-	if l.w.park != nil {
-		l.w.park.Close()
-	}
+	l.w.Close()
 	if l.ring != nil {
 		unix.Munmap(l.ring)
 		l.ring = nil
@@ -520,7 +518,7 @@ func (l *Link) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		l.stop.Stop()
-		l.w.park.Close() // wakes a parked WaitReadBatch
+		l.w.Close() // wakes a parked WaitReadBatch
 		l.rxMu.Lock()
 		l.txMu.Lock()
 		l.statsMu.Lock()

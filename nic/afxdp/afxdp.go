@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/nic/internal/sockio"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -80,7 +81,7 @@ type Link struct {
 	prog *ebpf.Program
 	lnk  link.Link
 
-	w waitState // wait_linux.go
+	w sockio.BatchWait // wait_linux.go
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -683,7 +684,7 @@ func (l *Link) Close() error {
 		var one [8]byte
 		one[0] = 1 // eventfd counters are host-endian; any non-zero value wakes
 		unix.Write(l.efd, one[:])
-		l.w.park.Close() // wakes a parked WaitReadBatch
+		l.w.Close() // wakes a parked WaitReadBatch
 		l.rxMu.Lock()
 		l.txMu.Lock()
 		l.fdMu.Lock()
@@ -699,9 +700,7 @@ func (l *Link) Close() error {
 // release frees everything Open acquired, in reverse order.
 func (l *Link) release() error {
 	var errs []error
-	if l.w.park != nil {
-		l.w.park.Close()
-	}
+	l.w.Close()
 	if l.xsks != nil && l.fd >= 0 {
 		// Drop the map's reference to the socket now rather than when the
 		// kernel frees the map after the program (RCU, then a work queue).

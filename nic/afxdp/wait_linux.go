@@ -3,47 +3,20 @@
 package afxdp
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/goroce/goroce/nic"
-	"github.com/goroce/goroce/nic/internal/sockio"
 	"golang.org/x/sys/unix"
 )
 
 var _ nic.Waiter = (*Link)(nil)
 
-// waitState is the runtime-poller wait: the parker on the XSK (POLLIN while
-// the RX ring is not empty; the kernel signals each flush of new
-// descriptors), and the arguments and result of the one wait in progress
-// (under rxMu), read by the ready func made once at Open, so a wait
-// allocates nothing.
-type waitState struct {
-	park  *sockio.Parker
-	ready func(uintptr) bool
-	bufs  [][]byte
-	sizes []int
-	n     int
-	looks int
-}
-
+// initWait registers the XSK with the runtime poller: POLLIN while the RX
+// ring is not empty (the kernel signals each flush of new descriptors).
 func (l *Link) initWait() error {
-	p, err := sockio.NewParker(l.fd, "afxdp")
-	if err != nil {
-		return fmt.Errorf("afxdp: %w", err)
-	}
-	l.w.park = p
-	l.w.ready = func(uintptr) bool {
-		if l.closed.Load() {
-			return true
-		}
-		l.w.looks++
-		l.w.n = l.tryReceive(l.w.bufs, l.w.sizes)
-		return l.w.n > 0
-	}
-	return nil
+	return l.w.Init(l.fd, "afxdp", func(bufs [][]byte, sizes []int) (int, error) {
+		return l.tryReceive(bufs, sizes), nil
+	}, l.closed.Load)
 }
 
 // tryReceive is TryReadBatch's look at the RX ring (rxMu held): the frames
@@ -76,31 +49,10 @@ func (l *Link) tryReceive(bufs [][]byte, sizes []int) int {
 func (l *Link) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	if l.closed.Load() {
-		return 0, nic.ErrClosed
-	}
-	w := &l.w
-	w.bufs, w.sizes, w.n, w.looks = bufs, sizes, 0, 0
-	err := w.park.Wait(w.ready)
-	w.bufs, w.sizes = nil, nil
-	if w.looks > 1 {
-		l.wakeups.Add(uint64(w.looks - 1))
-	}
-	switch {
-	case l.closed.Load() || errors.Is(err, sockio.ErrParkerClosed):
-		return 0, nic.ErrClosed
-	case err == nil:
-		return w.n, nil
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return 0, err
-	}
-	return 0, opError("wait", err)
+	n, wakeups, err := l.w.Wait(bufs, sizes)
+	l.wakeups.Add(uint64(wakeups))
+	return n, err
 }
 
 // SetWaitDeadline implements nic.Waiter.
-func (l *Link) SetWaitDeadline(t time.Time) error {
-	if l.closed.Load() {
-		return nic.ErrClosed
-	}
-	return l.w.park.SetDeadline(t)
-}
+func (l *Link) SetWaitDeadline(t time.Time) error { return l.w.SetDeadline(t) }

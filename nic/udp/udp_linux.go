@@ -29,7 +29,7 @@ type mmsgSock struct {
 	tx      *sockio.Batch // under l.txMu
 	trailer [][4]byte
 
-	w waitState // wait_linux.go
+	w sockio.BatchWait // wait_linux.go
 }
 
 func openMmsg(l *Link, cfg Config) (_ sock, err error) {
@@ -112,9 +112,7 @@ func sockaddr(ap netip.AddrPort, zoneID uint32) unix.Sockaddr {
 }
 
 func (s *mmsgSock) release() {
-	if s.w.park != nil {
-		s.w.park.Close()
-	}
+	s.w.Close()
 	if s.fd >= 0 {
 		unix.Close(s.fd)
 		s.fd = -1
@@ -126,9 +124,7 @@ func (s *mmsgSock) release() {
 
 func (s *mmsgSock) stop() {
 	s.wake.Stop()
-	if s.w.park != nil {
-		s.w.park.Close() // wakes a parked WaitReadBatch
-	}
+	s.w.Close() // wakes a parked WaitReadBatch
 }
 
 func (s *mmsgSock) socketDrops() uint64 { return uint64(sockio.SocketDrops(s.fd)) }
