@@ -18,22 +18,7 @@ func FormatJSONTestInfo(ti TestInfo) string {
 	var b strings.Builder
 	verb := ti.Test.Verb()
 	b.WriteString("\"test_info\": {\n")
-	b.WriteString("\"test\": \"" + verbTitle[verb] + "_")
-	if verb == Atomic {
-		b.WriteString(ti.AtomicType.String() + "_")
-	}
-	if ti.Test.BW() {
-		if ti.Duplex {
-			b.WriteString("Bidirectional_")
-		}
-		if ti.PostList > 1 {
-			b.WriteString("Post_List_")
-		}
-		b.WriteString("BW_")
-	} else {
-		b.WriteString("Latency_")
-	}
-	b.WriteString("Test\",\n")
+	b.WriteString("\"test\": \"" + testTitle(ti, "_") + "\",\n")
 	fmt.Fprintf(&b, "\"Dual_port\": \"%s\",\n\"Device\": \"%s\",\n", "OFF", ti.Device)
 	fmt.Fprintf(&b, "\"Number_of_qps\": %d,\n\"Transport_type\": \"%s\",\n", ti.NumQPs, ti.Transport)
 	fmt.Fprintf(&b, "\"Connection_type\": \"%s\",\n\"Using_SRQ\": \"%s\",\n", "RC", "OFF")

@@ -72,27 +72,35 @@ var verbTitle = [...]string{Send: "Send", Write: "RDMA_Write", Read: "RDMA_Read"
 
 // FormatTestInfo renders the block perftest 4.5-0.17 prints after Hello,
 // between two ResultLines, in its order (non-duplex, RC, no rdma_cm).
+// testTitle is the test's name as perftest's print_report_bw header and
+// write_test_info_to_file spell it, its words joined by sep: "RDMA_Write
+// Bidirectional BW Test", "Atomic FETCH_AND_ADD Latency Test", ...
+func testTitle(ti TestInfo, sep string) string {
+	verb := ti.Test.Verb()
+	w := []string{verbTitle[verb]}
+	if verb == Atomic {
+		w = append(w, ti.AtomicType.String())
+	}
+	if ti.Test.BW() {
+		if ti.Duplex {
+			w = append(w, "Bidirectional")
+		}
+		if ti.PostList > 1 {
+			w = append(w, "Post", "List")
+		}
+		w = append(w, "BW")
+	} else {
+		w = append(w, "Latency")
+	}
+	return strings.Join(append(w, "Test"), sep)
+}
+
 func FormatTestInfo(ti TestInfo) string {
 	var b strings.Builder
 	verb := ti.Test.Verb()
 	b.WriteString(ResultLine)
 	b.WriteString("                    ")
-	b.WriteString(verbTitle[verb] + " ")
-	if verb == Atomic {
-		b.WriteString(ti.AtomicType.String() + " ")
-	}
-	if ti.Test.BW() {
-		if ti.Duplex {
-			b.WriteString("Bidirectional ")
-		}
-		if ti.PostList > 1 {
-			b.WriteString("Post List ")
-		}
-		b.WriteString("BW ")
-	} else {
-		b.WriteString("Latency ")
-	}
-	b.WriteString("Test\n")
+	b.WriteString(testTitle(ti, " ") + "\n")
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", ti.Device)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", ti.NumQPs, ti.Transport)
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
