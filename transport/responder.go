@@ -499,7 +499,7 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		// piece alone would place the leading packets and NAK a later PSN).
 		// Zero-length writes skip the check (rxe check_rkey).
 		if r.wrLen > 0 {
-			if _, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
+			if _, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
 				r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 				return
 			}
@@ -515,7 +515,7 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	}
 	if n > 0 {
 		// Zero-length writes skip the R_Key check (rxe check_rkey).
-		mem, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
+		mem, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
 		if err != nil {
 			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 			return
@@ -555,7 +555,7 @@ func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
 		return
 	}
 	if length > 0 {
-		if _, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteRead, va, length); err != nil {
+		if _, err := r.qp.remote(rkey, memreg.RemoteRead, va, length); err != nil {
 			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 			return
 		}
@@ -614,7 +614,7 @@ func (r *responder) readPacket(e *pending) bool {
 	f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: e.msn & wire.PSNMask}
 	buf := r.out.buffer()
 	if n > 0 {
-		mem, err := r.qp.cfg.MRs.Remote(e.rkey, r.qp.cfg.PD, memreg.RemoteRead, e.va, n)
+		mem, err := r.qp.remote(e.rkey, memreg.RemoteRead, e.va, n)
 		if err != nil {
 			// Nothing queued behind the failed READ matters any more: the
 			// QP goes to ERR after the NAK.
@@ -644,7 +644,7 @@ func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	va, rkey := a.VA(), a.RKey()
 	// rxe checks the R_Key and range (check_rkey: NAK 0x62) before the
 	// alignment (rxe_mr_do_atomic_op: NAK 0x61).
-	mem, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteAtomic, va, 8)
+	mem, err := r.qp.remote(rkey, memreg.RemoteAtomic, va, 8)
 	if err != nil {
 		r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 		return

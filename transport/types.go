@@ -26,6 +26,7 @@ const (
 	WRAtomicCmpAndSwp  WROpcode = 5 // ATOMIC_CMP_AND_SWP
 	WRAtomicFetchAdd   WROpcode = 6 // ATOMIC_FETCH_AND_ADD
 	WRLocalInv         WROpcode = 7 // LOCAL_INV
+	WRBindMW           WROpcode = 8 // BIND_MW
 	WRSendWithInv      WROpcode = 9 // SEND_WITH_INV
 )
 
@@ -73,6 +74,8 @@ type SendWR struct {
 	// Swap is the swap value (CMP_SWAP).
 	CompareAdd uint64
 	Swap       uint64
+	// BindMW is the bind of a WRBindMW (struct ibv_send_wr bind_mw).
+	BindMW BindInfo
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
