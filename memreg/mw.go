@@ -249,18 +249,27 @@ func (mw *MW) Dealloc() error {
 }
 
 // BindKeys returns, for a type 1 bind call, the rkey the window will have
-// once every bind posted so far has executed and the rkey the next bind
-// gives it (ibv_inc_rkey: the key byte plus one), and records the latter as
-// the new expected key, as libibverbs updates ibv_mw.rkey when ibv_bind_mw
-// posts. A bind that fails resets the expectation to the window's real key.
+// once every bind posted so far has executed, and the rkey the next bind
+// gives it (ibv_inc_rkey: the key byte plus one). Posted records that a bind
+// to next was posted, as libibverbs updates ibv_mw.rkey when ibv_bind_mw
+// posts; a bind that fails when it executes resets the expectation to the
+// window's real key.
 func (mw *MW) BindKeys() (cur, next uint32) {
 	mw.t.mu.Lock()
 	defer mw.t.mu.Unlock()
 	cur = mw.next
-	next = cur&^0xff | (cur+1)&0xff
-	mw.next = next
-	return cur, next
+	return cur, cur&^0xff | (cur+1)&0xff
 }
+
+// Posted records a posted bind to rkey (see BindKeys).
+func (mw *MW) Posted(rkey uint32) {
+	mw.t.mu.Lock()
+	defer mw.t.mu.Unlock()
+	mw.next = rkey
+}
+
+// Table returns the table the window belongs to.
+func (mw *MW) Table() *Table { return mw.t }
 
 // Bind describes a bind (the bind_mw part of rxe's send WQE: mw_rkey, rkey,
 // mr_lkey, addr, length, access).

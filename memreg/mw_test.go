@@ -407,7 +407,12 @@ func TestBindKeys(t *testing.T) {
 	if cur != k0 || next != k0&^0xff|(k0+1)&0xff {
 		t.Fatalf("BindKeys %#x %#x from %#x", cur, next, k0)
 	}
+	if c, _ := mw.BindKeys(); c != k0 {
+		t.Fatal("BindKeys changed the expectation without Posted")
+	}
+	mw.Posted(next)
 	cur2, next2 := mw.BindKeys() // a second bind posted before the first ran
+	mw.Posted(next2)
 	if cur2 != next || next2>>8 != k0>>8 {
 		t.Fatalf("second BindKeys %#x %#x", cur2, next2)
 	}

@@ -22,6 +22,7 @@ type (
 	//	RKey       uint32    the peer MR's rkey
 	//	CompareAdd uint64    add value (WRAtomicFetchAdd) or compare value (WRAtomicCmpAndSwp)
 	//	Swap       uint64    swap value (WRAtomicCmpAndSwp)
+	//	BindMW     BindInfo  the window, MR range and rights of a WRBindMW (mw.go)
 	SendWR = transport.SendWR
 	// RecvWR is a receive work request (struct ibv_recv_wr): WRID and SGL,
 	// the buffers an incoming SEND is scattered into.
@@ -96,6 +97,7 @@ const (
 	WRAtomicCmpAndSwp  = transport.WRAtomicCmpAndSwp  // IBV_WR_ATOMIC_CMP_AND_SWP: 8 bytes, 8-byte aligned
 	WRAtomicFetchAdd   = transport.WRAtomicFetchAdd   // IBV_WR_ATOMIC_FETCH_AND_ADD: 8 bytes, 8-byte aligned
 	WRLocalInv         = transport.WRLocalInv         // IBV_WR_LOCAL_INV: invalidates SendWR.InvRKey locally
+	WRBindMW           = transport.WRBindMW           // IBV_WR_BIND_MW: binds a type 2 window (SendWR.BindMW)
 	WRSendWithInv      = transport.WRSendWithInv      // IBV_WR_SEND_WITH_INV: invalidates SendWR.InvRKey at the peer
 )
 
