@@ -255,6 +255,14 @@ const (
 	CntSentNAKs            = transport.CntSentNAKs
 	CntRcvdNAKs            = transport.CntRcvdNAKs
 	CntSendErrors          = transport.CntSendErrors
+	CntRxWriteRequests     = transport.CntRxWriteRequests  // rx_write_requests (mlx5)
+	CntRxReadRequests      = transport.CntRxReadRequests   // rx_read_requests (mlx5)
+	CntRxAtomicRequests    = transport.CntRxAtomicRequests // rx_atomic_requests (mlx5)
+	CntRxSendRequests      = transport.CntRxSendRequests
+	CntTxSendRequests      = transport.CntTxSendRequests
+	CntTxWriteRequests     = transport.CntTxWriteRequests
+	CntTxReadRequests      = transport.CntTxReadRequests
+	CntTxAtomicRequests    = transport.CntTxAtomicRequests
 	NumCounters            = transport.NumCounters
 )
 

@@ -222,6 +222,8 @@ func (r *requester) sendNext(w *sendWQE) bool {
 	idx := uint32(psn.Diff(w.firstPSN))
 	if psn.Before(r.sentEnd) {
 		r.qp.inc(CntRetransmittedPkts)
+	} else if idx == 0 {
+		r.qp.countTxRequest(w.wr.Opcode)
 	}
 	defer func() {
 		if r.sentEnd.Before(r.nextPSN) {

@@ -448,6 +448,7 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	r.rqHead++
 	r.recvActive = false
 	r.finishMessage(p, psn)
+	r.qp.inc(CntRxSendRequests)
 	r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 }
 
@@ -538,10 +539,12 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			wc.Flags |= WCSolicited
 		}
 		r.finishMessage(p, psn)
+		r.qp.inc(CntRxWriteRequests)
 		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 		return
 	}
 	r.finishMessage(p, psn)
+	r.qp.inc(CntRxWriteRequests)
 }
 
 func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
@@ -568,6 +571,7 @@ func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
 	*res = resource{valid: true, firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: va, rkey: rkey, length: length}
 	// The MSN counts a READ when it is accepted (C9-148).
 	r.msn++
+	r.qp.inc(CntRxReadRequests)
 	r.respOpcode = -1
 	r.expPSN = psn.Add(npkts)
 	r.startRead(res, psn, va, length, false)
@@ -668,6 +672,7 @@ func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		return
 	}
 	r.atomicHist.Record(psn, va, rkey, orig)
+	r.qp.inc(CntRxAtomicRequests)
 	r.msn++
 	r.respOpcode = -1
 	r.expPSN = psn.Add(1)
