@@ -358,6 +358,10 @@ func (t *Table) slot(idx uint32) *MR {
 //     without remote bits has rkey 0 and fails here when named by its lkey);
 //   - mr.iova ≤ va and va+length ≤ mr.iova+mr.len, overflow-safe (ErrRange).
 //
+// A key with a memory window index is looked up as a window (RemoteQP with
+// no QP: type 1 windows answer, type 2 windows, which belong to a QP, fail
+// with ErrWrongQP); the transport calls RemoteQP.
+//
 // length 0 still runs every check except that va may equal the MR's end,
 // and returns an empty slice. rxe skips the R_Key check entirely for
 // zero-length READ/WRITE (PROTOCOL.md §3.3); that choice belongs to the
