@@ -3,7 +3,9 @@ package memreg
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // mwFixture: a PD with a 4096-byte MR at 0x10000 that allows binding, a
@@ -444,5 +446,63 @@ func TestRemoteMWNoAllocs(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("window lookups allocate: %v allocs/run", n)
+	}
+}
+
+// TestRemoteMWModel checks RemoteQP through windows against a model on
+// random binds and accesses (seed printed): an access succeeds exactly
+// when it lies inside the window, and the memory returned is always
+// inside the window's part of the MR — never elsewhere in the MR.
+func TestRemoteMWModel(t *testing.T) {
+	seed := rand.Int64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(uint64(seed), 7))
+	f := newMWFixture(t)
+	const base, size = 0x10000, 4096
+	mrStart := uintptr(unsafe.Pointer(&f.mr.Bytes()[0]))
+	for i := range 5000 {
+		typ := MWType1
+		var zb Access
+		if r.IntN(2) == 0 {
+			typ = MWType2
+			if r.IntN(2) == 0 {
+				zb = ZeroBased
+			}
+		}
+		mw := f.alloc(t, f.pd, typ)
+		wOff := uint64(r.IntN(size))
+		wLen := uint64(1 + r.IntN(size-int(wOff)))
+		addr := base + wOff
+		if err := f.t.BindMW(Bind{MWRKey: mw.RKey(), RKey: uint32(i), MRLKey: f.mr.LKey(), Addr: addr, Length: wLen,
+			Access: RemoteWrite | zb}, f.pd, f.qpA); err != nil {
+			t.Fatalf("seed %d: bind: %v", seed, err)
+		}
+		for range 8 {
+			// Addresses around the window, in the window's address space.
+			start := uint64(0)
+			if zb == 0 {
+				start = addr
+			}
+			va := start + uint64(r.IntN(int(wLen)+16)) - uint64(r.IntN(16))
+			n := uint32(1 + r.IntN(64))
+			if r.IntN(8) == 0 {
+				va = math.MaxUint64 - uint64(r.IntN(32))
+			}
+			b, err := f.t.RemoteQP(mw.RKey(), f.pd, f.qpA, RemoteWrite, va, n)
+			in := va >= start && va-start <= wLen && uint64(n) <= wLen-(va-start)
+			if in != (err == nil) {
+				t.Fatalf("seed %d: window [%#x,+%d) zb=%v access %#x+%d: err %v, inside %v", seed, start, wLen, zb != 0, va, n, err, in)
+			}
+			if err != nil {
+				continue
+			}
+			off := uint64(uintptr(unsafe.Pointer(&b[0])) - mrStart)
+			if off < wOff || off+uint64(len(b)) > wOff+wLen || off != wOff+(va-start) {
+				t.Fatalf("seed %d: memory at MR offset %d+%d for window [%d,+%d) access %#x", seed, off, len(b), wOff, wLen, va)
+			}
+		}
+		if err := mw.Dealloc(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
