@@ -160,6 +160,10 @@ func TestMWSendWithInv(t *testing.T) {
 		t.Fatal("rebind kept the old key")
 	}
 	wantWC(t, write(e, 0x100000, mw.RKey(), 8), transport.WCSuccess, transport.WCRDMAWrite)
+	// A zero-length WRITE is not checked at all (rxe check_rkey: "a
+	// zero-byte op is not required to set an addr or rkey"), so the stale
+	// key passes.
+	wantWC(t, write(e, 0x100000, rk, 0), transport.WCSuccess, transport.WCRDMAWrite)
 	wantWC(t, write(e, 0x100000, rk, 8), transport.WCRemAccessErr, 0)
 	if buf[8] != 0xEE {
 		t.Fatal("write beyond the 8 bytes")
