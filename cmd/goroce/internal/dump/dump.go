@@ -22,7 +22,8 @@
 //     "truncated after BTH: RC_SEND_FIRST dqpn 0x11 psn 123". Malformed
 //     packets are RoCEv2 packets too, and truncated ones are a subset.
 //
-// The flow analysis is described in flows.go.
+// The flow analysis is described in flows.go, the decoding of CM MADs on
+// QP 1 and the connections they make in cm.go.
 package dump
 
 import (
