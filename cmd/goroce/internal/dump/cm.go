@@ -37,8 +37,9 @@ type cmDecoded struct {
 	err error
 }
 
-// decodeCM fills x.cm for UD SENDs to QP1.
-func decodeCM(x *decoded) {
+// decodeCM fills x.cm for UD SENDs to QP1; the message is one of dec's and
+// only valid until the next packet.
+func decodeCM(x *decoded, dec *mad.Decoder) {
 	if x.kind != kindRoCE && x.kind != kindBadICRC {
 		return
 	}
@@ -47,7 +48,7 @@ func decodeCM(x *decoded) {
 		return
 	}
 	x.cm.ok = true
-	x.cm.hdr, x.cm.msg, x.cm.err = mad.Parse(p.Payload)
+	x.cm.hdr, x.cm.msg, x.cm.err = dec.Parse(p.Payload)
 }
 
 func serviceText(b []byte, id uint64) []byte {

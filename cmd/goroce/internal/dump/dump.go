@@ -37,6 +37,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -93,6 +94,7 @@ type Dumper struct {
 	warnings []string
 	evs      []ev // for the capture-wide analyses (analysis.go)
 	cm       cmTable
+	madDec   mad.Decoder
 }
 
 // New returns a Dumper writing to w.
@@ -155,7 +157,7 @@ func (d *Dumper) Packet(rec Record) {
 		return
 	}
 	d.flows.add(&x)
-	decodeCM(&x)
+	decodeCM(&x, &d.madDec)
 	d.cm.add(&x, d.stats.packets)
 	if d.opts.Latency || d.opts.Explain || d.opts.GraphDir != "" {
 		d.record(&x, d.stats.packets)
