@@ -315,52 +315,15 @@ func (pp *endpoint) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
 // accept one client, read its record, connect the QP, answer.
 func serverExchange(ctx context.Context, env tool.Env, f pingpong.Flags, my pingpong.Dest,
 	connect func(pingpong.Dest) error) (pingpong.Dest, error) {
-	ln, err := pingpong.Listen(f.Port)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("Couldn't listen to port %d: %w", f.Port, err)
-	}
-	if env.Listening != nil {
-		env.Listening(ln.Addr())
-	}
-	conn, err := tool.AcceptOne(ctx, ln)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("accept() failed: %w", err)
-	}
-	defer conn.Close()
-	defer tool.WithExchangeDeadline(ctx, conn)()
-	var connErr error
-	rem, err := pingpong.ServerExchange(conn, my, func(d pingpong.Dest) error {
-		connErr = connect(d)
-		return connErr
-	})
-	switch {
-	case connErr != nil:
-		return rem, fmt.Errorf("%w\nCouldn't connect to remote QP", connErr)
-	case err != nil:
-		return rem, fmt.Errorf("Couldn't read remote address: %w", ctxErr(ctx, err))
-	}
-	return rem, nil
+	var rem [1]pingpong.Dest
+	err := pingpong.Serve(ctx, f.Port, env.Listening, []pingpong.Dest{my}, rem[:],
+		func(d []pingpong.Dest) error { return connect(d[0]) })
+	return rem[0], err
 }
 
 // clientExchange is pp_client_exch_dest.
 func clientExchange(ctx context.Context, f pingpong.Flags, my pingpong.Dest) (pingpong.Dest, error) {
-	conn, err := tool.DialPeer(ctx, "tcp", f.Host, f.Port)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w", f.Host, f.Port, err)
-	}
-	defer conn.Close()
-	defer tool.WithExchangeDeadline(ctx, conn)()
-	rem, err := pingpong.ClientExchange(conn, my)
-	if err != nil {
-		return rem, fmt.Errorf("Couldn't read/write remote address: %w", ctxErr(ctx, err))
-	}
-	return rem, nil
-}
-
-// ctxErr names the context's cause when it ended an I/O error.
-func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", context.Cause(ctx), err)
-	}
-	return err
+	var rem [1]pingpong.Dest
+	err := pingpong.Dial(ctx, f.Host, f.Port, []pingpong.Dest{my}, rem[:])
+	return rem[0], err
 }
