@@ -30,8 +30,13 @@ const srqSlot = 256 // bytes of B's buffer per posted receive
 
 func newSRQRig(t *testing.T, nqp int, sa qp.SRQInitAttr) *srqRig {
 	t.Helper()
-	n := simtest.NewPair(t, sim.Config{Seed: simtest.Seed(t, 1)})
-	r := &srqRig{t: t, n: n, abuf: make([]byte, 64<<10), bbuf: make([]byte, 64<<10)}
+	return newSRQRigFaults(t, nqp, sa, sim.Faults{})
+}
+
+func newSRQRigFaults(t *testing.T, nqp int, sa qp.SRQInitAttr, f sim.Faults) *srqRig {
+	t.Helper()
+	n := simtest.NewPair(t, sim.Config{Seed: simtest.Seed(t, 1), AtoB: f, BtoA: f})
+	r := &srqRig{t: t, n: n, abuf: make([]byte, 256<<10), bbuf: make([]byte, 256<<10)}
 	pa, pb := n.A.Dev.AllocPD(), n.B.Dev.AllocPD()
 	var err error
 	must := func(err error) {
@@ -321,5 +326,62 @@ func TestSRQBounds(t *testing.T) {
 			t.Fatalf("after the error: %v, want WR %d", wc, id)
 		}
 		r.wait(r.acq)
+	}
+}
+
+// TestSRQUnderLoss: four QPs share one SRQ while the link drops,
+// duplicates and reorders frames both ways: every two-packet message is
+// received once, whole, in some WR of the SRQ, with the completion naming
+// the QP it came on, and every WR is used once.
+func TestSRQUnderLoss(t *testing.T) {
+	const nqp, per, size = 4, 10, 2000
+	r := newSRQRigFaults(t, nqp, qp.SRQInitAttr{MaxWR: 64}, sim.Faults{Drop: 0.05, Duplicate: 0.02, Reorder: 0.05})
+	for id := range uint64(nqp * per) {
+		if err := r.srq.PostRecv(&qp.RecvWR{WRID: id, SGL: []qp.SGE{{Addr: r.bmr.IOVA() + id*2048, Length: 2048, LKey: r.bmr.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := func(i, k int) []byte { return bytes.Repeat([]byte{byte(i<<4 | k)}, size) }
+	for k := range per {
+		for i := range nqp {
+			off := uint64(k*nqp+i) * 2048
+			copy(r.abuf[off:], msg(i, k))
+			if err := r.aq[i].PostSend(&qp.SendWR{WRID: uint64(k), Opcode: qp.WRSend, Flags: qp.SendSignaled,
+				SGL: []qp.SGE{{Addr: r.amr.IOVA() + off, Length: size, LKey: r.amr.LKey()}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	qpIndex := map[uint32]int{}
+	for i, q := range r.bq {
+		qpIndex[q.QPN()] = i
+	}
+	seen := map[byte]bool{}
+	used := map[uint64]bool{}
+	for range nqp * per {
+		wc := r.wait(r.bcq)
+		if wc.Status != qp.WCSuccess || wc.ByteLen != size || used[wc.WRID] {
+			t.Fatalf("%v (WR used before: %v)", wc, used[wc.WRID])
+		}
+		used[wc.WRID] = true
+		got := r.bbuf[wc.WRID*2048:][:size]
+		tag := got[0]
+		i, ok := qpIndex[wc.QPNum]
+		if !ok || int(tag>>4) != i || !bytes.Equal(got, msg(i, int(tag&0xf))) || seen[tag] {
+			t.Fatalf("WR %d on QP %#x holds message %#x (whole %v, seen %v)", wc.WRID, wc.QPNum, tag, bytes.Equal(got, msg(int(tag>>4), int(tag&0xf))), seen[tag])
+		}
+		seen[tag] = true
+	}
+	for range nqp * per {
+		if wc := r.wait(r.acq); wc.Status != qp.WCSuccess {
+			t.Fatalf("sender: %v", wc)
+		}
+	}
+	var retrans uint64
+	for _, q := range r.aq {
+		retrans += q.Counters()[qp.CntRetransmittedPkts]
+	}
+	if d := r.n.A.LinkStats().Dropped + r.n.B.LinkStats().Dropped; d == 0 || retrans == 0 {
+		t.Fatalf("seed %d: %d frames dropped, %d retransmitted: the loss did not happen", r.n.Seed(), d, retrans)
 	}
 }

@@ -83,17 +83,12 @@ func TestSRQPingpongMem(t *testing.T) {
 	}
 }
 
-// TestSRQPingpongLossy: the same over a lossy link; every QP recovers.
-func TestSRQPingpongLossy(t *testing.T) {
-	f := nic.Faults{Drop: 0.05, Duplicate: 0.02, Reorder: 0.05}
-	open := tooltest.MemDevices(t, nic.MemConfig{Seed: 7, AtoB: f, BtoA: f})
-	args := []string{"-g", "1", "-q", "3", "-n", "30", "-s", "2500", "-e"}
-	s, c := tooltest.RunPair(t, Run, open, args, args)
-	if s.Code != 0 || c.Code != 0 {
-		t.Fatalf("seed 7: exit codes server %d client %d", s.Code, c.Code)
-	}
-	checkOutput(t, s, c, 3, "150000", "30")
-}
+// No lossy run: srq_pingpong's exit is not safe under loss, in C as
+// here. The counts are totals over the QPs, so one side can finish while
+// the other still waits for the ACK of a SEND the first received: when
+// that ACK is lost, the retransmission finds no QP and the survivor fails
+// with RETRY_EXC_ERR. Loss recovery of QPs sharing an SRQ is
+// qp.TestSRQUnderLoss.
 
 // TestSRQPingpongExchange: the server reads and writes MAX_QP records
 // whatever -q is, the unused ones zero, then waits for "done" — what the C
