@@ -10,10 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"time"
 
-	"github.com/goroce/goroce/cmd/goroce/internal/getopt"
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpong"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/qp"
@@ -33,116 +30,47 @@ const usageText = `Usage:
   goroce srq_pingpong <host>     connect to server at <host>
 
 Options (those of ibv_srq_pingpong):
-  -p, --port=<port>      listen on/connect to port <port> (default 18515)
-  -d, --ib-dev=<dev>     use the network interface <dev> (default: the first one up with IPv4)
-  -i, --ib-port=<port>   use port <port> of IB device (default 1, the only one)
-  -s, --size=<size>      size of message to exchange (default 4096)
-  -m, --mtu=<size>       path MTU (default 1024)
-  -q, --num-qp=<num>     number of QPs to use (default 16)
+` + pingpong.UsageHead + `  -q, --num-qp=<num>     number of QPs to use (default 16)
   -r, --rx-depth=<dep>   number of receives to post at a time (default 500)
   -n, --iters=<iters>    number of exchanges (default 1000; all QPs together)
-  -l, --sl=<sl>          service level value
-  -e, --events           sleep on CQ events (default poll)
-  -g, --gid-idx=<gid index> local port gid index (1: the IPv4 GID; required on RoCE)
-goroce options:
-  --timeout=<seconds>    give up (exit 1) after this long, waiting for the peer included;
-                         a client then retries a refused connection until the timeout
-  --metrics=<host:port>  serve /metrics (Prometheus) and /debug/vars (expvar) during the run
-Environment: as goroce pingpong (GOROCE_BACKEND, GOROCE_BUSYPOLL, GOROCE_TX_DROP, GOROCE_VERBOSE).
-`
+` + pingpong.UsageTail + `` + pingpong.GoroceUsage
 
 // Summary is the command's line in goroce's usage.
 const Summary = "ibv_srq_pingpong-compatible ping-pong: several RC QPs sharing one SRQ"
 
 // Flags is ibv_srq_pingpong's command line (srq_pingpong.c main, getopt
-// string "p:d:i:s:m:q:r:n:l:eg:").
+// string "p:d:i:s:m:q:r:n:l:eg:"): the examples' common options, where -n
+// counts the completions each way over all QPs, and -q.
 type Flags struct {
-	Port     int    // -p (18515)
-	IBDev    string // -d
-	IBPort   int    // -i (1)
-	Size     uint32 // -s (4096)
-	MTU      int    // -m in bytes (1024)
-	NumQP    uint32 // -q (16)
-	RxDepth  uint32 // -r (500)
-	Iters    uint32 // -n (1000): completions each way over all QPs
-	SL       int    // -l
-	Events   bool   // -e
-	GIDIndex int    // -g (-1: none)
-	Host     string // "" for the server
+	pingpong.Common
+	NumQP uint32 // -q, --num-qp (16)
 }
 
-// ErrUsage is wrapped by the parse errors for which the tool prints its
-// usage and exits 1.
-var ErrUsage = errors.New("srq_pingpong: usage")
-
-// ParseFlags parses args as srq_pingpong's getopt_long loop does, with
-// the checks it makes (port ≤ 65535, ib-port ≥ 1, size ≥ 1, a valid MTU,
-// at most one host) and the ones its arrays need (1 ≤ num-qp ≤ MAX_QP).
+// ParseFlags parses args as srq_pingpong's getopt_long loop does (see
+// pingpong.ParseCommon), with the checks it adds (size ≥ 1) and the ones
+// its arrays need (1 ≤ num-qp ≤ MAX_QP). Errors wrap pingpong.ErrUsage.
 func ParseFlags(args []string) (Flags, error) {
-	f := Flags{Port: pingpong.DefaultPort, IBPort: 1, Size: 4096, MTU: 1024, NumQP: 16, RxDepth: 500, Iters: 1000, GIDIndex: -1}
-	fs := flag.NewFlagSet("ibv_srq_pingpong", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	size, nqp, rx, iters := uint(f.Size), uint(f.NumQP), uint(f.RxDepth), uint(f.Iters)
-	both := func(short, long string, reg func(name string)) { reg(short); reg(long) }
-	both("p", "port", func(n string) { fs.IntVar(&f.Port, n, f.Port, "") })
-	both("d", "ib-dev", func(n string) { fs.StringVar(&f.IBDev, n, f.IBDev, "") })
-	both("i", "ib-port", func(n string) { fs.IntVar(&f.IBPort, n, f.IBPort, "") })
-	both("s", "size", func(n string) { fs.UintVar(&size, n, size, "") })
-	both("m", "mtu", func(n string) { fs.IntVar(&f.MTU, n, f.MTU, "") })
-	both("q", "num-qp", func(n string) { fs.UintVar(&nqp, n, nqp, "") })
-	both("r", "rx-depth", func(n string) { fs.UintVar(&rx, n, rx, "") })
-	both("n", "iters", func(n string) { fs.UintVar(&iters, n, iters, "") })
-	both("l", "sl", func(n string) { fs.IntVar(&f.SL, n, f.SL, "") })
-	both("e", "events", func(n string) { fs.BoolVar(&f.Events, n, false, "") })
-	both("g", "gid-idx", func(n string) { fs.IntVar(&f.GIDIndex, n, f.GIDIndex, "") })
-	flagArgs, pos, err := getopt.Rewrite(fs, args)
-	if err == nil {
-		err = fs.Parse(flagArgs)
-	}
-	if err != nil {
-		return Flags{}, fmt.Errorf("%w: %w", ErrUsage, err)
-	}
+	f := Flags{Common: pingpong.DefaultCommon(), NumQP: 16}
+	nqp := uint(f.NumQP)
+	err := pingpong.ParseCommon(&f.Common, args, func(fs *flag.FlagSet, both pingpong.Both) {
+		both("q", "num-qp", func(n string) { fs.UintVar(&nqp, n, nqp, "number of QPs") })
+	})
 	switch {
-	case len(pos) > 1:
-		return Flags{}, fmt.Errorf("%w: more than one host: %q", ErrUsage, pos)
-	case len(pos) == 1:
-		f.Host = pos[0]
-	}
-	const max32 = 1<<32 - 1
-	switch {
-	case f.Port < 0 || f.Port > 65535:
-		return Flags{}, fmt.Errorf("%w: port %d out of range", ErrUsage, f.Port)
-	case f.IBPort < 1:
-		return Flags{}, fmt.Errorf("%w: IB port %d < 1", ErrUsage, f.IBPort)
-	case size < 1:
-		return Flags{}, fmt.Errorf("%w: size 0", ErrUsage)
-	case pingpong.MTUEnum(f.MTU) == 0:
-		return Flags{}, fmt.Errorf("%w: MTU %d is not one of 256, 512, 1024, 2048, 4096", ErrUsage, f.MTU)
+	case err != nil:
+		return Flags{}, err
+	case f.Size < 1:
+		return Flags{}, fmt.Errorf("%w: size 0", pingpong.ErrUsage)
 	case nqp < 1 || nqp > MaxQP:
-		return Flags{}, fmt.Errorf("%w: num-qp %d not in 1..%d (MAX_QP)", ErrUsage, nqp, MaxQP)
-	case size > max32 || rx > max32 || iters > max32:
-		return Flags{}, fmt.Errorf("%w: size, rx-depth or iters above 2^32-1", ErrUsage)
+		return Flags{}, fmt.Errorf("%w: num-qp %d not in 1..%d (MAX_QP)", pingpong.ErrUsage, nqp, MaxQP)
 	}
-	f.Size, f.NumQP, f.RxDepth, f.Iters = uint32(size), uint32(nqp), uint32(rx), uint32(iters)
+	f.NumQP = uint32(nqp)
 	return f, nil
 }
 
 // Run is ibv_srq_pingpong (rdma-core 44, libibverbs/examples/
 // srq_pingpong.c) on a goroce device. It returns the exit code.
 func Run(env tool.Env, args []string) int {
-	if tool.WantsHelp(args) {
-		fmt.Fprint(env.Stdout, usageText)
-		return 0
-	}
-	args, opts, err := tool.SplitOptions(args)
-	if err == nil {
-		var f Flags
-		if f, err = ParseFlags(args); err == nil {
-			return run(env, opts, f)
-		}
-	}
-	fmt.Fprintf(env.Stderr, "goroce srq_pingpong: %v\n%s", err, usageText)
-	return 1
+	return pingpong.Main(env, args, "srq_pingpong", usageText, ParseFlags, run)
 }
 
 // endpoint is struct pingpong_context.
@@ -169,19 +97,12 @@ func run(env tool.Env, opts tool.Options, f Flags) int {
 	if f.NumQP > f.RxDepth {
 		return errf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP.\n", f.RxDepth, f.NumQP)
 	}
-	ctx, cancel := tool.RunContext(env, opts)
-	defer cancel()
-	dev, err := env.Open(ctx, f.IBDev)
+	sess, err := pingpong.Open(env, opts, f.IBDev)
 	if err != nil {
-		return errf("IB device %s not found: %v\n", f.IBDev, err)
+		return errf("%v\n", err)
 	}
-	defer dev.Close()
-	_, stopMetrics := tool.StartMetrics(env, opts, dev)
-	defer stopMetrics()
-	prog := &tool.Progressor{Dev: dev}
-	prog.Start()
-	defer prog.Stop()
-
+	defer sess.Close()
+	ctx, dev := sess.Ctx, sess.Dev
 	pp, err := initEndpoint(ctx, dev, f)
 	if err != nil {
 		return errf("%v\n", err)
@@ -235,16 +156,10 @@ func run(env tool.Env, opts tool.Options, f Flags) int {
 		}
 	}
 
-	tctx, watch := tool.WatchProgress(ctx, env.Idle)
-	defer watch.Stop()
-	p := &tool.Poller{Ctx: tctx, Events: f.Events, Watch: watch}
-	prog.Stop() // the loop's polls drive a busy-poll device
-	start := time.Now()
-	if err := pp.loop(p, f.Iters); err != nil {
+	elapsed, err := sess.Traffic(f.Events, func(p *tool.Poller) error { return pp.loop(p, f.Iters) })
+	if err != nil {
 		return errf("%v", err)
 	}
-	elapsed := time.Since(start)
-	prog.Start()
 	fmt.Fprint(env.Stdout, pingpong.FormatStats(f.Size, f.Iters, elapsed))
 	// No "final" buffer hook: the buffer is every WR's and every SEND's,
 	// and a message the peer sent beyond -n (each side may send up to
