@@ -49,8 +49,10 @@ var ErrSRQDestroyed = errors.New("qp: SRQ destroyed")
 // device raises EventSRQLimitReached (AsyncEvent.SRQ) and disarms the
 // limit; Modify with SRQAttrLimit arms it again.
 //
-// The SRQ lives under its device's mutex, like the QPs that use it: every
-// call takes it.
+// The receive buffers are checked against the PD of the QP a message
+// arrives on, as rxe's responder does (copy_data with qp->pd). The SRQ
+// lives under its device's mutex, like the QPs that use it: every call
+// takes it.
 type SRQ struct {
 	dev       *Device
 	pd        *PD

@@ -206,9 +206,10 @@ func (r *responder) recvPop() {
 }
 
 // flushSRQ completes the WQE a QP on an SRQ took for a message it did not
-// finish with WR_FLUSH_ERR. The WQEs still in the SRQ stay there for the
-// other QPs; rxe gives nothing back (flush_recv_queue returns at once for
-// an SRQ, and the copied WQE is forgotten), which would lose a posted WR.
+// finish with WR_FLUSH_ERR, and only that one: the WQEs still in the SRQ
+// stay there for the other QPs. rxe's check_resource does the same in the
+// error state (resp.wqe, the copied SRQ WQE, completes with
+// IB_WC_WR_FLUSH_ERR; with an SRQ nothing else is drained).
 func (r *responder) flushSRQ() {
 	if !r.srqHeld {
 		return
