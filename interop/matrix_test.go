@@ -125,6 +125,7 @@ func matrixCells(mtu int) []Cell {
 			Expect: Expect{PathMTU: 1024}, Note: "4 QPs on one SRQ per side"},
 		{Name: "send_bw --use-srq -q 2", Tool: ToolSendBW, Args: []string{"--use-srq", "-q", "2", "-F", "-s", "4096", "-n", "100", "-t", "8"},
 			LogOutput: true, Note: "the receiving side's 2 QPs on one SRQ of 100 WRs"},
+		{Name: "send_lat --use-srq", Tool: ToolSendLat, Args: append([]string{"--use-srq"}, lat...), Note: "both sides' receives on an SRQ"},
 		{Name: "send_bw --use-srq RNR", Tool: ToolSendBW, Args: []string{"--use-srq", "-q", "2", "-F", "-s", "4096", "-n", "20"},
 			Server: []string{"-r", "2"}, Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server SRQ of 2 WRs for 2 QPs: empty SRQ → RNR NAK"},
 		{Name: "send_bw RNR", Tool: ToolSendBW, Args: []string{"-F", "-s", "4096", "-n", "20"}, Server: []string{"-r", "1"},
