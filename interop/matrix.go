@@ -75,6 +75,10 @@ var (
 	ToolAtomicLat = Tool{"ib_atomic_lat", "atomic_lat", "-x", "#bytes", true}
 )
 
+// ToolSRQPingpong is ibv_srq_pingpong: several RC QPs per side sharing
+// one SRQ.
+var ToolSRQPingpong = Tool{"ibv_srq_pingpong", "srq_pingpong", "-g", "iters in", false}
+
 // toolPort is the TCP port of both tool families' exchange (18515).
 const toolPort = 18515
 

@@ -112,6 +112,22 @@ func matrixCells(mtu int) []Cell {
 		// SENDs outstanding: the responder has no RECV for most of them and
 		// answers RNR NAK (rxe_resp.c check_resource); the requester waits
 		// min_rnr_timer 12 (640 µs) and retries (rnr_retry 7: forever).
+		// Shared receive queues: srq_pingpong's 4 QPs per side take their
+		// receives from one SRQ (-n is the total over the QPs); send_bw's
+		// server posts every receive of its 2 QPs to one SRQ of rx_depth
+		// (= iters, 100) WRs, 50 per QP at the start. -t 8 keeps at most
+		// 16 SENDs in flight: with the default tx_depth (= iters) the two
+		// QPs can have 200 in flight for 100 WRs, and an rxe server was
+		// seen answering RNR NAKs (then PSN sequence NAKs for the SENDs
+		// behind the RNR NAKed one). The RNR cell provokes that on purpose:
+		// an SRQ of 2 WRs for 2 QPs' 40 SENDs.
+		{Name: "srq_pingpong -q 4", Tool: ToolSRQPingpong, Args: []string{"-q", "4", "-n", "20", "-s", "4096", "-m", "1024"},
+			Expect: Expect{PathMTU: 1024}, Note: "4 QPs on one SRQ per side"},
+		{Name: "send_bw --use-srq -q 2", Tool: ToolSendBW, Args: []string{"--use-srq", "-q", "2", "-F", "-s", "4096", "-n", "100", "-t", "8"},
+			LogOutput: true, Note: "the receiving side's 2 QPs on one SRQ of 100 WRs"},
+		{Name: "send_lat --use-srq", Tool: ToolSendLat, Args: append([]string{"--use-srq"}, lat...), Note: "both sides' receives on an SRQ"},
+		{Name: "send_bw --use-srq RNR", Tool: ToolSendBW, Args: []string{"--use-srq", "-q", "2", "-F", "-s", "4096", "-n", "20"},
+			Server: []string{"-r", "2"}, Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server SRQ of 2 WRs for 2 QPs: empty SRQ → RNR NAK"},
 		{Name: "send_bw RNR", Tool: ToolSendBW, Args: []string{"-F", "-s", "4096", "-n", "20"}, Server: []string{"-r", "1"},
 			Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server rx depth 1"},
 	}

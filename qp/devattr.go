@@ -102,7 +102,7 @@ type DeviceAttr struct {
 	AtomicCap       AtomicCap      `json:"atomic_cap"`          // ATOMIC_HCA, as rxe
 	MaxMW           int            `json:"max_mw"`              // memreg.MaxMWs: rxe's window index range
 	MaxAH           int            `json:"max_ah"`              // 0: RC only, no address handles
-	MaxSRQ          int            `json:"max_srq"`             // 0: no shared receive queues yet
+	MaxSRQ          int            `json:"max_srq"`             // 1<<20, as rxe's order of magnitude
 	MaxSRQWR        int            `json:"max_srq_wr"`
 	MaxSRQSGE       int            `json:"max_srq_sge"`
 	MaxPKeys        int            `json:"max_pkeys"`          // 1: only 0xFFFF
@@ -127,6 +127,7 @@ func deviceAttr(mac net.HardwareAddr) DeviceAttr {
 		MaxQPRdAtom: transport.MaxRdAtomic, MaxResRdAtom: 0x3f000, MaxQPInitRdAtom: transport.MaxRdAtomic,
 		AtomicCap: AtomicHCA, MaxPKeys: 1, LocalCAAckDelay: 15,
 		MaxInlineData: transport.MaxInlineData, PhysPortCnt: 1,
+		MaxSRQ: 1 << 20, MaxSRQWR: transport.MaxSRQWR, MaxSRQSGE: transport.MaxSGE,
 	}
 }
 

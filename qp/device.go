@@ -1,7 +1,8 @@
 // Package qp is goroce's verbs-like API: devices, protection domains, memory
-// regions, completion queues and RC queue pairs, in the shape of
-// libibverbs (ibv_open_device, ibv_alloc_pd, ibv_reg_mr, ibv_create_cq,
-// ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_post_recv, ibv_poll_cq).
+// regions, completion queues, shared receive queues and RC queue pairs, in
+// the shape of libibverbs (ibv_open_device, ibv_alloc_pd, ibv_reg_mr,
+// ibv_create_cq, ibv_create_srq, ibv_create_qp, ibv_modify_qp,
+// ibv_post_send, ibv_post_recv, ibv_post_srq_recv, ibv_poll_cq).
 //
 // A program imports only this package. OpenInterface binds a Device to a
 // network interface (AF_XDP, AF_PACKET or a UDP socket); OpenMemoryPair

@@ -27,11 +27,14 @@ package qp
 //   - EventSQDrained: a QP moved to SQD has no send WR in progress any
 //     more, once per entry into SQD (sqd.go; rxe_req.c
 //     req_check_sq_drain_done, rxe_comp.c comp_check_sq_drain_done).
+//   - EventSRQLimitReached: a message took a WR from an SRQ and fewer than
+//     its armed limit remain (rxe get_srq_wqe raises
+//     IB_EVENT_SRQ_LIMIT_REACHED and sets the limit to 0); once per arming.
 //
 // EventPathMig and EventPathMigErr do not apply (goroce has no alternate
 // path: APM is not implemented, like rxe, whose IB_DEVICE_AUTO_PATH_MIG
-// flag is set but which has no migration logic). EventSRQLimitReached and
-// EventQPLastWQEReached belong to shared receive queues.
+// flag is set but which has no migration logic). EventQPLastWQEReached is
+// not raised yet.
 
 import (
 	"context"
@@ -82,6 +85,8 @@ type AsyncEvent struct {
 	// CQ is the completion queue of CQ_ERR, and the overrun CQ that made a
 	// QP fatal (QP_FATAL after CQ_ERR).
 	CQ *CQ
+	// SRQ is the shared receive queue of SRQ_LIMIT_REACHED.
+	SRQ *SRQ
 	// Port is the port number of PORT_ACTIVE and PORT_ERR (always 1).
 	Port int
 	// Syndrome is the NAK the responder sent for QP_REQ_ERR,

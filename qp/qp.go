@@ -23,6 +23,10 @@ type InitAttr struct {
 	// SQSigAll makes every send WR generate a completion, as if each had
 	// SendSignaled (ibv_qp_init_attr.sq_sig_all).
 	SQSigAll bool
+	// SRQ, when set, is the shared receive queue of the same device the QP
+	// takes its receive WRs from (srq.go): Cap.MaxRecvWR and MaxRecvSGE
+	// are ignored and QP.PostRecv fails.
+	SRQ *SRQ
 }
 
 // QP is a reliable-connected queue pair.
@@ -31,6 +35,7 @@ type QP struct {
 	pd             *PD
 	eng            *transport.QP
 	sendCQ, recvCQ *CQ
+	srq            *SRQ
 	destroyed      bool // guarded by dev.mu
 
 	// The device's deadline heap (deadline.go), under dev.mu.
@@ -67,6 +72,10 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	if ia.SendCQ.failed() || ia.RecvCQ.failed() {
 		return nil, fmt.Errorf("qp: create QP: the CQ is in the error state: %w", ErrCQOverrun)
 	}
+	srq, err := ia.srqEngine(d)
+	if err != nil {
+		return nil, err
+	}
 	qpn, err := d.allocQPN()
 	if err != nil {
 		return nil, err
@@ -75,7 +84,7 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
-		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters,
+		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, SRQ: srq,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
@@ -83,7 +92,10 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	hooks.attach(eng)
 	d.nextQPN = qpn + 1
 	d.qpSeq++
-	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, seq: d.qpSeq, hidx: -1}
+	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.qpSeq, hidx: -1}
+	if q.srq != nil {
+		q.srq.users++
+	}
 	d.qps[qpn] = q
 	d.qpList = append(d.qpList, q)
 	return q, nil
@@ -307,6 +319,9 @@ func (q *QP) Destroy() error {
 		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
 	}
 	q.destroyed = true
+	if q.srq != nil {
+		q.srq.users--
+	}
 	d.heap.remove(q)
 	delete(d.qps, q.QPN())
 	for i, x := range d.qpList {

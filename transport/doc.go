@@ -34,7 +34,9 @@
 // queue, expPSN, ackPSN, the MSN, the state of the message in progress, and
 // the records that answer duplicates: READ resources (replayed from memory)
 // and the history of executed atomics (answered from their saved results,
-// never executed twice).
+// never executed twice). A QP created with Config.SRQ has no receive queue:
+// its responder takes each message's WQE from the shared receive queue
+// (srq.go), which several QPs consume and which knows no QP type.
 //
 // QP itself is the composition: it keeps the configuration, the attributes
 // and the state machine (Modify, after ib_modify_qp_is_ok), the counters and

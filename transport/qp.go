@@ -60,6 +60,10 @@ type Config struct {
 	RetryCnt7Infinite bool
 	// DeviceCounters, when set, is incremented along with the QP's own counters.
 	DeviceCounters *Counters
+	// SRQ, when set, is the shared receive queue the responder takes its
+	// receive WQEs from; the QP has no receive queue of its own (Caps'
+	// MaxRecvWR and MaxRecvSGE are ignored) and PostRecv fails.
+	SRQ *SRQ
 }
 
 // QP is the RC engine of one queue pair. It is a deterministic state
@@ -105,6 +109,10 @@ func New(cfg Config) (*QP, error) {
 		return nil, fmt.Errorf("transport: new QP: QPN %#x out of range: %w", cfg.QPN, ErrInvalidArgument)
 	}
 	c := &cfg.Caps
+	if cfg.SRQ != nil {
+		// No receive queue: the SRQ's sizes apply (Caps reports zeros).
+		c.MaxRecvWR, c.MaxRecvSGE = 1, 1
+	}
 	if c.MaxSendWR <= 0 || c.MaxRecvWR <= 0 || c.MaxSendWR > 1<<16 || c.MaxRecvWR > 1<<16 {
 		return nil, fmt.Errorf("transport: new QP: queue sizes %d/%d out of range 1..65536: %w", c.MaxSendWR, c.MaxRecvWR, ErrInvalidArgument)
 	}
@@ -128,7 +136,11 @@ func New(cfg Config) (*QP, error) {
 	q.out = emitter{qp: q, out: cfg.Out}
 	q.req = requester{qp: q, sq: &q.sq, out: &q.out, comp: &q.comp}
 	q.comp = completer{qp: q, sq: &q.sq, req: &q.req}
-	q.resp = responder{qp: q, out: &q.out, rq: make([]recvWQE, c.MaxRecvWR), respOpcode: -1, pend: make([]pending, 4)}
+	rqLen := c.MaxRecvWR
+	if cfg.SRQ != nil {
+		rqLen, c.MaxRecvWR, c.MaxRecvSGE = 0, 0, 0
+	}
+	q.resp = responder{qp: q, out: &q.out, rq: make([]recvWQE, rqLen), respOpcode: -1, pend: make([]pending, 4)}
 	q.attr.State = StateReset
 	return q, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/probecmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/srqpingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 )
 
@@ -44,6 +45,7 @@ var commands = []command{
 	perftestCommand(perftest.ReadLat),
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
+	{"srq_pingpong", srqpingpongcmd.Summary, srqpingpongcmd.Run},
 	perftestCommand(perftest.WriteBW),
 	perftestCommand(perftest.WriteLat),
 }

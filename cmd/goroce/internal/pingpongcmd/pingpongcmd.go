@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpong"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
@@ -26,26 +25,11 @@ const usageText = `Usage:
   goroce pingpong <host>     connect to server at <host>
 
 Options (those of ibv_rc_pingpong):
-  -p, --port=<port>      listen on/connect to port <port> (default 18515)
-  -d, --ib-dev=<dev>     use the network interface <dev> (default: the first one up with IPv4)
-  -i, --ib-port=<port>   use port <port> of IB device (default 1, the only one)
-  -s, --size=<size>      size of message to exchange (default 4096)
-  -m, --mtu=<size>       path MTU (default 1024)
-  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)
+` + pingpong.UsageHead + `  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)
   -n, --iters=<iters>    number of exchanges (default 1000)
-  -l, --sl=<sl>          service level value
-  -e, --events           sleep on CQ events (default poll)
-  -g, --gid-idx=<gid index> local port gid index (1: the IPv4 GID; required on RoCE)
-  -c, --chk              validate received buffer
+` + pingpong.UsageTail + `  -c, --chk              validate received buffer
   -N, --new_send         accepted (the same SENDs on the wire)
-goroce options:
-  --timeout=<seconds>    give up (exit 1) after this long, waiting for the peer included;
-                         a client then retries a refused connection until the timeout
-  --metrics=<host:port>  serve /metrics (Prometheus) and /debug/vars (expvar) during the run
-Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device
-in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_TX_DROP=P
-(drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
-`
+` + pingpong.GoroceUsage
 
 // Summary is the command's line in goroce's usage.
 const Summary = "ibv_rc_pingpong-compatible RC SEND/RECV ping-pong (server without host, client with host)"
@@ -54,19 +38,7 @@ const Summary = "ibv_rc_pingpong-compatible RC SEND/RECV ping-pong (server witho
 // rc_pingpong.c) on a goroce device: the same exchange, QP attributes,
 // work requests and output lines. It returns the exit code.
 func Run(env tool.Env, args []string) int {
-	if tool.WantsHelp(args) {
-		fmt.Fprint(env.Stdout, usageText)
-		return 0
-	}
-	args, opts, err := tool.SplitOptions(args)
-	if err == nil {
-		var f pingpong.Flags
-		if f, err = pingpong.ParseFlags(args); err == nil {
-			return run(env, opts, f)
-		}
-	}
-	fmt.Fprintf(env.Stderr, "goroce pingpong: %v\n%s", err, usageText)
-	return 1
+	return pingpong.Main(env, args, "pingpong", usageText, pingpong.ParseFlags, run)
 }
 
 // endpoint is struct pingpong_context.
@@ -100,19 +72,12 @@ func run(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 	case f.DM:
 		return errf("Device doesn't support dm allocation\n")
 	}
-	ctx, cancel := tool.RunContext(env, opts)
-	defer cancel()
-
-	dev, err := env.Open(ctx, f.IBDev)
+	sess, err := pingpong.Open(env, opts, f.IBDev)
 	if err != nil {
-		return errf("IB device %s not found: %v\n", f.IBDev, err)
+		return errf("%v\n", err)
 	}
-	defer dev.Close()
-	_, stopMetrics := tool.StartMetrics(env, opts, dev)
-	defer stopMetrics()
-	prog := &tool.Progressor{Dev: dev}
-	prog.Start()
-	defer prog.Stop()
+	defer sess.Close()
+	ctx, dev := sess.Ctx, sess.Dev
 	pp, err := initEndpoint(ctx, dev, f)
 	if err != nil {
 		return errf("%v\n", err)
@@ -171,16 +136,10 @@ func run(env tool.Env, opts tool.Options, f pingpong.Flags) int {
 		pp.pending |= sendWRID
 	}
 
-	tctx, watch := tool.WatchProgress(ctx, env.Idle)
-	defer watch.Stop()
-	p := &tool.Poller{Ctx: tctx, Events: f.Events, Watch: watch}
-	prog.Stop() // the loop's polls drive a busy-poll device
-	start := time.Now()
-	if err := pp.loop(p, f.Iters); err != nil {
+	elapsed, err := sess.Traffic(f.Events, func(p *tool.Poller) error { return pp.loop(p, f.Iters) })
+	if err != nil {
 		return errf("%v", err)
 	}
-	elapsed := time.Since(start)
-	prog.Start()
 	fmt.Fprint(env.Stdout, pingpong.FormatStats(f.Size, f.Iters, elapsed))
 
 	bad := false
@@ -315,52 +274,15 @@ func (pp *endpoint) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
 // accept one client, read its record, connect the QP, answer.
 func serverExchange(ctx context.Context, env tool.Env, f pingpong.Flags, my pingpong.Dest,
 	connect func(pingpong.Dest) error) (pingpong.Dest, error) {
-	ln, err := pingpong.Listen(f.Port)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("Couldn't listen to port %d: %w", f.Port, err)
-	}
-	if env.Listening != nil {
-		env.Listening(ln.Addr())
-	}
-	conn, err := tool.AcceptOne(ctx, ln)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("accept() failed: %w", err)
-	}
-	defer conn.Close()
-	defer tool.WithExchangeDeadline(ctx, conn)()
-	var connErr error
-	rem, err := pingpong.ServerExchange(conn, my, func(d pingpong.Dest) error {
-		connErr = connect(d)
-		return connErr
-	})
-	switch {
-	case connErr != nil:
-		return rem, fmt.Errorf("%w\nCouldn't connect to remote QP", connErr)
-	case err != nil:
-		return rem, fmt.Errorf("Couldn't read remote address: %w", ctxErr(ctx, err))
-	}
-	return rem, nil
+	var rem [1]pingpong.Dest
+	err := pingpong.Serve(ctx, f.Port, env.Listening, []pingpong.Dest{my}, rem[:],
+		func(d []pingpong.Dest) error { return connect(d[0]) })
+	return rem[0], err
 }
 
 // clientExchange is pp_client_exch_dest.
 func clientExchange(ctx context.Context, f pingpong.Flags, my pingpong.Dest) (pingpong.Dest, error) {
-	conn, err := tool.DialPeer(ctx, "tcp", f.Host, f.Port)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w", f.Host, f.Port, err)
-	}
-	defer conn.Close()
-	defer tool.WithExchangeDeadline(ctx, conn)()
-	rem, err := pingpong.ClientExchange(conn, my)
-	if err != nil {
-		return rem, fmt.Errorf("Couldn't read/write remote address: %w", ctxErr(ctx, err))
-	}
-	return rem, nil
-}
-
-// ctxErr names the context's cause when it ended an I/O error.
-func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", context.Cause(ctx), err)
-	}
-	return err
+	var rem [1]pingpong.Dest
+	err := pingpong.Dial(ctx, f.Host, f.Port, []pingpong.Dest{my}, rem[:])
+	return rem[0], err
 }
