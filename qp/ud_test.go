@@ -323,3 +323,78 @@ func TestUDPrivilegedQKey(t *testing.T) {
 		t.Fatalf("DETH Q_Key %#x, %v", p.DETH.QKey(), err)
 	}
 }
+
+// TestUDLossy: over a link that drops, duplicates and reorders (seeded),
+// every datagram that arrives is received once per copy, nothing is sent
+// twice and nothing answers: UD has no ACKs and no retries. A duplicated
+// frame is a second datagram to UD (the PSN is not checked).
+func TestUDLossy(t *testing.T) {
+	const seed, count = 8, 100
+	n, err := sim.NewPair(sim.Config{Seed: seed, AtoB: sim.Faults{Drop: 0.1, Duplicate: 0.05, Reorder: 0.1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	a, b := newUDEnd(t, n.A, udQKey, 0), newUDEnd(t, n.B, udQKey, 0)
+	// Plenty of receives: a UD QP sized for the burst.
+	cq, _ := n.B.Dev.CreateCQ(2 * count)
+	rq, err := b.pd.CreateQP(qp.InitAttr{SendCQ: cq, RecvCQ: cq, Type: qp.QPTypeUD, Cap: qp.Caps{MaxSendWR: 1, MaxRecvWR: 2 * count}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, s := range []struct {
+		a    qp.Attr
+		mask qp.AttrMask
+	}{
+		{qp.Attr{State: qp.StateInit, Port: 1, QKey: udQKey}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrQKey},
+		{qp.Attr{State: qp.StateRTR}, qp.AttrState},
+	} {
+		if err := rq.Modify(ctx, &s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 * count {
+		if err := rq.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{{Addr: b.mr.IOVA() + udRecvOff, Length: udSlot, LKey: b.mr.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ah := a.ah(t, n.B)
+	var wcs [16]qp.WC
+	for range count {
+		wr := qp.SendWR{Opcode: qp.WRSend, AH: ah, RemoteQPN: rq.QPN(), RemoteQKey: udQKey,
+			SGL: []qp.SGE{{Addr: a.mr.IOVA(), Length: 100, LKey: a.mr.LKey()}}}
+		if err := a.q.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.RunFor(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for {
+		k, err := cq.Poll(wcs[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, wc := range wcs[:k] {
+			if wc.Status != qp.WCSuccess || wc.ByteLen != 140 {
+				t.Fatalf("seed %d: %v", seed, wc)
+			}
+		}
+		got += k
+		if k == 0 {
+			break
+		}
+	}
+	ls := n.A.LinkStats()
+	if want := count - int(ls.Dropped) + int(ls.Duplicated); got != want || ls.Dropped == 0 {
+		t.Fatalf("seed %d: %d received, want %d sent - %d dropped + %d duplicated", seed, got, want, ls.Dropped, ls.Duplicated)
+	}
+	if sent := n.A.Dev.Counters()[qp.CntSentPkts]; sent != count {
+		t.Fatalf("seed %d: %d packets sent for %d datagrams", seed, sent, count)
+	}
+	if sent := n.B.Dev.Counters()[qp.CntSentPkts]; sent != 0 {
+		t.Fatalf("seed %d: the receiver sent %d packets", seed, sent)
+	}
+}
