@@ -25,6 +25,7 @@ type (
 	//	AH         *AH       UD: the address handle of the destination (PD.CreateAH)
 	//	RemoteQPN  uint32    UD: the destination QP
 	//	RemoteQKey uint32    UD: the Q_Key for the DETH (high bit set: the QP's own)
+	//	BindMW     BindInfo  the window, MR range and rights of a WRBindMW (mw.go)
 	SendWR = transport.SendWR
 	// RecvWR is a receive work request (struct ibv_recv_wr): WRID and SGL,
 	// the buffers an incoming SEND is scattered into.
@@ -99,6 +100,7 @@ const (
 	WRAtomicCmpAndSwp  = transport.WRAtomicCmpAndSwp  // IBV_WR_ATOMIC_CMP_AND_SWP: 8 bytes, 8-byte aligned
 	WRAtomicFetchAdd   = transport.WRAtomicFetchAdd   // IBV_WR_ATOMIC_FETCH_AND_ADD: 8 bytes, 8-byte aligned
 	WRLocalInv         = transport.WRLocalInv         // IBV_WR_LOCAL_INV: invalidates SendWR.InvRKey locally
+	WRBindMW           = transport.WRBindMW           // IBV_WR_BIND_MW: binds a type 2 window (SendWR.BindMW)
 	WRSendWithInv      = transport.WRSendWithInv      // IBV_WR_SEND_WITH_INV: invalidates SendWR.InvRKey at the peer
 )
 
@@ -256,6 +258,14 @@ const (
 	CntSentNAKs            = transport.CntSentNAKs
 	CntRcvdNAKs            = transport.CntRcvdNAKs
 	CntSendErrors          = transport.CntSendErrors
+	CntRxWriteRequests     = transport.CntRxWriteRequests  // rx_write_requests (mlx5)
+	CntRxReadRequests      = transport.CntRxReadRequests   // rx_read_requests (mlx5)
+	CntRxAtomicRequests    = transport.CntRxAtomicRequests // rx_atomic_requests (mlx5)
+	CntRxSendRequests      = transport.CntRxSendRequests
+	CntTxSendRequests      = transport.CntTxSendRequests
+	CntTxWriteRequests     = transport.CntTxWriteRequests
+	CntTxReadRequests      = transport.CntTxReadRequests
+	CntTxAtomicRequests    = transport.CntTxAtomicRequests
 	NumCounters            = transport.NumCounters
 )
 

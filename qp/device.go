@@ -403,7 +403,7 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	return pd.pd.RegisterIOVA(buf, iova, access)
 }
 
-// Dealloc frees the PD (fails while MRs remain).
+// Dealloc frees the PD (fails while MRs or memory windows remain).
 func (pd *PD) Dealloc() error { return pd.pd.Dealloc() }
 
 // Device returns the PD's device.

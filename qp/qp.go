@@ -200,6 +200,9 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	}
 	now := d.now()
 	err = q.eng.Modify(a, mask, now)
+	if err == nil && mask&AttrState != 0 && a.State == StateSQD {
+		d.watchSQD(q)
+	}
 	d.touch(q)
 	d.endCall(now)
 	d.unlock()

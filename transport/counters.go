@@ -81,6 +81,24 @@ const (
 	// (C10-93.1.1).
 	CntUDSendOverMTU // ud_send_over_mtu
 
+	// Requests by type (reqcounters.go). The three rx_* that mlx5 has
+	// carry mlx5's names (drivers/infiniband/hw/mlx5/counters.c
+	// basic_q_cnts); the others are goroce's, named alike.
+
+	// WRITE / WRITE_WITH_IMM messages the responder executed (mlx5).
+	CntRxWriteRequests // rx_write_requests
+	// READ requests the responder accepted (mlx5).
+	CntRxReadRequests // rx_read_requests
+	// FETCH_ADD / CMP_SWAP requests the responder executed (mlx5).
+	CntRxAtomicRequests // rx_atomic_requests
+	// SEND messages (all three kinds) the responder completed.
+	CntRxSendRequests // rx_send_requests
+	// Request messages the requester started, by type (first transmissions).
+	CntTxSendRequests   // tx_send_requests
+	CntTxWriteRequests  // tx_write_requests
+	CntTxReadRequests   // tx_read_requests
+	CntTxAtomicRequests // tx_atomic_requests
+
 	// NumCounters is the number of counters.
 	NumCounters
 )

@@ -84,6 +84,10 @@ type QP struct {
 	// wc is the completion handed to a CompletionQueue (see completion).
 	wc WC
 
+	// sqDraining is set on entering SQD and cleared when SQDrained reports
+	// the drain (rxe attr.sq_draining).
+	sqDraining bool
+
 	Counters Counters
 }
 
@@ -301,6 +305,13 @@ func (q *QP) enter(next State, now time.Time) {
 		if prev == StateSQD {
 			q.req.pump(now)
 		}
+	case StateSQD:
+		if prev != StateSQD {
+			q.sqDraining = true
+		}
+	}
+	if next != StateSQD {
+		q.sqDraining = false
 	}
 }
 

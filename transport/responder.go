@@ -448,6 +448,7 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	r.rqHead++
 	r.recvActive = false
 	r.finishMessage(p, psn)
+	r.qp.inc(CntRxSendRequests)
 	r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 }
 
@@ -499,7 +500,7 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		// piece alone would place the leading packets and NAK a later PSN).
 		// Zero-length writes skip the check (rxe check_rkey).
 		if r.wrLen > 0 {
-			if _, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
+			if _, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
 				r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 				return
 			}
@@ -515,7 +516,7 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	}
 	if n > 0 {
 		// Zero-length writes skip the R_Key check (rxe check_rkey).
-		mem, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
+		mem, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
 		if err != nil {
 			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 			return
@@ -538,10 +539,12 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			wc.Flags |= WCSolicited
 		}
 		r.finishMessage(p, psn)
+		r.qp.inc(CntRxWriteRequests)
 		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 		return
 	}
 	r.finishMessage(p, psn)
+	r.qp.inc(CntRxWriteRequests)
 }
 
 func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
@@ -555,7 +558,7 @@ func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
 		return
 	}
 	if length > 0 {
-		if _, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteRead, va, length); err != nil {
+		if _, err := r.qp.remote(rkey, memreg.RemoteRead, va, length); err != nil {
 			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 			return
 		}
@@ -568,6 +571,7 @@ func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
 	*res = resource{valid: true, firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: va, rkey: rkey, length: length}
 	// The MSN counts a READ when it is accepted (C9-148).
 	r.msn++
+	r.qp.inc(CntRxReadRequests)
 	r.respOpcode = -1
 	r.expPSN = psn.Add(npkts)
 	r.startRead(res, psn, va, length, false)
@@ -614,7 +618,7 @@ func (r *responder) readPacket(e *pending) bool {
 	f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: e.msn & wire.PSNMask}
 	buf := r.out.buffer()
 	if n > 0 {
-		mem, err := r.qp.cfg.MRs.Remote(e.rkey, r.qp.cfg.PD, memreg.RemoteRead, e.va, n)
+		mem, err := r.qp.remote(e.rkey, memreg.RemoteRead, e.va, n)
 		if err != nil {
 			// Nothing queued behind the failed READ matters any more: the
 			// QP goes to ERR after the NAK.
@@ -644,7 +648,7 @@ func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	va, rkey := a.VA(), a.RKey()
 	// rxe checks the R_Key and range (check_rkey: NAK 0x62) before the
 	// alignment (rxe_mr_do_atomic_op: NAK 0x61).
-	mem, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteAtomic, va, 8)
+	mem, err := r.qp.remote(rkey, memreg.RemoteAtomic, va, 8)
 	if err != nil {
 		r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 		return
@@ -668,6 +672,7 @@ func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		return
 	}
 	r.atomicHist.Record(psn, va, rkey, orig)
+	r.qp.inc(CntRxAtomicRequests)
 	r.msn++
 	r.respOpcode = -1
 	r.expPSN = psn.Add(1)

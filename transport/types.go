@@ -26,6 +26,7 @@ const (
 	WRAtomicCmpAndSwp  WROpcode = 5 // ATOMIC_CMP_AND_SWP
 	WRAtomicFetchAdd   WROpcode = 6 // ATOMIC_FETCH_AND_ADD
 	WRLocalInv         WROpcode = 7 // LOCAL_INV
+	WRBindMW           WROpcode = 8 // BIND_MW
 	WRSendWithInv      WROpcode = 9 // SEND_WITH_INV
 )
 
@@ -78,6 +79,8 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// BindMW is the bind of a WRBindMW (struct ibv_send_wr bind_mw).
+	BindMW BindInfo
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
