@@ -64,6 +64,12 @@ type Both func(short, long string, reg func(name string))
 // the tools check them, and a little more strictly (a bad MTU or a
 // non-number is an error here, where C would silently use garbage).
 func ParseCommon(c *Common, args []string, more func(fs *flag.FlagSet, both Both)) error {
+	return parseCommon(c, args, true, more)
+}
+
+// parseCommon is ParseCommon, with -m/--mtu only when mtu is set
+// (ud_pingpong has none).
+func parseCommon(c *Common, args []string, mtu bool, more func(fs *flag.FlagSet, both Both)) error {
 	fs := flag.NewFlagSet("pingpong", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	size, rx, iters := uint(c.Size), uint(c.RxDepth), uint(c.Iters)
@@ -72,7 +78,9 @@ func ParseCommon(c *Common, args []string, more func(fs *flag.FlagSet, both Both
 	both("d", "ib-dev", func(n string) { fs.StringVar(&c.IBDev, n, c.IBDev, "IB device") })
 	both("i", "ib-port", func(n string) { fs.IntVar(&c.IBPort, n, c.IBPort, "port of the IB device") })
 	both("s", "size", func(n string) { fs.UintVar(&size, n, size, "message size") })
-	both("m", "mtu", func(n string) { fs.IntVar(&c.MTU, n, c.MTU, "path MTU") })
+	if mtu {
+		both("m", "mtu", func(n string) { fs.IntVar(&c.MTU, n, c.MTU, "path MTU") })
+	}
 	both("r", "rx-depth", func(n string) { fs.UintVar(&rx, n, rx, "receives to post at a time") })
 	both("n", "iters", func(n string) { fs.UintVar(&iters, n, iters, "number of exchanges") })
 	both("l", "sl", func(n string) { fs.IntVar(&c.SL, n, c.SL, "service level") })
