@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -122,19 +123,17 @@ type Request struct {
 	ResponderResources, InitiatorDepth uint8
 }
 
-// RejectReason is a CM REJ reason (IBTA table 112; include/rdma/ib_cm.h).
-type RejectReason uint16
+// RejectReason is a CM REJ reason (IBTA table 109; include/rdma/ib_cm.h);
+// its String is the kernel's text.
+type RejectReason = mad.RejectReason
 
-// The REJ reasons the package sends or reacts to.
+// The REJ reasons the package sends or reacts to (all of them are in mad).
 const (
-	RejectNoQP             RejectReason = 1
-	RejectNoResources      RejectReason = 3
-	RejectTimeout          RejectReason = 4
-	RejectInvalidCommID    RejectReason = 6
-	RejectInvalidServiceID RejectReason = 8
-	RejectStaleConn        RejectReason = 10
-	RejectInvalidGID       RejectReason = 12
-	RejectConsumerDefined  RejectReason = 28
+	RejectNoResources      = mad.RejNoResources
+	RejectTimeout          = mad.RejTimeout
+	RejectInvalidServiceID = mad.RejInvalidServiceID
+	RejectStaleConn        = mad.RejStaleConn
+	RejectConsumerDefined  = mad.RejConsumerDefined
 )
 
 // RejectError is a REJ from the peer (or the REJ Options.Accept asks to
@@ -152,7 +151,7 @@ func Reject(private []byte) error {
 }
 
 func (e *RejectError) Error() string {
-	s := fmt.Sprintf("cm: connection rejected: REJ reason %d", uint16(e.Reason))
+	s := fmt.Sprintf("cm: connection rejected: REJ reason %d (%v)", uint16(e.Reason), e.Reason)
 	if len(e.PrivateData) > 0 {
 		s += fmt.Sprintf(" with %d bytes of private data", len(e.PrivateData))
 	}
