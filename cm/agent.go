@@ -137,6 +137,7 @@ type cmID struct {
 	// retries run out (then evTimeout).
 	msg     []byte
 	timeout time.Duration // this ID's timeout_ms
+	msgTime time.Duration // msg's timeout: timeout, or an MRA's (ib_modify_mad)
 	retries int           // left for msg
 	maxRet  int           // max_cm_retries
 	timer   *time.Timer
@@ -349,16 +350,13 @@ func (a *agent) forgetRemote(id *cmID) {
 	}
 }
 
-// enterTimewait is cm_enter_timewait: the remote comm ID is forgotten (a
-// new REQ from it is no duplicate), the remote QPN stays to catch stale
-// REQs, and the ID lives for the path's timeout before it is dropped.
-// Called with a.mu held.
+// enterTimewait is cm_enter_timewait: cm_cleanup_timewait forgets the
+// remote comm ID and QPN (a REQ from them is new again), and the ID lives
+// for the path's timeout (cm_convert_to_ms(av.timeout)) before it is
+// dropped, its local comm ID not reused meanwhile. Called with a.mu held.
 func (a *agent) enterTimewait(id *cmID) {
 	id.cancel()
-	if id.inRemote {
-		delete(a.byRemote, remoteKey{id.remoteID, id.remoteGUID})
-		id.inRemote = false
-	}
+	a.forgetRemote(id)
 	id.state = stTimewait
 	id.msg = nil
 	id.arm(a, cmMS(id.avTimeout))
@@ -378,8 +376,9 @@ func (id *cmID) notify(e cmEvent) {
 func (id *cmID) send(a *agent, o *outbox, b []byte, retries int) {
 	id.msg = b
 	id.retries = retries
+	id.msgTime = id.timeout
 	o.add(id.peer, b)
-	id.arm(a, id.timeout)
+	id.arm(a, id.msgTime)
 }
 
 func (id *cmID) arm(a *agent, d time.Duration) {
@@ -413,7 +412,7 @@ func (a *agent) expire(id *cmID, gen uint64) {
 		id.retries--
 		a.stats.Retransmits++
 		o.add(id.peer, id.msg)
-		id.arm(a, id.timeout)
+		id.arm(a, id.msgTime)
 	default:
 		a.sendError(&o, id)
 	}
@@ -618,8 +617,9 @@ func (a *agent) onMRA(m *mad.MRA) {
 		a.stats.Dropped++
 		return
 	}
-	// cm_mra_handler: the answer will take the service timeout longer; the
-	// outstanding message keeps its retries.
+	// cm_mra_handler: the answer will take the service timeout longer;
+	// ib_modify_mad gives the outstanding message that timeout from now
+	// on and leaves its retries.
 	timeout := cmMS(m.ServiceTimeout) + cmMS(id.avTimeout)
 	switch {
 	case id.state == stReqSent && m.MsgMRAed == mad.MsgTypeREQ:
@@ -632,6 +632,7 @@ func (a *agent) onMRA(m *mad.MRA) {
 		a.stats.Duplicates++
 		return
 	}
+	id.msgTime = timeout
 	id.arm(a, timeout)
 }
 

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/qp"
@@ -162,6 +163,20 @@ func (e *RejectError) Error() string {
 // reason invalid service ID (what rdma_cm reports as ECONNREFUSED).
 func (e *RejectError) Is(target error) bool {
 	return target == ErrRejected || (target == ErrConnRefused && e.Reason == RejectInvalidServiceID)
+}
+
+// Register makes dev's CM agent answer CM MADs until unregister is called,
+// as the kernel's ib_cm does on every RDMA device: a REQ for a port nobody
+// listens on gets REJ "invalid service ID" and a SIDR_REQ the status "service
+// ID not supported". Listen, Dial and the UD calls do this on their own for
+// as long as they are in use; Register is for a device that only refuses.
+func Register(dev *qp.Device) (unregister func(), err error) {
+	a, err := acquireAgent(dev, nil)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(a.release) }, nil
 }
 
 // Listen listens for RC connection requests on addr ("ip:port"; an

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/qp"
@@ -21,7 +22,37 @@ type fakeNet struct {
 	ports  map[netip.Addr]*fakePort
 	fault  func(from, to netip.Addr, h mad.Header, m mad.Message) (drop bool, dup bool)
 	log    []string // "A>B REQ" lines, for failure messages
+	at     []fakeEvent
 	closed bool
+}
+
+type fakeEvent struct {
+	name    string
+	at      time.Time // the bubble's clock
+	dropped bool
+}
+
+// times returns when each MAD named name was sent.
+func (n *fakeNet) times(name string) []time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var r []time.Time
+	for _, e := range n.at {
+		if e.name == name {
+			r = append(r, e.at)
+		}
+	}
+	return r
+}
+
+// inject delivers b to the port of to as if from had sent it.
+func (n *fakeNet) inject(from, to netip.Addr, b []byte) {
+	n.mu.Lock()
+	dst := n.ports[to]
+	n.mu.Unlock()
+	if dst != nil {
+		dst.q <- fakeMAD{madAddr{GID: from, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64}, append([]byte(nil), b...)}
+	}
 }
 
 type fakePort struct {
@@ -112,6 +143,7 @@ func (p *fakePort) send(ctx context.Context, to madAddr, b []byte) error {
 		what += " (dropped)"
 	}
 	n.log = append(n.log, fmt.Sprintf("%v>%v %s", p.gid, to.GID.Unmap(), what))
+	n.at = append(n.at, fakeEvent{m.Name(), time.Now(), drop})
 	n.mu.Unlock()
 	if dst == nil {
 		return nil // nobody there: lost, as on a real network
