@@ -221,10 +221,9 @@ func (q *QP) udSend(wr *SendWR, ah *AH, psn wire.PSN, n int) error {
 		// (no AV is ever set on it); IPv6 flow label 0 as for RC.
 		SrcPort: wire.UDSourcePort(q.cfg.QPN),
 		BTH: wire.BTHFields{Opcode: wire.UDSendOnly, SE: wr.Flags&SendSolicited != 0, PKey: wire.DefaultPKey,
-			DestQP: wr.RemoteQPN, PSN: psn,
-			// rxe's init_req_packet sets AckReq on every END packet,
-			// whatever the transport; UD receivers ignore it.
-			AckReq: true},
+			// AckReq 0, as rxe sends UD (testdata/rxe/ud_pingpong.pcap):
+			// nothing acknowledges a datagram.
+			DestQP: wr.RemoteQPN, PSN: psn},
 		DETH: wire.DETHFields{QKey: q.udQKey(wr), SrcQP: q.cfg.QPN},
 	}
 	if wr.Opcode == WRSendWithImm {
