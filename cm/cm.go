@@ -279,7 +279,11 @@ func (e *UDEndpoint) SendCQ() *qp.CQ { return e.u.sendCQ }
 // RecvCQ is the QP's receive completion queue.
 func (e *UDEndpoint) RecvCQ() *qp.CQ { return e.u.recvCQ }
 
-// RemoteQPN and RemoteQKey are the SIDR_REP's: where to send.
+// AH is the address handle of the resolved peer (SendWR.AH).
+func (e *UDEndpoint) AH() *qp.AH { return e.u.ah }
+
+// RemoteQPN and RemoteQKey are the SIDR_REP's: where to send
+// (SendWR.RemoteQPN, SendWR.RemoteQKey).
 func (e *UDEndpoint) RemoteQPN() uint32 { return e.u.remoteQPN }
 
 // RemoteQKey is the Q_Key the peer's QP accepts.
