@@ -1,0 +1,219 @@
+//go:build linux
+
+package interop
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/pcapfile"
+	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/qp"
+)
+
+// TestCM checks goroce's connection manager (package cm) against the VM
+// kernel's ib_cm/rdma_cm at the CM level, with a goroce device in the host
+// namespace:
+//
+//   - goroce Dial to a port nobody listens on in the VM: the kernel's REJ
+//     "invalid service ID" is cm.ErrConnRefused;
+//   - the stock rping client against the goroce device with no listener:
+//     goroce's REJ (reason 8 on the wire) makes rping report
+//     RDMA_CM_EVENT_REJECTED, error 8, and exit non-zero;
+//   - a goroce Listener accepting a stock `rping -c -C 1` connection:
+//     REQ → REP → RTU complete, the QP reaches RTS, and rping's first SEND
+//     (its 16-byte start-buffer message) arrives on the receive posted in
+//     Prepare; goroce's Close then disconnects rping with DREQ → DREP.
+func TestCM(t *testing.T) {
+	h := New(t, Config{VMs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var dev *qp.Device
+	if err := h.HostDo(func() (err error) {
+		dev, _, err = qp.OpenInterface(ctx, h.HostIface(), qp.InterfaceOptions{
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	vm := h.VMIP(0)
+	host := h.HostIP()
+
+	t.Run("DialRefusedByKernel", func(t *testing.T) {
+		pcap := filepath.Join(t.TempDir(), "dial_rej.pcap")
+		c, err := h.Capture(pcap, "udp port 4791")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = cm.Dial(dctx, dev, fmt.Sprintf("%v:7999", vm), nil)
+		dcancel()
+		c.Stop()
+		var re *cm.RejectError
+		if !errors.Is(err, cm.ErrConnRefused) || !errors.As(err, &re) || re.Reason != mad.RejInvalidServiceID {
+			t.Fatalf("Dial to %v:7999 (no listener): %v", vm, err)
+		}
+		t.Logf("Dial: %v; on the wire: %s", err, strings.Join(cmMessages(t, pcap), ", "))
+	})
+
+	t.Run("RpingRefusedByGoroce", func(t *testing.T) {
+		unregister, err := cm.Register(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unregister()
+		pcap := filepath.Join(t.TempDir(), "rping_rej.pcap")
+		c, err := h.Capture(pcap, "udp port 4791")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := h.Run(0, fmt.Sprintf("rping -c -a %v -p 7998 -C 1 -v", host), 60*time.Second)
+		c.Stop()
+		msgs := cmMessages(t, pcap)
+		t.Logf("rping: exit %d, %q; on the wire: %s", r.ExitCode, r.Output(), strings.Join(msgs, ", "))
+		if r.Err != nil || r.ExitCode == 0 || !strings.Contains(r.Output(), "RDMA_CM_EVENT_REJECTED, error 8") {
+			t.Fatalf("rping against a goroce device with no listener:\n%s", r)
+		}
+		if !contains(msgs, fmt.Sprintf("%v>%v REQ", vm, host)) || !contains(msgs, fmt.Sprintf("%v>%v REJ reason 8", host, vm)) {
+			t.Fatalf("capture lacks the REQ and its REJ reason 8: %v", msgs)
+		}
+	})
+
+	t.Run("RpingConnectsToGoroce", func(t *testing.T) {
+		pd := dev.AllocPD()
+		buf := make([]byte, 2*64)
+		mr, err := pd.RegMR(buf, qp.LocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := cm.Listen(ctx, dev, fmt.Sprintf("%v:7174", host), &cm.Options{PD: pd,
+			Prepare: func(q *qp.QP) error {
+				// rping posts its receive before rdma_accept/rdma_connect.
+				for i := range 2 {
+					err := q.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{{Addr: mr.IOVA() + uint64(64*i), Length: 64, LKey: mr.LKey()}}})
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		pcap := filepath.Join(t.TempDir(), "rping_connect.pcap")
+		c, err := h.Capture(pcap, "udp port 4791")
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := h.Start(0, fmt.Sprintf("rping -c -a %v -p 7174 -C 1 -v", host))
+		actx, acancel := context.WithTimeout(ctx, 60*time.Second)
+		conn, err := l.Accept(actx)
+		acancel()
+		if err != nil {
+			job.Kill()
+			c.Stop()
+			t.Fatalf("Accept: %v; rping: %s; on the wire: %v", err, job.Wait(5*time.Second), cmMessages(t, pcap))
+		}
+		if st := conn.QP().State(); st != qp.StateRTS {
+			t.Errorf("accepted QP in %v", st)
+		}
+		wcs := make([]qp.WC, 1)
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = conn.RecvCQ().Wait(wctx, wcs)
+		wcancel()
+		if err != nil || wcs[0].Err() != nil || wcs[0].ByteLen != 16 {
+			t.Errorf("rping's first SEND: %v %v, %d bytes", err, wcs[0].Err(), wcs[0].ByteLen)
+		} else {
+			// struct rping_rdma_info: be64 buf, be32 rkey, be32 size (64).
+			t.Logf("rping's start buffer: addr %#x rkey %#x size %d", binary.BigEndian.Uint64(buf),
+				binary.BigEndian.Uint32(buf[8:]), binary.BigEndian.Uint32(buf[12:]))
+			if size := binary.BigEndian.Uint32(buf[12:]); size != 64 {
+				t.Errorf("rping's start buffer size %d, want 64", size)
+			}
+		}
+		if err := conn.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		r := job.Wait(30 * time.Second)
+		c.Stop()
+		msgs := cmMessages(t, pcap)
+		t.Logf("rping after goroce's DREQ: exit %d, %q; on the wire: %s", r.ExitCode, r.Output(), strings.Join(msgs, ", "))
+		if r.Err != nil {
+			t.Errorf("rping did not end after the DREQ: %s", r)
+		}
+		for _, m := range []string{
+			fmt.Sprintf("%v>%v REQ", vm, host), fmt.Sprintf("%v>%v REP", host, vm), fmt.Sprintf("%v>%v RTU", vm, host),
+			fmt.Sprintf("%v>%v DREQ", host, vm), fmt.Sprintf("%v>%v DREP", vm, host),
+		} {
+			if !contains(msgs, m) {
+				t.Errorf("capture lacks %q: %v", m, msgs)
+			}
+		}
+	})
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// cmMessages lists the CM MADs of a capture as "src>dst NAME" ("REJ reason
+// N" for a REJ): UD SEND_ONLY to QP1 on UDP 4791, the MAD after the
+// 12-byte BTH and 8-byte DETH.
+func cmMessages(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapfile.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		proto, l4 := l4Payload(rec.Data)
+		if proto != 17 || len(l4) < 8+12+8+mad.MADLen || binary.BigEndian.Uint16(l4[2:]) != rocePort || l4[8] != 0x64 {
+			continue
+		}
+		if qpn := binary.BigEndian.Uint32(l4[8+4:]) & 0xFFFFFF; qpn != 1 {
+			continue
+		}
+		_, m, err := mad.Parse(l4[8+12+8:])
+		if err != nil {
+			continue
+		}
+		// The IPv4 source and destination sit 20 and 16 bytes before the
+		// UDP header (the harness uses IPv4 only).
+		ip := rec.Data[len(rec.Data)-len(l4)-20:]
+		name := m.Name()
+		if rej, ok := m.(*mad.REJ); ok {
+			name = fmt.Sprintf("REJ reason %d", rej.Reason)
+		}
+		out = append(out, fmt.Sprintf("%d.%d.%d.%d>%d.%d.%d.%d %s", ip[12], ip[13], ip[14], ip[15], ip[16], ip[17], ip[18], ip[19], name))
+	}
+}
