@@ -33,7 +33,11 @@ import (
 //   - a goroce Listener accepting a stock `rping -c -C 1` connection:
 //     REQ → REP → RTU complete, the QP reaches RTS, and rping's first SEND
 //     (its 16-byte start-buffer message) arrives on the receive posted in
-//     Prepare; goroce's Close then disconnects rping with DREQ → DREP.
+//     Prepare; goroce's Close then disconnects rping with DREQ → DREP;
+//   - goroce Dial to a stock `rping -s -C 1 -v` server: the QP works with the
+//     negotiated attributes both ways — the server RDMA READs the buffer our
+//     first SEND advertises (it prints it: "server ping data: ...") and
+//     SENDs its go-ahead back.
 func TestCM(t *testing.T) {
 	h := New(t, Config{VMs: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -162,6 +166,85 @@ func TestCM(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("DialRpingServer", func(t *testing.T) { dialRpingServer(t, ctx, h, dev) })
+}
+
+func dialRpingServer(t *testing.T, ctx context.Context, h *Harness, dev *qp.Device) {
+	vm := h.VMIP(0)
+	pcap := filepath.Join(t.TempDir(), "rping_server.pcap")
+	c, err := h.Capture(pcap, "udp port 4791")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	job := h.Start(0, fmt.Sprintf("rping -s -a %v -p 7174 -C 1 -v", vm))
+	defer job.Kill()
+	pd := dev.AllocPD()
+	const text = "goroce ping data"
+	start := make([]byte, 64) // rping's start buffer: what the server READs
+	copy(start, text)
+	recv, info := make([]byte, 64), make([]byte, 16)
+	startMR, err := pd.RegMR(start, qp.LocalWrite|qp.RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvMR, err := pd.RegMR(recv, qp.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infoMR, err := pd.RegMR(info, qp.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &cm.Options{PD: pd, Prepare: func(q *qp.QP) error {
+		return q.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{{Addr: recvMR.IOVA(), Length: 64, LKey: recvMR.LKey()}}})
+	}}
+	// rdma_cm has no TCP socket to wait for: retry while the server starts.
+	var conn *cm.Conn
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
+		conn, err = cm.Dial(dctx, dev, fmt.Sprintf("%v:7174", vm), o)
+		dcancel()
+		if err == nil || !errors.Is(err, cm.ErrConnRefused) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("Dial the rping server: %v; rping: %s", err, job.Wait(time.Second))
+	}
+	if st := conn.QP().State(); st != qp.StateRTS {
+		t.Errorf("QP in %v", st)
+	}
+	// struct rping_rdma_info: be64 buf, be32 rkey, be32 size.
+	binary.BigEndian.PutUint64(info, startMR.IOVA())
+	binary.BigEndian.PutUint32(info[8:], startMR.RKey())
+	binary.BigEndian.PutUint32(info[12:], 64)
+	if err := conn.QP().PostSend(&qp.SendWR{WRID: 2, Opcode: qp.WRSend, Flags: qp.SendSignaled,
+		SGL: []qp.SGE{{Addr: infoMR.IOVA(), Length: 16, LKey: infoMR.LKey()}}}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]qp.WC, 1)
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	for _, cq := range []*qp.CQ{conn.SendCQ(), conn.RecvCQ()} {
+		if _, err := cq.Wait(wctx, wcs); err != nil || wcs[0].Err() != nil {
+			t.Fatalf("%v completion: %v %v", wcs[0].Opcode, err, wcs[0].Err())
+		}
+	}
+	if wcs[0].ByteLen != 16 {
+		t.Errorf("the server's go-ahead is %d bytes, want 16", wcs[0].ByteLen)
+	}
+	if err := conn.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	r := job.Wait(30 * time.Second)
+	c.Stop()
+	t.Logf("rping -s: exit %d, %q; on the wire: %s", r.ExitCode, r.Output(), strings.Join(cmMessages(t, pcap), ", "))
+	if !strings.Contains(r.Output(), "server ping data: "+text) {
+		t.Errorf("the rping server did not READ our buffer:\n%s", r)
+	}
 }
 
 func contains(list []string, s string) bool {
