@@ -18,10 +18,10 @@ var (
 )
 
 // The REQ's retry timeout, from its fields (ib_send_cm_req): 2 × the
-// packet life time (16: 256 ms) + the remote CM response timeout (20:
+// packet life time (18: 1024 ms) + the remote CM response timeout (20:
 // 4096 ms). The REP's, from the REQ's local CM response timeout.
 const (
-	reqTimeout = 2*256*time.Millisecond + 4096*time.Millisecond
+	reqTimeout = 2*1024*time.Millisecond + 4096*time.Millisecond
 	repTimeout = 4096 * time.Millisecond
 )
 
@@ -197,10 +197,10 @@ func TestMRAForREP(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		time.Sleep(2 * time.Second)
-		const want = 64*time.Millisecond + 512*time.Millisecond
+		time.Sleep(5 * time.Second)
+		const want = 64*time.Millisecond + 2048*time.Millisecond
 		if g := gaps(n.times("REP")); len(g) < 2 || g[0] != want || g[1] != want {
-			t.Errorf("REP resent after %v, want every %v: 64 ms (MRA service timeout) + 512 ms (the path's timeout)", g, want)
+			t.Errorf("REP resent after %v, want every %v: 64 ms (MRA service timeout) + 2048 ms (the path's timeout, 19)", g, want)
 		}
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 		defer acancel()
@@ -348,6 +348,67 @@ func TestCloseFromServer(t *testing.T) {
 		}
 		if err := e.server.Close(); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// A Listener holds at most Backlog established connections for Accept;
+// more REQs get REJ "no resources". Closing it rejects what is pending and
+// makes Accept return ErrClosed.
+func TestBacklogAndListenerClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, a, b := setup(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		l, err := Listen(ctx, b, addrB, &Options{Backlog: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1, err := Dial(ctx, a, addrB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c1.Close()
+		synctest.Wait() // the RTU: c1 is in the backlog
+		_, err = Dial(ctx, a, addrB, nil)
+		var re *RejectError
+		if !errors.As(err, &re) || re.Reason != mad.RejNoResources {
+			t.Fatalf("Dial beyond the backlog: %v", err)
+		}
+		if _, err := Listen(ctx, b, addrB, nil); !errors.Is(err, ErrAddrInUse) {
+			t.Fatalf("second Listen on the port: %v", err)
+		}
+		l.Close()
+		if _, err := l.Accept(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Accept after Close: %v", err)
+		}
+		<-c1.Done() // the backlog's connection was closed: DREQ
+		if _, err := Dial(ctx, a, addrB, nil); !errors.Is(err, ErrConnRefused) {
+			t.Fatalf("Dial after the listener closed: %v", err)
+		}
+	})
+}
+
+// DialUD's ctx bounds the SIDR_REQ's retries.
+func TestDialUDContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
+			return m.Name() == "SIDR_REQ", false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		l, err := ListenUD(ctx, b, "198.18.0.2:7000", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer dcancel()
+		if _, err := DialUD(dctx, a, "198.18.0.2:7000", nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("DialUD: %v", err)
+		}
+		if k := n.count("SIDR_REQ"); k != 3 { // at 0, 4.096 and 8.192 s
+			t.Fatalf("%d SIDR_REQs in 10 s", k)
 		}
 	})
 }
