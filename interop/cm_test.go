@@ -37,7 +37,10 @@ import (
 //   - goroce Dial to a stock `rping -s -C 1 -v` server: the QP works with the
 //     negotiated attributes both ways — the server RDMA READs the buffer our
 //     first SEND advertises (it prints it: "server ping data: ...") and
-//     SENDs its go-ahead back.
+//     SENDs its go-ahead back;
+//   - SIDR both ways with udaddy: goroce DialUD resolves `udaddy -b` (its QPN
+//     and RDMA_UDP_QKEY) and trades a datagram with it; a `udaddy -s` client
+//     resolves a goroce ListenUD, sends to its QP and gets goroce's reply.
 func TestCM(t *testing.T) {
 	h := New(t, Config{VMs: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -168,6 +171,145 @@ func TestCM(t *testing.T) {
 	})
 
 	t.Run("DialRpingServer", func(t *testing.T) { dialRpingServer(t, ctx, h, dev) })
+	t.Run("DialUDToUdaddy", func(t *testing.T) { dialUdaddy(t, ctx, h, dev) })
+	t.Run("UdaddyToListenUD", func(t *testing.T) { listenUdaddy(t, ctx, h, dev) })
+}
+
+// udMsg is the size of the receives for udaddy's datagrams (it sends 100
+// bytes by default).
+const udMsg = 1024
+
+// udBuffers registers n receive buffers of GRH + udMsg bytes and a send
+// buffer, and returns Prepare posting the receives.
+func udBuffers(t *testing.T, pd *qp.PD, n int) (recv []byte, mr *qp.MR, prepare func(q *qp.QP) error) {
+	recv = make([]byte, n*(qp.GRHLen+udMsg))
+	mr, err := pd.RegMR(recv, qp.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recv, mr, func(q *qp.QP) error {
+		for i := range n {
+			if err := q.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{{
+				Addr: mr.IOVA() + uint64(i*(qp.GRHLen+udMsg)), Length: qp.GRHLen + udMsg, LKey: mr.LKey()}}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// udSend sends one n-byte datagram the way udaddy does: SEND_WITH_IMM
+// carrying the sender's QPN, which udaddy's server answers
+// (create_reply_ah: remote_qpn = the immediate).
+func udSend(t *testing.T, ctx context.Context, q *qp.QP, cq *qp.CQ, pd *qp.PD, ah *qp.AH, qpn, qkey uint32, n int) {
+	t.Helper()
+	buf := make([]byte, n)
+	copy(buf, "goroce datagram")
+	mr, err := pd.RegMR(buf, qp.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PostSend(&qp.SendWR{WRID: 100, Opcode: qp.WRSendWithImm, Imm: q.QPN(), Flags: qp.SendSignaled,
+		SGL: []qp.SGE{{Addr: mr.IOVA(), Length: uint32(n), LKey: mr.LKey()}},
+		AH:  ah, RemoteQPN: qpn, RemoteQKey: qkey}); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]qp.WC, 1)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	if _, err := cq.Wait(wctx, wcs); err != nil || wcs[0].Err() != nil {
+		t.Fatalf("UD send: %v %v", err, wcs[0].Err())
+	}
+}
+
+// dialUdaddy: goroce DialUD resolves a stock udaddy server through SIDR,
+// sends it one datagram and receives its reply.
+func dialUdaddy(t *testing.T, ctx context.Context, h *Harness, dev *qp.Device) {
+	vm := h.VMIP(0)
+	pcap := filepath.Join(t.TempDir(), "udaddy.pcap")
+	c, err := h.Capture(pcap, "udp port 4791")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	job := h.Start(0, fmt.Sprintf("udaddy -b %v -C 1", vm))
+	defer job.Kill()
+	pd := dev.AllocPD()
+	_, _, prepare := udBuffers(t, pd, 4)
+	var e *cm.UDEndpoint
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
+		e, err = cm.DialUD(dctx, dev, fmt.Sprintf("%v:7174", vm), &cm.Options{PD: pd, Prepare: prepare})
+		dcancel()
+		if err == nil || !errors.Is(err, cm.ErrConnRefused) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("DialUD the udaddy server: %v; udaddy: %s", err, job.Wait(time.Second))
+	}
+	defer e.Close()
+	t.Logf("SIDR: udaddy's QP %#x, Q_Key %#x", e.RemoteQPN(), e.RemoteQKey())
+	if e.RemoteQKey() != 0x01234567 {
+		t.Errorf("Q_Key %#x, want RDMA_UDP_QKEY", e.RemoteQKey())
+	}
+	udSend(t, ctx, e.QP(), e.SendCQ(), pd, e.AH(), e.RemoteQPN(), e.RemoteQKey(), 100)
+	wcs := make([]qp.WC, 1)
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if _, err := e.RecvCQ().Wait(wctx, wcs); err != nil || wcs[0].Err() != nil {
+		t.Fatalf("udaddy's reply: %v %v; udaddy: %s", err, wcs[0].Err(), job.Wait(time.Second))
+	}
+	if wcs[0].SrcQP != e.RemoteQPN() {
+		t.Errorf("reply from QP %#x, resolved %#x", wcs[0].SrcQP, e.RemoteQPN())
+	}
+	r := job.Wait(30 * time.Second)
+	c.Stop()
+	t.Logf("udaddy -b: exit %d, %q; on the wire: %s", r.ExitCode, r.Output(), strings.Join(cmMessages(t, pcap), ", "))
+	if !r.OK() || !strings.Contains(r.Output(), "test complete") {
+		t.Errorf("udaddy server:\n%s", r)
+	}
+}
+
+// listenUdaddy: a stock udaddy client resolves a goroce ListenUD through
+// SIDR, sends its datagram to the listener's QP, and gets goroce's reply
+// (addressed from the receive's GRH and source QP).
+func listenUdaddy(t *testing.T, ctx context.Context, h *Harness, dev *qp.Device) {
+	host := h.HostIP()
+	pd := dev.AllocPD()
+	recv, _, prepare := udBuffers(t, pd, 4)
+	l, err := cm.ListenUD(ctx, dev, fmt.Sprintf("%v:7174", host), &cm.Options{PD: pd, Prepare: prepare})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	job := h.Start(0, fmt.Sprintf("udaddy -s %v -C 1", host))
+	defer job.Kill()
+	wcs := make([]qp.WC, 1)
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if _, err := l.RecvCQ().Wait(wctx, wcs); err != nil || wcs[0].Err() != nil {
+		t.Fatalf("udaddy's datagram: %v %v; udaddy: %s", err, wcs[0].Err(), job.Wait(time.Second))
+	}
+	wc := wcs[0]
+	off := int(wc.WRID) * (qp.GRHLen + udMsg)
+	attr, err := qp.AHAttrFromWC(&wc, recv[off:off+qp.GRHLen])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ah, err := pd.CreateAH(ctx, attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Destroy()
+	t.Logf("udaddy's datagram: %d bytes from %v QP %#x", wc.ByteLen-qp.GRHLen, attr.GID, wc.SrcQP)
+	udSend(t, ctx, l.QP(), l.SendCQ(), pd, ah, wc.SrcQP, 0x01234567, int(wc.ByteLen-qp.GRHLen))
+	r := job.Wait(30 * time.Second)
+	t.Logf("udaddy -s: exit %d, %q", r.ExitCode, r.Output())
+	if !r.OK() || !strings.Contains(r.Output(), "test complete") {
+		t.Errorf("udaddy client:\n%s", r)
+	}
 }
 
 func dialRpingServer(t *testing.T, ctx context.Context, h *Harness, dev *qp.Device) {
