@@ -440,7 +440,8 @@ func (a *agent) sendError(o *outbox, id *cmID) {
 // Stats count the CM messages of a device's agent.
 type Stats struct {
 	Received    uint64 // CM MADs received and parsed
-	Dropped     uint64 // MADs that could not be parsed or matched nothing
+	Invalid     uint64 // MADs that could not be parsed (or of another class version or method)
+	Dropped     uint64 // parsed messages that matched no communication ID or state
 	Duplicates  uint64 // duplicate REQ, REP, RTU, DREQ, SIDR_REQ, MRA
 	Retransmits uint64 // REQ, REP, DREQ, SIDR_REQ resent on their timeout
 	Rejects     uint64 // REJs sent
@@ -466,7 +467,7 @@ func (a *agent) receive(from madAddr, b []byte) {
 	var o outbox
 	a.mu.Lock()
 	if err != nil || h.ClassVersion != mad.CMClassVersion || h.Method != mad.MethodSend {
-		a.stats.Dropped++
+		a.stats.Invalid++
 		a.mu.Unlock()
 		return
 	}
