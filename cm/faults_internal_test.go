@@ -3,8 +3,8 @@ package cm
 import (
 	"context"
 	"encoding/binary"
-	"math/rand/v2"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"testing"
@@ -454,7 +454,7 @@ func TestGarbageMADs(t *testing.T) {
 			}
 		}
 		n.inject(ipA, ipB, make([]byte, 100)) // short
-		time.Sleep(10 * time.Minute)         // every retry and timewait of what got through
+		time.Sleep(10 * time.Minute)          // every retry and timewait of what got through
 		s := AgentStats(b)
 		t.Logf("%d garbage MADs: server agent %+v", sent, s)
 		if s.Received+s.Invalid != uint64(sent+1) {
