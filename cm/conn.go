@@ -29,10 +29,10 @@ const defaultBacklog = 128
 
 // Private data room (cm_msgs.h sizes less the cma_hdr).
 const (
-	maxREQPrivate     = mad.REQPrivateDataLen - mad.CMAHeaderLen
+	maxREQPrivate     = mad.REQUserDataLen
 	maxREPPrivate     = mad.REPPrivateDataLen
 	maxREJPrivate     = mad.REJPrivateDataLen
-	maxSIDRREQPrivate = mad.SIDRREQPrivateDataLen - mad.CMAHeaderLen
+	maxSIDRREQPrivate = mad.SIDRREQUserDataLen
 	maxSIDRREPPrivate = mad.SIDRREPPrivateDataLen
 )
 
