@@ -452,7 +452,10 @@ func (c *conn) watch() {
 	for e := range c.id.ev {
 		switch e.kind {
 		case evDREQ, evREJ:
+			// Also the answer to our own DREQ when both sides close at
+			// once (the DREQs cross; each side DREPs the other's).
 			c.disconnected(ErrDisconnected)
+			c.closed()
 		case evDREP, evTimeout:
 			c.closed()
 		case evFinished:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -464,5 +465,57 @@ func TestGarbageMADs(t *testing.T) {
 		e := connect(t, ctx, a, b, nil, nil)
 		e.client.Close()
 		e.server.Close()
+	})
+}
+
+// Both sides close at once: the DREQs cross, each side answers the other's
+// with a DREP, and neither Close waits for the DREP its DREQ will not get.
+func TestCrossingDREQs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The first DREQ is held back until the other side has sent its
+		// own: they cross.
+		var mu sync.Mutex
+		var held []byte
+		var heldTo netip.Addr
+		var n *fakeNet
+		n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
+			if m.Name() != "DREQ" {
+				return false, false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if held == nil {
+				held = make([]byte, mad.MADLen)
+				mad.Marshal(h, m, held)
+				heldTo = netip.MustParseAddr(to)
+				return true, false
+			}
+			go n.inject(netip.MustParseAddr(to), heldTo, held) // from the side the second DREQ goes to
+			return false, false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, c := range []*Conn{e.client, e.server} {
+			wg.Go(func() {
+				if err := c.Close(); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if d := time.Since(start); d != 0 {
+			t.Errorf("crossing Closes took %v", d)
+		}
+		synctest.Wait()
+		if k, r := n.count("DREQ"), n.count("DREP"); k != 2 || r != 2 {
+			t.Errorf("%d DREQs, %d DREPs", k, r)
+		}
+		tr := strings.Join(n.trace(), "\n")
+		if !strings.Contains(tr, "198.18.0.1>198.18.0.2 DREP") || !strings.Contains(tr, "198.18.0.2>198.18.0.1 DREP") {
+			t.Errorf("a DREP each way expected:\n%s", tr)
+		}
 	})
 }
