@@ -519,3 +519,35 @@ func TestCrossingDREQs(t *testing.T) {
 		}
 	})
 }
+
+// An MRA for the REQ (a passive side that needs time) makes the active
+// side wait its service timeout + the path's before resending the REQ.
+func TestMRAForREQ(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		first := true
+		var n *fakeNet
+		n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if r, ok := m.(*mad.REQ); ok && first {
+				first = false
+				mra := &mad.MRA{RemoteCommID: r.LocalCommID, MsgMRAed: mad.MsgTypeREQ, ServiceTimeout: 21}
+				b := make([]byte, mad.MADLen)
+				mad.Marshal(mad.CMHeader(h.TID, mad.AttrMRA), mra, b)
+				go n.inject(ipB, ipA, b)
+				return true, false // lost: only the resend reaches the listener
+			}
+			return false, false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		const want = 8192*time.Millisecond + 2048*time.Millisecond
+		if g := gaps(n.times("REQ")); len(g) != 1 || g[0] != want {
+			t.Errorf("REQ resent after %v, want once after %v (MRA service timeout 21 + the path's 19)", g, want)
+		}
+		e.client.Close()
+		e.server.Close()
+	})
+}
