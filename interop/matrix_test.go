@@ -48,9 +48,9 @@ func goroceHasTxDrop(bin string) bool {
 // matrixCells are the cells of one harness MTU.
 func matrixCells(mtu int) []Cell {
 	if mtu == 9000 {
-		// goroce's default backend, AF_XDP, carries at most a UMEM chunk
-		// (4096 bytes, MTU 3822) and so offers path MTU 2048 at most; the
-		// AF_PACKET backend takes the interface's 9000.
+		// Both backends take the interface's 9000: AF_PACKET directly,
+		// AF_XDP (goroce's default) with multi-buffer frames spanning its
+		// 4096-byte UMEM chunks.
 		afpacket := []string{"GOROCE_BACKEND=afpacket"}
 		return []Cell{
 			{Name: "pingpong 4096 B", Tool: ToolPingpong, Args: []string{"-n", "20", "-s", "4096", "-m", "4096", "-c"},
@@ -58,7 +58,7 @@ func matrixCells(mtu int) []Cell {
 			{Name: "write_bw 16 KiB", Tool: ToolWriteBW, Args: []string{"-F", "-s", "16384", "-n", "20"},
 				GoroceEnv: afpacket, Expect: Expect{PathMTU: 4096}, Note: "path MTU 4096, AF_PACKET"},
 			{Name: "write_bw 16 KiB AF_XDP", Tool: ToolWriteBW, Args: []string{"-F", "-s", "16384", "-n", "20"},
-				Expect: Expect{PathMTU: 2048}, Note: "AF_XDP: perftest settles on path MTU 2048", GoroceSpecific: true},
+				Expect: Expect{PathMTU: 4096}, Note: "path MTU 4096, AF_XDP multi-buffer", GoroceSpecific: true},
 		}
 	}
 	// goroce's tools drop their own transmitted frames with GOROCE_TX_DROP=P

@@ -121,12 +121,15 @@ type InterfaceInfo struct {
 	MAC       net.HardwareAddr
 	IP        netip.Addr
 	NetdevMTU int   // the interface's MTU
-	LinkMTU   int   // the IP MTU the backend carries (AF_XDP: capped by its UMEM chunk)
+	LinkMTU   int   // the IP MTU the backend carries (AF_XDP: one UMEM chunk's unless MultiBuffer)
 	PathMTU   int   // the port's active IB MTU in bytes (largest ≤ LinkMTU − 80, as rxe)
 	GIDs      []GID // the device's GID table
 	PortHeld  bool  // IP:4791 is held against ICMP port unreachable
 	// Link is the backend link (under any WrapLink wrapper), for its Stats.
 	Link nic.Link `json:"-"`
+	// MultiBuffer: afxdp frames may span UMEM chunks (XDP_USE_SG), so the
+	// backend carries the interface MTU; without it, one chunk's worth.
+	MultiBuffer bool
 }
 
 // String prints the device the way `ibv_devinfo -v` prints an rxe port,
@@ -139,6 +142,9 @@ func (i *InterfaceInfo) String() string {
 	mode := i.Mode
 	if i.ZeroCopy {
 		mode += ", zero-copy"
+	}
+	if i.MultiBuffer {
+		mode += ", multi-buffer"
 	}
 	fmt.Fprintf(&b, "\tbackend:\t\t\t%s (%s)\n", i.Backend, mode)
 	if i.Fallback != "" {

@@ -35,6 +35,7 @@ func openRawLink(ifname string, o *InterfaceOptions, info *InterfaceInfo) (nic.L
 		l, err := afxdp.Open(ifname, 0, xo)
 		if err == nil {
 			info.Backend, info.Mode, info.ZeroCopy = BackendAFXDP, l.Mode(), l.ZeroCopy()
+			info.MultiBuffer = l.MultiBuffer()
 			return l, nil
 		}
 		if backend == BackendAFXDP || !errors.Is(err, errors.ErrUnsupported) {

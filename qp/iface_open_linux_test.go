@@ -119,10 +119,14 @@ func TestOpenInterfaceEachBackend(t *testing.T) {
 				}
 				wantPMTU := map[int]int{1500: 1024, 9000: 4096}[mtu]
 				if want == qp.BackendAFXDP && mtu == 9000 {
-					// One 4096-byte UMEM chunk carries IP MTU 3822 → 2048.
-					wantPMTU = 2048
-					if info.Mode != "generic" {
-						t.Errorf("mode %q at MTU 9000, want generic (native XDP refuses MTU > page)", info.Mode)
+					// Multi-buffer AF_XDP: frames span 4096-byte UMEM
+					// chunks, and the frags-aware program attaches natively.
+					if info.Mode != "native" || !info.MultiBuffer || info.LinkMTU != 9000 {
+						t.Errorf("mode %q multi-buffer %v link MTU %d at MTU 9000, want native multi-buffer 9000",
+							info.Mode, info.MultiBuffer, info.LinkMTU)
+					}
+					if !strings.Contains(info.String(), "(native, multi-buffer)") {
+						t.Errorf("Info.String does not say multi-buffer:\n%s", info)
 					}
 				}
 				if info.PathMTU != wantPMTU || int(dev.ActiveMTU().Bytes()) != wantPMTU {

@@ -55,6 +55,11 @@ type Link struct {
 	// chunk from a UMEM address.
 	frameSize uint32
 	frameMask uint64
+	// multiBuf: bound with XDP_USE_SG and a frags-aware program, so a
+	// frame may span several chunks (descriptors chained by XDP_PKT_CONTD,
+	// multibuf.go). maxTx is the largest frame WriteBatch sends.
+	multiBuf bool
+	maxTx    int
 
 	ringMem [4][]byte
 
@@ -144,9 +149,13 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 		frameSize: uint32(opts.FrameSize),
 		frameMask: ^uint64(opts.FrameSize - 1),
 	}
-	// The IP MTU a frame can carry: the interface's, capped by one chunk
-	// minus the kernel's headroom, an Ethernet header and a VLAN tag.
-	l.mtu = min(attrs.MTU, opts.FrameSize-xdpPacketHeadroom-ethHeaderLen-vlanTagLen)
+	// The IP MTU a frame in one chunk can carry: the interface's, capped by
+	// one chunk minus the kernel's headroom, an Ethernet header and a VLAN
+	// tag. Above that, frames span chunks if the kernel has multi-buffer.
+	chunkMTU := opts.FrameSize - xdpPacketHeadroom - ethHeaderLen - vlanTagLen
+	l.mtu = min(attrs.MTU, chunkMTU)
+	l.maxTx = opts.FrameSize
+	wantMultiBuf := !opts.SingleBuffer && attrs.MTU > chunkMTU
 	defer func() {
 		if err != nil {
 			l.release()
@@ -166,16 +175,31 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 	if l.xsks, err = newXSKMap(xskMapEntries); err != nil {
 		return nil, err
 	}
-	if l.prog, err = loadRedirectProgram(l.xsks, xdpPass); err != nil {
-		return nil, err
+	// multiBufErr says why a multi-buffer socket was wanted and not had.
+	var multiBufErr error
+	if wantMultiBuf {
+		l.prog, multiBufErr = loadRedirectProgram(l.xsks, xdpPass, true)
+	}
+	if l.prog == nil {
+		if l.prog, err = loadRedirectProgram(l.xsks, xdpPass, false); err != nil {
+			return nil, err
+		}
 	}
 	var nativeErr error
 	l.lnk, l.mode, nativeErr, err = attachXDP(l.prog, l.ifindex, opts.Mode)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.bind(opts); err != nil {
+	sgErr, err := l.bind(opts, wantMultiBuf && multiBufErr == nil)
+	if err != nil {
 		return nil, err
+	}
+	if sgErr != nil {
+		multiBufErr = sgErr
+	}
+	if l.multiBuf {
+		l.mtu = min(attrs.MTU, multiBufMTU(opts.FrameSize))
+		l.maxTx = l.mtu + ethHeaderLen + vlanTagLen
 	}
 	l.zeroCopy = l.readZeroCopy()
 	if err := l.initWait(); err != nil {
@@ -185,10 +209,17 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 		return nil, opError("XSKMAP update", err)
 	}
 	if l.mtu < attrs.MTU {
-		opts.Logger.Warn("afxdp: interface MTU larger than a UMEM chunk carries; reporting the smaller MTU",
-			"ifname", ifname, "if_mtu", attrs.MTU, "mtu", l.mtu, "frame_size", opts.FrameSize)
+		why := "multi-buffer AF_XDP off (Options.SingleBuffer)"
+		if multiBufErr != nil {
+			why = "multi-buffer AF_XDP not available: " + multiBufErr.Error()
+		} else if l.multiBuf {
+			why = "more chunks than a frame may span"
+		}
+		opts.Logger.Warn("afxdp: interface MTU larger than the socket carries; reporting the smaller MTU",
+			"ifname", ifname, "if_mtu", attrs.MTU, "mtu", l.mtu, "frame_size", opts.FrameSize, "reason", why)
 	}
-	logAttrs := []any{"ifname", ifname, "queue", queue, "mode", l.mode, "zerocopy", l.ZeroCopy(), "mtu", l.mtu}
+	logAttrs := []any{"ifname", ifname, "queue", queue, "mode", l.mode, "zerocopy", l.ZeroCopy(),
+		"multi_buffer", l.multiBuf, "mtu", l.mtu}
 	if nativeErr != nil {
 		logAttrs = append(logAttrs, "native_error", nativeErr.Error())
 	}
@@ -355,8 +386,11 @@ const (
 )
 
 // bind binds the socket to the queue, with need_wakeup; copy mode in
-// generic XDP mode, zero copy only when asked.
-func (l *Link) bind(opts Options) error {
+// generic XDP mode, zero copy only when asked; with sg, multi-buffer
+// (XDP_USE_SG, kernel >= 6.6). If the kernel refuses XDP_USE_SG (EINVAL on
+// older kernels, EOPNOTSUPP for a zero-copy driver without multi-buffer) it
+// binds without it and returns why as sgErr.
+func (l *Link) bind(opts Options, sg bool) (sgErr, err error) {
 	flags := uint16(unix.XDP_USE_NEED_WAKEUP)
 	switch {
 	case opts.ZeroCopy:
@@ -364,6 +398,21 @@ func (l *Link) bind(opts Options) error {
 	case l.mode == "generic":
 		flags |= unix.XDP_COPY
 	}
+	if sg {
+		err = l.bindFlags(flags | unix.XDP_USE_SG)
+		if err == nil {
+			l.multiBuf = true
+			return nil, nil
+		}
+		if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EOPNOTSUPP) {
+			return nil, err
+		}
+		sgErr = fmt.Errorf("bind with XDP_USE_SG (kernel >= 6.6): %w", err)
+	}
+	return sgErr, l.bindFlags(flags)
+}
+
+func (l *Link) bindFlags(flags uint16) error {
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(l.ifindex), QueueID: uint32(l.queue)}
 	err := unix.Bind(l.fd, sa)
 	// A socket closed just before (by this or a crashed process) holds the
@@ -375,7 +424,7 @@ func (l *Link) bind(opts Options) error {
 	}
 	if err != nil {
 		switch {
-		case opts.ZeroCopy && errors.Is(err, unix.EOPNOTSUPP):
+		case flags&unix.XDP_ZEROCOPY != 0 && errors.Is(err, unix.EOPNOTSUPP):
 			return notSupported("AF_XDP zero copy", "a driver with AF_XDP zero-copy support", err)
 		case errors.Is(err, unix.EBUSY):
 			return opError("bind", fmt.Errorf("%s queue %d already has an AF_XDP socket: %w", l.ifname, l.queue, err))
@@ -408,7 +457,7 @@ func (l *Link) Mode() string { return l.mode }
 func (l *Link) BatchSize() int { return l.batch }
 
 // MTU implements nic.Link: the interface MTU, capped by what one UMEM chunk
-// carries (FrameSize - 256 - 18).
+// carries (FrameSize - 256 - 18) unless the socket is multi-buffer.
 func (l *Link) MTU() int { return l.mtu }
 
 // HardwareAddr implements nic.Link.
@@ -431,8 +480,8 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 		if want == 0 {
 			return 0, nil
 		}
-		if n := l.rx.available(want); n > 0 {
-			if got := l.receive(n, bufs, sizes); got > 0 {
+		if n := l.rx.available(l.rx.size); n > 0 {
+			if got := l.receive(n, bufs[:want], sizes); got > 0 {
 				return got, nil
 			}
 			continue // all of them were too big for their buffers
@@ -477,11 +526,11 @@ func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 		return 0, nil
 	}
 	for {
-		n := l.rx.available(want)
+		n := l.rx.available(l.rx.size)
 		if n == 0 {
 			break
 		}
-		if got := l.receive(n, bufs, sizes); got > 0 {
+		if got := l.receive(n, bufs[:want], sizes); got > 0 {
 			return got, nil
 		}
 		// Every one of them was too big for its buffer (counted): look again.
@@ -493,27 +542,54 @@ func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	return 0, nil
 }
 
-// receive consumes n descriptors from the RX ring.
-func (l *Link) receive(n uint32, bufs [][]byte, sizes []int) int {
-	// The fill ring has as many slots as there are receive chunks, so the
-	// n chunks in hand always fit; free is only a safety net.
-	fn := l.fill.free(n)
+// receive copies up to len(bufs) frames out of the avail descriptors ready
+// on the RX ring and gives their chunks back to the fill ring. A
+// multi-buffer frame (every descriptor but its last carries XDP_PKT_CONTD)
+// is assembled straight into its buffer. A frame larger than its buffer is
+// consumed, dropped and counted, and takes no buffer.
+func (l *Link) receive(avail uint32, bufs [][]byte, sizes []int) int {
 	got, bytes, tooBig := 0, 0, uint64(0)
-	for i := range n {
-		d := l.rx.descs[(l.rx.cons+i)&l.rx.mask]
-		end := d.Addr + uint64(d.Len)
-		if end <= uint64(len(l.umem)) && int(d.Len) <= len(bufs[got]) {
-			sizes[got] = copy(bufs[got], l.umem[d.Addr:end])
-			bytes += sizes[got]
+	var used uint32 // descriptors consumed, whole frames only
+frames:
+	for used < avail && got < len(bufs) {
+		buf, off, fits := bufs[got], 0, true
+		i := used
+		for {
+			d := l.rx.descs[(l.rx.cons+i)&l.rx.mask]
+			i++
+			end := d.Addr + uint64(d.Len)
+			if fits && end <= uint64(len(l.umem)) && off+int(d.Len) <= len(buf) {
+				off += copy(buf[off:], l.umem[d.Addr:end])
+			} else {
+				fits = false
+			}
+			if d.Options&unix.XDP_PKT_CONTD == 0 {
+				break
+			}
+			if i == avail {
+				// The kernel publishes whole frames only (af_xdp.rst,
+				// "Multi-Buffer Support"); should the rest ever be
+				// missing, leave the frame on the ring for the next call.
+				l.rx.prod = l.rx.producer.Load()
+				break frames
+			}
+		}
+		used = i
+		if fits {
+			sizes[got] = off
+			bytes += off
 			got++
 		} else {
 			tooBig++
 		}
-		if i < fn {
-			l.fill.descs[(l.fill.prod+i)&l.fill.mask] = d.Addr & l.frameMask
-		}
 	}
-	l.rx.release(n)
+	// The fill ring has as many slots as there are receive chunks, so the
+	// chunks in hand always fit; free is only a safety net.
+	fn := l.fill.free(used)
+	for i := range fn {
+		l.fill.descs[(l.fill.prod+i)&l.fill.mask] = l.rx.descs[(l.rx.cons+i)&l.rx.mask].Addr & l.frameMask
+	}
+	l.rx.release(used)
 	l.fill.submit(fn)
 	if l.needWakeup && l.fill.needWakeup() {
 		// Zero-copy drivers stop receiving when the fill ring ran dry and
@@ -529,13 +605,15 @@ func (l *Link) receive(n uint32, bufs [][]byte, sizes []int) int {
 	return got
 }
 
-// WriteBatch implements nic.Link. Each frame is copied into a free transmit
-// chunk and posted on the TX ring; the batch is then kicked with one
-// sendto(2) if the kernel asks for it. When the ring or the transmit chunks
-// run out it reaps completions, kicks and waits (back-pressure) until every
-// frame is queued or the link is closed; if the interface is down or gone
-// by then it returns the count so far and an error wrapping ENETDOWN or
-// ENXIO. A frame larger than FrameSize, or empty, is dropped and counted
+// WriteBatch implements nic.Link. Each frame is copied into free transmit
+// chunks (several, chained by XDP_PKT_CONTD, for a multi-buffer frame
+// larger than a chunk) and posted on the TX ring; the batch is then kicked
+// with one sendto(2) if the kernel asks for it. When the ring or the
+// transmit chunks run out it reaps completions, kicks and waits
+// (back-pressure) until every frame is queued or the link is closed; if the
+// interface is down or gone by then it returns the count so far and an
+// error wrapping ENETDOWN or ENXIO. A frame larger than the link carries
+// (FrameSize, or MTU+18 with multi-buffer), or empty, is dropped and counted
 // (TxDrops) and still counts as accepted.
 func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	l.txMu.Lock()
@@ -546,43 +624,59 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 			return done, nic.ErrClosed
 		}
 		l.reap()
-		room := l.tx.free(uint32(min(len(frames)-done, len(l.txFree))))
-		if room == 0 {
-			l.txRingFull.Add(1)
-			if err := l.kick(); err != nil {
-				// Nothing will complete while the interface is down or
-				// gone: report it rather than wait.
-				return done, opError("transmit", err)
-			}
-			l.reap()
-			if len(l.txFree) == 0 || l.tx.free(1) == 0 {
-				if _, err := unix.Poll(l.txPoll[:], 1); err != nil && err != unix.EINTR {
-					return done, opError("poll", err)
-				}
-			}
-			continue
-		}
-		var k uint32
-		bytes := 0
-		for k < room && done < len(frames) {
+		room := l.tx.free(uint32(len(l.txFree)))
+		var k uint32 // descriptors written
+		bytes, sent, need := 0, 0, uint32(0)
+		for done < len(frames) {
 			f := frames[done]
-			done++
-			if len(f) == 0 || len(f) > int(l.frameSize) {
+			if len(f) == 0 || len(f) > l.maxTx {
 				l.txTooBig.Add(1)
+				done++
 				continue
 			}
-			addr := l.txFree[len(l.txFree)-1]
-			l.txFree = l.txFree[:len(l.txFree)-1]
-			copy(l.umem[addr:addr+uint64(l.frameSize)], f)
-			l.tx.descs[(l.tx.prod+k)&l.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(len(f))}
-			k++
+			need = (uint32(len(f)) + l.frameSize - 1) / l.frameSize
+			if k+need > room {
+				break
+			}
+			for off := 0; off < len(f); {
+				addr := l.txFree[len(l.txFree)-1]
+				l.txFree = l.txFree[:len(l.txFree)-1]
+				n := copy(l.umem[addr:addr+uint64(l.frameSize)], f[off:])
+				off += n
+				var opt uint32
+				if off < len(f) {
+					opt = unix.XDP_PKT_CONTD
+				}
+				l.tx.descs[(l.tx.prod+k)&l.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(n), Options: opt}
+				k++
+			}
+			done++
+			sent++
 			bytes += len(f)
+			need = 0
 		}
 		if k > 0 {
 			posted = true
 			l.tx.submit(k)
-			l.txFrames.Add(uint64(k))
+			l.txFrames.Add(uint64(sent))
 			l.txBytes.Add(uint64(bytes))
+		}
+		if need == 0 {
+			continue
+		}
+		// The next frame needs more descriptors than the ring or the
+		// transmit chunks have free.
+		l.txRingFull.Add(1)
+		if err := l.kick(); err != nil {
+			// Nothing will complete while the interface is down or
+			// gone: report it rather than wait.
+			return done, opError("transmit", err)
+		}
+		l.reap()
+		if uint32(len(l.txFree)) < need || l.tx.free(need) < need {
+			if _, err := unix.Poll(l.txPoll[:], 1); err != nil && err != unix.EINTR {
+				return done, opError("poll", err)
+			}
 		}
 	}
 	if posted {

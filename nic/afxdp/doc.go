@@ -27,6 +27,10 @@
 // ring is empty (consumer) or full (producer), so a batch costs two atomic
 // operations, not two per frame.
 //
+// The kernel takes no chunk larger than a page (XDP_UMEM_REG answers EINVAL
+// for 8192 bytes, aligned or unaligned, without huge pages), so a frame
+// larger than a chunk spans several: see "Multi-buffer" below.
+//
 // The UMEM is split in two fixed halves: the receive half circulates between
 // the fill ring and the RX ring (ReadBatch copies a frame out and gives its
 // chunk straight back to the fill ring), the transmit half is a free list
@@ -87,13 +91,30 @@
 // only matter on other kernels or for XDP_REDIRECT into a veth; attaching
 // it costs nothing measurable.
 //
-// A single-buffer XDP program cannot be attached in native mode to a device
-// whose MTU exceeds one page minus headroom (veth with MTU 9000 answers
-// ERANGE): Open then falls back to generic mode and logs why. A received
-// frame must also fit one UMEM chunk minus XDP_PACKET_HEADROOM (256 bytes),
-// so Link.MTU reports the smaller of the interface MTU and what the chunk
-// carries (3822 bytes of IP MTU for 4096-byte chunks). Multi-buffer AF_XDP
-// (XDP_USE_SG, xdp.frags) is not implemented.
+// # Multi-buffer
+//
+// One chunk holds FrameSize-256 bytes of a received frame (the kernel keeps
+// XDP_PACKET_HEADROOM in front), an IP MTU of 3822 for 4096-byte chunks.
+// When the interface MTU is larger (a veth at MTU 9000), Open makes the
+// socket multi-buffer (af_xdp.rst, "Multi-Buffer Support"): the program is
+// loaded with BPF_F_XDP_HAS_FRAGS (libbpf's SEC("xdp.frags"), kernel >=
+// 5.18), which also lets it attach natively to a device whose MTU exceeds a
+// page, and the socket is bound with XDP_USE_SG (kernel >= 6.6). A frame
+// then spans up to 16 chunks: every descriptor but its last carries
+// XDP_PKT_CONTD in options, on the RX ring (the kernel copies the frame
+// into as many fill chunks as it needs and publishes whole frames only) and
+// on the TX ring (WriteBatch splits a frame at chunk boundaries and posts a
+// frame only when all its descriptors fit). ReadBatch assembles a frame
+// straight into the caller's buffer, so the transport sees one contiguous
+// frame and nothing is allocated per packet. Link.MTU is then the
+// interface's; Link.MultiBuffer says whether the socket is multi-buffer.
+//
+// If the kernel refuses XDP_USE_SG or the frags flag (or
+// Options.SingleBuffer asks), the socket is single-buffer and Link.MTU is
+// capped by the chunk (3822), logged with the reason. Without the frags
+// flag the program cannot be attached natively to a device whose MTU
+// exceeds one page minus headroom (veth answers ERANGE), so Open falls back
+// to generic mode, logged as well.
 //
 // # Namespaces and limits
 //

@@ -20,8 +20,14 @@ const (
 // Options configure Open. The zero value is a good default.
 type Options struct {
 	// FrameSize is the UMEM chunk size: 4096 (default) or 2048. A received
-	// frame must fit in FrameSize-256 bytes (XDP_PACKET_HEADROOM).
+	// frame larger than FrameSize-256 bytes (XDP_PACKET_HEADROOM) spans
+	// several chunks (multi-buffer, see the package doc).
 	FrameSize int
+	// SingleBuffer turns multi-buffer AF_XDP off, as on a kernel without
+	// it: every frame must fit one chunk, so the link carries at most IP
+	// MTU FrameSize-274, and at an interface MTU above a page the program
+	// attaches in generic mode.
+	SingleBuffer bool
 	// NumFrames is the number of UMEM chunks, a power of two >= 64
 	// (default 4096). Half receive, half transmit; every ring has
 	// NumFrames/2 descriptors.

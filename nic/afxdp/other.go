@@ -49,4 +49,5 @@ func (l *Link) Stats() nic.Stats                                     { return ni
 func (l *Link) KernelStats() XDPStats                                { return XDPStats{} }
 func (l *Link) Mode() string                                         { return "" }
 func (l *Link) ZeroCopy() bool                                       { return false }
+func (l *Link) MultiBuffer() bool                                    { return false }
 func (l *Link) Close() error                                         { return nil }

@@ -166,11 +166,16 @@ func newXSKMap(entries uint32) (*ebpf.Map, error) {
 	return m, nil
 }
 
-// loadRedirectProgram loads the steering program bound to xsks.
-func loadRedirectProgram(xsks *ebpf.Map, miss int32) (*ebpf.Program, error) {
+// loadRedirectProgram loads the steering program bound to xsks. With frags
+// it is loaded with BPF_F_XDP_HAS_FRAGS (what libbpf does for SEC("xdp.frags"),
+// kernel >= 5.18): it may then see multi-buffer frames, of which it reads only
+// the headers in the linear part, and be attached natively to a device whose
+// MTU exceeds a page.
+func loadRedirectProgram(xsks *ebpf.Map, miss int32, frags bool) (*ebpf.Program, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         redirectProgName,
 		Type:         ebpf.XDP,
+		Flags:        progFlags(frags),
 		License:      "Dual MIT/GPL",
 		Instructions: redirectInstructions(xsks.FD(), miss),
 	})
@@ -180,10 +185,29 @@ func loadRedirectProgram(xsks *ebpf.Map, miss int32) (*ebpf.Program, error) {
 	return prog, nil
 }
 
+func progFlags(frags bool) uint32 {
+	if frags {
+		return unix.BPF_F_XDP_HAS_FRAGS
+	}
+	return 0
+}
+
+// loadPassProgram loads the XDP_PASS program, frags-aware (it never reads
+// the packet) where the kernel has BPF_F_XDP_HAS_FRAGS, so it attaches
+// natively at any MTU.
 func loadPassProgram() (*ebpf.Program, error) {
+	prog, err := newPassProgram(true)
+	if err != nil {
+		prog, err = newPassProgram(false)
+	}
+	return prog, err
+}
+
+func newPassProgram(frags bool) (*ebpf.Program, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:    passProgName,
 		Type:    ebpf.XDP,
+		Flags:   progFlags(frags),
 		License: "Dual MIT/GPL",
 		Instructions: asm.Instructions{
 			asm.Mov.Imm(asm.R0, xdpPass),

@@ -5,6 +5,7 @@ package afxdp
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 
@@ -14,7 +15,9 @@ import (
 // loadTestProgram loads the steering program over an empty XSKMAP with
 // XDP_DROP as the miss action, so BPF_PROG_TEST_RUN answers DROP for a frame
 // the program would redirect and PASS for one it leaves to the kernel.
-func loadTestProgram(t *testing.T) *ebpf.Program {
+// With frags it is loaded frags-aware (BPF_F_XDP_HAS_FRAGS), as Open loads
+// it for a multi-buffer socket.
+func loadTestProgram(t *testing.T, frags bool) *ebpf.Program {
 	t.Helper()
 	requireRoot(t)
 	m, err := newXSKMap(4)
@@ -26,7 +29,7 @@ func loadTestProgram(t *testing.T) *ebpf.Program {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	p, err := loadRedirectProgram(m, xdpDrop)
+	p, err := loadRedirectProgram(m, xdpDrop, frags)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
@@ -78,7 +81,12 @@ func v6Frame(next byte, dport uint16) []byte {
 }
 
 func TestProgramVerdicts(t *testing.T) {
-	p := loadTestProgram(t)
+	for _, frags := range []bool{false, true} {
+		t.Run(fmt.Sprintf("frags=%v", frags), func(t *testing.T) { testVerdicts(t, loadTestProgram(t, frags)) })
+	}
+}
+
+func testVerdicts(t *testing.T, p *ebpf.Program) {
 	const redirect, pass = xdpDrop, xdpPass
 
 	withIHL := func(words int) []byte {
@@ -125,7 +133,7 @@ func TestProgramVerdicts(t *testing.T) {
 // inside its headers (before the end of the UDP header) must pass, the rest
 // redirect.
 func TestProgramTruncated(t *testing.T) {
-	p := loadTestProgram(t)
+	p := loadTestProgram(t, false)
 	frames := map[string]struct {
 		f      []byte
 		udpEnd int // end of the UDP header

@@ -29,15 +29,21 @@ func frameSizeFor(seq uint32) int { return 64 + int(seq*37)%1435 }
 // batches.
 func sendFrames(t *testing.T, l *Link, p *vethPair, dst net.HardwareAddr, first, n int, dport uint16) {
 	t.Helper()
+	sendSized(t, l, p, dst, first, n, dport, frameSizeFor)
+}
+
+// sendSized is sendFrames with frame seq of size(seq) bytes.
+func sendSized(t *testing.T, l *Link, p *vethPair, dst net.HardwareAddr, first, n int, dport uint16, size func(uint32) int) {
+	t.Helper()
 	batch := make([][]byte, 0, l.BatchSize())
 	bufs := make([][]byte, l.BatchSize())
 	for i := range bufs {
-		bufs[i] = make([]byte, 1514)
+		bufs[i] = make([]byte, l.MTU()+ethHeaderLen)
 	}
 	for seq := first; seq < first+n; {
 		batch = batch[:0]
 		for len(batch) < cap(batch) && seq < first+n {
-			batch = append(batch, buildFrame(bufs[len(batch)], frameSizeFor(uint32(seq)), dst, l.HardwareAddr(), p.ipA, p.ipB, dport, uint32(seq)))
+			batch = append(batch, buildFrame(bufs[len(batch)], size(uint32(seq)), dst, l.HardwareAddr(), p.ipA, p.ipB, dport, uint32(seq)))
 			seq++
 		}
 		m, err := l.WriteBatch(batch)
@@ -50,9 +56,15 @@ func sendFrames(t *testing.T, l *Link, p *vethPair, dst net.HardwareAddr, first,
 // receiveFrames reads until n frames arrived (or the liveness bound) and
 // checks that they are frames first..first+n-1, intact and in order.
 func receiveFrames(l *Link, first, n int) error {
+	return receiveSized(l, first, n, 2048, frameSizeFor)
+}
+
+// receiveSized is receiveFrames into buffers of bufSize bytes, with frame
+// seq of size(seq) bytes.
+func receiveSized(l *Link, first, n, bufSize int, size func(uint32) int) error {
 	bufs := make([][]byte, l.BatchSize())
 	for i := range bufs {
-		bufs[i] = make([]byte, 2048)
+		bufs[i] = make([]byte, bufSize)
 	}
 	sizes := make([]int, len(bufs))
 	next := first
@@ -70,7 +82,7 @@ func receiveFrames(l *Link, first, n int) error {
 			if int(seq) != next {
 				return fmt.Errorf("got seq %d, want %d (loss or reordering)", seq, next)
 			}
-			if want := frameSizeFor(seq); len(f) != want {
+			if want := size(seq); len(f) != want {
 				return fmt.Errorf("seq %d: %d bytes, want %d", seq, len(f), want)
 			}
 			next++
@@ -82,8 +94,13 @@ func receiveFrames(l *Link, first, n int) error {
 // readAsync runs receiveFrames in a goroutine; the returned func waits for
 // it, closing l if it does not finish within the liveness bound.
 func readAsync(l *Link, first, n int) func() error {
+	return readSizedAsync(l, first, n, 2048, frameSizeFor)
+}
+
+// readSizedAsync is readAsync with receiveSized.
+func readSizedAsync(l *Link, first, n, bufSize int, size func(uint32) int) func() error {
 	done := make(chan error, 1)
-	go func() { done <- receiveFrames(l, first, n) }()
+	go func() { done <- receiveSized(l, first, n, bufSize, size) }()
 	return func() error {
 		select {
 		case err := <-done:
@@ -434,12 +451,13 @@ func TestCloseWakesAndDetaches(t *testing.T) {
 	b2.Close()
 }
 
-// TestMTU9000 shows the native-mode attach failure on a veth with MTU 9000
-// and the fallback to generic mode, with the MTU capped by the chunk size.
-func TestMTU9000(t *testing.T) {
+// TestMTU9000SingleBuffer is the behaviour on a kernel without multi-buffer
+// AF_XDP (Options.SingleBuffer): native mode is refused on a veth with MTU
+// 9000, Open falls back to generic mode, and the MTU is capped by the chunk.
+func TestMTU9000SingleBuffer(t *testing.T) {
 	p := newVethPair(t, 9000)
 	err := inNS(p.nsA, func() error {
-		l, err := Open(p.ifA, 0, Options{Mode: ModeNative})
+		l, err := Open(p.ifA, 0, Options{Mode: ModeNative, SingleBuffer: true})
 		if err == nil {
 			l.Close()
 		}
@@ -448,11 +466,11 @@ func TestMTU9000(t *testing.T) {
 	if !errors.Is(err, unix.ERANGE) {
 		t.Errorf("ModeNative at MTU 9000: %v, want ERANGE", err)
 	}
-	a := p.open(t, p.nsA, p.ifA, Options{})
-	b := p.open(t, p.nsB, p.ifB, Options{})
+	a := p.open(t, p.nsA, p.ifA, Options{SingleBuffer: true})
+	b := p.open(t, p.nsB, p.ifB, Options{SingleBuffer: true})
 	t.Logf("MTU 9000: mode %s, reported MTU %d", b.Mode(), b.MTU())
-	if b.Mode() != "generic" {
-		t.Errorf("mode %q at MTU 9000, want generic (native needs xdp.frags)", b.Mode())
+	if b.Mode() != "generic" || b.MultiBuffer() {
+		t.Errorf("mode %q multi-buffer %v at MTU 9000, want generic single-buffer (native needs xdp.frags)", b.Mode(), b.MultiBuffer())
 	}
 	if want := 4096 - 256 - 18; b.MTU() != want {
 		t.Errorf("MTU %d, want %d", b.MTU(), want)
