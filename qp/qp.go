@@ -31,7 +31,8 @@ type QP struct {
 	pd             *PD
 	eng            *transport.QP
 	sendCQ, recvCQ *CQ
-	destroyed      bool // guarded by dev.mu
+	destroyed      bool    // guarded by dev.mu
+	cc             ccState // notification point (cc.go), under dev.mu
 
 	// The device's deadline heap (deadline.go), under dev.mu.
 	seq  uint64    // creation order
@@ -75,7 +76,7 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
-		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters,
+		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, CC: d.cc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
