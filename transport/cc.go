@@ -66,6 +66,26 @@ func (r *requester) paced(now time.Time) {
 	}
 }
 
+// paceAckReq reports whether the packet being sent must ask for an ACK
+// because of the pacing: a QP slowed down to a few packets per ACK timeout
+// would otherwise reach the timeout before the 66th packet asks, and
+// resend what arrived. It asks at least every quarter timeout.
+func (r *requester) paceAckReq() bool {
+	p := r.qp.pace
+	if p == nil {
+		return false
+	}
+	t := r.comp.ackTimeout()
+	return t > 0 && p.now.Sub(p.ackReqAt) >= t/4
+}
+
+// paceAcked notes that the packet being sent asks for an ACK.
+func (r *requester) paceAcked() {
+	if p := r.qp.pace; p != nil {
+		p.ackReqAt = p.now
+	}
+}
+
 // paceDeadline is when a requester held by the pacer may send again.
 func (r *requester) paceDeadline() (time.Time, bool) {
 	if p := r.qp.pace; p != nil && p.wait {

@@ -159,8 +159,12 @@ type dcqcn struct {
 	p   *DCQCNParams
 	max int64 // ceiling, bits per second
 
-	rc, rt int64  // current and target rate, bits per second
-	alpha  uint32 // /1024
+	rc, rt int64 // current and target rate, bits per second
+	// alpha is α in 1/2^20: the firmware's parameters are /1024, but with
+	// α itself truncated to 10 bits, α·g/1024 loses a whole unit per period
+	// below α = 205 and α settles far below the fraction of periods with a
+	// CNP (the EWMA's fixed point).
+	alpha uint32
 
 	// active: a cut happened and the rate has not recovered to max; the
 	// increase timer and byte counter run only then.
@@ -184,15 +188,18 @@ type dcqcn struct {
 
 func newDCQCN(p *DCQCNParams) dcqcn {
 	m := p.maxRate()
-	return dcqcn{p: p, max: m, rc: m, rt: m, alpha: p.RPInitialAlphaValue}
+	return dcqcn{p: p, max: m, rc: m, rt: m, alpha: p.RPInitialAlphaValue << alphaShift}
 }
 
 func mbps(v uint32) int64 { return int64(v) * 1e6 }
 
+// alphaShift: α is kept with 10 more fraction bits than the parameters.
+const alphaShift = 10
+
 // state returns the snapshot at now.
 func (d *dcqcn) state(now time.Time) DCQCNState {
 	d.advance(now)
-	return DCQCNState{CurrentRate: d.rc, TargetRate: d.rt, Alpha: d.alpha, CNPs: d.cnps, Cuts: d.cuts}
+	return DCQCNState{CurrentRate: d.rc, TargetRate: d.rt, Alpha: d.alpha >> alphaShift, CNPs: d.cnps, Cuts: d.cuts}
 }
 
 // rate returns RC at now.
@@ -207,7 +214,7 @@ func (d *dcqcn) onCNP(now time.Time) {
 	d.cnps++
 	if !d.seen {
 		d.seen = true
-		d.alpha = d.p.RPInitialAlphaValue
+		d.alpha = d.p.RPInitialAlphaValue << alphaShift
 		d.alphaNext = now.Add(d.p.RPDCETCPRTT)
 		d.cnpInPeriod = true
 		d.cut(now, true)
@@ -237,7 +244,7 @@ func (d *dcqcn) cut(at time.Time, first bool) {
 			d.rt = d.rc
 		}
 		// RC·α/2^gd with α in 1/1024: RC·α >> gd (α = 1023, gd = 11: RC/2).
-		dec := int64(uint64(d.rc) * uint64(d.alpha) >> p.RPGD)
+		dec := int64(uint64(d.rc) * uint64(d.alpha) >> (p.RPGD + alphaShift))
 		floor := d.rc * int64(p.RPMinDecFac) / 100
 		d.rc = max(d.rc-dec, floor, mbps(p.RPMinRate))
 		d.rc = min(d.rc, d.max)
@@ -324,10 +331,10 @@ func (d *dcqcn) advance(now time.Time) {
 
 // advanceAlpha applies the α periods that ended at or before now.
 func (d *dcqcn) advanceAlpha(now time.Time) {
-	g := d.p.RPDCETCPG
+	g := uint64(d.p.RPDCETCPG)
 	for !now.Before(d.alphaNext) {
 		if d.cnpInPeriod {
-			d.alpha = d.alpha*g/1024 + (1024 - g)
+			d.alpha = uint32(uint64(d.alpha)*g/1024 + (1024-g)<<alphaShift)
 			d.cnpInPeriod = false
 		} else {
 			if d.alpha == 0 {
@@ -338,9 +345,9 @@ func (d *dcqcn) advanceAlpha(now time.Time) {
 				d.alphaNext = d.alphaNext.Add(k * per)
 				return
 			}
-			d.alpha = d.alpha * g / 1024
+			d.alpha = uint32(uint64(d.alpha) * g / 1024)
 		}
-		d.alpha = min(d.alpha, 1023)
+		d.alpha = min(d.alpha, 1023<<alphaShift)
 		d.alphaNext = d.alphaNext.Add(d.p.RPDCETCPRTT)
 	}
 }
@@ -353,10 +360,14 @@ type pacer struct {
 	cc   dcqcn
 	next time.Time // when the bucket is out of debt
 	wait bool      // the requester stopped for the bucket: next is its deadline
+	// now is the time of the packet being sent; ackReqAt when the last
+	// packet with AckReq left.
+	now, ackReqAt time.Time
 }
 
 // blocked reports whether a packet must wait at now.
 func (p *pacer) blocked(now time.Time) bool {
+	p.now = now
 	if now.Before(p.next) {
 		p.wait = true
 		return true

@@ -16,19 +16,19 @@ func defaultCC() *DCQCNParams {
 }
 
 // The reaction point against a sequence computed by hand from the
-// firmware's formulas (integer arithmetic, α in /1024), NVIDIA's defaults
-// at 10 Gb/s:
+// firmware's formulas (integer arithmetic; α shown in /1024, kept in
+// 1/2^20 and at most 1023/1024), NVIDIA's defaults at 10 Gb/s:
 //
 //	t=0    first CNP: α = 1023, RT = RC = 10e9; RC −= RC·1023>>11 → 5004882813
 //	t=2µs  CNP inside the 4 µs monitor period: the cut waits for t=4µs
 //	t=4µs  α periods: [0,1) CNP → 1023·1019/1024+5 = 1023; [1,2) → 1018;
 //	       [2,3) CNP → 1018; [3,4) → 1013. Cut: RT stays 10e9 (no increase
-//	       since the last cut); RC −= RC·1013>>11 → 2529323102
-//	t=304  timer, T=1 ≤ F=1: fast recovery, RC = (RT+RC)/2 = 6264661551
-//	t=604  timer, T=2: additive, RT = min(10e9+5e6, 10e9); RC = 8132330775
-//	t=904  timer, T=3: additive, RC = 9066165387
-//	bytes  32767·64 sent: BC=1, min(T,BC)=1: additive, RC = 9533082693
-//	bytes  again: BC=2 > F: hyper, RC = 9766541346
+//	       since the last cut); RC −= RC·1013>>11 → 2529172751
+//	t=304  timer, T=1 ≤ F=1: fast recovery, RC = (RT+RC)/2 = 6264586375
+//	t=604  timer, T=2: additive, RT = min(10e9+5e6, 10e9); RC = 8132293187
+//	t=904  timer, T=3: additive, RC = 9066146593
+//	bytes  32767·64 sent: BC=1, min(T,BC)=1: additive, RC = 9533073296
+//	bytes  again: BC=2 > F: hyper, RC = 9766536648
 func TestDCQCNSequence(t *testing.T) {
 	d := newDCQCN(defaultCC())
 	step := func(what string, rc, rt int64, alpha uint32, now time.Time) {
@@ -44,18 +44,18 @@ func TestDCQCNSequence(t *testing.T) {
 	step("first CNP", 5004882813, m, 1023, us(0))
 	d.onCNP(us(2))
 	step("second CNP postponed", 5004882813, m, 1018, us(2))
-	step("second cut at the end of the monitor period", 2529323102, m, 1013, us(4))
-	step("before the timer", 2529323102, m, 0, us(303))
-	step("fast recovery", 6264661551, m, 0, us(304))
-	step("additive", 8132330775, m, 0, us(604))
-	step("additive", 9066165387, m, 0, us(904))
+	step("second cut at the end of the monitor period", 2529172751, m, 1013, us(4))
+	step("before the timer", 2529172751, m, 0, us(303))
+	step("fast recovery", 6264586375, m, 0, us(304))
+	step("additive", 8132293187, m, 0, us(604))
+	step("additive", 9066146593, m, 0, us(904))
 	const period = 32767 * 64
 	d.sent(us(905), period-1)
-	step("byte counter not yet", 9066165387, m, 0, us(905))
+	step("byte counter not yet", 9066146593, m, 0, us(905))
 	d.sent(us(905), 1)
-	step("byte counter, additive", 9533082693, m, 0, us(905))
+	step("byte counter, additive", 9533073296, m, 0, us(905))
 	d.sent(us(906), period)
-	step("byte counter, hyper", 9766541346, m, 0, us(906))
+	step("byte counter, hyper", 9766536648, m, 0, us(906))
 	if s := d.state(us(906)); s.CNPs != 2 || s.Cuts != 2 {
 		t.Fatalf("CNPs %d cuts %d, want 2 and 2", s.CNPs, s.Cuts)
 	}
@@ -74,18 +74,20 @@ func TestDCQCNSequence(t *testing.T) {
 func TestDCQCNAlpha(t *testing.T) {
 	d := newDCQCN(defaultCC())
 	d.onCNP(us(0))
-	want := uint32(1023)
-	want = want*1019/1024 + 5 // [0,1): the CNP's period
+	// In 1/2^20: 1023<<10, then ·1019/1024 (+5<<10 in a period with a
+	// CNP), at most 1023<<10.
+	want := uint32(1023 << 10)
+	want = min(want*1019/1024+5<<10, 1023<<10) // [0,1): the CNP's period
 	for i := 1; i < 10; i++ {
 		want = want * 1019 / 1024
 	}
-	if s := d.state(us(10)); s.Alpha != want {
-		t.Fatalf("α after 10 µs %d, want %d", s.Alpha, want)
+	if s := d.state(us(10)); s.Alpha != want>>10 || s.Alpha != 978 {
+		t.Fatalf("α after 10 µs %d, want %d (978)", s.Alpha, want>>10)
 	}
 	d.onCNP(us(10)) // the cut reads α at 10 µs
-	want = want*1019/1024 + 5
-	if s := d.state(us(11)); s.Alpha != want {
-		t.Fatalf("α after a CNP %d, want %d", s.Alpha, want)
+	want = want*1019/1024 + 5<<10
+	if s := d.state(us(11)); s.Alpha != want>>10 || s.Alpha != 979 {
+		t.Fatalf("α after a CNP %d, want %d (979)", s.Alpha, want>>10)
 	}
 }
 

@@ -262,9 +262,10 @@ func (r *requester) sendNext(w *sendWQE) bool {
 	// The comparison sees the count before the increment, and an END packet
 	// short-circuits it, so inside a long message AckReq falls on the 66th
 	// packet after the previous one, not the 65th.
-	if last || r.noackPkts > MaxPktPerAck {
+	if last || r.noackPkts > MaxPktPerAck || r.paceAckReq() {
 		f.BTH.AckReq = true
 		r.noackPkts = 0
+		r.paceAcked()
 	} else {
 		r.noackPkts++
 	}
