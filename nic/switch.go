@@ -79,17 +79,20 @@ type SwitchPortStats struct {
 	Enqueued          uint64 // frames admitted to the egress queue
 	Marked            uint64 // frames marked CE
 	Dropped           uint64 // tail drops
-	QueueMax          int    // largest backlog seen by an arriving frame, bytes
-	// Queue is the histogram of the backlog each arriving frame saw, in
-	// QueueBucket-byte buckets.
+	QueueMax          int    // largest backlog, bytes (seen by an arriving frame)
+	// Queue is the histogram of the backlog behind each frame as it left
+	// the queue, in QueueBucket-byte buckets. Frames leave at line rate
+	// while the port is busy, so it is the queue's distribution over the
+	// port's busy time (an arrival-sampled one would weigh the moments
+	// when N senders arrive at once N times).
 	Queue []uint64
 }
 
 // QueueBucket is the width of a SwitchPortStats.Queue bucket in bytes.
 const QueueBucket = 64
 
-// QueueQuantile returns the backlog (bytes, a bucket's upper edge) at or
-// below which a fraction q of the arriving frames found the queue.
+// QueueQuantile returns the backlog (bytes, a bucket's lower edge) at or
+// below which a fraction q of the departing frames left the queue.
 func (s *SwitchPortStats) QueueQuantile(q float64) int {
 	var total uint64
 	for _, c := range s.Queue {
@@ -224,6 +227,18 @@ func (s *Switch) NextDue() (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
+// Ready sets ready[i] to whether port i has a frame due at its host now
+// (len(ready) ≥ Ports()).
+func (s *Switch) Ready(ready []bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	s.process(now)
+	for i, p := range s.ports {
+		ready[i] = p.head < p.dec && !p.q[p.head].due.After(now)
+	}
+}
+
 // serialize is how long n bytes occupy a cable.
 func (s *Switch) serialize(n int) time.Duration {
 	return time.Duration(int64(n) * 8 * int64(time.Second) / s.cfg.LineRate)
@@ -267,12 +282,10 @@ func (s *Switch) depart(p *SwitchPort) {
 	f := &p.q[p.dec]
 	p.dec++
 	r := s.rng.Float64()
-	e := s.cfg.ECN
-	if e.Kmax == 0 {
-		return
-	}
 	q := s.backlog(p, f.start) - len(f.buf)
-	if q <= e.Kmin {
+	p.st.Queue[min(q/QueueBucket, len(p.st.Queue)-1)]++
+	e := s.cfg.ECN
+	if e.Kmax == 0 || q <= e.Kmin {
 		return
 	}
 	prob := 1.0
@@ -299,7 +312,6 @@ func (s *Switch) forward(buf []byte, t time.Time) {
 		return
 	}
 	q := s.backlog(p, t)
-	p.st.Queue[min(q/QueueBucket, len(p.st.Queue)-1)]++
 	p.st.QueueMax = max(p.st.QueueMax, q)
 	if q+len(buf) > s.cfg.Buffer {
 		p.st.Dropped++

@@ -65,6 +65,11 @@ type Fabric struct {
 	clock  *Clock
 	seed   int64
 	steps  int
+	// The scheduler's view of the hosts, refreshed at the start of every
+	// run (the application may have posted) and after each host's poll:
+	// its engine deadline, and which ports have a frame due.
+	deadline []time.Time
+	ready    []bool
 }
 
 // NewFabric opens cfg.Hosts devices in Manual mode on the ports of one
@@ -110,26 +115,42 @@ func (f *Fabric) Close() error {
 	return nil
 }
 
-// step is one step of the scheduler whose clock never passes stop.
+// refresh reads every host's engine deadline.
+func (f *Fabric) refresh() {
+	if f.deadline == nil {
+		f.deadline, f.ready = make([]time.Time, len(f.Hosts)), make([]bool, len(f.Hosts))
+	}
+	for i, h := range f.Hosts {
+		f.deadline[i], _ = h.Dev.NextDeadline()
+	}
+}
+
+// step is one step of the scheduler whose clock never passes stop. Only
+// the hosts with a frame or a deadline due are polled: with many hosts,
+// most have nothing to do at any one instant.
 func (f *Fabric) step(stop time.Time) stepResult {
 	f.steps++
+	now := f.clock.Now()
 	events := 0
-	for _, h := range f.Hosts {
-		events += h.Dev.Poll()
+	f.Switch.Ready(f.ready)
+	for i, h := range f.Hosts {
+		if f.ready[i] || (!f.deadline[i].IsZero() && !f.deadline[i].After(now)) {
+			events += h.Dev.Poll()
+			f.deadline[i], _ = h.Dev.NextDeadline()
+		}
 	}
 	if events > 0 {
 		return stepped
 	}
 	next, ok := f.Switch.NextDue()
-	for _, h := range f.Hosts {
-		if t, has := h.Dev.NextDeadline(); has && (!ok || t.Before(next)) {
+	for _, t := range f.deadline {
+		if !t.IsZero() && (!ok || t.Before(next)) {
 			next, ok = t, true
 		}
 	}
 	if !ok {
 		return idle
 	}
-	now := f.clock.Now()
 	if !next.After(now) {
 		next = now.Add(time.Nanosecond)
 	}
@@ -149,7 +170,10 @@ func (f *Fabric) step(stop time.Time) stepResult {
 func (f *Fabric) RunUntil(cond func() bool, limit time.Duration) error {
 	stop := f.clock.Now().Add(limit)
 	var guard livelockGuard
+	f.refresh()
 	for !cond() {
+		// cond may post work.
+		f.refresh()
 		switch f.step(stop) {
 		case idle:
 			if cond() {
@@ -173,6 +197,7 @@ func (f *Fabric) RunUntil(cond func() bool, limit time.Duration) error {
 func (f *Fabric) RunFor(d time.Duration) error {
 	stop := f.clock.Now().Add(d)
 	var guard livelockGuard
+	f.refresh()
 	for {
 		switch f.step(stop) {
 		case idle:

@@ -86,6 +86,21 @@ func (r *requester) paceAcked() {
 	}
 }
 
+// paceHeld handles an ACK timeout while the pacer holds the requester
+// back: the packets sent last may not have asked for an ACK (the rate was
+// cut after they left), so the timeout waits for the next packet, which
+// asks for one; a loss before it shows as a PSN gap then. It reports
+// whether it deferred the timeout.
+func (c *completer) paceHeld(now time.Time) bool {
+	p := c.qp.pace
+	if p == nil || !p.wait || !now.Before(p.next) {
+		return false
+	}
+	p.ackReqAt = time.Time{}
+	c.retryDeadline = p.next.Add(c.ackTimeout())
+	return true
+}
+
 // paceDeadline is when a requester held by the pacer may send again.
 func (r *requester) paceDeadline() (time.Time, bool) {
 	if p := r.qp.pace; p != nil && p.wait {

@@ -352,42 +352,84 @@ func (d *dcqcn) advanceAlpha(now time.Time) {
 	}
 }
 
-// pacer is the token bucket a QP's requester sends through: a packet of n
-// bytes may leave when the bucket is not in debt, and puts it n bytes (at
-// the current rate) into debt. Idle time pays the debt back and fills the
-// bucket up to PaceBurst bytes at most.
+// pacer is the token bucket a QP's requester sends through: credit fills
+// at the current rate, up to PaceBurst bytes; a packet may leave when the
+// credit is not negative, and takes its length from it. While the credit
+// is negative the requester waits until the rate has paid the debt, or
+// until the rate changes (a timer increase, a postponed cut), whichever
+// comes first, and looks again.
 type pacer struct {
-	cc   dcqcn
-	next time.Time // when the bucket is out of debt
-	wait bool      // the requester stopped for the bucket: next is its deadline
+	cc dcqcn
+	// credit is in 1/8e9 byte (one bit·ns per second): the fill over dt ns
+	// at r bit/s is dt·r with no rounding.
+	credit int64
+	at     time.Time // credit is up to date at at
+	rate   int64     // the rate credit fills with since at
+	wait   bool      // the requester stopped for the bucket: next is its deadline
+	next   time.Time
 	// now is the time of the packet being sent; ackReqAt when the last
 	// packet with AckReq left.
 	now, ackReqAt time.Time
 }
 
-// blocked reports whether a packet must wait at now.
+// byteCredit is one byte in credit units.
+const byteCredit = 8 * int64(time.Second)
+
+// maxFill bounds one update's fill so that dt·r fits in an int64 up to
+// 400 Gb/s; a longer gap is filled by the next update.
+const maxFill = 10 * time.Millisecond
+
+// update brings the credit up to now and takes the rate at now.
+func (p *pacer) update(now time.Time) {
+	if p.at.IsZero() {
+		p.at, p.rate = now, p.cc.rate(now)
+		return
+	}
+	if dt := now.Sub(p.at); dt > 0 {
+		p.credit += int64(min(dt, maxFill)) * p.rate
+		if lim := int64(p.cc.p.PaceBurst) * byteCredit; p.credit > lim {
+			p.credit = lim
+		}
+		p.at = now
+	}
+	p.rate = p.cc.rate(now)
+}
+
+// blocked reports whether a packet must wait at now, and sets next.
 func (p *pacer) blocked(now time.Time) bool {
 	p.now = now
-	if now.Before(p.next) {
-		p.wait = true
-		return true
+	p.update(now)
+	if p.credit >= 0 {
+		return false
 	}
-	return false
+	p.wait = true
+	p.next = now.Add(time.Duration((-p.credit + p.rate - 1) / p.rate))
+	if t, ok := p.cc.nextChange(); ok && t.Before(p.next) && t.After(now) {
+		p.next = t
+	}
+	return true
 }
 
 // sent charges n bytes sent at now.
 func (p *pacer) sent(now time.Time, n int) {
-	r := p.cc.rate(now)
-	start := p.next
-	if burst := p.cc.p.PaceBurst; burst > 0 {
-		if floor := now.Add(-bytesTime(burst, r)); start.Before(floor) {
-			start = floor
-		}
-	} else if start.Before(now) {
-		start = now
-	}
-	p.next = start.Add(bytesTime(n, r))
+	p.update(now)
+	p.credit -= int64(n) * byteCredit
 	p.cc.sent(now, n)
+}
+
+// nextChange returns the next time RC changes without a CNP: the next
+// timer increase or the postponed cut.
+func (d *dcqcn) nextChange() (time.Time, bool) {
+	var t time.Time
+	if d.active {
+		t = d.timerNext
+	}
+	if d.pendingCut {
+		if c := d.lastCut.Add(d.p.RPRateReduceMonitorPer); t.IsZero() || c.Before(t) {
+			t = c
+		}
+	}
+	return t, !t.IsZero()
 }
 
 // bytesTime is how long n bytes take at r bits per second.

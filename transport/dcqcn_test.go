@@ -131,47 +131,117 @@ func TestDCQCNBounds(t *testing.T) {
 }
 
 // The pacer spaces packets at exactly the current rate: 1250 bytes at
-// 10 Gb/s is 1 µs; after a cut to half, 2 µs. Idle time is not saved up
+// 10 Gb/s is 1 µs; after a cut, at the cut rate. Idle time is not saved up
 // (PaceBurst 0).
 func TestPacerSpacing(t *testing.T) {
 	p := &pacer{cc: newDCQCN(defaultCC())}
-	now := us(0)
-	if p.blocked(now) {
+	if p.blocked(us(0)) {
 		t.Fatal("blocked before the first packet")
 	}
-	p.sent(now, 1250)
-	if !p.blocked(now) || p.next != us(1) {
+	p.sent(us(0), 1250)
+	if !p.blocked(us(0)) || p.next != us(1) {
 		t.Fatalf("next %v, want blocked until 1 µs", p.next.Sub(ccEpoch))
 	}
 	if p.blocked(us(1)) {
 		t.Fatal("blocked at 1 µs")
 	}
-	p.sent(us(50), 1250) // idle: no credit
-	if p.next != us(51) {
+	if p.blocked(us(50)) {
+		t.Fatal("blocked after idle")
+	}
+	p.sent(us(50), 1250) // idle: no credit saved
+	if !p.blocked(us(50)) || p.next != us(51) {
 		t.Fatalf("after idle next %v, want 51 µs", p.next.Sub(ccEpoch))
 	}
-	p.cc.p.RPMinDecFac = 50
+	if p.blocked(us(51)) {
+		t.Fatal("blocked at 51 µs")
+	}
 	p.cc.onCNP(us(51))
 	r := p.cc.rate(us(51))
 	p.sent(us(51), 1250)
-	if want := us(51).Add(bytesTime(1250, r)); p.next != want || r >= 10_000_000_000/2+10_000_000 {
+	// 1250 B at r, rounded up to the nanosecond.
+	want := us(51).Add(time.Duration((1250*byteCredit + r - 1) / r))
+	if !p.blocked(us(51)) || p.next != want || r > 5_010_000_000 {
 		t.Fatalf("after a cut to %d next %v, want %v", r, p.next.Sub(ccEpoch), want.Sub(ccEpoch))
 	}
-	// A burst allowance lets PaceBurst bytes beyond one packet go at once
-	// after idle time.
-	q := &pacer{cc: newDCQCN(defaultCC())}
-	q.cc.p.PaceBurst = 2500
+}
+
+// A deadline computed at a low rate does not outlive the rate: the
+// requester looks again at the next timer increase, where the debt left
+// is paid at the increased rate.
+func TestPacerRateIncrease(t *testing.T) {
+	c := defaultCC()
+	c.RPGD, c.RPMinDecFac = 0, 0 // a cut to RC/1024: about 9.77 Mb/s
+	p := &pacer{cc: newDCQCN(c)}
+	p.cc.onCNP(us(0))
+	r := p.cc.rate(us(0))
+	p.blocked(us(0))
+	p.sent(us(0), 1250) // 1250 B at 9.77 Mb/s: 1.02 ms
+	if !p.blocked(us(0)) || p.next != us(300) {
+		t.Fatalf("rate %d: next %v, want the timer increase at 300 µs", r, p.next.Sub(ccEpoch))
+	}
+	if !p.blocked(us(300)) {
+		t.Fatal("not blocked at 300 µs: the debt is not paid yet")
+	}
+	// 300 µs at r paid r·300µs/8 bytes; the rest goes at the new rate.
+	left := 1250*byteCredit - 300_000*r
+	r2 := p.cc.rate(us(300))
+	if want := us(300).Add(time.Duration((left + r2 - 1) / r2)); r2 < 5e9 || p.next != want {
+		t.Fatalf("after the increase to %d: next %v, want %v", r2, p.next.Sub(ccEpoch), want.Sub(ccEpoch))
+	}
+}
+
+// PaceBurst bytes beyond one packet may go at once after idle time.
+func TestPacerBurst(t *testing.T) {
+	c := defaultCC()
+	c.PaceBurst = 2500
+	q := &pacer{cc: newDCQCN(c)}
+	q.blocked(us(0))
 	q.sent(us(0), 1250)
-	q.sent(us(100), 1250)
-	if q.blocked(us(100)) {
-		t.Fatal("burst: second packet after idle blocked")
+	for i := 0; i < 3; i++ {
+		if q.blocked(us(100)) {
+			t.Fatalf("burst: packet %d after idle blocked", i+1)
+		}
+		q.sent(us(100), 1250)
 	}
-	q.sent(us(100), 1250)
-	if q.blocked(us(100)) {
-		t.Fatal("burst: third packet after idle blocked")
-	}
-	q.sent(us(100), 1250)
 	if !q.blocked(us(100)) {
 		t.Fatal("burst: fourth packet at once not blocked")
+	}
+}
+
+// The cc_params table names every parameter as mlx5 does and round-trips
+// values in the firmware's units.
+func TestDCQCNParamsByName(t *testing.T) {
+	p := DefaultDCQCNParams()
+	got := map[string]uint64{}
+	p.Each(func(name string, v uint64) { got[name] = v })
+	want := map[string]uint64{
+		"rp_clamp_tgt_rate": 0, "rp_clamp_tgt_rate_ati": 1, "rp_time_reset": 300, "rp_byte_reset": 32767,
+		"rp_threshold": 1, "rp_ai_rate": 5, "rp_max_rate": 0, "rp_hai_rate": 50, "rp_min_dec_fac": 50,
+		"rp_min_rate": 1, "rp_rate_to_set_on_first_cnp": 0, "rp_dce_tcp_g": 1019, "rp_dce_tcp_rtt": 1,
+		"rp_rate_reduce_monitor_period": 4, "rp_initial_alpha_value": 1023, "rp_gd": 11,
+		"np_min_time_between_cnps": 4, "np_cnp_dscp": 48, "np_cnp_prio": 6,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d parameters, want %d: %v", len(got), len(want), got)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d", k, got[k], v)
+		}
+	}
+	if err := p.Set("rp_dce_tcp_rtt", "55"); err != nil || p.RPDCETCPRTT != 55*time.Microsecond {
+		t.Fatalf("rp_dce_tcp_rtt=55: %v %v", err, p.RPDCETCPRTT)
+	}
+	if err := p.Set("rp_clamp_tgt_rate", "1"); err != nil || !p.RPClampTgtRate {
+		t.Fatalf("rp_clamp_tgt_rate=1: %v", err)
+	}
+	for _, bad := range [][2]string{{"rp_nope", "1"}, {"rp_ai_rate", "-1"}, {"rp_clamp_tgt_rate", "2"}, {"np_cnp_dscp", "300"}} {
+		if err := p.Set(bad[0], bad[1]); err == nil {
+			t.Errorf("Set(%s, %s): no error", bad[0], bad[1])
+		}
+	}
+	p.NPCNPDSCP = 64
+	if p.Check() == nil {
+		t.Error("np_cnp_dscp 64 passed Check")
 	}
 }
