@@ -239,9 +239,10 @@ func (s *Switch) Ready(ready []bool) {
 	}
 }
 
-// serialize is how long n bytes occupy a cable.
+// serialize is how long n bytes occupy a cable, rounded up to the
+// nanosecond (rounding down would make the cable faster than its rate).
 func (s *Switch) serialize(n int) time.Duration {
-	return time.Duration(int64(n) * 8 * int64(time.Second) / s.cfg.LineRate)
+	return time.Duration((int64(n)*8*int64(time.Second) + s.cfg.LineRate - 1) / s.cfg.LineRate)
 }
 
 // backlog is the bytes still to be serialized on p's egress at t.
