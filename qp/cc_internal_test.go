@@ -223,3 +223,57 @@ func TestCCNotificationPoint(t *testing.T) {
 		t.Fatalf("CNPs %d, np_cnp_sent %d, np_ecn_marked_roce_packets %d; want 1, 2, 3", cnps, c[CntNPCNPSent], c[CntNPECNMarkedRoCEPackets])
 	}
 }
+
+// A paced QP wakes through the device's deadline heap: after a CNP cuts
+// its rate, a 4-packet WRITE leaves one packet at a time, each when the
+// device's next deadline (the pacer's) says, never before.
+func TestCCPacingThroughDeadlines(t *testing.T) {
+	p := DefaultCCParams()
+	p.PortRate = 10_000_000_000
+	r := newCCRig(t, &p)
+	pd := r.q.pd
+	buf := make([]byte, 4096)
+	mr, err := pd.RegMR(buf, LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.inject(mustHexFrame(t, cx4CNP))
+	rate := r.q.CongestionState().CurrentRate
+	if rate >= 5_010_000_000 {
+		t.Fatalf("rate %d after the CNP", rate)
+	}
+	if err := r.q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{{Addr: mr.IOVA(), Length: 4096, LKey: mr.LKey()}},
+		RemoteAddr: 0x1000, RKey: 0x1234}); err != nil {
+		t.Fatal(err)
+	}
+	var sentAt []time.Time
+	var lens []int
+	for len(sentAt) < 4 {
+		for _, pk := range r.sent() {
+			sentAt = append(sentAt, r.now())
+			lens = append(lens, len(pk.L3)+wire.EthernetLen)
+		}
+		if len(sentAt) >= 4 {
+			break
+		}
+		next, ok := r.d.NextDeadline()
+		if !ok {
+			t.Fatalf("%d packets sent and no deadline", len(sentAt))
+		}
+		// Just before the deadline nothing leaves.
+		r.clock.Store(next.UnixNano() - 1)
+		r.d.Poll()
+		if got := r.sent(); len(got) != 0 {
+			t.Fatalf("packet %d left 1 ns before the pacer's deadline", len(sentAt)+1)
+		}
+		r.clock.Store(next.UnixNano())
+		r.d.Poll()
+	}
+	for i := 1; i < len(sentAt); i++ {
+		gap := sentAt[i].Sub(sentAt[i-1])
+		want := time.Duration((int64(lens[i-1])*8*int64(time.Second) + rate - 1) / rate)
+		if gap != want {
+			t.Errorf("gap %d: %v, want %v (%d bytes at %d b/s)", i, gap, want, lens[i-1], rate)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -221,4 +222,9 @@ func (f *Fabric) errorf(sentinel error, format string, args ...any) error {
 	}
 	return fmt.Errorf("%w (%sfabric, seed %d, t=%v, %d steps; replay with GOROCE_SEED=%d)",
 		sentinel, what, f.seed, f.clock.Elapsed(), f.steps, f.seed)
+}
+
+// ConnectQPs is ConnectQPs between hosts a and b of the fabric.
+func (f *Fabric) ConnectQPs(a, b int, oa, ob QPOptions) (*QPEnd, *QPEnd, error) {
+	return ConnectQPs(context.Background(), f.Hosts[a].Dev, f.Hosts[b].Dev, oa, ob)
 }
