@@ -329,7 +329,11 @@ func runIncastDemo(env tool.Env, flows int, ccMode string, seed int64, duration 
 				fmt.Fprintf(&b, " %s=%d", name, v)
 			}
 		})
-		fmt.Fprintf(w, "cc_params: NVIDIA's defaults except%s\n", b.String())
+		if b.Len() == 0 {
+			fmt.Fprintln(w, "cc_params: NVIDIA's defaults")
+		} else {
+			fmt.Fprintf(w, "cc_params: NVIDIA's defaults except%s\n", b.String())
+		}
 	}
 	start := time.Now()
 	res, err := runIncast(incastConfig{flows: flows, cc: ccMode == "dcqcn", params: &params, seed: seed, duration: duration})
