@@ -112,6 +112,27 @@ func matrixCells(mtu int) []Cell {
 		// SENDs outstanding: the responder has no RECV for most of them and
 		// answers RNR NAK (rxe_resp.c check_resource); the requester waits
 		// min_rnr_timer 12 (640 µs) and retries (rnr_retry 7: forever).
+		// Shared receive queues: srq_pingpong's 4 QPs per side take their
+		// receives from one SRQ (-n is the total over the QPs); send_bw's
+		// server posts every receive of its 2 QPs to one SRQ of rx_depth
+		// (= iters, 100) WRs, 50 per QP at the start. -t 8 keeps at most
+		// 16 SENDs in flight: with the default tx_depth (= iters) the two
+		// QPs can have 200 in flight for 100 WRs, and an rxe server was
+		// seen answering RNR NAKs (then PSN sequence NAKs for the SENDs
+		// behind the RNR NAKed one). The RNR cell provokes that on purpose:
+		// an SRQ of 2 WRs for 2 QPs' 40 SENDs.
+		{Name: "srq_pingpong -q 4", Tool: ToolSRQPingpong, Args: []string{"-q", "4", "-n", "20", "-s", "4096", "-m", "1024"},
+			Expect: Expect{PathMTU: 1024}, Note: "4 QPs on one SRQ per side"},
+		{Name: "send_bw --use-srq -q 2", Tool: ToolSendBW, Args: []string{"--use-srq", "-q", "2", "-F", "-s", "4096", "-n", "100", "-t", "8"},
+			LogOutput: true, Note: "the receiving side's 2 QPs on one SRQ of 100 WRs"},
+		{Name: "send_lat --use-srq", Tool: ToolSendLat, Args: append([]string{"--use-srq"}, lat...), Note: "both sides' receives on an SRQ"},
+		{Name: "send_bw --use-srq RNR", Tool: ToolSendBW, Args: []string{"--use-srq", "-q", "2", "-F", "-s", "4096", "-n", "20"},
+			Server: []string{"-r", "2"}, Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server SRQ of 2 WRs for 2 QPs: empty SRQ → RNR NAK"},
+		// UD: ibv_ud_pingpong's SENDs of the largest size a datagram may
+		// have (the port MTU, 1024), into receives of size + 40 (the GRH
+		// area); -c checks the payload behind it.
+		{Name: "ud_pingpong 1024 B", Tool: ToolUDPingpong, Args: []string{"-n", "20", "-s", "1024", "-c"},
+			Expect: Expect{UDQKey: 0x11111111, PathMTU: 1024}, Note: "UD SEND_ONLY, Q_Key 0x11111111, no ACKs"},
 		{Name: "send_bw RNR", Tool: ToolSendBW, Args: []string{"-F", "-s", "4096", "-n", "20"}, Server: []string{"-r", "1"},
 			Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server rx depth 1"},
 	}
@@ -621,6 +642,39 @@ func TestJudgeExplain(t *testing.T) {
 		}
 		if tc.name == "clean" && (r.Explained != 4 || r.ExplainedBy["sequence_nak"] != 1 || r.ExplainedBy["timeout"] != 1) {
 			t.Errorf("clean: explained %d, by cause %v", r.Explained, r.ExplainedBy)
+		}
+	}
+}
+
+// TestJudgeUD: rxe's own ud_pingpong capture passes the UD cell's checks;
+// an RC capture, another Q_Key or an AckReq fails them.
+func TestJudgeUD(t *testing.T) {
+	m := NewMatrix(buildGoroce(t), "goroce", t.TempDir())
+	e := Expect{UDQKey: 0x11111111, PathMTU: 512}
+	r := &CellResult{}
+	m.judge(r, dumpFixture(t, "ud_pingpong.pcap"), e, nil)
+	if len(r.Problems) > 0 || r.Packets != 100 {
+		t.Fatalf("rxe's ud_pingpong: %d packets, problems %v", r.Packets, r.Problems)
+	}
+	for _, tc := range []struct {
+		name   string
+		rep    func() *dumpjson.Report
+		expect Expect
+		want   string
+	}{
+		{"rc capture", func() *dumpjson.Report { return dumpFixture(t, "write_bw_4k.pcap") }, Expect{UDQKey: 0x11111111}, "UD cell"},
+		{"q_key", func() *dumpjson.Report { return dumpFixture(t, "ud_pingpong.pcap") }, Expect{UDQKey: 0x22222222}, "DETH Q_Key"},
+		{"ackreq", func() *dumpjson.Report {
+			d := dumpFixture(t, "ud_pingpong.pcap")
+			yes := true
+			d.Packets[len(d.Packets)-1].AckReq = &yes
+			return d
+		}, e, "AckReq set"},
+	} {
+		r := &CellResult{}
+		m.judge(r, tc.rep(), tc.expect, nil)
+		if !strings.Contains(strings.Join(r.Problems, "\n"), tc.want) {
+			t.Errorf("%s: problems %v, want %q", tc.name, r.Problems, tc.want)
 		}
 	}
 }

@@ -20,6 +20,15 @@
 // stale key fails with [ErrKeyMismatch] until the byte wraps around (the same
 // 1-in-255 protection rxe gives).
 //
+// # Memory windows
+//
+// A [MW] (mw.go, rxe_mw.c) is a range of an MR registered with MWBind that
+// a peer reaches by the window's own rkey, with the window's rights. Window
+// indices follow the MR indices ([MinMWIndex]..[MaxMWIndex], as rxe), so
+// [Table.Remote], [Table.RemoteQP] and [Table.Invalidate] tell a window key
+// from an MR key by its index. [Table.BindMW] applies rxe's bind rules; an
+// MR with windows bound to it can be neither deregistered nor invalidated.
+//
 // # Data path
 //
 // [Table.Remote] (rxe lookup_mr + mr_check_range, for RETH and AtomicETH) and

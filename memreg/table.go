@@ -71,6 +71,7 @@ type Table struct {
 	nextPD  uint32
 	lowFree uint32 // no free index below this one
 	nMRs    int
+	mw      mwSpace // memory windows (mw.go); changes under mu
 }
 
 // NewTable returns an empty table. seed drives the random key bytes, so a
@@ -95,6 +96,7 @@ type PD struct {
 	t      *Table
 	handle uint32
 	nMRs   int  // under t.mu
+	nMWs   int  // memory windows; under t.mu
 	dead   bool // under t.mu
 }
 
@@ -109,8 +111,9 @@ func (t *Table) AllocPD() *PD {
 // Handle returns the PD's number (for logs and debugging).
 func (pd *PD) Handle() uint32 { return pd.handle }
 
-// Dealloc frees the PD. It fails with ErrPDBusy while MRs remain registered
-// in it (ibv_dealloc_pd returns EBUSY), and with ErrPDDead when called twice.
+// Dealloc frees the PD. It fails with ErrPDBusy while MRs or memory windows
+// remain in it (ibv_dealloc_pd returns EBUSY), and with ErrPDDead when
+// called twice.
 func (pd *PD) Dealloc() error {
 	t := pd.t
 	t.mu.Lock()
@@ -118,7 +121,7 @@ func (pd *PD) Dealloc() error {
 	if pd.dead {
 		return ErrPDDead
 	}
-	if pd.nMRs > 0 {
+	if pd.nMRs > 0 || pd.nMWs > 0 {
 		return ErrPDBusy
 	}
 	pd.dead = true
@@ -135,6 +138,7 @@ type MR struct {
 	access Access
 	pd     *PD
 	state  atomic.Uint32
+	numMW  atomic.Int32 // memory windows bound to it (rxe num_mw); changes under t.mu
 }
 
 // LKey returns the local key.
@@ -252,7 +256,9 @@ func (t *Table) freeSlot() (uint32, *atomic.Pointer[MR], *MR) {
 
 // Deregister removes the MR (ibv_dereg_mr). Lookups with its keys fail
 // with ErrInvalid until the index is reused, then with ErrKeyMismatch.
-// Calling it twice returns ErrDeregistered.
+// Calling it twice returns ErrDeregistered. While memory windows are bound
+// to the MR it fails with ErrMRBound and the MR stays registered
+// (rxe_dereg_mr: EINVAL, IBA 10.6.7.2.6).
 func (mr *MR) Deregister() error {
 	pd := mr.pd
 	if pd == nil {
@@ -263,6 +269,9 @@ func (mr *MR) Deregister() error {
 	defer t.mu.Unlock()
 	if mr.state.Load() == stateDeregistered {
 		return ErrDeregistered
+	}
+	if mr.numMW.Load() > 0 {
+		return ErrMRBound
 	}
 	mr.state.Store(stateDeregistered)
 	idx := mr.lkey >> 8
@@ -286,10 +295,19 @@ func (mr *MR) Deregister() error {
 // the MR has remote access, else the lkey. pd, when not nil, must be the MR's
 // PD (the receiving QP's PD). Invalidating an already invalid MR succeeds.
 //
+// An MR that memory windows are bound to is not invalidated (ErrMRBound,
+// rxe_invalidate_mr). A key with a window index invalidates the window
+// (rxe_invalidate_mw; see invalidateMW in mw.go).
+//
 // Deviation from rxe: rxe only invalidates fast-registration MRs
 // (IB_MR_TYPE_MEM_REG) and rejects user MRs; goroce has only user MRs and
 // allows it for all of them.
 func (t *Table) Invalidate(key uint32, pd *PD) error {
+	if IsMWKey(key) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.invalidateMW(key, pd)
+	}
 	mr := t.slot(key >> 8)
 	if mr == nil {
 		return ErrNoKey
@@ -302,6 +320,9 @@ func (t *Table) Invalidate(key uint32, pd *PD) error {
 	}
 	if pd != nil && mr.pd != pd {
 		return ErrPDMismatch
+	}
+	if mr.numMW.Load() > 0 {
+		return ErrMRBound
 	}
 	// A CAS, not a store: never resurrect a concurrently deregistered MR.
 	for {
@@ -337,6 +358,10 @@ func (t *Table) slot(idx uint32) *MR {
 //     without remote bits has rkey 0 and fails here when named by its lkey);
 //   - mr.iova ≤ va and va+length ≤ mr.iova+mr.len, overflow-safe (ErrRange).
 //
+// A key with a memory window index is looked up as a window (RemoteQP with
+// no QP: type 1 windows answer, type 2 windows, which belong to a QP, fail
+// with ErrWrongQP); the transport calls RemoteQP.
+//
 // length 0 still runs every check except that va may equal the MR's end,
 // and returns an empty slice. rxe skips the R_Key check entirely for
 // zero-length READ/WRITE (PROTOCOL.md §3.3); that choice belongs to the
@@ -344,6 +369,9 @@ func (t *Table) slot(idx uint32) *MR {
 //
 // Remote is lock-free and does not allocate.
 func (t *Table) Remote(rkey uint32, pd *PD, need Access, va uint64, length uint32) ([]byte, error) {
+	if IsMWKey(rkey) {
+		return t.remoteMW(rkey, pd, nil, need, va, length) // no QP: type 2 windows fail
+	}
 	mr := t.slot(rkey >> 8)
 	if mr == nil {
 		return nil, ErrNoKey

@@ -90,6 +90,8 @@ func init() {
 		origin := "goroce's own transport counter"
 		if qp.RxeCounter(c) {
 			origin = "rxe hw_counters " + c.String()
+		} else if qp.MLX5Counter(c) {
+			origin = "mlx5 hw_counters " + c.String()
 		}
 		counterDescs[i] = prometheus.NewDesc(ns+"_"+c.String()+"_total", "Device "+c.String()+" ("+origin+").", []string{"device"}, nil)
 		qpCounterDescs[i] = prometheus.NewDesc(ns+"_qp_"+c.String()+"_total", "QP "+c.String()+" ("+origin+").", []string{"device", "qpn"}, nil)

@@ -124,4 +124,12 @@ func TestCollector(t *testing.T) {
 	if got := value(t, m, "goroce_rdma_sends_total", map[string]string{"device": sa.Name}); got != 0 {
 		t.Errorf("rdma_sends %v after WRITEs only, want 0", got)
 	}
+	// Requests by type: mlx5's rx_write_requests on B, goroce's
+	// tx_write_requests on A, per device and per QP.
+	if got := value(t, m, "goroce_rx_write_requests_total", map[string]string{"device": sb.Name}); got != 5 {
+		t.Errorf("B rx_write_requests %v, want 5", got)
+	}
+	if got := value(t, m, "goroce_qp_tx_write_requests_total", qpn); got != 5 {
+		t.Errorf("A's QP tx_write_requests %v, want 5", got)
+	}
 }

@@ -22,6 +22,10 @@ type (
 	//	RKey       uint32    the peer MR's rkey
 	//	CompareAdd uint64    add value (WRAtomicFetchAdd) or compare value (WRAtomicCmpAndSwp)
 	//	Swap       uint64    swap value (WRAtomicCmpAndSwp)
+	//	AH         *AH       UD: the address handle of the destination (PD.CreateAH)
+	//	RemoteQPN  uint32    UD: the destination QP
+	//	RemoteQKey uint32    UD: the Q_Key for the DETH (high bit set: the QP's own)
+	//	BindMW     BindInfo  the window, MR range and rights of a WRBindMW (mw.go)
 	SendWR = transport.SendWR
 	// RecvWR is a receive work request (struct ibv_recv_wr): WRID and SGL,
 	// the buffers an incoming SEND is scattered into.
@@ -33,7 +37,7 @@ type (
 	// WC is a work completion (struct ibv_wc, RC subset): WRID, Status
 	// (WCSuccess or an error, see WC.Err), Opcode (WCSend, WCRecv, …),
 	// ByteLen (received bytes), Imm (with WCWithImm in Flags), InvRKey
-	// (with WCWithInv), QPNum and Flags.
+	// (with WCWithInv), QPNum, Flags and, for UD receives, SrcQP.
 	WC = transport.WC
 	// CompletionError is WC.Err's error: Status, VendorErr (0), Opcode, WRID
 	// and QPN of a failed completion. It unwraps to the Status, so
@@ -45,7 +49,7 @@ type (
 	// Timeout (local ACK timeout 4.096 µs × 2^Timeout, 0 = infinite),
 	// RetryCnt (0..7), RNRRetry (0..7, 7 = infinite), RQPSN, SQPSN,
 	// MaxRdAtomic, MaxDestRdAtomic, MinRNRTimer (RNR timer code 0..31),
-	// DestQPN. Only the fields selected by the AttrMask are used.
+	// DestQPN, QKey (UD). Only the fields selected by the AttrMask are used.
 	Attr = transport.Attr
 	// AttrMask selects the Attr fields a QP.Modify call sets (enum
 	// ibv_qp_attr_mask): AttrState, AttrAV, AttrPathMTU, ….
@@ -96,6 +100,7 @@ const (
 	WRAtomicCmpAndSwp  = transport.WRAtomicCmpAndSwp  // IBV_WR_ATOMIC_CMP_AND_SWP: 8 bytes, 8-byte aligned
 	WRAtomicFetchAdd   = transport.WRAtomicFetchAdd   // IBV_WR_ATOMIC_FETCH_AND_ADD: 8 bytes, 8-byte aligned
 	WRLocalInv         = transport.WRLocalInv         // IBV_WR_LOCAL_INV: invalidates SendWR.InvRKey locally
+	WRBindMW           = transport.WRBindMW           // IBV_WR_BIND_MW: binds a type 2 window (SendWR.BindMW)
 	WRSendWithInv      = transport.WRSendWithInv      // IBV_WR_SEND_WITH_INV: invalidates SendWR.InvRKey at the peer
 )
 
@@ -253,6 +258,14 @@ const (
 	CntSentNAKs            = transport.CntSentNAKs
 	CntRcvdNAKs            = transport.CntRcvdNAKs
 	CntSendErrors          = transport.CntSendErrors
+	CntRxWriteRequests     = transport.CntRxWriteRequests  // rx_write_requests (mlx5)
+	CntRxReadRequests      = transport.CntRxReadRequests   // rx_read_requests (mlx5)
+	CntRxAtomicRequests    = transport.CntRxAtomicRequests // rx_atomic_requests (mlx5)
+	CntRxSendRequests      = transport.CntRxSendRequests
+	CntTxSendRequests      = transport.CntTxSendRequests
+	CntTxWriteRequests     = transport.CntTxWriteRequests
+	CntTxReadRequests      = transport.CntTxReadRequests
+	CntTxAtomicRequests    = transport.CntTxAtomicRequests
 	NumCounters            = transport.NumCounters
 )
 

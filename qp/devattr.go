@@ -44,7 +44,9 @@ const (
 	DevicePortActiveEvent  DeviceCapFlags = 1 << 10
 	DeviceSysImageGUID     DeviceCapFlags = 1 << 11
 	DeviceRCRNRNAKGen      DeviceCapFlags = 1 << 12
+	DeviceMemWindow        DeviceCapFlags = 1 << 17
 	DeviceMemMgtExtensions DeviceCapFlags = 1 << 21
+	DeviceMemWindowType2B  DeviceCapFlags = 1 << 24
 )
 
 // deviceCapNames are the flag names ibv_devinfo prints, in its order.
@@ -56,7 +58,9 @@ var deviceCapNames = []struct {
 	{DevicePortActiveEvent, "PORT_ACTIVE_EVENT"},
 	{DeviceSysImageGUID, "SYS_IMAGE_GUID"},
 	{DeviceRCRNRNAKGen, "RC_RNR_NAK_GEN"},
+	{DeviceMemWindow, "MEM_WINDOW"},
 	{DeviceMemMgtExtensions, "MEM_MGT_EXTENSIONS"},
+	{DeviceMemWindowType2B, "MEM_WINDOW_TYPE_2B"},
 }
 
 // Names lists the flags set, as ibv_devinfo -v prints them.
@@ -96,9 +100,9 @@ type DeviceAttr struct {
 	MaxResRdAtom    int            `json:"max_res_rd_atom"`     // rxe's 0x3f000
 	MaxQPInitRdAtom int            `json:"max_qp_init_rd_atom"` // 128, as rxe
 	AtomicCap       AtomicCap      `json:"atomic_cap"`          // ATOMIC_HCA, as rxe
-	MaxMW           int            `json:"max_mw"`              // 0: no memory windows yet
+	MaxMW           int            `json:"max_mw"`              // memreg.MaxMWs: rxe's window index range
 	MaxAH           int            `json:"max_ah"`              // 0: RC only, no address handles
-	MaxSRQ          int            `json:"max_srq"`             // 0: no shared receive queues yet
+	MaxSRQ          int            `json:"max_srq"`             // 1<<20, as rxe's order of magnitude
 	MaxSRQWR        int            `json:"max_srq_wr"`
 	MaxSRQSGE       int            `json:"max_srq_sge"`
 	MaxPKeys        int            `json:"max_pkeys"`          // 1: only 0xFFFF
@@ -116,12 +120,14 @@ func deviceAttr(mac net.HardwareAddr) DeviceAttr {
 		NodeGUID: guid, SysImageGUID: guid, VendorID: 0xFFFFFF,
 		MaxMRSize: 1<<63 - 1, PageSizeCap: 0xfffff000,
 		MaxQP: maxQPN - minQPN + 1, MaxQPWR: 1 << 16,
-		CapFlags: DeviceBadPKeyCntr | DevicePortActiveEvent | DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceMemMgtExtensions,
-		MaxSGE:   transport.MaxSGE, MaxSGERd: transport.MaxSGE,
-		MaxCQ: 1 << 20, MaxCQE: 1 << 20, MaxMR: memreg.MaxMRs, MaxPD: 1 << 20,
+		CapFlags: DeviceBadPKeyCntr | DevicePortActiveEvent | DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceMemWindow |
+			DeviceMemMgtExtensions | DeviceMemWindowType2B,
+		MaxSGE: transport.MaxSGE, MaxSGERd: transport.MaxSGE,
+		MaxCQ: 1 << 20, MaxCQE: 1 << 20, MaxMR: memreg.MaxMRs, MaxMW: memreg.MaxMWs, MaxPD: 1 << 20,
 		MaxQPRdAtom: transport.MaxRdAtomic, MaxResRdAtom: 0x3f000, MaxQPInitRdAtom: transport.MaxRdAtomic,
 		AtomicCap: AtomicHCA, MaxPKeys: 1, LocalCAAckDelay: 15,
 		MaxInlineData: transport.MaxInlineData, PhysPortCnt: 1,
+		MaxSRQ: 1 << 20, MaxSRQWR: transport.MaxSRQWR, MaxSRQSGE: transport.MaxSGE,
 	}
 }
 

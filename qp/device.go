@@ -1,7 +1,9 @@
 // Package qp is goroce's verbs-like API: devices, protection domains, memory
-// regions, completion queues and RC queue pairs, in the shape of
+// regions, completion queues, shared receive queues, RC and UD queue pairs
+// (ud.go), address handles and the GSI (QP1, gsi.go), in the shape of
 // libibverbs (ibv_open_device, ibv_alloc_pd, ibv_reg_mr, ibv_create_cq,
-// ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_post_recv, ibv_poll_cq).
+// ibv_create_srq, ibv_create_qp, ibv_modify_qp, ibv_post_send,
+// ibv_post_recv, ibv_post_srq_recv, ibv_poll_cq).
 //
 // A program imports only this package. OpenInterface binds a Device to a
 // network interface (AF_XDP, AF_PACKET or a UDP socket); OpenMemoryPair
@@ -164,6 +166,9 @@ type Device struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	closed bool
+
+	gsi   satomic.Pointer[GSI] // QP1, once Device.GSI made it (gsi.go)
+	gsiMu sync.Mutex           // serialises its creation
 }
 
 // RxStats count frames the device dropped before any QP saw them.
@@ -298,6 +303,9 @@ func (d *Device) Close() error {
 	d.closed = true
 	close(d.done)
 	d.mu.Unlock()
+	if g := d.gsi.Load(); g != nil {
+		g.stop()
+	}
 	if d.poller != nil && !d.busy {
 		return nil // the simulator owns the links
 	}
@@ -406,7 +414,7 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	return pd.pd.RegisterIOVA(buf, iova, access)
 }
 
-// Dealloc frees the PD (fails while MRs remain).
+// Dealloc frees the PD (fails while MRs or memory windows remain).
 func (pd *PD) Dealloc() error { return pd.pd.Dealloc() }
 
 // Device returns the PD's device.

@@ -24,12 +24,17 @@ package qp
 //     NETDEV_UP / NETDEV_DOWN and carrier changes). Linux only (netlink).
 //   - EventDeviceFatal: the link's receive path failed for good while the
 //     device was open.
+//   - EventSQDrained: a QP moved to SQD has no send WR in progress any
+//     more, once per entry into SQD (sqd.go; rxe_req.c
+//     req_check_sq_drain_done, rxe_comp.c comp_check_sq_drain_done).
+//   - EventSRQLimitReached: a message took a WR from an SRQ and fewer than
+//     its armed limit remain (rxe get_srq_wqe raises
+//     IB_EVENT_SRQ_LIMIT_REACHED and sets the limit to 0); once per arming.
 //
 // EventPathMig and EventPathMigErr do not apply (goroce has no alternate
 // path: APM is not implemented, like rxe, whose IB_DEVICE_AUTO_PATH_MIG
-// flag is set but which has no migration logic). EventSQDrained is not
-// raised yet. EventSRQLimitReached and EventQPLastWQEReached belong to
-// shared receive queues.
+// flag is set but which has no migration logic). EventQPLastWQEReached is
+// not raised yet.
 
 import (
 	"context"
@@ -80,6 +85,8 @@ type AsyncEvent struct {
 	// CQ is the completion queue of CQ_ERR, and the overrun CQ that made a
 	// QP fatal (QP_FATAL after CQ_ERR).
 	CQ *CQ
+	// SRQ is the shared receive queue of SRQ_LIMIT_REACHED.
+	SRQ *SRQ
 	// Port is the port number of PORT_ACTIVE and PORT_ERR (always 1).
 	Port int
 	// Syndrome is the NAK the responder sent for QP_REQ_ERR,
@@ -145,6 +152,9 @@ type eventState struct {
 	// commEst are the QPs that may still raise COMM_EST (created, not yet
 	// past RTR), under d.mu.
 	commEst []*qpHooks
+	// sqd are the QPs moved to SQD that have not reported SQ_DRAINED yet
+	// (sqd.go).
+	sqd []*QP
 	// The port as the interface watcher last saw it, under d.mu. A device
 	// on no interface (OpenMemoryPair, Open) has an always active port.
 	portWatched bool
@@ -270,6 +280,7 @@ func (ev asyncEvent) public() AsyncEvent {
 // the QPs in RTR that accepted a packet. The list holds only QPs not yet
 // connected, so a device whose QPs are all in RTS pays one length check.
 func (d *Device) afterCall() {
+	d.checkSQD()
 	if len(d.ev.commEst) == 0 {
 		return
 	}

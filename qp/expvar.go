@@ -6,12 +6,19 @@ import (
 	"sync"
 
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/transport"
 )
 
 // RxeCounter reports whether c is one of the counters rxe exposes in
 // hw_counters (rxe_hw_counters.c), under the same name; the others are
 // goroce's own (docs/metrics.md lists both).
 func RxeCounter(c Counter) bool { return c <= CntRDMARecvs }
+
+// MLX5Counter reports whether c is one of mlx5's hw counters under mlx5's
+// name (rx_write_requests, rx_read_requests, rx_atomic_requests;
+// drivers/infiniband/hw/mlx5/counters.c). Like rxe's, they are in
+// hw_counters.
+func MLX5Counter(c Counter) bool { return transport.MLX5Counter(c) }
 
 // PortCounters are the port's traffic counters under the names of
 // /sys/class/infiniband/DEV/ports/1/counters (mlx5 and rxe's ib core
@@ -67,7 +74,7 @@ func (d *Device) Stats() Stats {
 
 // Map is the snapshot as nested maps of names (the layout of the
 // device's expvar): hw_counters holds rxe's counters under their rxe
-// names, goroce_counters goroce's own, port_counters the sysfs port
+// names and mlx5's under theirs, goroce_counters goroce's own, port_counters the sysfs port
 // counters, rx the receive-path drops, link the backend's counters, and
 // qps each QP's (by QP number in hex) state and counters.
 func (s *Stats) Map() map[string]any {
@@ -104,7 +111,7 @@ func (s *Stats) Map() map[string]any {
 func counterMaps(c *Counters) (hw, own map[string]uint64) {
 	hw, own = map[string]uint64{}, map[string]uint64{}
 	for i, v := range c {
-		if RxeCounter(Counter(i)) {
+		if RxeCounter(Counter(i)) || MLX5Counter(Counter(i)) {
 			hw[Counter(i).String()] = v
 		} else {
 			own[Counter(i).String()] = v

@@ -48,6 +48,15 @@ func TestExpvar(t *testing.T) {
 		if _, ok := va.Goroce["retransmitted_pkts"]; !ok {
 			t.Fatal("retransmitted_pkts missing from goroce_counters")
 		}
+		// Requests by type: mlx5 has no send counter, so rx_send_requests
+		// and tx_send_requests are goroce's; mlx5's rx_write_requests is
+		// among the hw_counters.
+		if vb.Goroce["rx_send_requests"] != 3 || va.Goroce["tx_send_requests"] != 3 {
+			t.Fatalf("rx_send_requests %d (B), tx_send_requests %d (A); want 3 each", vb.Goroce["rx_send_requests"], va.Goroce["tx_send_requests"])
+		}
+		if v, ok := vb.HW["rx_write_requests"]; !ok || v != 0 {
+			t.Fatalf("mlx5's rx_write_requests in hw_counters: %d, %v", v, ok)
+		}
 		q := va.QPs["0x11"]
 		if q.State != "RTS" || q.HW["rdma_sends"] != 3 {
 			t.Fatalf("QP 0x11: %+v", q)

@@ -23,14 +23,23 @@ type InitAttr struct {
 	// SQSigAll makes every send WR generate a completion, as if each had
 	// SendSignaled (ibv_qp_init_attr.sq_sig_all).
 	SQSigAll bool
+	// SRQ, when set, is the shared receive queue of the same device the QP
+	// takes its receive WRs from (srq.go): Cap.MaxRecvWR and MaxRecvSGE
+	// are ignored and QP.PostRecv fails.
+	SRQ *SRQ
+	// Type is the transport service: QPTypeRC (the zero value) or
+	// QPTypeUD (ud.go).
+	Type QPType
 }
 
-// QP is a reliable-connected queue pair.
+// QP is a queue pair: reliable connected (RC) or, with InitAttr.Type
+// QPTypeUD, unreliable datagram (ud.go).
 type QP struct {
 	dev            *Device
 	pd             *PD
 	eng            *transport.QP
 	sendCQ, recvCQ *CQ
+	srq            *SRQ
 	destroyed      bool    // guarded by dev.mu
 	cc             ccState // notification point (cc.go), under dev.mu
 
@@ -51,8 +60,13 @@ const (
 	maxQPN = 0xFFFFFF
 )
 
-// CreateQP creates an RC QP in the RESET state (ibv_create_qp).
-func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
+// CreateQP creates a QP (RC, or UD with InitAttr.Type) in the RESET state
+// (ibv_create_qp).
+func (pd *PD) CreateQP(ia InitAttr) (*QP, error) { return pd.createQP(ia, 0) }
+
+// createQP creates a QP with the next free number, or with number fixed
+// when it is not 0 (QP1, the GSI).
+func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 	d := pd.dev
 	if ia.SendCQ == nil || ia.RecvCQ == nil {
 		return nil, fmt.Errorf("qp: create QP: send and receive CQs are required: %w", ErrInvalidArgument)
@@ -68,23 +82,37 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	if ia.SendCQ.failed() || ia.RecvCQ.failed() {
 		return nil, fmt.Errorf("qp: create QP: the CQ is in the error state: %w", ErrCQOverrun)
 	}
-	qpn, err := d.allocQPN()
+	srq, err := ia.srqEngine(d)
 	if err != nil {
 		return nil, err
+	}
+	qpn := fixed
+	if qpn == 0 {
+		if qpn, err = d.allocQPN(); err != nil {
+			return nil, err
+		}
+	} else if d.qps[qpn] != nil {
+		return nil, fmt.Errorf("qp: create QP: QP number %#x is in use: %w", qpn, ErrInvalidArgument)
 	}
 	hooks := d.qpHooks(ia.RecvCQ)
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
-		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, CC: d.cc,
+		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, SRQ: srq, Type: ia.Type,
+		CC: d.cc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
 	}
 	hooks.attach(eng)
-	d.nextQPN = qpn + 1
+	if fixed == 0 {
+		d.nextQPN = qpn + 1
+	}
 	d.qpSeq++
-	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, seq: d.qpSeq, hidx: -1}
+	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.qpSeq, hidx: -1}
+	if q.srq != nil {
+		q.srq.users++
+	}
 	d.qps[qpn] = q
 	d.qpList = append(d.qpList, q)
 	return q, nil
@@ -185,6 +213,9 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	}
 	now := d.now()
 	err = q.eng.Modify(a, mask, now)
+	if err == nil && mask&AttrState != 0 && a.State == StateSQD {
+		d.watchSQD(q)
+	}
 	d.touch(q)
 	d.endCall(now)
 	d.unlock()
@@ -305,6 +336,9 @@ func (q *QP) Destroy() error {
 		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
 	}
 	q.destroyed = true
+	if q.srq != nil {
+		q.srq.users--
+	}
 	d.heap.remove(q)
 	delete(d.qps, q.QPN())
 	for i, x := range d.qpList {

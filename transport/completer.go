@@ -409,6 +409,8 @@ func sendWCOpcode(op WROpcode) WCOpcode {
 		return WCFetchAdd
 	case WRLocalInv:
 		return WCLocalInv
+	case WRBindMW:
+		return WCBindMW
 	}
 	return WCSend
 }

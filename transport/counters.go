@@ -70,6 +70,34 @@ const (
 	// from a PSN inside them (a retry after a lost response packet); the
 	// response continues from that PSN.
 	CntReadRestarted // read_restarted
+	// UD datagrams whose DETH Q_Key is not the QP's (rxe qkey_viol_cntr).
+	CntRcvdBadQKey // rcvd_bad_qkey
+	// UD datagrams dropped because no receive was posted.
+	CntUDNoRecv // ud_no_recv
+	// UD datagrams dropped because the receive buffer was shorter than
+	// the 40-byte GRH area plus the payload.
+	CntUDRecvTooShort // ud_recv_too_short
+	// UD sends longer than the port MTU, completed without a packet
+	// (C10-93.1.1).
+	CntUDSendOverMTU // ud_send_over_mtu
+
+	// Requests by type (reqcounters.go). The three rx_* that mlx5 has
+	// carry mlx5's names (drivers/infiniband/hw/mlx5/counters.c
+	// basic_q_cnts); the others are goroce's, named alike.
+
+	// WRITE / WRITE_WITH_IMM messages the responder executed (mlx5).
+	CntRxWriteRequests // rx_write_requests
+	// READ requests the responder accepted (mlx5).
+	CntRxReadRequests // rx_read_requests
+	// FETCH_ADD / CMP_SWAP requests the responder executed (mlx5).
+	CntRxAtomicRequests // rx_atomic_requests
+	// SEND messages (all three kinds) the responder completed.
+	CntRxSendRequests // rx_send_requests
+	// Request messages the requester started, by type (first transmissions).
+	CntTxSendRequests   // tx_send_requests
+	CntTxWriteRequests  // tx_write_requests
+	CntTxReadRequests   // tx_read_requests
+	CntTxAtomicRequests // tx_atomic_requests
 
 	// Congestion control (mlx5's names). The notification point's two are
 	// the owner's (package qp), which sees the IP header and sends CNPs.

@@ -34,7 +34,9 @@
 // queue, expPSN, ackPSN, the MSN, the state of the message in progress, and
 // the records that answer duplicates: READ resources (replayed from memory)
 // and the history of executed atomics (answered from their saved results,
-// never executed twice).
+// never executed twice). A QP created with Config.SRQ has no receive queue:
+// its responder takes each message's WQE from the shared receive queue
+// (srq.go), which several QPs consume and which knows no QP type.
 //
 // QP itself is the composition: it keeps the configuration, the attributes
 // and the state machine (Modify, after ib_modify_qp_is_ok), the counters and
@@ -146,4 +148,13 @@
 // straight from or to registered memory (memreg) and the headers built in
 // front of it; completions, passed to Config.SendCQ and Config.RecvCQ; and
 // Deadline. The data path allocates nothing.
+//
+// # UD
+//
+// A QP made with Config.Type QPTypeUD is a datagram QP (ud.go) and uses
+// none of the three roles' RC machinery: PostSend builds its one UD
+// SEND_ONLY packet (to the work request's AH and remote QPN, DETH with the
+// Q_Key) and completes it at once; Receive checks the Q_Key and hands the
+// payload, behind rxe's 40-byte GRH area, to the next receive WQE of the
+// responder's queue. Nothing is acknowledged, retried or timed.
 package transport

@@ -213,7 +213,8 @@ func TestPostValidation(t *testing.T) {
 		{Opcode: transport.WRSend, Flags: transport.SendInline, SGL: []transport.SGE{e.a.sge(0, transport.MaxInlineData+1)}},
 		{Opcode: transport.WRAtomicFetchAdd, SGL: []transport.SGE{e.a.sge(0, 8)}, RemoteAddr: 4},
 		{Opcode: transport.WRAtomicCmpAndSwp, SGL: []transport.SGE{e.a.sge(0, 7)}},
-		{Opcode: transport.WROpcode(8)}, // BIND_MW
+		{Opcode: transport.WRBindMW, SGL: []transport.SGE{e.a.sge(0, 8)}}, // rdma-core rxe validate_send_wr: no SGEs
+		{Opcode: transport.WRBindMW, Imm: 1},                              // and no immediate
 		{Opcode: transport.WROpcode(10)},
 		{Opcode: transport.WRSend, SGL: []transport.SGE{{Addr: 0, Length: 1 << 31, LKey: 1}, {Addr: 0, Length: 1, LKey: 1}}},
 	}

@@ -120,8 +120,9 @@ type eopts struct {
 	accessB     memreg.Access
 	maxRdAtomic uint8
 	ringFrames  int
-	frameSize   int  // bytes per ring buffer (frameCap if 0); must hold a frame of the path MTU
-	zeroDestRd  bool // B accepts no READ/atomic (max_dest_rd_atomic 0)
+	frameSize   int            // bytes per ring buffer (frameCap if 0); must hold a frame of the path MTU
+	zeroDestRd  bool           // B accepts no READ/atomic (max_dest_rd_atomic 0)
+	srqB        *transport.SRQ // B takes its receives from this SRQ
 }
 
 func newEPair(t testing.TB, o eopts) *epair {
@@ -150,7 +151,7 @@ func newEPair(t testing.TB, o eopts) *epair {
 		o.frameSize = frameCap
 	}
 	e := &epair{t: t, now: time.Unix(1_700_000_000, 0)}
-	mk := func(name string, qpn uint32, ip string, mac byte, psn wire.PSN, access memreg.Access) *side {
+	mk := func(name string, qpn uint32, ip string, mac byte, psn wire.PSN, access memreg.Access, srq *transport.SRQ) *side {
 		s := &side{name: name, out: newRing(o.ringFrames, o.frameSize), scq: &cq{}, rcq: &cq{}, mrs: memreg.NewTable(int64(qpn)),
 			ip: netip.MustParseAddr(ip), mac: [6]byte{2, 0, 0, 0, 0, mac}, sqPSN: psn, access: access}
 		s.pd = s.mrs.AllocPD()
@@ -160,14 +161,14 @@ func newEPair(t testing.TB, o eopts) *epair {
 			t.Fatal(err)
 		}
 		s.q, err = transport.New(transport.Config{QPN: qpn, PD: s.pd, MRs: s.mrs, Out: s.out, SendCQ: s.scq, RecvCQ: s.rcq,
-			Caps: transport.Caps{MaxSendWR: o.sqWR, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}})
+			Caps: transport.Caps{MaxSendWR: o.sqWR, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}, SRQ: srq})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	e.a = mk("A", 0x11, "198.18.0.1", 0xa, o.psnA, o.accessA)
-	e.b = mk("B", 0x12, "198.18.0.2", 0xb, o.psnB, o.accessB)
+	e.a = mk("A", 0x11, "198.18.0.1", 0xa, o.psnA, o.accessA, nil)
+	e.b = mk("B", 0x12, "198.18.0.2", 0xb, o.psnB, o.accessB, o.srqB)
 	e.a.peer, e.b.peer = e.b, e.a
 	destRd := func(s *side) uint8 {
 		if o.zeroDestRd && s == e.b {

@@ -60,6 +60,12 @@ type Config struct {
 	RetryCnt7Infinite bool
 	// DeviceCounters, when set, is incremented along with the QP's own counters.
 	DeviceCounters *Counters
+	// SRQ, when set, is the shared receive queue the responder takes its
+	// receive WQEs from; the QP has no receive queue of its own (Caps'
+	// MaxRecvWR and MaxRecvSGE are ignored) and PostRecv fails.
+	SRQ *SRQ
+	// Type is the transport service: RC (the zero value) or UD (ud.go).
+	Type QPType
 	// CC, when set, turns congestion control on (cc.go): ECT(0) on every
 	// frame, DCQCN pacing of the requester. The QP only reads it.
 	CC *DCQCNParams
@@ -80,11 +86,16 @@ type QP struct {
 	req  requester
 	comp completer
 	resp responder
+	ud   udState
 
 	// wc is the completion handed to a CompletionQueue (see completion).
 	wc WC
 	// pace is the DCQCN reaction point and pacer; nil without Config.CC.
 	pace *pacer
+
+	// sqDraining is set on entering SQD and cleared when SQDrained reports
+	// the drain (rxe attr.sq_draining).
+	sqDraining bool
 
 	Counters Counters
 }
@@ -106,6 +117,10 @@ func New(cfg Config) (*QP, error) {
 		return nil, fmt.Errorf("transport: new QP: QPN %#x out of range: %w", cfg.QPN, ErrInvalidArgument)
 	}
 	c := &cfg.Caps
+	if cfg.SRQ != nil {
+		// No receive queue: the SRQ's sizes apply (Caps reports zeros).
+		c.MaxRecvWR, c.MaxRecvSGE = 1, 1
+	}
 	if c.MaxSendWR <= 0 || c.MaxRecvWR <= 0 || c.MaxSendWR > 1<<16 || c.MaxRecvWR > 1<<16 {
 		return nil, fmt.Errorf("transport: new QP: queue sizes %d/%d out of range 1..65536: %w", c.MaxSendWR, c.MaxRecvWR, ErrInvalidArgument)
 	}
@@ -135,7 +150,11 @@ func New(cfg Config) (*QP, error) {
 	q.out = emitter{qp: q, out: cfg.Out}
 	q.req = requester{qp: q, sq: &q.sq, out: &q.out, comp: &q.comp}
 	q.comp = completer{qp: q, sq: &q.sq, req: &q.req}
-	q.resp = responder{qp: q, out: &q.out, rq: make([]recvWQE, c.MaxRecvWR), respOpcode: -1, pend: make([]pending, 4)}
+	rqLen := c.MaxRecvWR
+	if cfg.SRQ != nil {
+		rqLen, c.MaxRecvWR, c.MaxRecvSGE = 0, 0, 0
+	}
+	q.resp = responder{qp: q, out: &q.out, rq: make([]recvWQE, rqLen), respOpcode: -1, pend: make([]pending, 4)}
 	q.attr.State = StateReset
 	return q, nil
 }
@@ -168,7 +187,11 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if mask&AttrState != 0 {
 		next = a.State
 	}
-	if err := checkTransition(cur, next, mask); err != nil {
+	check := checkTransition
+	if q.cfg.Type == QPTypeUD {
+		check = checkUDTransition
+	}
+	if err := check(cur, next, mask); err != nil {
 		return err
 	}
 	if err := q.checkValues(a, mask, cur, next); err != nil {
@@ -182,6 +205,9 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	}
 	if mask&AttrPort != 0 {
 		q.attr.Port = a.Port
+	}
+	if mask&AttrQKey != 0 {
+		q.attr.QKey = a.QKey
 	}
 	if mask&AttrAV != 0 {
 		q.attr.AV = a.AV
@@ -302,6 +328,13 @@ func (q *QP) enter(next State, now time.Time) {
 		if prev == StateSQD {
 			q.req.pump(now)
 		}
+	case StateSQD:
+		if prev != StateSQD {
+			q.sqDraining = true
+		}
+	}
+	if next != StateSQD {
+		q.sqDraining = false
 	}
 }
 
@@ -384,6 +417,9 @@ func (q *QP) EndBatch(now time.Time) {
 // the window allows. In the ERR state the request is completed at once with
 // WR_FLUSH_ERR, as rxe does.
 func (q *QP) PostSend(wr *SendWR, now time.Time) error {
+	if q.cfg.Type == QPTypeUD {
+		return q.udPostSend(wr, now)
+	}
 	st := q.attr.State
 	if st != StateRTS && st != StateSQD && st != StateErr {
 		return fmt.Errorf("post send in state %v: %w", st, ErrInvalidArgument)
@@ -406,6 +442,10 @@ func (q *QP) PostRecv(wr *RecvWR) error { return q.resp.post(wr) }
 // Receive processes one received, parsed and ICRC-checked packet addressed
 // to this QP: requests go to the responder, responses to the completer.
 func (q *QP) Receive(p *wire.Packet, now time.Time) {
+	if q.cfg.Type == QPTypeUD {
+		q.udReceive(p)
+		return
+	}
 	av := &q.attr.AV
 	// rxe_recv.c check_addr: the IP addresses must match the QP's path.
 	if p.SrcIP() != av.DGID.Unmap() || p.DstIP() != av.SGID.Unmap() {

@@ -80,6 +80,10 @@ func (r *requester) post(wr *SendWR) error {
 	}
 	switch wr.Opcode {
 	case WRSend, WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRLocalInv:
+	case WRBindMW:
+		if err := validateBindMW(wr, length); err != nil {
+			return err
+		}
 	case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
 		// rxe validate_send_wr: atomics need 8 bytes and an 8-aligned target.
 		if length < 8 || wr.RemoteAddr&7 != 0 {
@@ -147,6 +151,15 @@ func (r *requester) pump(now time.Time) {
 			}
 			if w.wr.Flags&SendFence != 0 && sq.rdAtomicBefore(sq.req) {
 				break
+			}
+			if w.wr.Opcode == WRBindMW {
+				// rxe_requester runs a bind as soon as it reaches it, in
+				// posting order; unlike LOCAL_INV it is not fenced.
+				if !r.bindMW(w) {
+					return // failed: the QP is in ERR now
+				}
+				sq.req++
+				continue
 			}
 			if w.wr.Opcode == WRLocalInv {
 				if sq.req != sq.head {
@@ -224,6 +237,8 @@ func (r *requester) sendNext(w *sendWQE) bool {
 	idx := uint32(psn.Diff(w.firstPSN))
 	if psn.Before(r.sentEnd) {
 		r.qp.inc(CntRetransmittedPkts)
+	} else if idx == 0 {
+		r.qp.countTxRequest(w.wr.Opcode)
 	}
 	defer func() {
 		if r.sentEnd.Before(r.nextPSN) {

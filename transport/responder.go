@@ -27,6 +27,10 @@ type responder struct {
 	// WRITE_WITH_IMM) consumes.
 	rq             []recvWQE
 	rqHead, rqTail uint64
+	// On a QP created with an SRQ: the WQE taken from it for the current
+	// message (srq.go).
+	srqWQE  recvWQE
+	srqHeld bool
 
 	expPSN     wire.PSN // PSN of the next new request
 	ackPSN     wire.PSN // one past the last SEND/WRITE/atomic packet executed (rxe resp.ack_psn); READs leave it
@@ -142,6 +146,7 @@ func (r *responder) setResources(n uint8) {
 func (r *responder) reset() {
 	clear(r.rq)
 	r.rqHead, r.rqTail = 0, 0
+	r.srqHeld = false
 	r.msn, r.nakSent, r.respOpcode, r.recvActive = 0, false, -1, false
 	clear(r.res)
 	if r.atomicHist != nil {
@@ -268,6 +273,10 @@ func (r *responder) finish() {
 // post queues a receive work request at the tail of the receive queue.
 func (r *responder) post(wr *RecvWR) error {
 	st := r.qp.attr.State
+	if r.qp.cfg.SRQ != nil {
+		// rxe_post_recv: "qp has srq, use post_srq_recv instead".
+		return fmt.Errorf("post recv: the QP receives from its SRQ: %w", ErrInvalidArgument)
+	}
 	if st == StateReset {
 		return fmt.Errorf("post recv in state RESET: %w", ErrInvalidArgument)
 	}
@@ -277,14 +286,7 @@ func (r *responder) post(wr *RecvWR) error {
 	if len(wr.SGL) > r.qp.cfg.Caps.MaxRecvSGE {
 		return fmt.Errorf("post recv: %d SGEs > max_recv_sge %d: %w", len(wr.SGL), r.qp.cfg.Caps.MaxRecvSGE, ErrInvalidArgument)
 	}
-	w := &r.rq[r.rqTail%uint64(len(r.rq))]
-	w.wrID = wr.WRID
-	w.nsge = copy(w.sgl[:], wr.SGL)
-	var n uint64
-	for _, s := range wr.SGL {
-		n += uint64(s.Length)
-	}
-	w.length = uint32(min(n, MaxMessageLen))
+	r.rq[r.rqTail%uint64(len(r.rq))].fill(wr)
 	r.rqTail++
 	if st == StateErr {
 		r.flush()
@@ -299,6 +301,7 @@ func (r *responder) flush() {
 		wc := WC{WRID: w.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
 		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 	}
+	r.flushSRQ()
 	r.recvActive = false
 }
 
@@ -386,7 +389,7 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	// packet length (check_length): a bad-length FIRST/ONLY without a RECV
 	// is RNR NAKed, and with one the RECV completes with the error.
 	if pos == wire.PosFirst || pos == wire.PosOnly {
-		if r.rqHead == r.rqTail {
+		if !r.recvReady() {
 			r.sendRNR(psn)
 			return
 		}
@@ -396,7 +399,7 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
-	w := &r.rq[r.rqHead%uint64(len(r.rq))]
+	w := r.recvHead()
 	n := uint32(len(p.Payload))
 	if r.recvOff+n > w.length {
 		// The RECV buffer is too small (rxe RESPST_ERR_LENGTH).
@@ -435,7 +438,7 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			r.respOpcode = -1
 			r.acceptPacket(p, psn)
 			r.finish()
-			r.rqHead++
+			r.recvPop()
 			r.recvActive = false
 			wc.Status = WCRemInvReqErr
 			r.qp.completion(r.qp.cfg.RecvCQ, &wc)
@@ -445,9 +448,10 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		wc.Flags |= WCWithInv
 		wc.InvRKey = rkey
 	}
-	r.rqHead++
+	r.recvPop()
 	r.recvActive = false
 	r.finishMessage(p, psn)
+	r.qp.inc(CntRxSendRequests)
 	r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 }
 
@@ -477,7 +481,7 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		// RXE_RWR_MASK), checked before the length and the R_Key as rxe's
 		// check_resource is: none posted is RNR; once taken, an error of this
 		// packet completes that RECV with the error status (classC).
-		if r.rqHead == r.rqTail {
+		if !r.recvReady() {
 			r.sendRNR(psn)
 			return
 		}
@@ -499,7 +503,7 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		// piece alone would place the leading packets and NAK a later PSN).
 		// Zero-length writes skip the check (rxe check_rkey).
 		if r.wrLen > 0 {
-			if _, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
+			if _, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
 				r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 				return
 			}
@@ -515,7 +519,7 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	}
 	if n > 0 {
 		// Zero-length writes skip the R_Key check (rxe check_rkey).
-		mem, err := r.qp.cfg.MRs.Remote(r.wrRKey, r.qp.cfg.PD, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
+		mem, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
 		if err != nil {
 			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 			return
@@ -529,8 +533,8 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		return
 	}
 	if op.HasImm() {
-		w := &r.rq[r.rqHead%uint64(len(r.rq))]
-		r.rqHead++
+		w := r.recvHead()
+		r.recvPop()
 		r.recvActive = false
 		wc := WC{WRID: w.wrID, Status: WCSuccess, Opcode: WCRecvRDMAWithImm, ByteLen: r.wrLen,
 			QPNum: r.qp.cfg.QPN, Flags: WCWithImm, Imm: p.ImmDt.Imm()}
@@ -538,10 +542,12 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			wc.Flags |= WCSolicited
 		}
 		r.finishMessage(p, psn)
+		r.qp.inc(CntRxWriteRequests)
 		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 		return
 	}
 	r.finishMessage(p, psn)
+	r.qp.inc(CntRxWriteRequests)
 }
 
 func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
@@ -555,7 +561,7 @@ func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
 		return
 	}
 	if length > 0 {
-		if _, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteRead, va, length); err != nil {
+		if _, err := r.qp.remote(rkey, memreg.RemoteRead, va, length); err != nil {
 			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 			return
 		}
@@ -568,6 +574,7 @@ func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {
 	*res = resource{valid: true, firstPSN: psn, lastPSN: psn.Add(npkts - 1), va: va, rkey: rkey, length: length}
 	// The MSN counts a READ when it is accepted (C9-148).
 	r.msn++
+	r.qp.inc(CntRxReadRequests)
 	r.respOpcode = -1
 	r.expPSN = psn.Add(npkts)
 	r.startRead(res, psn, va, length, false)
@@ -614,7 +621,7 @@ func (r *responder) readPacket(e *pending) bool {
 	f.AETH = wire.AETHFields{Syndrome: wire.SyndromeACKNoCredit, MSN: e.msn & wire.PSNMask}
 	buf := r.out.buffer()
 	if n > 0 {
-		mem, err := r.qp.cfg.MRs.Remote(e.rkey, r.qp.cfg.PD, memreg.RemoteRead, e.va, n)
+		mem, err := r.qp.remote(e.rkey, memreg.RemoteRead, e.va, n)
 		if err != nil {
 			// Nothing queued behind the failed READ matters any more: the
 			// QP goes to ERR after the NAK.
@@ -644,7 +651,7 @@ func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	va, rkey := a.VA(), a.RKey()
 	// rxe checks the R_Key and range (check_rkey: NAK 0x62) before the
 	// alignment (rxe_mr_do_atomic_op: NAK 0x61).
-	mem, err := r.qp.cfg.MRs.Remote(rkey, r.qp.cfg.PD, memreg.RemoteAtomic, va, 8)
+	mem, err := r.qp.remote(rkey, memreg.RemoteAtomic, va, 8)
 	if err != nil {
 		r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 		return
@@ -668,6 +675,7 @@ func (r *responder) execAtomic(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		return
 	}
 	r.atomicHist.Record(psn, va, rkey, orig)
+	r.qp.inc(CntRxAtomicRequests)
 	r.msn++
 	r.respOpcode = -1
 	r.expPSN = psn.Add(1)
@@ -770,16 +778,16 @@ func (r *responder) classC(code wire.NAKCode, status WCStatus, psn wire.PSN) {
 		return
 	}
 	r.sendNAK(psn, code)
-	if r.recvActive && r.rqHead < r.rqTail {
-		w := &r.rq[r.rqHead%uint64(len(r.rq))]
-		r.rqHead++
+	if r.recvActive && r.recvHeld() {
+		w := r.recvHead()
+		r.recvPop()
 		wc := WC{WRID: w.wrID, Status: status, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
 		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 	} else if status == WCLocLenErr || status == WCLocQPOpErr {
 		// The failing packet started a message (FIRST/ONLY): its WQE is the head.
-		if r.rqHead < r.rqTail {
-			w := &r.rq[r.rqHead%uint64(len(r.rq))]
-			r.rqHead++
+		if r.recvHeld() {
+			w := r.recvHead()
+			r.recvPop()
 			wc := WC{WRID: w.wrID, Status: status, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
 			r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 		}

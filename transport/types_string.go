@@ -16,27 +16,20 @@ func _() {
 	_ = x[WRAtomicCmpAndSwp-5]
 	_ = x[WRAtomicFetchAdd-6]
 	_ = x[WRLocalInv-7]
+	_ = x[WRBindMW-8]
 	_ = x[WRSendWithInv-9]
 }
 
-const (
-	_WROpcode_name_0 = "RDMA_WRITERDMA_WRITE_WITH_IMMSENDSEND_WITH_IMMRDMA_READATOMIC_CMP_AND_SWPATOMIC_FETCH_AND_ADDLOCAL_INV"
-	_WROpcode_name_1 = "SEND_WITH_INV"
-)
+const _WROpcode_name = "RDMA_WRITERDMA_WRITE_WITH_IMMSENDSEND_WITH_IMMRDMA_READATOMIC_CMP_AND_SWPATOMIC_FETCH_AND_ADDLOCAL_INVBIND_MWSEND_WITH_INV"
 
-var (
-	_WROpcode_index_0 = [...]uint8{0, 10, 29, 33, 46, 55, 73, 93, 102}
-)
+var _WROpcode_index = [...]uint8{0, 10, 29, 33, 46, 55, 73, 93, 102, 109, 122}
 
 func (i WROpcode) String() string {
-	switch {
-	case i <= 7:
-		return _WROpcode_name_0[_WROpcode_index_0[i]:_WROpcode_index_0[i+1]]
-	case i == 9:
-		return _WROpcode_name_1
-	default:
+	idx := int(i) - 0
+	if i < 0 || idx >= len(_WROpcode_index)-1 {
 		return "WROpcode(" + strconv.FormatInt(int64(i), 10) + ")"
 	}
+	return _WROpcode_name[_WROpcode_index[idx]:_WROpcode_index[idx+1]]
 }
 func _() {
 	// An "invalid array index" compiler error signifies that the constant values have changed.

@@ -1,9 +1,9 @@
 // Command goroce is goroce's one tool: the demo (two endpoints in one
-// process), a RoCEv2 packet dumper, an ibv_rc_pingpong-compatible ping-pong
-// and perftest-compatible benchmarks.
+// process), a RoCEv2 packet dumper, ibv_rc_pingpong- and
+// ibv_ud_pingpong-compatible ping-pongs and perftest-compatible benchmarks.
 //
 // Each subcommand is a package under internal/ named after it with the
-// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, perftestcmd), whose Run takes
+// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, udpingpongcmd, perftestcmd), whose Run takes
 // a tool.Env: the outputs, the context and the device opener that main
 // passes here and tests pass their own of. The protocol and format logic a
 // subcommand runs on lives beside it (internal/dump, internal/pingpong,
@@ -22,7 +22,9 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/probecmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/srqpingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
+	"github.com/goroce/goroce/cmd/goroce/internal/udpingpongcmd"
 )
 
 type command struct {
@@ -44,6 +46,8 @@ var commands = []command{
 	perftestCommand(perftest.ReadLat),
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
+	{"srq_pingpong", srqpingpongcmd.Summary, srqpingpongcmd.Run},
+	{"ud_pingpong", udpingpongcmd.Summary, udpingpongcmd.Run},
 	perftestCommand(perftest.WriteBW),
 	perftestCommand(perftest.WriteLat),
 }

@@ -22,7 +22,8 @@
 //     "truncated after BTH: RC_SEND_FIRST dqpn 0x11 psn 123". Malformed
 //     packets are RoCEv2 packets too, and truncated ones are a subset.
 //
-// The flow analysis is described in flows.go.
+// The flow analysis is described in flows.go, the decoding of CM MADs on
+// QP 1 and the connections they make in cm.go.
 package dump
 
 import (
@@ -36,6 +37,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -91,6 +93,8 @@ type Dumper struct {
 	err      error  // first write error
 	warnings []string
 	evs      []ev // for the capture-wide analyses (analysis.go)
+	cm       cmTable
+	madDec   mad.Decoder
 }
 
 // New returns a Dumper writing to w.
@@ -137,6 +141,7 @@ type decoded struct {
 	sport   uint16
 	hasPort bool
 	trunc   bool
+	cm      cmDecoded // MADs on QP1 (cm.go)
 }
 
 // Packet decodes one record, prints it (unless it is not RoCEv2) and adds it
@@ -152,6 +157,8 @@ func (d *Dumper) Packet(rec Record) {
 		return
 	}
 	d.flows.add(&x)
+	decodeCM(&x, &d.madDec)
+	d.cm.add(&x, d.stats.packets)
 	if d.opts.Latency || d.opts.Explain || d.opts.GraphDir != "" {
 		d.record(&x, d.stats.packets)
 	}

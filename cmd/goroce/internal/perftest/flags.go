@@ -43,6 +43,7 @@ type Flags struct {
 	DontXchg    bool       // --dont_xchg_versions
 	PerPort     bool       // --report-per-port
 	Bidir       bool       // -b, --bidirectional (BW): both sides send
+	UseSRQ      bool       // --use-srq (SEND tests; --use_srq too): receives go to one SRQ
 	ReportBoth  bool       // --report-both: with -b, each direction's line after the sum
 	RunInf      bool       // --run_infinitely (BW): a report every -D seconds until interrupted
 	PostList    int        // -l, --post_list (1): WRs per post (BW)
@@ -195,6 +196,8 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	boolFlag(&f.PerPort, "", "report-per-port")
 	boolFlag(&rdmaCM, "R", "rdma_cm")
 	boolFlag(&f.Bidir, "b", "bidirectional")
+	boolFlag(&f.UseSRQ, "", "use-srq")
+	boolFlag(&f.UseSRQ, "", "use_srq")
 	boolFlag(&f.ReportBoth, "", "report-both")
 	boolFlag(&f.RunInf, "", "run_infinitely")
 	intFlag(&f.PostList, "l", "post_list")
@@ -307,6 +310,13 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 		if uint64(f.RxDepth) > f.Iters {
 			f.RxDepth = int(f.Iters)
 		}
+	}
+	// force_dependecies' SRQ checks, after the rx_depth cap.
+	if f.UseSRQ && t.Verb() != Send {
+		return Flags{}, fmt.Errorf("%w: Using SRQ only avavilible in SEND tests.", ErrUsage)
+	}
+	if f.UseSRQ && f.NumQPs > f.RxDepth {
+		return Flags{}, fmt.Errorf("%w: Using SRQ depth should be greater than number of QPs.", ErrUsage)
 	}
 	// A BW test requests a completion every cq_mod sends and may have only
 	// tx_depth outstanding, so cq_mod shrinks to tx_depth (write_bw_4k.log:

@@ -58,6 +58,7 @@ type TestInfo struct {
 	InlineSize int    // "Max inline data" (send, write)
 	OutReads   int    // "Outstand reads" (read, atomic)
 	Duplex     bool   // -b: "Bidirectional" in the title, both depths on both sides
+	UseSRQ     bool   // --use-srq: "Using SRQ : ON"
 	PostList   int    // -l: "Post List" in the title and its line when > 1
 }
 
@@ -103,7 +104,7 @@ func FormatTestInfo(ti TestInfo) string {
 	b.WriteString(testTitle(ti, " ") + "\n")
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", ti.Device)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", ti.NumQPs, ti.Transport)
-	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", onOff(ti.UseSRQ))
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", onOff(ti.PCIeRelax))
 	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", "OFF")
 	if !ti.Server || ti.Duplex {

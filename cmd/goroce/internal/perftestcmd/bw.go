@@ -228,7 +228,7 @@ func (r *runner) bwServer(p *tool.Poller, size uint64) (perftest.BWReport, error
 	f := r.f
 	nq := len(r.qps)
 	iters := int64(f.Iters)
-	rxDepth := int64(f.RxDepth)
+	rxDepth := int64(r.sizePerQP())
 	inf := r.infinite()
 	duration := f.Duration > 0 || inf != nil
 	tot := iters * int64(nq)
@@ -281,7 +281,7 @@ func (r *runner) bwServer(p *tool.Poller, size uint64) (perftest.BWReport, error
 			rcntQ[id]++
 			rcnt++
 			if duration || rcntQ[id]+rxDepth <= iters {
-				if err := r.qps[id].PostRecv(&r.rwr[id]); err != nil {
+				if err := r.postRecv(id); err != nil {
 					return perftest.BWReport{}, fmt.Errorf("Couldn't post recv Qp=%d rcnt=%d: %w", id, rcntQ[id], err)
 				}
 				if cycling {

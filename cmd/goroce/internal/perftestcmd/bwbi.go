@@ -24,7 +24,7 @@ func (r *runner) bwBi(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (perf
 	duration := f.Duration > 0
 	iters := int64(f.Iters)
 	txDepth, cqMod := int64(f.TxDepth), int64(max(f.CQMod, 1))
-	rxDepth := int64(f.RxDepth)
+	rxDepth := int64(r.sizePerQP())
 	postList := int64(max(f.PostList, 1))
 	wrs := make([]qp.SendWR, nq)
 	sges := make([][1]qp.SGE, nq)
@@ -137,7 +137,7 @@ func (r *runner) bwBi(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (perf
 			totrcnt++
 			counted++
 			if duration || posted[id]+1 <= iters {
-				if err := r.qps[id].PostRecv(&r.rwr[id]); err != nil {
+				if err := r.postRecv(id); err != nil {
 					return perftest.BWReport{}, fmt.Errorf("Couldn't post recv Qp=%d rcnt=%d: %w", id, totrcnt, err)
 				}
 				posted[id]++

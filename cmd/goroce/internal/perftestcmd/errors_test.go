@@ -35,6 +35,8 @@ func TestUsage(t *testing.T) {
 		{perftest.SendBW, "-i 2"},
 		{perftest.SendBW, "--timeout=-1"},
 		{perftest.ReadBW, "-m 1000"},
+		{perftest.WriteBW, "--use-srq"},
+		{perftest.SendBW, "--use_srq -q 4 -r 3"},
 	} {
 		var out, errb bytes.Buffer
 		env := tool.Env{Stdout: &out, Stderr: &errb, Open: func(context.Context, string) (*qp.Device, error) {

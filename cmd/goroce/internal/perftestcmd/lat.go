@@ -78,7 +78,7 @@ func (r *runner) latSend(p *tool.Poller, size uint64) ([]float64, error) {
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, perftest.KeyMsg{}, &sge)
 	q := r.qps[0]
-	rxDepth := uint64(r.f.RxDepth)
+	rxDepth := uint64(r.sizePerQP())
 	tposted := make([]time.Duration, iters)
 	start := time.Now()
 	var wc [1]qp.WC
@@ -97,7 +97,7 @@ func (r *runner) latSend(p *tool.Poller, size uint64) ([]float64, error) {
 				if id >= len(r.qps) {
 					return nil, fmt.Errorf("completion for unknown wr_id %d", wc[0].WRID)
 				}
-				if err := r.qps[id].PostRecv(&r.rwr[id]); err != nil {
+				if err := r.postRecv(id); err != nil {
 					return nil, fmt.Errorf("Couldn't post recv: rcnt=%d: %w", rcnt, err)
 				}
 			}

@@ -70,6 +70,7 @@ perftest options goroce implements (the values and defaults of perftest 4.5):
   --dont_xchg_versions      do not exchange versions
   -b, --bidirectional       both sides send (BW tests); the line is the sum of both directions
   --report-both             with -b, also each direction's line
+  --use-srq, --use_srq      SEND tests: the receiving side's QPs share one SRQ of rx-depth WRs
   --run_infinitely          a line every -D seconds (5) until interrupted (BW tests)
   -H, --report-histogram    list the sorted latency samples (latency tests)
   -U, --report-unsorted     list the latency samples in order (latency tests)
@@ -180,6 +181,7 @@ type runner struct {
 	mr        *qp.MR
 	scq, rcq  *qp.CQ
 	qps       []*qp.QP
+	srq       *qp.SRQ // --use-srq on a receiving side (srq.go)
 	keysSeen  int
 	firstPeer []perftest.KeyMsg
 
@@ -374,10 +376,13 @@ func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 			return nil, fmt.Errorf("Couldn't create a receiver CQ: %w", err)
 		}
 	}
+	if err := r.createSRQ(); err != nil {
+		return nil, fmt.Errorf("Couldn't create SRQ: %w", err)
+	}
 	gid, _ := r.dev.GID(r.gidIndex)
 	keys := make([]perftest.KeyMsg, nq)
 	for i := range nq {
-		q, err := r.pd.CreateQP(qp.InitAttr{SendCQ: r.scq, RecvCQ: r.rcq,
+		q, err := r.pd.CreateQP(qp.InitAttr{SendCQ: r.scq, RecvCQ: r.rcq, SRQ: r.srq,
 			Cap: qp.Caps{MaxSendWR: f.TxDepth, MaxRecvWR: maxRecv, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return nil, fmt.Errorf("Unable to create QP: %w", err)
@@ -392,7 +397,7 @@ func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	r.info = perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
 		Device: r.dev.Name(), NumQPs: nq, Transport: "IB", PCIeRelax: r.test.BW(), TxDepth: f.TxDepth,
 		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: n.MTU, LinkType: "Ethernet", GIDIndex: r.gidIndex,
-		InlineSize: int(r.inline), OutReads: r.outReads, Duplex: f.Bidir, PostList: f.PostList}
+		InlineSize: int(r.inline), OutReads: r.outReads, Duplex: f.Bidir, PostList: f.PostList, UseSRQ: f.UseSRQ}
 	r.out(perftest.FormatTestInfo(r.info))
 	if r.env.Buffers != nil {
 		r.env.Buffers("init", append([]byte(nil), r.buf...))
@@ -584,12 +589,15 @@ func (r *runner) prepare(size uint64, _ []perftest.KeyMsg) error {
 		r.rxBase = make([]uint64, nq)
 	}
 	cycling := r.test.BW() && size <= r.cycle/2
-	for i, q := range r.qps {
+	for i := range r.qps {
 		r.rxBase[i] = r.mr.IOVA() + uint64(nq+i)*r.buffSize
 		r.rsge[i][0] = qp.SGE{Addr: r.rxBase[i], Length: uint32(size), LKey: r.mr.LKey()}
 		r.rwr[i] = qp.RecvWR{WRID: uint64(i), SGL: r.rsge[i][:]}
-		for j := range r.f.RxDepth {
-			if err := q.PostRecv(&r.rwr[i]); err != nil {
+		for j := range r.sizePerQP() {
+			if err := r.postRecv(i); err != nil {
+				if r.srq != nil {
+					return fmt.Errorf("Couldn't post recv SRQ = %d: counter=%d: %w", i, j, err)
+				}
 				return fmt.Errorf("Couldn't post recv Qp = %d: counter=%d: %w", i, j, err)
 			}
 			if cycling {

@@ -54,7 +54,7 @@ func checkPerftestOutput(t *testing.T, c perftestCase, server bool, stdout strin
 	}
 	info := perftest.FormatTestInfo(perftest.TestInfo{Test: c.test, Server: server, AtomicType: f.AtomicType,
 		Device: infoDev[server], NumQPs: c.qps, Transport: "IB", PCIeRelax: c.test.BW(), TxDepth: f.TxDepth,
-		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: perftest.MTU1024, LinkType: "Ethernet", GIDIndex: 1, OutReads: outReads})
+		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: perftest.MTU1024, LinkType: "Ethernet", GIDIndex: 1, OutReads: outReads, UseSRQ: f.UseSRQ})
 	if !strings.HasPrefix(out, info) {
 		t.Fatalf("server=%v: test information:\n%s\nwant\n%s", server, out, info)
 	}
@@ -149,6 +149,37 @@ func TestPerftestMem(t *testing.T) {
 			// rx_depth 8 < 50 messages: the receives are reposted. 2100 >
 			// page/2: every message uses the start of its area.
 			sameBytes(t, "server receive area", s.Final[page:page+2100], "client source", c.Initial[:2100])
+		}},
+		{perftestCase{perftest.SendBW, []string{"-s", "64", "-n", "20", "-q", "4", "-r", "8", "--use_srq"}, 64, 20, 4, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			// One SRQ of 8 WRs on the server, 2 posted per QP's slot: a
+			// message takes whichever slot's WR is oldest, so each 64-byte
+			// piece of the receive areas that changed holds some 64-byte
+			// piece of the client's sources, and every area received.
+			src := map[string]bool{}
+			for off := 0; off < 4*page; off += 64 {
+				src[string(c.Initial[off:off+64])] = true
+			}
+			for i := range 4 {
+				changed := 0
+				for off := (4 + i) * page; off < (5+i)*page; off += 64 {
+					if got := s.Final[off : off+64]; !bytes.Equal(got, s.Initial[off:off+64]) {
+						changed++
+						if !src[string(got)] {
+							t.Errorf("server receive area %d at %d holds bytes the client never sent", i, off)
+						}
+					}
+				}
+				if changed == 0 {
+					t.Errorf("server receive area %d received nothing", i)
+				}
+			}
+			if !strings.Contains(s.Stdout, "Using SRQ      : ON") || !strings.Contains(c.Stdout, "Using SRQ      : ON") {
+				t.Error("no \"Using SRQ : ON\"")
+			}
+		}},
+		{perftestCase{perftest.SendLat, []string{"-n", "12", "-s", "32", "-r", "4", "--use-srq"}, 32, 12, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "server receive area", s.Final[page:page+32], "client source", c.Initial[:32])
+			sameBytes(t, "client receive area", c.Final[page:page+32], "server source", s.Initial[:32])
 		}},
 		{perftestCase{perftest.AtomicBW, []string{"-n", "100", "-A", "FETCH_AND_ADD"}, 8, 100, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			// 64 slots of 64 bytes: slots 0..35 get two adds, 36..63 one.

@@ -42,44 +42,77 @@ func readRecord(r io.Reader) (Dest, error) {
 // ErrPeer and nothing is written, so the client sees the connection close as
 // the real server would have closed it.
 func ServerExchange(conn net.Conn, local Dest, onPeer func(Dest) error) (Dest, error) {
-	peer, err := readRecord(conn)
-	if err != nil {
-		return Dest{}, err
+	var peer [1]Dest
+	err := ServerExchangeN(conn, []Dest{local}, peer[:], func(p []Dest) error {
+		if onPeer == nil {
+			return nil
+		}
+		return onPeer(p[0])
+	})
+	return peer[0], err
+}
+
+// ServerExchangeN is ServerExchange with len(local) records each way, as
+// srq_pingpong exchanges one per QP (always MAX_QP of them, the unused ones
+// zero): it reads len(peer) records into peer, calls onPeer, writes local,
+// then reads "done".
+func ServerExchangeN(conn net.Conn, local, peer []Dest, onPeer func([]Dest) error) error {
+	for i := range peer {
+		var err error
+		if peer[i], err = readRecord(conn); err != nil {
+			return err
+		}
 	}
 	if onPeer != nil {
 		if err := onPeer(peer); err != nil {
-			return peer, fmt.Errorf("%w: %w", ErrPeer, err)
+			return fmt.Errorf("%w: %w", ErrPeer, err)
 		}
 	}
-	m := Encode(local)
-	if err := writeAll(conn, m[:], "the local address"); err != nil {
-		return peer, err
+	if err := writeRecords(conn, local); err != nil {
+		return err
 	}
 	// v44 checks read(connfd, msg, sizeof msg) == sizeof "done" and ignores
 	// the content; so do we.
 	var done [len(Done)]byte
 	if _, err := io.ReadFull(conn, done[:]); err != nil {
-		return peer, fmt.Errorf("pingpong: reading the client's \"done\": %w", err)
+		return fmt.Errorf("pingpong: reading the client's \"done\": %w", err)
 	}
-	return peer, nil
+	return nil
+}
+
+// writeRecords writes each record with its own write, as the tools do.
+func writeRecords(conn net.Conn, local []Dest) error {
+	for _, d := range local {
+		m := Encode(d)
+		if err := writeAll(conn, m[:], "the local address"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ClientExchange is pp_client_exch_dest on a connected socket: write the
 // local record, read the server's, write "done\0". It does not close conn.
 // The caller moves its QP to RTR and RTS afterwards.
 func ClientExchange(conn net.Conn, local Dest) (Dest, error) {
-	m := Encode(local)
-	if err := writeAll(conn, m[:], "the local address"); err != nil {
-		return Dest{}, err
+	var peer [1]Dest
+	err := ClientExchangeN(conn, []Dest{local}, peer[:])
+	return peer[0], err
+}
+
+// ClientExchangeN is ClientExchange with len(local) records out and
+// len(peer) records in (srq_pingpong's pp_client_exch_dest).
+func ClientExchangeN(conn net.Conn, local, peer []Dest) error {
+	if err := writeRecords(conn, local); err != nil {
+		return err
 	}
-	peer, err := readRecord(conn)
-	if err != nil {
-		return Dest{}, err
+	for i := range peer {
+		var err error
+		if peer[i], err = readRecord(conn); err != nil {
+			return err
+		}
 	}
-	if err := writeAll(conn, Done[:], "\"done\""); err != nil {
-		return peer, err
-	}
-	return peer, nil
+	return writeAll(conn, Done[:], "\"done\"")
 }
 
 // Listen opens the server's socket as pp_server_exch_dest does: every
