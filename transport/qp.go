@@ -66,8 +66,9 @@ type Config struct {
 	SRQ *SRQ
 	// Type is the transport service: RC (the zero value) or UD (ud.go).
 	Type QPType
-	// CC, when set, turns congestion control on (cc.go): ECT(0) on every
-	// frame, DCQCN pacing of the requester. The QP only reads it.
+	// CC, when set, turns congestion control on for an RC QP (cc.go):
+	// ECT(0) on every frame, DCQCN pacing of the requester. The QP only
+	// reads it.
 	CC *DCQCNParams
 }
 
@@ -140,7 +141,8 @@ func New(cfg Config) (*QP, error) {
 		cfg.PortMaxMTU = MTU4096
 	}
 	q := &QP{cfg: cfg}
-	if cfg.CC != nil {
+	if cfg.CC != nil && cfg.Type == QPTypeRC {
+		// DCQCN here is RC's: UD datagrams go out unmarked and unpaced.
 		if err := cfg.CC.Check(); err != nil {
 			return nil, fmt.Errorf("transport: new QP: %w", err)
 		}
