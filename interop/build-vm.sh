@@ -32,7 +32,7 @@ userpkgs=(
 )
 
 # Kernel modules (and, resolved from modules.dep, their dependencies).
-modules=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs rdma_ucm ib_umad sch_netem)
+modules=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs rdma_ucm ib_umad sch_netem sch_tbf sch_red)
 
 # Fast path: the apt lists and our inputs are as they were at the last build (apt-cache alone takes
 # seconds on a busy machine).

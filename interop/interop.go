@@ -39,6 +39,12 @@ type Config struct {
 	// BootTimeout bounds the boot of all VMs to a ready job daemon (default
 	// 300 s: TCG on a busy 2-core machine is slow).
 	BootTimeout time.Duration
+	// Router gives VM 0 a second NIC, eth1 (52:54:00:12:01:11, not
+	// configured), on a second bridge whose other port is a second host
+	// namespace (HostNS2: ix1 198.18.0.2/24, 02:00:c6:12:00:02), so that
+	// VM 0 can route between the two host namespaces (cc_test.go puts a
+	// marking qdisc on its eth1).
+	Router bool
 	// Image is a directory holding `kernel` and `initrd`. Default: the
 	// environment variable GOROCE_INTEROP_IMAGE, else what build-vm.sh builds
 	// (or finds in its cache).
@@ -47,8 +53,10 @@ type Config struct {
 
 // Addresses of the harness network (all in 198.18.0.0/24, benchmark range).
 var (
-	hostIP  = netip.MustParseAddr("198.18.0.1")
-	hostMAC = net.HardwareAddr{0x02, 0x00, 0xc6, 0x12, 0x00, 0x01}
+	hostIP   = netip.MustParseAddr("198.18.0.1")
+	hostMAC  = net.HardwareAddr{0x02, 0x00, 0xc6, 0x12, 0x00, 0x01}
+	host2IP  = netip.MustParseAddr("198.18.0.2")
+	host2MAC = net.HardwareAddr{0x02, 0x00, 0xc6, 0x12, 0x00, 0x02}
 )
 
 const (
@@ -61,11 +69,12 @@ const (
 // from any goroutine (and from subtests); New and Close belong to the test
 // that created it.
 type Harness struct {
-	t      testing.TB
-	cfg    Config
-	ns     string // bridge namespace
-	hostNS string
-	dir    string // per-harness scratch directory (shares, logs)
+	t       testing.TB
+	cfg     Config
+	ns      string // bridge namespace
+	hostNS  string
+	hostNS2 string // Config.Router only
+	dir     string // per-harness scratch directory (shares, logs)
 	// created lists the namespaces this harness marked and created, the
 	// only ones Close deletes.
 	created []string
@@ -138,6 +147,9 @@ func New(t testing.TB, cfg Config) *Harness {
 		h.ns = fmt.Sprintf("goroce-ix-%d-%d", os.Getpid(), n)
 	}
 	h.hostNS = h.ns + "-h"
+	if cfg.Router {
+		h.hostNS2 = h.ns + "-h2"
+	}
 	h.dir = t.TempDir()
 	t.Cleanup(h.Close)
 
@@ -237,7 +249,11 @@ func ip(args ...string) error {
 
 func (h *Harness) setupNetwork() error {
 	mtu := strconv.Itoa(h.cfg.MTU)
-	for _, ns := range []string{h.ns, h.hostNS} {
+	namespaces := []string{h.ns, h.hostNS}
+	if h.cfg.Router {
+		namespaces = append(namespaces, h.hostNS2)
+	}
+	for _, ns := range namespaces {
 		if err := netns.MarkOwned(markerDir, ns); err != nil {
 			return fmt.Errorf("marking namespace %s as ours: %w", ns, err)
 		}
@@ -282,6 +298,9 @@ func (h *Harness) setupNetwork() error {
 			[]string{"-n", h.ns, "link", "set", tap, "mtu", mtu, "master", bridgeIface, "up"})
 	}
 	cmds = append(cmds, []string{"-n", h.ns, "link", "set", bridgeIface, "up"})
+	if h.cfg.Router {
+		cmds = append(cmds, h.routerLinks(mtu)...)
+	}
 	for _, c := range cmds {
 		if err := ip(c...); err != nil {
 			return err
@@ -323,6 +342,10 @@ func (h *Harness) startVM(i int) (*vm, error) {
 		"-device", "virtio-net-pci,netdev=n0,mac=" + v.mac.String(),
 		"-fsdev", "local,id=f0,path=" + v.share + ",security_model=none",
 		"-device", "virtio-9p-pci,fsdev=f0,mount_tag=jobs",
+	}
+	if h.cfg.Router && i == 0 {
+		args = append(args, "-netdev", "tap,id=n1,ifname=tap0b,script=no,downscript=no",
+			"-device", "virtio-net-pci,netdev=n1,mac="+routerMAC.String())
 	}
 	qlog, err := os.Create(v.qlog)
 	if err != nil {

@@ -107,6 +107,10 @@ type Config struct {
 	// a non-blocking TryReadBatch (the in-memory link, nic/afpacket,
 	// nic/afxdp, nic/udp). Manual and BusyPoll are exclusive.
 	BusyPoll bool
+	// CC, when set, turns RoCEv2 congestion control on: ECN marking, CNPs
+	// and DCQCN with these parameters (cc.go; DefaultCCParams). Off by
+	// default, as rxe has none.
+	CC *CCParams
 }
 
 // Device is one RoCE device bound to a link.
@@ -149,6 +153,9 @@ type Device struct {
 
 	counters transport.Counters
 	rxStats  RxStats
+
+	cc    *CCParams // congestion control (cc.go); nil: off
+	cnpID uint16    // IPv4 ID of the CNPs the device sends
 
 	poller nic.Poller     // manual and busy-poll modes: the link's non-blocking read
 	rx     *rxBatch       // manual and busy-poll modes: Poll's buffers
@@ -204,6 +211,9 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.maxMTU = PathMTU(cfg.Link.MTU())
 	d.tx.init(cfg.Link, &d.txMu, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	if err := d.ccSetup(); err != nil {
+		return nil, fmt.Errorf("qp: open device: %w", err)
+	}
 	if cfg.Manual && cfg.BusyPoll {
 		return nil, fmt.Errorf("qp: open device: Manual and BusyPoll are exclusive")
 	}
@@ -507,6 +517,9 @@ func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
 	q := d.qps[pkt.BTH.DestQP()]
 	if q == nil {
 		d.rxStats.NoQP++
+		return
+	}
+	if d.ccInput(q, pkt, now) {
 		return
 	}
 	q.eng.Receive(pkt, now)

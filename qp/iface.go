@@ -75,6 +75,11 @@ type InterfaceOptions struct {
 	// default DefaultResolveTimeout).
 	ResolveTimeout time.Duration
 
+	// CC turns RoCEv2 congestion control on (Config.CC). With the UDP
+	// backend the kernel writes the IP header: CNPs still flow, but
+	// packets carry no ECT(0) and a CE mark is not seen.
+	CC *CCParams
+
 	// AFXDP tunes the AF_XDP backend (its Logger defaults to Logger).
 	AFXDP afxdp.Options
 	// AFPacket tunes the AF_PACKET backend. LowLatency is forced on unless

@@ -40,7 +40,8 @@ type QP struct {
 	eng            *transport.QP
 	sendCQ, recvCQ *CQ
 	srq            *SRQ
-	destroyed      bool // guarded by dev.mu
+	destroyed      bool    // guarded by dev.mu
+	cc             ccState // notification point (cc.go), under dev.mu
 
 	// The device's deadline heap (deadline.go), under dev.mu.
 	seq  uint64    // creation order
@@ -98,6 +99,7 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
 		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, SRQ: srq, Type: ia.Type,
+		CC: d.cc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)

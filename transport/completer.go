@@ -37,7 +37,7 @@ func (c *completer) deadline() (time.Time, bool) { return c.retryDeadline, !c.re
 // COMPST_ERROR_RETRY): go-back-N from compPSN while the budget lasts.
 func (c *completer) onTimeout(now time.Time) {
 	c.retryDeadline = time.Time{}
-	if !c.outstanding() {
+	if !c.outstanding() || c.paceHeld(now) {
 		return
 	}
 	c.qp.inc(CntLocalAckTimeoutErr)
@@ -63,7 +63,14 @@ func (c *completer) startAckTimer(now time.Time) {
 }
 
 // outstanding reports whether some sent PSN is not acknowledged yet.
-func (c *completer) outstanding() bool { return c.compPSN.Before(c.req.psnEnd) }
+func (c *completer) outstanding() bool {
+	if c.qp.pace != nil {
+		// PSNs the pacer holds back were never sent: no ACK is late for
+		// them (cc.go).
+		return c.compPSN.Before(c.req.sentEnd)
+	}
+	return c.compPSN.Before(c.req.psnEnd)
+}
 
 // receive handles a response packet (ACK, NAK, READ response, ATOMIC ACK).
 func (c *completer) receive(p *wire.Packet, now time.Time) {

@@ -99,6 +99,18 @@ const (
 	CntTxReadRequests   // tx_read_requests
 	CntTxAtomicRequests // tx_atomic_requests
 
+	// Congestion control (mlx5's names). The notification point's two are
+	// the owner's (package qp), which sees the IP header and sends CNPs.
+
+	// RoCEv2 packets received with ECN = CE.
+	CntNPECNMarkedRoCEPackets // np_ecn_marked_roce_packets
+	// CNPs sent.
+	CntNPCNPSent // np_cnp_sent
+	// CNPs the reaction point acted on.
+	CntRPCNPHandled // rp_cnp_handled
+	// CNPs received with congestion control off or for a QP that does not send.
+	CntRPCNPIgnored // rp_cnp_ignored
+
 	// NumCounters is the number of counters.
 	NumCounters
 )

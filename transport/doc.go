@@ -105,7 +105,9 @@
 // role reports its own deadline and handles its own timeout, as quic-go's
 // packet handlers do (GetLossDetectionTimeout, OnLossDetectionTimeout):
 //
-//	requester  end of the RNR back-off → resend from compPSN
+//	requester  end of the RNR back-off → resend from compPSN; with
+//	           congestion control, when the pacer lets the next packet go
+//	           (cc.go, dcqcn.go: DCQCN's rate, a token bucket)
 //	completer  local ACK timeout (4.096 µs × 2^timeout) → go-back-N from
 //	           compPSN, or RETRY_EXC_ERR when retry_cnt is spent
 //	responder  work left for the next call → the time of the last call

@@ -13,6 +13,7 @@ type emitter struct {
 	tmpl    wire.Frame // outer headers for every frame this QP sends
 	ipID    uint16
 	destQPN uint32
+	lastLen int // length of the last frame sent (the pacer charges it)
 }
 
 // setPath resolves the outer headers for the address vector av between the
@@ -22,7 +23,7 @@ func (e *emitter) setPath(av *AV, qpn, destQPN uint32) {
 	e.tmpl = wire.Frame{
 		DstMAC: av.DMAC, SrcMAC: av.SMAC, HasVLAN: av.HasVLAN, VLAN: av.VLAN,
 		SrcIP: av.SGID.Unmap(), DstIP: av.DGID.Unmap(),
-		TrafficClass: av.TrafficClass, HopLimit: av.HopLimit,
+		TrafficClass: e.qp.ccTrafficClass(av.TrafficClass), HopLimit: av.HopLimit,
 		SrcPort: wire.RCSourcePortFL(av.FlowLabel, qpn, destQPN),
 	}
 	if e.tmpl.SrcIP.Is6() {
@@ -54,6 +55,7 @@ func (e *emitter) emit(buf []byte, f *wire.Frame, payloadLen int) {
 		e.qp.inc(CntSendErrors)
 		return
 	}
+	e.lastLen = n
 	e.out.Send(n)
 	e.qp.inc(CntSentPkts)
 }

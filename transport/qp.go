@@ -66,6 +66,10 @@ type Config struct {
 	SRQ *SRQ
 	// Type is the transport service: RC (the zero value) or UD (ud.go).
 	Type QPType
+	// CC, when set, turns congestion control on for an RC QP (cc.go):
+	// ECT(0) on every frame, DCQCN pacing of the requester. The QP only
+	// reads it.
+	CC *DCQCNParams
 }
 
 // QP is the RC engine of one queue pair. It is a deterministic state
@@ -87,6 +91,8 @@ type QP struct {
 
 	// wc is the completion handed to a CompletionQueue (see completion).
 	wc WC
+	// pace is the DCQCN reaction point and pacer; nil without Config.CC.
+	pace *pacer
 
 	// sqDraining is set on entering SQD and cleared when SQDrained reports
 	// the drain (rxe attr.sq_draining).
@@ -135,6 +141,13 @@ func New(cfg Config) (*QP, error) {
 		cfg.PortMaxMTU = MTU4096
 	}
 	q := &QP{cfg: cfg}
+	if cfg.CC != nil && cfg.Type == QPTypeRC {
+		// DCQCN here is RC's: UD datagrams go out unmarked and unpaced.
+		if err := cfg.CC.Check(); err != nil {
+			return nil, fmt.Errorf("transport: new QP: %w", err)
+		}
+		q.pace = &pacer{cc: newDCQCN(cfg.CC)}
+	}
 	q.sq.ring = make([]sendWQE, c.MaxSendWR)
 	q.out = emitter{qp: q, out: cfg.Out}
 	q.req = requester{qp: q, sq: &q.sq, out: &q.out, comp: &q.comp}
@@ -332,6 +345,9 @@ func (q *QP) resetQueues() {
 	q.req.reset()
 	q.comp.reset()
 	q.resp.reset()
+	if q.pace != nil {
+		*q.pace = pacer{cc: newDCQCN(q.cfg.CC)}
+	}
 	a := q.attr
 	q.attr = Attr{State: StateReset, AccessFlags: a.AccessFlags}
 }
@@ -349,6 +365,9 @@ func (q *QP) flushAll() {
 	q.resp.flush()
 	q.resp.dropPending()
 	q.comp.retryDeadline, q.req.rnrDeadline = time.Time{}, time.Time{}
+	if q.pace != nil {
+		q.pace.wait = false
+	}
 }
 
 // Deadline returns the next time Tick must be called, if any: the earliest

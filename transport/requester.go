@@ -39,14 +39,22 @@ func (r *requester) reset() {
 	r.rnrDeadline = time.Time{}
 }
 
-// deadline reports the end of the RNR back-off.
-func (r *requester) deadline() (time.Time, bool) { return r.rnrDeadline, !r.rnrDeadline.IsZero() }
+// deadline reports the end of the RNR back-off or, with congestion
+// control, when the pacer lets the next packet go.
+func (r *requester) deadline() (time.Time, bool) {
+	if !r.rnrDeadline.IsZero() {
+		return r.rnrDeadline, true
+	}
+	return r.paceDeadline()
+}
 
-// onTimeout ends the RNR back-off: the requester resends from the PSN the
-// RNR NAK named (the completer's compPSN).
+// onTimeout ends the RNR back-off, and the requester resends from the PSN
+// the RNR NAK named (the completer's compPSN); or the pacer's wait ended.
 func (r *requester) onTimeout(now time.Time) {
-	r.rnrDeadline = time.Time{}
-	r.goBack(r.comp.compPSN)
+	if !r.rnrDeadline.IsZero() && !now.Before(r.rnrDeadline) {
+		r.rnrDeadline = time.Time{}
+		r.goBack(r.comp.compPSN)
+	}
 	r.pump(now)
 }
 
@@ -113,6 +121,9 @@ func (r *requester) post(wr *SendWR) error {
 // RNR back-off allow.
 func (r *requester) pump(now time.Time) {
 	q, sq := r.qp, r.sq
+	if q.pace != nil {
+		q.pace.wait = false
+	}
 	if q.attr.State != StateRTS && q.attr.State != StateSQD {
 		return
 	}
@@ -168,9 +179,13 @@ func (r *requester) pump(now time.Time) {
 		if r.nextPSN.Diff(r.comp.compPSN) > MaxUnackedPSNs {
 			break // window full
 		}
+		if r.paceBlocked(now) {
+			break // the pacer's deadline resumes it
+		}
 		if !r.sendNext(w) {
 			return // the WQE failed locally; the QP is in ERR now
 		}
+		r.paced(now)
 		sent = true
 		if r.nextPSN.After(w.lastPSN) {
 			sq.req++
@@ -262,9 +277,10 @@ func (r *requester) sendNext(w *sendWQE) bool {
 	// The comparison sees the count before the increment, and an END packet
 	// short-circuits it, so inside a long message AckReq falls on the 66th
 	// packet after the previous one, not the 65th.
-	if last || r.noackPkts > MaxPktPerAck {
+	if last || r.noackPkts > MaxPktPerAck || r.paceAckReq() {
 		f.BTH.AckReq = true
 		r.noackPkts = 0
+		r.paceAcked()
 	} else {
 		r.noackPkts++
 	}

@@ -53,6 +53,11 @@ func Run(env tool.Env, args []string) int {
 	linkKind := fs.String("link", "mem", "frame backend: mem (in-memory), or with --netns afxdp, afpacket, udp, auto")
 	inNetns := fs.Bool("netns", false, "run between two network namespaces joined by veth, created and removed by the demo (root)")
 	metricsAddr := fs.String("metrics", "", "serve /metrics (Prometheus) and /debug/vars (expvar) on this host:port during the run")
+	incast := fs.Int("incast", 0, "instead: N senders write 64 KiB WRITEs to one receiver through a congested switch (simulated time)")
+	ccMode := fs.String("cc", "dcqcn", "with --incast: congestion control, dcqcn or none")
+	duration := fs.Duration("duration", incastDuration, "with --incast: simulated time of the run")
+	var ccParams ccParamFlags
+	fs.Var(&ccParams, "cc-param", "with --incast --cc dcqcn: set a DCQCN parameter, name=value as mlx5's cc_params (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -62,6 +67,9 @@ func Run(env tool.Env, args []string) int {
 	if err := checkFlags(*count, *mtu, map[string]float64{"loss": *loss, "dup": *dup, "reorder": *reorder, "corrupt": *corrupt}); err != nil {
 		fmt.Fprintf(stderr, "goroce demo: %v\nRun 'goroce demo -h' for usage.\n", err)
 		return 2
+	}
+	if *incast != 0 {
+		return runIncastDemo(env, *incast, *ccMode, *seed, *duration, ccParams)
 	}
 	if *linkKind != "mem" || *inNetns {
 		return runDemoNetns(env, demoNetnsConfig{link: *linkKind, netns: *inNetns, pcap: *pcapPath, count: *count,
