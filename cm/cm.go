@@ -1,0 +1,311 @@
+// Package cm connects queue pairs the way RDMA applications do: the
+// InfiniBand Communication Manager protocol (IBTA vol. 1 ch. 12) as Linux's
+// ib_cm implements it (drivers/infiniband/core/cm.c), with rdma_cm's
+// addressing on top (drivers/infiniband/core/cma.c: the cma_hdr in the
+// REQ's private data, service IDs from the TCP and UDP port spaces).
+//
+// Listen and Dial give connected RC queue pairs, like rdma_listen /
+// rdma_accept and rdma_connect: a goroce program is the peer of rping,
+// NVMe-oF, perftest -R or any other librdmacm application, and two goroce
+// programs connect to each other without an out-of-band exchange.
+// ListenUD and DialUD resolve UD endpoints through SIDR.
+//
+//	l, _ := cm.Listen(ctx, devB, "198.18.0.2:7174", nil)
+//	c, _ := cm.Dial(ctx, devA, "198.18.0.2:7174", nil) // REQ → REP → RTU
+//	s, _ := l.Accept(ctx)                               // the passive side's Conn
+//	c.QP().PostSend(...)                                 // an RC QP in RTS
+//	c.Close()                                            // DREQ → DREP
+//
+// Model. Each qp.Device has one CM agent, registered on the device's GSI
+// (QP1) for management class 0x07 on first use and shared by every
+// Listener, Dial and UD endpoint of the device. The agent owns the
+// communication IDs, the listeners by service ID, the retransmission and
+// timewait timers, and answers what nobody asked for (a REQ for a port
+// nobody listens on gets REJ "invalid service ID"). Blocking steps (QP
+// transitions, which may resolve the peer's MAC, and the application's
+// Accept and Prepare callbacks) run on the connection's own goroutine,
+// never on the GSI's dispatch goroutine.
+//
+// Errors work with errors.Is: ErrRejected (a *RejectError with the REJ's
+// reason and private data), ErrConnRefused (nobody listens: REJ invalid
+// service ID, as rdma_cm's ECONNREFUSED), ErrTimeout (the peer never
+// answered, after the retries the messages' timeouts allow), and the
+// context's error when ctx ends first.
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/goroce/goroce/qp"
+)
+
+// Errors reported by Dial, Accept, DialUD and Close. A REJ is a
+// *RejectError, which matches ErrRejected and, for reason "invalid service
+// ID", ErrConnRefused.
+var (
+	ErrRejected    = errors.New("cm: connection rejected")
+	ErrConnRefused = errors.New("cm: connection refused (no listener for the service ID)")
+	ErrTimeout     = errors.New("cm: timed out waiting for the peer")
+	ErrClosed      = errors.New("cm: closed")
+)
+
+// Options configure Listen, Dial, ListenUD and DialUD. A nil *Options takes
+// every default.
+type Options struct {
+	// PD, SendCQ and RecvCQ are used for the connection's QP. Nil: the
+	// connection allocates its own (CQs of Cap.MaxSendWR + Cap.MaxRecvWR
+	// entries), and Conn.Close releases them. A Listener uses the same PD
+	// and CQs for every connection it accepts.
+	PD             *qp.PD
+	SendCQ, RecvCQ *qp.CQ
+	// Cap sizes the QP (zero: 16 send and 16 receive WRs, 1 SGE each).
+	Cap qp.Caps
+
+	// PrivateData goes to the peer: in the REQ after the 36-byte cma_hdr
+	// (≤ 56 bytes), in the REP (≤ 196), in the SIDR_REQ after the cma_hdr
+	// (≤ 180) or the SIDR_REP (≤ 136).
+	PrivateData []byte
+
+	// ResponderResources (RDMA READ/atomic requests we accept at once:
+	// max_dest_rd_atomic) and InitiatorDepth (those we issue: max_rd_atomic),
+	// as rdma_conn_param. The passive side uses
+	// min(its own, the REQ's initiator depth) and min(its own, the REQ's
+	// responder resources), as rdma_accept callers do. Zero: 1 each.
+	ResponderResources, InitiatorDepth uint8
+	// RetryCount and RNRRetry (≤ 7; 7 RNR retries is infinite) go into the
+	// REQ (RetryCount, RNRRetry) or REP (RNRRetry). Zero: 7 each, as rping.
+	// Set ZeroRetry to send zero.
+	RetryCount, RNRRetry uint8
+	ZeroRetry            bool
+
+	// Prepare is called once the QP exists, before the connection is
+	// established: post receives here (as rping does before rdma_accept /
+	// rdma_connect). An error aborts the connection (a REJ to the peer).
+	Prepare func(q *qp.QP) error
+
+	// Accept (passive side only) decides on a connection request; it runs
+	// before the QP is created. The returned bytes are the REP's private
+	// data (nil: Options.PrivateData). An error rejects the request with
+	// REJ "consumer defined" (reason 28); if the error is or wraps a
+	// *RejectError, its PrivateData goes into the REJ (see Reject).
+	Accept func(req *Request) (private []byte, err error)
+
+	// Backlog bounds the established connections a Listener holds for
+	// Accept (default 128); requests beyond it get REJ "no resources".
+	Backlog int
+
+	// Local is Dial's source address (zero: the device's first IPv4 GID,
+	// or its first GID, and an ephemeral port).
+	Local netip.AddrPort
+
+	// Logger receives the CM's debug and warning messages (nil: none).
+	Logger *slog.Logger
+}
+
+// Request is a connection request as the passive side sees it, passed to
+// Options.Accept.
+type Request struct {
+	// LocalAddr is the address the peer dialled, RemoteAddr its source
+	// (from the cma_hdr).
+	LocalAddr, RemoteAddr netip.AddrPort
+	// PrivateData is the peer's user private data (after the cma_hdr).
+	PrivateData []byte
+	// ServiceID is the REQ's (or SIDR_REQ's) service ID.
+	ServiceID uint64
+	// RemoteQPN is the peer's QP number (RC only).
+	RemoteQPN uint32
+	// ResponderResources and InitiatorDepth are the REQ's.
+	ResponderResources, InitiatorDepth uint8
+}
+
+// RejectReason is a CM REJ reason (IBTA table 112; include/rdma/ib_cm.h).
+type RejectReason uint16
+
+// The REJ reasons the package sends or reacts to.
+const (
+	RejectNoQP             RejectReason = 1
+	RejectNoResources      RejectReason = 3
+	RejectTimeout          RejectReason = 4
+	RejectInvalidCommID    RejectReason = 6
+	RejectInvalidServiceID RejectReason = 8
+	RejectStaleConn        RejectReason = 10
+	RejectInvalidGID       RejectReason = 12
+	RejectConsumerDefined  RejectReason = 28
+)
+
+// RejectError is a REJ from the peer (or the REJ Options.Accept asks to
+// send). errors.Is(err, ErrRejected) holds for every RejectError, and
+// errors.Is(err, ErrConnRefused) for reason RejectInvalidServiceID.
+type RejectError struct {
+	Reason      RejectReason
+	PrivateData []byte
+}
+
+// Reject returns the error Options.Accept returns to reject a request with
+// REJ "consumer defined" carrying private (≤ 148 bytes).
+func Reject(private []byte) error {
+	return &RejectError{Reason: RejectConsumerDefined, PrivateData: private}
+}
+
+func (e *RejectError) Error() string {
+	s := fmt.Sprintf("cm: connection rejected: REJ reason %d", uint16(e.Reason))
+	if len(e.PrivateData) > 0 {
+		s += fmt.Sprintf(" with %d bytes of private data", len(e.PrivateData))
+	}
+	return s
+}
+
+// Is makes a RejectError match ErrRejected, and ErrConnRefused for the
+// reason invalid service ID (what rdma_cm reports as ECONNREFUSED).
+func (e *RejectError) Is(target error) bool {
+	return target == ErrRejected || (target == ErrConnRefused && e.Reason == RejectInvalidServiceID)
+}
+
+// Listen listens for RC connection requests on addr ("ip:port"; an
+// unspecified IP listens on every address of the device): the service ID
+// of the TCP port space for port, as rdma_listen. ctx bounds the setup.
+func Listen(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Listener, error) {
+	return listen(ctx, dev, addr, opts)
+}
+
+// Dial connects an RC QP to the listener at addr ("ip:port"), as
+// rdma_connect: REQ, wait for the REP (retrying the REQ on the timeout the
+// REQ's fields imply, extended by an MRA), QP to RTR and RTS, RTU. ctx
+// bounds the whole exchange.
+func Dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Conn, error) {
+	return dial(ctx, dev, addr, opts)
+}
+
+// DialUD resolves the UD service at addr through SIDR (SIDR_REQ →
+// SIDR_REP): the peer's QPN and Q_Key, and a local UD QP to send to it.
+func DialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDEndpoint, error) {
+	return dialUD(ctx, dev, addr, opts)
+}
+
+// ListenUD answers SIDR_REQs for addr's port (the UDP port space) with its
+// UD QP's QPN and Q_Key (rdma_cm's RDMA_UDP_QKEY 0x01234567).
+func ListenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDListener, error) {
+	return listenUD(ctx, dev, addr, opts)
+}
+
+// Listener accepts RC connections for one service ID.
+type Listener struct {
+	l *listener
+}
+
+// Accept returns the next established connection (REQ → REP → RTU done,
+// its QP in RTS), waiting for one until ctx ends or the Listener closes.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) { return l.l.accept(ctx) }
+
+// Close stops listening: later REQs for the port get REJ "invalid service
+// ID"; connections not yet accepted are closed.
+func (l *Listener) Close() error { return l.l.close() }
+
+// Addr is the address the Listener listens on.
+func (l *Listener) Addr() netip.AddrPort { return l.l.addr }
+
+// Conn is one RC connection made by Dial or Accept.
+type Conn struct {
+	c *conn
+}
+
+// QP is the connection's RC queue pair, in RTS.
+func (c *Conn) QP() *qp.QP { return c.c.qp }
+
+// PD is the protection domain the QP belongs to (Options.PD or the
+// connection's own).
+func (c *Conn) PD() *qp.PD { return c.c.pd }
+
+// SendCQ and RecvCQ are the QP's completion queues.
+func (c *Conn) SendCQ() *qp.CQ { return c.c.sendCQ }
+
+// RecvCQ is the QP's receive completion queue.
+func (c *Conn) RecvCQ() *qp.CQ { return c.c.recvCQ }
+
+// LocalAddr is this side's IP address and port (the cma_hdr's).
+func (c *Conn) LocalAddr() netip.AddrPort { return c.c.local }
+
+// RemoteAddr is the peer's IP address and port.
+func (c *Conn) RemoteAddr() netip.AddrPort { return c.c.remote }
+
+// PrivateData is the peer's private data: the REP's on the active side,
+// the REQ's user data (after the cma_hdr) on the passive side.
+func (c *Conn) PrivateData() []byte { return c.c.peerPrivate }
+
+// Done is closed when the connection ends: the peer's DREQ (or REJ), or
+// Close.
+func (c *Conn) Done() <-chan struct{} { return c.c.done }
+
+// Err says why Done was closed (nil while the connection is up).
+func (c *Conn) Err() error { return c.c.err() }
+
+// Close disconnects: DREQ (retried on its timeout) and a bounded wait for
+// the DREP, then the QP goes to ERR (flushing its queues) and is destroyed,
+// with the PD and CQs the connection allocated itself. Close is idempotent.
+func (c *Conn) Close() error { return c.c.close() }
+
+// UDEndpoint is a local UD QP and the remote UD service DialUD resolved.
+type UDEndpoint struct {
+	u *udEndpoint
+}
+
+// QP is the local UD queue pair (in RTS, Q_Key RDMA_UDP_QKEY).
+func (e *UDEndpoint) QP() *qp.QP { return e.u.qp }
+
+// PD is the protection domain of the QP.
+func (e *UDEndpoint) PD() *qp.PD { return e.u.pd }
+
+// SendCQ is the QP's send completion queue.
+func (e *UDEndpoint) SendCQ() *qp.CQ { return e.u.sendCQ }
+
+// RecvCQ is the QP's receive completion queue.
+func (e *UDEndpoint) RecvCQ() *qp.CQ { return e.u.recvCQ }
+
+// RemoteQPN and RemoteQKey are the SIDR_REP's: where to send.
+func (e *UDEndpoint) RemoteQPN() uint32 { return e.u.remoteQPN }
+
+// RemoteQKey is the Q_Key the peer's QP accepts.
+func (e *UDEndpoint) RemoteQKey() uint32 { return e.u.remoteQKey }
+
+// RemoteAddr is the resolved service's address.
+func (e *UDEndpoint) RemoteAddr() netip.AddrPort { return e.u.remote }
+
+// LocalAddr is the source address of the SIDR_REQ.
+func (e *UDEndpoint) LocalAddr() netip.AddrPort { return e.u.local }
+
+// PrivateData is the SIDR_REP's private data.
+func (e *UDEndpoint) PrivateData() []byte { return e.u.peerPrivate }
+
+// Close destroys the QP (and the PD and CQs it allocated itself).
+func (e *UDEndpoint) Close() error { return e.u.close() }
+
+// UDListener answers SIDR_REQs for one port with its UD QP.
+type UDListener struct {
+	u *udListener
+}
+
+// QP is the listener's UD queue pair.
+func (l *UDListener) QP() *qp.QP { return l.u.qp }
+
+// PD is the protection domain of the QP.
+func (l *UDListener) PD() *qp.PD { return l.u.pd }
+
+// SendCQ is the QP's send completion queue.
+func (l *UDListener) SendCQ() *qp.CQ { return l.u.sendCQ }
+
+// RecvCQ is the QP's receive completion queue.
+func (l *UDListener) RecvCQ() *qp.CQ { return l.u.recvCQ }
+
+// QKey is the Q_Key the listener's QP accepts (and SIDR_REP announces).
+func (l *UDListener) QKey() uint32 { return l.u.qkey }
+
+// Addr is the address the listener answers for.
+func (l *UDListener) Addr() netip.AddrPort { return l.u.addr }
+
+// Close stops answering (later SIDR_REQs get "no such service") and
+// destroys the QP.
+func (l *UDListener) Close() error { return l.u.close() }
