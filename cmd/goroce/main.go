@@ -1,9 +1,11 @@
 // Command goroce is goroce's one tool: the demo (two endpoints in one
-// process), a RoCEv2 packet dumper, an ibv_rc_pingpong-compatible ping-pong
-// and perftest-compatible benchmarks.
+// process), a RoCEv2 packet dumper, an ibv_rc_pingpong-compatible ping-pong,
+// perftest-compatible benchmarks, and librdmacm's rping, cmatose and udaddy
+// over goroce's connection manager.
 //
 // Each subcommand is a package under internal/ named after it with the
-// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, perftestcmd), whose Run takes
+// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, perftestcmd,
+// rpingcmd, ucmatosecmd, udaddycmd), whose Run takes
 // a tool.Env: the outputs, the context and the device opener that main
 // passes here and tests pass their own of. The protocol and format logic a
 // subcommand runs on lives beside it (internal/dump, internal/pingpong,
@@ -22,6 +24,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/probecmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/rpingcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 )
 
@@ -42,6 +45,7 @@ var commands = []command{
 	{"probe", probecmd.Summary, probecmd.Run},
 	perftestCommand(perftest.ReadBW),
 	perftestCommand(perftest.ReadLat),
+	{"rping", rpingcmd.Summary, rpingcmd.Run},
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
 	perftestCommand(perftest.WriteBW),
