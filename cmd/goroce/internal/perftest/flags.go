@@ -49,6 +49,7 @@ type Flags struct {
 	CQModSet    bool       // -Q was given (req_cq_mod: -l then keeps it)
 	TClass      int        // --tclass: the GRH traffic class (IP TOS byte)
 	TOS         int        // -T, --tos (-1: not set); goroce uses it as the traffic class
+	RDMACM      bool       // -R, --rdma_cm: connect through rdma_cm, exchange over SEND/RECV
 	OutJSON     bool       // --out_json: write each report to OutJSONFile too
 	OutJSONFile string     // --out_json_file (perftest_out.json)
 	LimitBW     float64    // -w, --limit_bw: fail when the average BW is below it
@@ -87,7 +88,7 @@ func (f Flags) TrafficClass() uint8 {
 var ErrUsage = errors.New("perftest: usage")
 
 // ErrUnsupported is wrapped when an option asks for a mode goroce does not
-// implement (rdma_cm, transports other than RC).
+// implement (transports other than RC).
 var ErrUnsupported = errors.New("perftest: unsupported option")
 
 // Defaults returns the tool defaults for t (perftest_parameters.h:
@@ -218,9 +219,7 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	case len(pos) == 1:
 		f.Host = pos[0]
 	}
-	if rdmaCM {
-		return Flags{}, fmt.Errorf("%w: -R (rdma_cm): goroce speaks the Ethernet exchange only", ErrUnsupported)
-	}
+	f.RDMACM = rdmaCM
 	// The checks of parser() and force_dependecies, with their messages.
 	if f.Bidir && !t.BW() {
 		return Flags{}, fmt.Errorf("%w: Bidirectional is only available in BW test", ErrUsage)
