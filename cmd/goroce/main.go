@@ -26,6 +26,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/probecmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/rpingcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
+	"github.com/goroce/goroce/cmd/goroce/internal/ucmatosecmd"
 )
 
 type command struct {
@@ -48,6 +49,7 @@ var commands = []command{
 	{"rping", rpingcmd.Summary, rpingcmd.Run},
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
+	{"ucmatose", ucmatosecmd.Summary, ucmatosecmd.Run},
 	perftestCommand(perftest.WriteBW),
 	perftestCommand(perftest.WriteLat),
 }
