@@ -53,6 +53,7 @@ func TestLayering(t *testing.T) {
 		allowed []string
 	}{
 		{"wire", nil},
+		{"mad", nil},
 		{"memreg", []string{"wire"}},
 		{"atomic", []string{"wire"}},
 		{"transport", []string{"wire", "memreg", "atomic"}},
@@ -123,7 +124,7 @@ func TestLayering(t *testing.T) {
 		}
 	}
 
-	for _, c := range []string{"wire", "memreg", "atomic", "transport", "nic", "qp", "sim", "cmd/goroce", "qp without prometheus"} {
+	for _, c := range []string{"wire", "mad", "memreg", "atomic", "transport", "nic", "qp", "sim", "cmd/goroce", "qp without prometheus"} {
 		if !checked[c] {
 			t.Errorf("no package %s in the build graph: the layering rules name packages that no longer exist", c)
 		}

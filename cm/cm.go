@@ -39,7 +39,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -122,19 +124,17 @@ type Request struct {
 	ResponderResources, InitiatorDepth uint8
 }
 
-// RejectReason is a CM REJ reason (IBTA table 112; include/rdma/ib_cm.h).
-type RejectReason uint16
+// RejectReason is a CM REJ reason (IBTA table 109; include/rdma/ib_cm.h);
+// its String is the kernel's text.
+type RejectReason = mad.RejectReason
 
-// The REJ reasons the package sends or reacts to.
+// The REJ reasons the package sends or reacts to (all of them are in mad).
 const (
-	RejectNoQP             RejectReason = 1
-	RejectNoResources      RejectReason = 3
-	RejectTimeout          RejectReason = 4
-	RejectInvalidCommID    RejectReason = 6
-	RejectInvalidServiceID RejectReason = 8
-	RejectStaleConn        RejectReason = 10
-	RejectInvalidGID       RejectReason = 12
-	RejectConsumerDefined  RejectReason = 28
+	RejectNoResources      = mad.RejNoResources
+	RejectTimeout          = mad.RejTimeout
+	RejectInvalidServiceID = mad.RejInvalidServiceID
+	RejectStaleConn        = mad.RejStaleConn
+	RejectConsumerDefined  = mad.RejConsumerDefined
 )
 
 // RejectError is a REJ from the peer (or the REJ Options.Accept asks to
@@ -152,7 +152,7 @@ func Reject(private []byte) error {
 }
 
 func (e *RejectError) Error() string {
-	s := fmt.Sprintf("cm: connection rejected: REJ reason %d", uint16(e.Reason))
+	s := fmt.Sprintf("cm: connection rejected: REJ reason %d (%v)", uint16(e.Reason), e.Reason)
 	if len(e.PrivateData) > 0 {
 		s += fmt.Sprintf(" with %d bytes of private data", len(e.PrivateData))
 	}
@@ -163,6 +163,20 @@ func (e *RejectError) Error() string {
 // reason invalid service ID (what rdma_cm reports as ECONNREFUSED).
 func (e *RejectError) Is(target error) bool {
 	return target == ErrRejected || (target == ErrConnRefused && e.Reason == RejectInvalidServiceID)
+}
+
+// Register makes dev's CM agent answer CM MADs until unregister is called,
+// as the kernel's ib_cm does on every RDMA device: a REQ for a port nobody
+// listens on gets REJ "invalid service ID" and a SIDR_REQ the status "service
+// ID not supported". Listen, Dial and the UD calls do this on their own for
+// as long as they are in use; Register is for a device that only refuses.
+func Register(dev *qp.Device) (unregister func(), err error) {
+	a, err := acquireAgent(dev, nil)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(a.release) }, nil
 }
 
 // Listen listens for RC connection requests on addr ("ip:port"; an
@@ -265,7 +279,11 @@ func (e *UDEndpoint) SendCQ() *qp.CQ { return e.u.sendCQ }
 // RecvCQ is the QP's receive completion queue.
 func (e *UDEndpoint) RecvCQ() *qp.CQ { return e.u.recvCQ }
 
-// RemoteQPN and RemoteQKey are the SIDR_REP's: where to send.
+// AH is the address handle of the resolved peer (SendWR.AH).
+func (e *UDEndpoint) AH() *qp.AH { return e.u.ah }
+
+// RemoteQPN and RemoteQKey are the SIDR_REP's: where to send
+// (SendWR.RemoteQPN, SendWR.RemoteQKey).
 func (e *UDEndpoint) RemoteQPN() uint32 { return e.u.remoteQPN }
 
 // RemoteQKey is the Q_Key the peer's QP accepts.

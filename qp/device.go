@@ -157,6 +157,9 @@ type Device struct {
 	done   chan struct{}
 	wg     sync.WaitGroup
 	closed bool
+
+	gsi   satomic.Pointer[GSI] // QP1, once Device.GSI made it (gsi.go)
+	gsiMu sync.Mutex           // serialises its creation
 }
 
 // RxStats count frames the device dropped before any QP saw them.
@@ -288,6 +291,9 @@ func (d *Device) Close() error {
 	d.closed = true
 	close(d.done)
 	d.mu.Unlock()
+	if g := d.gsi.Load(); g != nil {
+		g.stop()
+	}
 	if d.poller != nil && !d.busy {
 		return nil // the simulator owns the links
 	}

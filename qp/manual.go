@@ -15,8 +15,17 @@ const busyPollBatches = 4
 // last batch, as in one round of the receive and timer goroutines. It
 // returns the number of frames and timer expiries handled, so a simulator
 // knows whether anything happened. In the normal mode, and on a closed
-// busy-poll device, it does nothing.
+// busy-poll device, it does nothing. With a GSI (Device.GSI), it then runs
+// the handlers of the MADs that arrived, outside the device's lock.
 func (d *Device) Poll() int {
+	n := d.poll()
+	if g := d.gsi.Load(); g != nil && d.poller != nil {
+		g.dispatchPending()
+	}
+	return n
+}
+
+func (d *Device) poll() int {
 	if d.poller == nil {
 		return 0
 	}

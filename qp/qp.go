@@ -23,6 +23,9 @@ type InitAttr struct {
 	// SQSigAll makes every send WR generate a completion, as if each had
 	// SendSignaled (ibv_qp_init_attr.sq_sig_all).
 	SQSigAll bool
+	// Type is the transport service: QPTypeRC (the zero value) or
+	// QPTypeUD (ud.go).
+	Type QPType
 }
 
 // QP is a reliable-connected queue pair.
@@ -50,8 +53,13 @@ const (
 	maxQPN = 0xFFFFFF
 )
 
-// CreateQP creates an RC QP in the RESET state (ibv_create_qp).
-func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
+// CreateQP creates a QP (RC, or UD with InitAttr.Type) in the RESET state
+// (ibv_create_qp).
+func (pd *PD) CreateQP(ia InitAttr) (*QP, error) { return pd.createQP(ia, 0) }
+
+// createQP creates a QP with the next free number, or with number fixed
+// when it is not 0 (QP1, the GSI).
+func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 	d := pd.dev
 	if ia.SendCQ == nil || ia.RecvCQ == nil {
 		return nil, fmt.Errorf("qp: create QP: send and receive CQs are required: %w", ErrInvalidArgument)
@@ -67,21 +75,28 @@ func (pd *PD) CreateQP(ia InitAttr) (*QP, error) {
 	if ia.SendCQ.failed() || ia.RecvCQ.failed() {
 		return nil, fmt.Errorf("qp: create QP: the CQ is in the error state: %w", ErrCQOverrun)
 	}
-	qpn, err := d.allocQPN()
-	if err != nil {
-		return nil, err
+	qpn := fixed
+	if qpn == 0 {
+		var err error
+		if qpn, err = d.allocQPN(); err != nil {
+			return nil, err
+		}
+	} else if d.qps[qpn] != nil {
+		return nil, fmt.Errorf("qp: create QP: QP number %#x is in use: %w", qpn, ErrInvalidArgument)
 	}
 	hooks := d.qpHooks(ia.RecvCQ)
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
-		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters,
+		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, Type: ia.Type,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
 	}
 	hooks.attach(eng)
-	d.nextQPN = qpn + 1
+	if fixed == 0 {
+		d.nextQPN = qpn + 1
+	}
 	d.qpSeq++
 	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, seq: d.qpSeq, hidx: -1}
 	d.qps[qpn] = q

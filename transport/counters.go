@@ -70,6 +70,16 @@ const (
 	// from a PSN inside them (a retry after a lost response packet); the
 	// response continues from that PSN.
 	CntReadRestarted // read_restarted
+	// UD datagrams whose DETH Q_Key is not the QP's (rxe qkey_viol_cntr).
+	CntRcvdBadQKey // rcvd_bad_qkey
+	// UD datagrams dropped because no receive was posted.
+	CntUDNoRecv // ud_no_recv
+	// UD datagrams dropped because the receive buffer was shorter than
+	// the 40-byte GRH area plus the payload.
+	CntUDRecvTooShort // ud_recv_too_short
+	// UD sends longer than the port MTU, completed without a packet
+	// (C10-93.1.1).
+	CntUDSendOverMTU // ud_send_over_mtu
 
 	// NumCounters is the number of counters.
 	NumCounters

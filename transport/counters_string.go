@@ -36,12 +36,16 @@ func _() {
 	_ = x[CntSendErrors-25]
 	_ = x[CntAckCoalesced-26]
 	_ = x[CntReadRestarted-27]
-	_ = x[NumCounters-28]
+	_ = x[CntRcvdBadQKey-28]
+	_ = x[CntUDNoRecv-29]
+	_ = x[CntUDRecvTooShort-30]
+	_ = x[CntUDSendOverMTU-31]
+	_ = x[NumCounters-32]
 }
 
-const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errsend_errlink_downedrdma_sendsrdma_recvsretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsack_coalescedread_restartedNumCounters"
+const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errsend_errlink_downedrdma_sendsrdma_recvsretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsack_coalescedread_restartedrcvd_bad_qkeyud_no_recvud_recv_too_shortud_send_over_mtuNumCounters"
 
-var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 189, 200, 210, 220, 238, 254, 273, 286, 299, 314, 330, 339, 348, 359, 372, 386, 397}
+var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 189, 200, 210, 220, 238, 254, 273, 286, 299, 314, 330, 339, 348, 359, 372, 386, 399, 409, 426, 442, 453}
 
 func (i Counter) String() string {
 	idx := int(i) - 0

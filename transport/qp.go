@@ -60,6 +60,8 @@ type Config struct {
 	RetryCnt7Infinite bool
 	// DeviceCounters, when set, is incremented along with the QP's own counters.
 	DeviceCounters *Counters
+	// Type is the transport service: RC (the zero value) or UD (ud.go).
+	Type QPType
 }
 
 // QP is the RC engine of one queue pair. It is a deterministic state
@@ -77,6 +79,7 @@ type QP struct {
 	req  requester
 	comp completer
 	resp responder
+	ud   udState
 
 	// wc is the completion handed to a CompletionQueue (see completion).
 	wc WC
@@ -157,7 +160,11 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	if mask&AttrState != 0 {
 		next = a.State
 	}
-	if err := checkTransition(cur, next, mask); err != nil {
+	check := checkTransition
+	if q.cfg.Type == QPTypeUD {
+		check = checkUDTransition
+	}
+	if err := check(cur, next, mask); err != nil {
 		return err
 	}
 	if err := q.checkValues(a, mask, cur, next); err != nil {
@@ -171,6 +178,9 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	}
 	if mask&AttrPort != 0 {
 		q.attr.Port = a.Port
+	}
+	if mask&AttrQKey != 0 {
+		q.attr.QKey = a.QKey
 	}
 	if mask&AttrAV != 0 {
 		q.attr.AV = a.AV
@@ -367,6 +377,9 @@ func (q *QP) EndBatch(now time.Time) {
 // the window allows. In the ERR state the request is completed at once with
 // WR_FLUSH_ERR, as rxe does.
 func (q *QP) PostSend(wr *SendWR, now time.Time) error {
+	if q.cfg.Type == QPTypeUD {
+		return q.udPostSend(wr, now)
+	}
 	st := q.attr.State
 	if st != StateRTS && st != StateSQD && st != StateErr {
 		return fmt.Errorf("post send in state %v: %w", st, ErrInvalidArgument)
@@ -389,6 +402,10 @@ func (q *QP) PostRecv(wr *RecvWR) error { return q.resp.post(wr) }
 // Receive processes one received, parsed and ICRC-checked packet addressed
 // to this QP: requests go to the responder, responses to the completer.
 func (q *QP) Receive(p *wire.Packet, now time.Time) {
+	if q.cfg.Type == QPTypeUD {
+		q.udReceive(p)
+		return
+	}
 	av := &q.attr.AV
 	// rxe_recv.c check_addr: the IP addresses must match the QP's path.
 	if p.SrcIP() != av.DGID.Unmap() || p.DstIP() != av.SGID.Unmap() {

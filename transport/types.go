@@ -73,6 +73,11 @@ type SendWR struct {
 	// Swap is the swap value (CMP_SWAP).
 	CompareAdd uint64
 	Swap       uint64
+	// UD only (ibv_send_wr.wr.ud): the address handle, remote QPN and
+	// remote Q_Key of the datagram (ud.go).
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
@@ -130,6 +135,8 @@ const (
 type WCFlags uint32
 
 const (
+	// WCGRH: the receive buffer starts with the 40-byte GRH area (UD).
+	WCGRH     WCFlags = 1
 	WCWithImm WCFlags = 2
 	WCWithInv WCFlags = 8
 	// WCSolicited marks a receive completion of a message that had the SE
@@ -147,6 +154,7 @@ type WC struct {
 	InvRKey uint32 // valid with WCWithInv
 	QPNum   uint32
 	Flags   WCFlags
+	SrcQP   uint32 // UD receives: the sender's QP number (DETH)
 }
 
 func (wc WC) String() string {
@@ -258,6 +266,7 @@ type Attr struct {
 	MaxDestRdAtomic uint8
 	MinRNRTimer     uint8 // 0..31 (RNR timer code)
 	DestQPN         uint32
+	QKey            uint32 // UD: the Q_Key datagrams to this QP must carry
 }
 
 // Caps are the queue sizes fixed at creation (struct ibv_qp_cap).

@@ -111,11 +111,87 @@ type Packet struct {
 	IETH         *IETH         `json:"ieth,omitempty"`
 	DETH         *DETH         `json:"deth,omitempty"`
 	CNP          *struct{}     `json:"cnp,omitempty"`
-	Malformed    bool          `json:"malformed,omitempty"`
-	Truncated    bool          `json:"truncated,omitempty"`
-	Error        string        `json:"error,omitempty"`
-	CapLen       int           `json:"caplen"`
-	OrigLen      int           `json:"len"`
+	// CM is the Communication Manager message of a MAD on QP1 (a UD SEND
+	// to destination QP 1).
+	CM        *CM    `json:"cm,omitempty"`
+	Malformed bool   `json:"malformed,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Error     string `json:"error,omitempty"`
+	CapLen    int    `json:"caplen"`
+	OrigLen   int    `json:"len"`
+}
+
+// CM is one decoded CM MAD (package mad). Msg is the message: REQ, REP,
+// RTU, REJ, MRA, DREQ, DREP, SIDR_REQ, SIDR_REP, or "MAD" for a MAD on QP1
+// that is not one of them (Error says why). Fields a message does not carry
+// are absent.
+type CM struct {
+	Msg          string `json:"msg"`
+	TID          Hex64  `json:"tid"`
+	LocalCommID  uint32 `json:"local_comm_id"`
+	RemoteCommID uint32 `json:"remote_comm_id"`
+	// SIDR_REQ and SIDR_REP: the request ID (the comm IDs are 0).
+	RequestID *uint32 `json:"request_id,omitempty"`
+	ServiceID *Hex64  `json:"service_id,omitempty"`
+	// PortSpace and Port: the service ID decoded as rdma_cm's (TCP, UDP,
+	// IB, IPoIB), when it is one.
+	PortSpace string  `json:"port_space,omitempty"`
+	Port      *uint16 `json:"port,omitempty"`
+	// QPN is the sender's QPN (REQ, REP), the receiver's (DREQ) or the
+	// resolved one (SIDR_REP).
+	QPN         *uint32 `json:"qpn,omitempty"`
+	StartingPSN *uint32 `json:"starting_psn,omitempty"`
+	RespRes     *uint8  `json:"resp_res,omitempty"`
+	InitDepth   *uint8  `json:"init_depth,omitempty"`
+	// REJ: the reason's text as the kernel prints it, and its code.
+	Reason     string  `json:"reason,omitempty"`
+	ReasonCode *uint16 `json:"reason_code,omitempty"`
+	// REJ and MRA: the message rejected or acknowledged (REQ, REP, other).
+	Of string `json:"of,omitempty"`
+	// MRA: the service timeout code and its duration in microseconds.
+	ServiceTimeout   *uint8 `json:"service_timeout,omitempty"`
+	ServiceTimeoutUs *int64 `json:"service_timeout_us,omitempty"`
+	// SIDR_REP
+	Status string  `json:"status,omitempty"`
+	QKey   *uint32 `json:"qkey,omitempty"`
+	// REQ and SIDR_REQ from rdma_cm: the IP endpoints of its header,
+	// "198.18.0.12:50000" (the destination port is the service ID's).
+	CMASrc string `json:"cma_src,omitempty"`
+	CMADst string `json:"cma_dst,omitempty"`
+	// Header fields of a MAD that is not a CM message, and why.
+	MgmtClass *uint8  `json:"mgmt_class,omitempty"`
+	AttrID    *uint16 `json:"attr_id,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// Connection is one connection the capture's CM MADs set up or tore down,
+// keyed by the active side's REQ: the messages of both sides in capture
+// order.
+type Connection struct {
+	Active       string  `json:"active"`  // the REQ's sender (IP; with the rdma_cm header's port when known)
+	Passive      string  `json:"passive"` // its receiver (likewise, with the service port)
+	ServiceID    Hex64   `json:"service_id"`
+	PortSpace    string  `json:"port_space,omitempty"`
+	Port         *uint16 `json:"port,omitempty"`
+	ActiveCommID uint32  `json:"active_comm_id"`
+	// PassiveCommID is 0 until the passive side answers.
+	PassiveCommID uint32 `json:"passive_comm_id"`
+	ActiveQPN     uint32 `json:"active_qpn"`
+	// ActivePSN is the REQ's starting PSN: what the passive side sends
+	// from. PassivePSN is the REP's: what the active side sends from.
+	ActivePSN  uint32  `json:"active_psn"`
+	PassiveQPN *uint32 `json:"passive_qpn,omitempty"`
+	PassivePSN *uint32 `json:"passive_psn,omitempty"`
+	// Messages are the CM messages in capture order, each with its
+	// direction: "REQ>", "REP<", "RTU>", "DREQ<", ... (">" from the active
+	// side, "<" from the passive one).
+	Messages []string `json:"messages"`
+	// State after the last message: requested, replied, established,
+	// rejected, disconnecting, closed.
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"` // of a REJ
+	// Packets are the frame numbers of the messages (1-based).
+	Packets []int `json:"packets"`
 }
 
 // Summary is what `goroce dump` prints at the end. In JSON mode it is the
@@ -136,7 +212,10 @@ type Summary struct {
 	MTU          int            `json:"mtu"`
 	MTUSource    string         `json:"mtu_source"` // flag, inferred or unknown
 	Flows        []FlowSummary  `json:"flows"`
-	Warnings     []string       `json:"warnings,omitempty"`
+	// Connections are the connections of the capture's CM MADs, in the
+	// order of their first message.
+	Connections []Connection `json:"connections,omitempty"`
+	Warnings    []string     `json:"warnings,omitempty"`
 	// With --latency: one row per request flow and operation class.
 	Latency []LatencyStats `json:"latency,omitempty"`
 	// With --explain: the anomalies in capture order, and a verdict per

@@ -91,6 +91,7 @@ type Dumper struct {
 	err      error  // first write error
 	warnings []string
 	evs      []ev // for the capture-wide analyses (analysis.go)
+	cm       cmTable
 }
 
 // New returns a Dumper writing to w.
@@ -137,6 +138,7 @@ type decoded struct {
 	sport   uint16
 	hasPort bool
 	trunc   bool
+	cm      cmDecoded // MADs on QP1 (cm.go)
 }
 
 // Packet decodes one record, prints it (unless it is not RoCEv2) and adds it
@@ -152,6 +154,8 @@ func (d *Dumper) Packet(rec Record) {
 		return
 	}
 	d.flows.add(&x)
+	decodeCM(&x)
+	d.cm.add(&x, d.stats.packets)
 	if d.opts.Latency || d.opts.Explain || d.opts.GraphDir != "" {
 		d.record(&x, d.stats.packets)
 	}

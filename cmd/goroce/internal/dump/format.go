@@ -203,6 +203,9 @@ func (d *Dumper) writeText(x *decoded) {
 			b = append(b, " want="...)
 			b = appendHex(b, uint64(wire.ICRC(x.p.L3[:n])))
 		}
+		if x.cm.ok {
+			b = appendCM(b, &x.cm)
+		}
 	}
 	b = append(b, '\n')
 	d.line = b
@@ -281,6 +284,9 @@ func (d *Dumper) writeJSON(x *decoded) {
 	}
 	if ext.CNPPad != nil {
 		j.CNP = &struct{}{}
+	}
+	if x.cm.ok {
+		j.CM = jsonCM(&x.cm)
 	}
 	switch x.kind {
 	case kindMalformed:
@@ -363,6 +369,7 @@ func (d *Dumper) Summary() Summary {
 		}
 		s.Flows = append(s.Flows, fs)
 	}
+	s.Connections = d.cm.summary()
 	return s
 }
 
@@ -469,5 +476,6 @@ func (d *Dumper) writeSummaryText(s *Summary) {
 			b.WriteByte('\n')
 		}
 	}
+	writeConnectionsText(&b, s.Connections)
 	d.write([]byte(b.String()))
 }

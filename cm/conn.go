@@ -1,0 +1,501 @@
+package cm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/wire"
+)
+
+// ErrDisconnected is Conn.Err after the peer's DREQ (or a REJ on an
+// established connection).
+var ErrDisconnected = errors.New("cm: disconnected by the peer")
+
+// closeWait bounds how long Close waits for the DREP. The DREQ's own
+// retries (its timeout from the REQ's fields, max CM retries) may run
+// longer; they continue in the background and the ID enters timewait.
+const closeWait = 10 * time.Second
+
+const defaultBacklog = 128
+
+// Private data room (cm_msgs.h sizes less the cma_hdr).
+const (
+	maxREQPrivate     = mad.REQPrivateDataLen - mad.CMAHeaderLen
+	maxREPPrivate     = mad.REPPrivateDataLen
+	maxREJPrivate     = mad.REJPrivateDataLen
+	maxSIDRREQPrivate = mad.SIDRREQPrivateDataLen - mad.CMAHeaderLen
+	maxSIDRREPPrivate = mad.SIDRREPPrivateDataLen
+)
+
+// options is Options with the defaults filled in.
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.Cap.MaxSendWR == 0 {
+		r.Cap.MaxSendWR = 16
+	}
+	if r.Cap.MaxRecvWR == 0 {
+		r.Cap.MaxRecvWR = 16
+	}
+	if r.Cap.MaxSendSGE == 0 {
+		r.Cap.MaxSendSGE = 1
+	}
+	if r.Cap.MaxRecvSGE == 0 {
+		r.Cap.MaxRecvSGE = 1
+	}
+	if r.ResponderResources == 0 {
+		r.ResponderResources = 1
+	}
+	if r.InitiatorDepth == 0 {
+		r.InitiatorDepth = 1
+	}
+	if !r.ZeroRetry {
+		if r.RetryCount == 0 {
+			r.RetryCount = 7
+		}
+		if r.RNRRetry == 0 {
+			r.RNRRetry = 7
+		}
+	}
+	r.RetryCount = min(r.RetryCount, 7)
+	r.RNRRetry = min(r.RNRRetry, 7)
+	if r.Backlog <= 0 {
+		r.Backlog = defaultBacklog
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	return r
+}
+
+// conn is a Conn's state.
+type conn struct {
+	a              *agent
+	id             *cmID
+	dev            *qp.Device
+	qp             *qp.QP
+	pd             *qp.PD
+	sendCQ, recvCQ *qp.CQ
+	ownPD          bool
+	local, remote  netip.AddrPort
+	peerPrivate    []byte
+	log            *slog.Logger
+	port           uint16 // the ephemeral port Dial reserved (0: none)
+
+	done        chan struct{}
+	closing     chan struct{} // closed when the DREQ got its DREP (or gave up)
+	mu          sync.Mutex
+	reason      error
+	doneOnce    sync.Once
+	closeOnce   sync.Once
+	closeErr    error
+	closingOnce sync.Once
+	watching    bool
+}
+
+// newQP creates the connection's PD, CQs and RC QP (as Options say) and
+// moves the QP to INIT with the access flags cm_init_qp_init_attr gives:
+// REMOTE_WRITE, plus READ and ATOMIC when we take RDMA READs/atomics.
+func newConn(a *agent, dev *qp.Device, o *Options) (*conn, error) {
+	c := &conn{a: a, dev: dev, log: o.Logger, done: make(chan struct{}), closing: make(chan struct{})}
+	c.pd, c.sendCQ, c.recvCQ = o.PD, o.SendCQ, o.RecvCQ
+	if c.pd == nil {
+		c.pd = dev.AllocPD()
+		c.ownPD = true
+	} else if c.pd.Device() != dev {
+		return nil, errors.New("cm: Options.PD belongs to another device")
+	}
+	var err error
+	if c.sendCQ == nil {
+		if c.sendCQ, err = dev.CreateCQ(o.Cap.MaxSendWR + o.Cap.MaxRecvWR); err != nil {
+			c.free()
+			return nil, err
+		}
+		if c.recvCQ == nil {
+			c.recvCQ = c.sendCQ
+		}
+	}
+	if c.recvCQ == nil {
+		if c.recvCQ, err = dev.CreateCQ(o.Cap.MaxRecvWR); err != nil {
+			c.free()
+			return nil, err
+		}
+	}
+	if c.qp, err = c.pd.CreateQP(qp.InitAttr{SendCQ: c.sendCQ, RecvCQ: c.recvCQ, Cap: o.Cap}); err != nil {
+		c.free()
+		return nil, err
+	}
+	access := qp.RemoteWrite
+	if o.ResponderResources > 0 {
+		access |= qp.RemoteRead | qp.RemoteAtomic
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: access},
+		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
+		c.free()
+		return nil, err
+	}
+	if o.Prepare != nil {
+		if err := o.Prepare(c.qp); err != nil {
+			c.free()
+			return nil, fmt.Errorf("cm: Prepare: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// free destroys what the connection created.
+func (c *conn) free() {
+	if c.qp != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.qp.Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState)
+		cancel()
+		_ = c.qp.Destroy()
+	}
+	if c.ownPD {
+		_ = c.pd.Dealloc()
+	}
+	if c.port != 0 {
+		c.a.mu.Lock()
+		delete(c.a.ports, c.port)
+		c.a.mu.Unlock()
+		c.port = 0
+	}
+}
+
+// path is what both sides need to move the QP to RTR and RTS.
+type path struct {
+	dgid         netip.Addr
+	mtu          qp.MTU
+	hopLimit     uint8
+	trafficClass uint8
+	destQPN      uint32
+	rqPSN        uint32
+	sqPSN        uint32
+	maxDestRd    uint8 // max_dest_rd_atomic: our responder resources
+	maxRd        uint8 // max_rd_atomic: our initiator depth
+	timeout      uint8 // local ACK timeout
+	retry, rnr   uint8
+}
+
+// connect is cm_init_qp_rtr_attr and cm_init_qp_rts_attr applied.
+func (c *conn) connect(ctx context.Context, p path) error {
+	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
+		RQPSN: wire.PSN(p.rqPSN), MaxDestRdAtomic: p.maxDestRd, MinRNRTimer: 0,
+		AV: qp.AV{DGID: p.dgid, SGIDIndex: c.sgidIndex(), HopLimit: p.hopLimit, TrafficClass: p.trafficClass}},
+		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|
+			qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
+		return fmt.Errorf("cm: QP to RTR: %w", err)
+	}
+	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTS, Timeout: p.timeout, RetryCnt: p.retry,
+		RNRRetry: p.rnr, SQPSN: wire.PSN(p.sqPSN), MaxRdAtomic: p.maxRd},
+		qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrSQPSN|
+			qp.AttrMaxQPRdAtomic); err != nil {
+		return fmt.Errorf("cm: QP to RTS: %w", err)
+	}
+	return nil
+}
+
+// sgidIndex is the GID index of the connection's local address.
+func (c *conn) sgidIndex() uint8 { return gidIndex(c.dev, c.local.Addr()) }
+
+func gidIndex(dev *qp.Device, ip netip.Addr) uint8 {
+	for i, g := range dev.GIDs() {
+		if g.Unmap() == ip.Unmap() {
+			return uint8(i)
+		}
+	}
+	return 1
+}
+
+// localAddr picks the device's address for a peer: Options.Local's IP, or
+// the first GID of the peer's family that is not link-local.
+func localAddr(dev *qp.Device, want netip.Addr, peer netip.Addr) (netip.Addr, error) {
+	if want.IsValid() && !want.IsUnspecified() {
+		for _, g := range dev.GIDs() {
+			if g.Unmap() == want.Unmap() {
+				return want.Unmap(), nil
+			}
+		}
+		return netip.Addr{}, fmt.Errorf("cm: %v is not an address of device %s", want, dev.Name())
+	}
+	for _, g := range dev.GIDs() {
+		g = g.Unmap()
+		if g.Is4() == peer.Unmap().Is4() && !g.IsLinkLocalUnicast() {
+			return g, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("cm: device %s has no address for %v", dev.Name(), peer)
+}
+
+func gid16(ip netip.Addr) [16]byte { return ip.Unmap().As16() } // IPv4: ::ffff:a.b.c.d
+
+func randPSN() uint32 { return rand.Uint32() & 0xFFFFFF }
+
+// ephemeralPort picks a free local port as cma_alloc_any_port does, from
+// the kernel's default ip_local_port_range. Called with a.mu held.
+func (a *agent) ephemeralPort() uint16 {
+	for {
+		p := uint16(32768 + rand.IntN(60999-32768+1))
+		if !a.ports[p] {
+			a.ports[p] = true
+			return p
+		}
+	}
+}
+
+func dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Conn, error) {
+	o := opts.withDefaults()
+	if len(o.PrivateData) > maxREQPrivate {
+		return nil, fmt.Errorf("cm: %d bytes of REQ private data, at most %d", len(o.PrivateData), maxREQPrivate)
+	}
+	raddr, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("cm: Dial: %w", err)
+	}
+	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
+	lip, err := localAddr(dev, o.Local.Addr(), raddr.Addr())
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	a, err := acquireAgent(dev, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer a.release()
+	c, err := newConn(a, dev, &o)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	lport := o.Local.Port()
+	if lport == 0 {
+		lport = a.ephemeralPort()
+		c.port = lport
+	}
+	a.mu.Unlock()
+	c.local = netip.AddrPortFrom(lip, lport)
+	c.remote = raddr
+
+	// cma_connect_ib and cm_format_req.
+	var priv [mad.REQPrivateDataLen]byte
+	h := mad.CMAHeader{IPVersion: 4, SrcPort: lport, Src: lip, Dst: raddr.Addr()}
+	if !lip.Is4() {
+		h.IPVersion = 6
+	}
+	if err := h.Marshal(priv[:]); err != nil {
+		c.free()
+		return nil, err
+	}
+	copy(priv[mad.CMAHeaderLen:], o.PrivateData)
+	rqPSN := randPSN()
+	mtu := dev.ActiveMTU()
+	const hopLimit = 64
+	req := &mad.REQ{
+		ServiceID:   mad.ServiceID(mad.PortSpaceTCP, raddr.Port()),
+		LocalCAGUID: a.guid, LocalQPN: c.qp.QPN(),
+		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
+		RemoteCMResponseTimeout: cmaCMResponseTimeout, TransportType: mad.TransportRC,
+		StartingPSN: rqPSN, LocalCMResponseTimeout: cmaCMResponseTimeout, RetryCount: o.RetryCount,
+		PKey: defaultPKey, PathMTU: uint8(mtu), RNRRetryCount: o.RNRRetry, MaxCMRetries: cmaMaxCMRetries,
+		Primary: mad.Path{
+			// hop_limit > 1: the permissive LIDs (cm_format_req).
+			LocalLID: permissiveLID, RemoteLID: permissiveLID,
+			LocalGID: gid16(lip), RemoteGID: gid16(raddr.Addr()),
+			HopLimit: hopLimit, LocalAckTimeout: cmAckTimeout(a.ack, cmaPacketLifetime),
+		},
+		PrivateData: priv,
+	}
+
+	var out outbox
+	a.mu.Lock()
+	id := a.newID()
+	c.id = id
+	req.LocalCommID = id.localID
+	id.state = stReqSent
+	id.tid = a.formTID(id)
+	id.localQPN = c.qp.QPN()
+	id.peer = madAddr{GID: raddr.Addr(), QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: hopLimit}
+	// ib_send_cm_req: timeout_ms = 2 × the packet life time + the remote
+	// CM response timeout; av.timeout = packet life time + 1.
+	id.timeout = 2*cmMS(cmaPacketLifetime) + cmMS(req.RemoteCMResponseTimeout)
+	id.maxRet = int(req.MaxCMRetries)
+	id.avTimeout = cmaPacketLifetime + 1
+	id.send(a, &out, marshal(id.tid, req), id.maxRet)
+	a.mu.Unlock()
+	a.flush(&out)
+
+	fail := func(err error) (*Conn, error) {
+		c.free()
+		return nil, err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			// cm_destroy_id in REQ_SENT: REJ timeout with our CA GUID as
+			// the ARI; after the REP, REJ consumer defined.
+			a.mu.Lock()
+			var ari [8]byte
+			binary.BigEndian.PutUint64(ari[:], a.guid)
+			if id.state == stReqSent || id.state == stMRAReqRcvd {
+				a.sendREJ(&out, id, mad.RejTimeout, ari[:], nil)
+			} else {
+				a.sendREJ(&out, id, mad.RejConsumerDefined, nil, nil)
+			}
+			a.mu.Unlock()
+			a.flush(&out)
+			return fail(ctx.Err())
+		case e := <-id.ev:
+			switch e.kind {
+			case evREP:
+				if cn, err := c.established(ctx, id, e.rep, rqPSN, mtu, hopLimit, &o); err != nil {
+					return fail(err)
+				} else {
+					return cn, nil
+				}
+			case evREJ:
+				return fail(rejectError(e.rej))
+			case evTimeout:
+				return fail(fmt.Errorf("%w: no REP from %v after %d REQs", ErrTimeout, raddr, id.maxRet+1))
+			case evFinished:
+				return fail(fmt.Errorf("%w: connection attempt to %v ended", ErrRejected, raddr))
+			}
+		}
+	}
+}
+
+// established is the active side after the REP (cma_rep_recv): QP to RTR
+// and RTS with the REP's values, then RTU.
+func (c *conn) established(ctx context.Context, id *cmID, rep *mad.REP, rqPSN uint32, mtu qp.MTU,
+	hopLimit uint8, o *Options) (*Conn, error) {
+	a := c.a
+	a.mu.Lock()
+	ackTimeout := id.avTimeout // cm_rep_handler: cm_ack_timeout(target_ack_delay, packet life time)
+	a.mu.Unlock()
+	c.peerPrivate = trimPrivate(rep.PrivateData[:])
+	err := c.connect(ctx, path{
+		dgid: c.remote.Addr(), mtu: mtu, hopLimit: hopLimit, destQPN: rep.LocalQPN,
+		rqPSN: rqPSN, sqPSN: rep.StartingPSN,
+		// The REP's initiator depth is what we must answer; its
+		// responder resources what we may issue (cm_rep_handler).
+		maxDestRd: rep.InitiatorDepth, maxRd: rep.ResponderResources,
+		timeout: ackTimeout, retry: o.RetryCount, rnr: rep.RNRRetryCount,
+	})
+	var out outbox
+	a.mu.Lock()
+	if err == nil && id.state != stRepRcvd {
+		err = fmt.Errorf("%w: connection to %v ended during setup (%v)", ErrRejected, c.remote, id.state)
+	}
+	if err != nil {
+		a.sendREJ(&out, id, mad.RejConsumerDefined, nil, nil)
+		a.mu.Unlock()
+		a.flush(&out)
+		return nil, err
+	}
+	id.rtu = marshal(id.tid, &mad.RTU{LocalCommID: id.localID, RemoteCommID: id.remoteID})
+	id.state = stEstablished
+	out.add(id.peer, id.rtu)
+	a.mu.Unlock()
+	a.flush(&out)
+	c.startWatch()
+	return &Conn{c: c}, nil
+}
+
+// trimPrivate returns private data without its zero padding: the CM
+// carries no length, and rdma_cm consumers pass fixed-size structs.
+func trimPrivate(b []byte) []byte {
+	n := len(b)
+	for n > 0 && b[n-1] == 0 {
+		n--
+	}
+	return append([]byte(nil), b[:n]...)
+}
+
+func rejectError(m *mad.REJ) error {
+	return &RejectError{Reason: m.Reason, PrivateData: trimPrivate(m.PrivateData[:])}
+}
+
+// startWatch hands the ID's events to a goroutine for the connection's
+// life: DREQ from the peer, DREP for Close, the end of timewait.
+func (c *conn) startWatch() {
+	c.mu.Lock()
+	c.watching = true
+	c.mu.Unlock()
+	go c.watch()
+}
+
+func (c *conn) watch() {
+	for e := range c.id.ev {
+		switch e.kind {
+		case evDREQ, evREJ:
+			c.disconnected(ErrDisconnected)
+		case evDREP, evTimeout:
+			c.closed()
+		case evFinished:
+			c.closed()
+			c.disconnected(ErrClosed)
+			return
+		}
+	}
+}
+
+// disconnected ends the connection from the peer's side: QP to ERR (its
+// queues flush), Done closed.
+func (c *conn) disconnected(reason error) {
+	c.doneOnce.Do(func() {
+		c.mu.Lock()
+		c.reason = reason
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.qp.Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState)
+		cancel()
+		close(c.done)
+	})
+}
+
+func (c *conn) closed() { c.closingOnce.Do(func() { close(c.closing) }) }
+
+func (c *conn) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reason
+}
+
+func (c *conn) close() error {
+	c.closeOnce.Do(func() {
+		a := c.a
+		var out outbox
+		a.mu.Lock()
+		wait := c.id.state == stEstablished
+		a.sendDREQ(&out, c.id)
+		a.mu.Unlock()
+		a.flush(&out)
+		if wait {
+			t := time.NewTimer(closeWait)
+			select {
+			case <-c.closing:
+			case <-t.C:
+				c.closeErr = fmt.Errorf("%w: no DREP from %v", ErrTimeout, c.remote)
+			}
+			t.Stop()
+		}
+		c.disconnected(ErrClosed)
+		c.free()
+	})
+	return c.closeErr
+}

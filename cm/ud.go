@@ -1,0 +1,342 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/qp"
+)
+
+// SIDRError is a SIDR_REP with a status other than success. It matches
+// ErrRejected, and ErrConnRefused for "service ID not supported" (nobody
+// listens on the port: cm_sidr_req_handler's IB_SIDR_UNSUPPORTED).
+type SIDRError struct {
+	Status      mad.SIDRStatus
+	PrivateData []byte
+}
+
+func (e *SIDRError) Error() string {
+	return fmt.Sprintf("cm: service ID resolution failed: SIDR_REP status %d (%v)", uint8(e.Status), e.Status)
+}
+
+// Is makes a SIDRError match ErrRejected, and ErrConnRefused for status
+// "service ID not supported".
+func (e *SIDRError) Is(target error) bool {
+	return target == ErrRejected || (target == ErrConnRefused && e.Status == mad.SIDRUnsupported)
+}
+
+// udEndpoint is a UDEndpoint's state.
+type udEndpoint struct {
+	a                     *agent
+	qp                    *qp.QP
+	pd                    *qp.PD
+	ownPD                 bool
+	sendCQ, recvCQ        *qp.CQ
+	ah                    *qp.AH
+	remoteQPN, remoteQKey uint32
+	local, remote         netip.AddrPort
+	peerPrivate           []byte
+	port                  uint16
+	once                  sync.Once
+}
+
+// newUDQP creates a UD QP with Q_Key qkey in RTS (cma_init_ud_qp: INIT with
+// the port space's Q_Key, RTR, RTS with SQ PSN 0), calling Prepare in INIT.
+func newUDQP(dev *qp.Device, o *Options, qkey uint32) (q *qp.QP, pd *qp.PD, ownPD bool, scq, rcq *qp.CQ, err error) {
+	pd, scq, rcq = o.PD, o.SendCQ, o.RecvCQ
+	if pd == nil {
+		pd, ownPD = dev.AllocPD(), true
+	} else if pd.Device() != dev {
+		return nil, nil, false, nil, nil, errors.New("cm: Options.PD belongs to another device")
+	}
+	fail := func(err error) (*qp.QP, *qp.PD, bool, *qp.CQ, *qp.CQ, error) {
+		if q != nil {
+			_ = q.Destroy()
+		}
+		if ownPD {
+			_ = pd.Dealloc()
+		}
+		return nil, nil, false, nil, nil, err
+	}
+	if scq == nil {
+		if scq, err = dev.CreateCQ(o.Cap.MaxSendWR + o.Cap.MaxRecvWR); err != nil {
+			return fail(err)
+		}
+		if rcq == nil {
+			rcq = scq
+		}
+	}
+	if rcq == nil {
+		if rcq, err = dev.CreateCQ(o.Cap.MaxRecvWR); err != nil {
+			return fail(err)
+		}
+	}
+	if q, err = pd.CreateQP(qp.InitAttr{Type: qp.QPTypeUD, SendCQ: scq, RecvCQ: rcq, Cap: o.Cap}); err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := q.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, QKey: qkey},
+		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
+		return fail(err)
+	}
+	if o.Prepare != nil {
+		if err := o.Prepare(q); err != nil {
+			return fail(fmt.Errorf("cm: Prepare: %w", err))
+		}
+	}
+	if err := q.Modify(ctx, &qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
+		return fail(err)
+	}
+	if err := q.Modify(ctx, &qp.Attr{State: qp.StateRTS, SQPSN: 0}, qp.AttrState|qp.AttrSQPSN); err != nil {
+		return fail(err)
+	}
+	return q, pd, ownPD, scq, rcq, nil
+}
+
+func dialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDEndpoint, error) {
+	o := opts.withDefaults()
+	if len(o.PrivateData) > maxSIDRREQPrivate {
+		return nil, fmt.Errorf("cm: %d bytes of SIDR_REQ private data, at most %d", len(o.PrivateData), maxSIDRREQPrivate)
+	}
+	raddr, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("cm: DialUD: %w", err)
+	}
+	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
+	lip, err := localAddr(dev, o.Local.Addr(), raddr.Addr())
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	a, err := acquireAgent(dev, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer a.release()
+	u := &udEndpoint{a: a, remote: raddr}
+	if u.qp, u.pd, u.ownPD, u.sendCQ, u.recvCQ, err = newUDQP(dev, &o, udpQKey); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	lport := o.Local.Port()
+	if lport == 0 {
+		lport = a.ephemeralPort()
+		u.port = lport
+	}
+	a.mu.Unlock()
+	u.local = netip.AddrPortFrom(lip, lport)
+
+	// cma_resolve_ib_udp.
+	req := &mad.SIDRREQ{PKey: defaultPKey, ServiceID: mad.ServiceID(mad.PortSpaceUDP, raddr.Port())}
+	h := mad.CMAHeader{IPVersion: 4, SrcPort: lport, Src: lip, Dst: raddr.Addr()}
+	if !lip.Is4() {
+		h.IPVersion = 6
+	}
+	if err := h.Marshal(req.PrivateData[:]); err != nil {
+		u.close()
+		return nil, err
+	}
+	copy(req.PrivateData[mad.CMAHeaderLen:], o.PrivateData)
+	var out outbox
+	a.mu.Lock()
+	id := a.newID()
+	id.sidr = true
+	id.state = stSIDRReqSent
+	id.tid = a.formTID(id)
+	id.peer = madAddr{GID: raddr.Addr(), QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64}
+	// req.timeout_ms = 1 << (CMA_CM_RESPONSE_TIMEOUT - 8), max_cm_retries
+	// CMA_MAX_CM_RETRIES.
+	id.timeout = cmMS(cmaCMResponseTimeout)
+	id.maxRet = cmaMaxCMRetries
+	req.RequestID = id.localID
+	id.send(a, &out, marshal(id.tid, req), id.maxRet)
+	a.mu.Unlock()
+	a.flush(&out)
+
+	for {
+		select {
+		case <-ctx.Done():
+			// cm_destroy_id in SIDR_REQ_SENT: the request is withdrawn
+			// silently.
+			a.mu.Lock()
+			if id.state == stSIDRReqSent {
+				a.drop(&out, id)
+			}
+			a.mu.Unlock()
+			a.flush(&out)
+			u.close()
+			return nil, ctx.Err()
+		case e := <-id.ev:
+			switch e.kind {
+			case evSIDRREP:
+				rep := e.sidr
+				if rep.Status != mad.SIDRSuccess {
+					u.close()
+					return nil, &SIDRError{Status: rep.Status, PrivateData: trimPrivate(rep.PrivateData[:])}
+				}
+				u.remoteQPN, u.remoteQKey = rep.QPN, rep.QKey
+				u.peerPrivate = trimPrivate(rep.PrivateData[:])
+				ah, err := u.pd.CreateAH(ctx, qp.AHAttr{GID: raddr.Addr(), SGIDIndex: gidIndex(dev, lip), HopLimit: 64})
+				if err != nil {
+					u.close()
+					return nil, err
+				}
+				u.ah = ah
+				return &UDEndpoint{u: u}, nil
+			case evTimeout, evFinished:
+				u.close()
+				return nil, fmt.Errorf("%w: no SIDR_REP from %v after %d SIDR_REQs", ErrTimeout, raddr, id.maxRet+1)
+			}
+		}
+	}
+}
+
+func (u *udEndpoint) close() error {
+	u.once.Do(func() {
+		if u.ah != nil {
+			u.ah.Destroy()
+		}
+		_ = u.qp.Destroy()
+		if u.ownPD {
+			_ = u.pd.Dealloc()
+		}
+		if u.port != 0 {
+			u.a.mu.Lock()
+			delete(u.a.ports, u.port)
+			u.a.mu.Unlock()
+		}
+	})
+	return nil
+}
+
+// udListener is a UDListener's state; closed is under a.mu.
+type udListener struct {
+	a              *agent
+	o              Options
+	qp             *qp.QP
+	pd             *qp.PD
+	ownPD          bool
+	sendCQ, recvCQ *qp.CQ
+	qkey           uint32
+	addr           netip.AddrPort
+	sid            uint64
+	closed         bool
+	wg             sync.WaitGroup
+	once           sync.Once
+}
+
+func listenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDListener, error) {
+	o := opts.withDefaults()
+	if len(o.PrivateData) > maxSIDRREPPrivate {
+		return nil, fmt.Errorf("cm: %d bytes of SIDR_REP private data, at most %d", len(o.PrivateData), maxSIDRREPPrivate)
+	}
+	ap, err := parseListenAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLocal(dev, ap.Addr()); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	a, err := acquireAgent(dev, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	l := &udListener{a: a, o: o, qkey: udpQKey}
+	if l.qp, l.pd, l.ownPD, l.sendCQ, l.recvCQ, err = newUDQP(dev, &o, udpQKey); err != nil {
+		a.release()
+		return nil, err
+	}
+	a.mu.Lock()
+	port := ap.Port()
+	if port == 0 {
+		for port == 0 || a.udListeners[mad.ServiceID(mad.PortSpaceUDP, port)] != nil {
+			port = a.ephemeralPort()
+			delete(a.ports, port)
+		}
+	}
+	l.addr = netip.AddrPortFrom(ap.Addr(), port)
+	l.sid = mad.ServiceID(mad.PortSpaceUDP, port)
+	if a.udListeners[l.sid] != nil {
+		a.mu.Unlock()
+		l.free()
+		a.release()
+		return nil, fmt.Errorf("%w: %v (UDP)", ErrAddrInUse, l.addr)
+	}
+	a.udListeners[l.sid] = l
+	a.mu.Unlock()
+	return &UDListener{u: l}, nil
+}
+
+func (l *udListener) free() {
+	_ = l.qp.Destroy()
+	if l.ownPD {
+		_ = l.pd.Dealloc()
+	}
+}
+
+func (l *udListener) close() error {
+	l.once.Do(func() {
+		a := l.a
+		a.mu.Lock()
+		l.closed = true
+		if a.udListeners[l.sid] == l {
+			delete(a.udListeners, l.sid)
+		}
+		a.mu.Unlock()
+		l.wg.Wait()
+		l.free()
+		a.release()
+	})
+	return nil
+}
+
+// serve answers one SIDR_REQ (cma_sidr_rep_handler's peer: rdma_accept on a
+// UD id sends SIDR_REP success with the QP's number and Q_Key; rdma_reject
+// sends status reject).
+func (l *udListener) serve(req *mad.SIDRREQ, hdr mad.CMAHeader, tid uint64, from madAddr, key sidrKey) {
+	defer l.wg.Done()
+	a := l.a
+	rep := &mad.SIDRREP{RequestID: req.RequestID, ServiceID: req.ServiceID}
+	private := l.o.PrivateData
+	if l.o.Accept != nil {
+		r := &Request{
+			LocalAddr:   netip.AddrPortFrom(hdr.Dst.Unmap(), l.addr.Port()),
+			RemoteAddr:  netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
+			PrivateData: trimPrivate(req.PrivateData[mad.CMAHeaderLen:]),
+			ServiceID:   req.ServiceID,
+		}
+		p, err := l.o.Accept(r)
+		switch {
+		case err != nil:
+			rep.Status = mad.SIDRReject
+			private = nil
+			var re *RejectError
+			if errors.As(err, &re) {
+				private = re.PrivateData
+			}
+		case p != nil:
+			private = p
+		}
+	}
+	if rep.Status == mad.SIDRSuccess {
+		rep.QPN, rep.QKey = l.qp.QPN(), l.qkey
+	}
+	copy(rep.PrivateData[:], private)
+	var out outbox
+	out.add(from, marshal(tid, rep))
+	a.mu.Lock()
+	delete(a.sidrPending, key)
+	a.mu.Unlock()
+	a.flush(&out)
+}

@@ -1,0 +1,182 @@
+package qp_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
+)
+
+func mad(class, method uint8, attr uint16, tid uint64) []byte {
+	m := make([]byte, qp.MADLen)
+	m[0], m[1], m[2], m[3] = 1, class, 2, method
+	binary.BigEndian.PutUint64(m[8:], tid)
+	binary.BigEndian.PutUint16(m[16:], attr)
+	for i := 24; i < len(m); i++ {
+		m[i] = byte(i)
+	}
+	return m
+}
+
+func TestGSIExchange(t *testing.T) {
+	for _, ipv6 := range []bool{false, true} {
+		n, err := sim.NewPair(sim.Config{Seed: 5, IPv6: ipv6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		ga, err := n.A.Dev.GSI()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := n.A.Dev.GSI(); again != ga {
+			t.Fatal("second Device.GSI made another QP1")
+		}
+		if ga.QP().QPN() != 1 {
+			t.Fatalf("GSI QPN %d", ga.QP().QPN())
+		}
+		gb, err := n.B.Dev.GSI()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var atA, atB []qp.MAD
+		// A answers every CM MAD with a copy whose TID is one higher, from
+		// inside its handler.
+		if _, err := ga.Handle(0x07, func(m qp.MAD) {
+			atA = append(atA, qp.MAD{From: m.From, Data: append([]byte(nil), m.Data...)})
+			r := append([]byte(nil), m.Data...)
+			binary.BigEndian.PutUint64(r[8:], binary.BigEndian.Uint64(r[8:])+1)
+			if err := ga.Send(ctx, m.From, r); err != nil {
+				t.Errorf("Send from a handler: %v", err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ga.Handle(0x07, func(qp.MAD) {}); !errors.Is(err, qp.ErrInvalidArgument) {
+			t.Fatalf("second handler for class 7: %v", err)
+		}
+		record := func(m qp.MAD) { atB = append(atB, qp.MAD{From: m.From, Data: append([]byte(nil), m.Data...)}) }
+		for _, c := range []uint8{0x07, 0x0A} {
+			if _, err := gb.Handle(c, record); err != nil {
+				t.Fatal(err)
+			}
+		}
+		toA := qp.MADAddr{GID: n.A.GID(), QPN: 1, QKey: qp.GSIQKey}
+		// A CM REQ-like MAD, answered by A's handler.
+		if err := gb.Send(ctx, toA, mad(0x07, 0x03, 0x0010, 41)); err != nil {
+			t.Fatal(err)
+		}
+		// A Get of a class nobody handles at A: answered "unsupported".
+		if err := gb.Send(ctx, toA, mad(0x0A, 0x01, 0x0020, 50)); err != nil {
+			t.Fatal(err)
+		}
+		// A Send of a class nobody handles: dropped. A CM Get of a non
+		// ClassPortInfo attribute: invalid (validate_mad), dropped.
+		if err := gb.Send(ctx, toA, mad(0x0B, 0x03, 0x0020, 60)); err != nil {
+			t.Fatal(err)
+		}
+		if err := gb.Send(ctx, toA, mad(0x07, 0x01, 0x0010, 61)); err != nil {
+			t.Fatal(err)
+		}
+		bad := mad(0x07, 0x03, 0x0010, 62)
+		bad[0] = 2
+		if err := gb.Send(ctx, toA, bad); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.RunUntil(func() bool { return len(atB) >= 2 }, time.Second); err != nil {
+			t.Fatalf("ipv6=%v seed %d: %v (at A %d, at B %d)", ipv6, n.Seed(), err, len(atA), len(atB))
+		}
+		if err := n.RunFor(10 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if len(atA) != 1 || atA[0].From.QPN != 1 || atA[0].From.GID != n.B.GID() || atA[0].From.QKey != qp.GSIQKey ||
+			binary.BigEndian.Uint64(atA[0].Data[8:]) != 41 {
+			t.Fatalf("at A: %+v", atA)
+		}
+		if len(atB) != 2 {
+			t.Fatalf("at B: %d MADs", len(atB))
+		}
+		if tid := binary.BigEndian.Uint64(atB[0].Data[8:]); tid != 42 || atB[0].From.GID != n.A.GID() {
+			t.Fatalf("answer: tid %d from %v", tid, atB[0].From.GID)
+		}
+		r := atB[1].Data
+		if r[1] != 0x0A || r[3] != 0x81 || binary.BigEndian.Uint16(r[4:]) != 0x000C || binary.BigEndian.Uint64(r[8:]) != 50 ||
+			r[100] != 100 {
+			t.Fatalf("unsupported answer: % x", r[:24])
+		}
+		s := ga.Stats()
+		if s.Received != 5 || s.AnsweredUnsupported != 1 || s.DroppedNoHandler != 1 || s.DroppedInvalid != 1 ||
+			s.DroppedBadVersion != 1 || s.Dropped != 3 || s.Sent != 2 {
+			t.Fatalf("A's stats %+v", s)
+		}
+		if s := gb.Stats(); s.Sent != 5 || s.Received != 2 {
+			t.Fatalf("B's stats %+v", s)
+		}
+
+		// Bad sizes and addresses are refused.
+		for _, l := range []int{0, 255, 257} {
+			if err := gb.Send(ctx, toA, make([]byte, l)); !errors.Is(err, qp.ErrInvalidArgument) {
+				t.Fatalf("Send of %d bytes: %v", l, err)
+			}
+		}
+		if err := gb.Send(ctx, qp.MADAddr{GID: n.A.GID()}, mad(7, 3, 0x10, 1)); !errors.Is(err, qp.ErrInvalidArgument) {
+			t.Fatalf("Send to QPN 0: %v", err)
+		}
+		if _, err := gb.Handle(3, nil); !errors.Is(err, qp.ErrInvalidArgument) {
+			t.Fatalf("nil handler: %v", err)
+		}
+	}
+}
+
+// TestGSIRealTime runs QP1 on devices with their own goroutines: the
+// dispatch goroutine delivers, and Device.Close stops it.
+func TestGSIRealTime(t *testing.T) {
+	a, b, err := qp.OpenMemoryPair(qp.MemoryPairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ga, err := a.GSI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := b.GSI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan qp.MAD, 1)
+	unregister, err := ga.Handle(0x07, func(m qp.MAD) { got <- qp.MAD{From: m.From, Data: append([]byte(nil), m.Data...)} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	gidA, _ := a.GID(1)
+	gidB, _ := b.GID(1)
+	if err := gb.Send(ctx, qp.MADAddr{GID: gidA, QPN: 1, QKey: qp.GSIQKey}, mad(7, 3, 0x10, 9)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m.From.GID != gidB || binary.BigEndian.Uint64(m.Data[8:]) != 9 {
+			t.Fatalf("got %+v", m.From)
+		}
+	case <-ctx.Done():
+		t.Fatal("no MAD")
+	}
+	unregister()
+	if _, err := ga.Handle(0x07, func(qp.MAD) {}); err != nil {
+		t.Fatalf("class 7 after unregister: %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ga.Send(ctx, qp.MADAddr{GID: gidB, QPN: 1}, mad(7, 3, 0x10, 1)); !errors.Is(err, qp.ErrClosed) {
+		t.Fatalf("Send after Close: %v", err)
+	}
+}
