@@ -123,6 +123,7 @@ func (r *runner) cmConnect(n perftest.Negotiated) error {
 			r.dataConns = append(r.dataConns, c)
 			r.qps = append(r.qps, c.QP())
 		}
+		r.cmConnected()
 		return nil
 	}
 	host, err := tool.ParseHost(f.Host)
@@ -149,7 +150,15 @@ func (r *runner) cmConnect(n perftest.Negotiated) error {
 		r.dataConns = append(r.dataConns, c)
 		r.qps = append(r.qps, c.QP())
 	}
+	r.cmConnected()
 	return nil
+}
+
+// cmConnected notes what connectQPs would have set: the PSN the peer's
+// first packet carries is the one rdma_cm gave our receive side
+// (write_lat follows the peer's WRITEs by it).
+func (r *runner) cmConnected() {
+	r.peerPSN = r.qps[0].Query().RQPSN
 }
 
 // closeCM disconnects the data connections and then the control one, in
