@@ -27,6 +27,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/rpingcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/cmd/goroce/internal/ucmatosecmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/udaddycmd"
 )
 
 type command struct {
@@ -50,6 +51,7 @@ var commands = []command{
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
 	{"ucmatose", ucmatosecmd.Summary, ucmatosecmd.Run},
+	{"udaddy", udaddycmd.Summary, udaddycmd.Run},
 	perftestCommand(perftest.WriteBW),
 	perftestCommand(perftest.WriteLat),
 }
