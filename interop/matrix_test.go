@@ -636,3 +636,26 @@ func TestJudgeExplain(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeCMFixtures: the judge on rxe↔rxe captures of the rdma_cm tools
+// (testdata/rxe): the MADs on QP1 are counted apart and are no problem,
+// the RC and UD flows are judged as in any cell.
+func TestJudgeCMFixtures(t *testing.T) {
+	m := NewMatrix(buildGoroce(t), "goroce", t.TempDir())
+	for _, tc := range []struct {
+		pcap string
+		mads int
+	}{
+		{"rping.pcap", 5},            // REQ, REP, RTU, DREQ, DREP
+		{"ucmatose.pcap", 20},        // the same for 4 connections
+		{"udaddy.pcap", 2},           // SIDR_REQ, SIDR_REP
+		{"send_bw_rdma_cm.pcap", 10}, // the control and the data connection
+		{"rping_rej.pcap", 2},        // REQ, REJ
+	} {
+		r := &CellResult{}
+		m.judge(r, dumpFixture(t, tc.pcap), Expect{}, nil)
+		if r.MADs != tc.mads || len(r.Problems) > 0 {
+			t.Errorf("%s: %d MADs (want %d), problems %q", tc.pcap, r.MADs, tc.mads, r.Problems)
+		}
+	}
+}

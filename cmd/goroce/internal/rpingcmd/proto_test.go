@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/internal/rxecapture"
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -154,4 +155,38 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("%q: no usage: %q", tc.args, out.String())
 		}
 	}
+}
+
+// TestConnParamAgainstRXE: the stock rping's REQ (testdata/rxe/rping.pcap)
+// carries the rdma_conn_param and QP that goroce rping gives cm:
+// responder resources and initiator depth 1, retry and RNR retry 7, and
+// the service ID of port 7174.
+func TestConnParamAgainstRXE(t *testing.T) {
+	msgs, err := rxecapture.RoCEMessages(filepath.Join("..", "..", "..", "..", "testdata", "rxe", "rping.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := (&controlBlock{}).cmOptions()
+	if o.Cap.MaxSendWR != sqDepth || o.Cap.MaxRecvWR != 2 {
+		t.Errorf("caps %+v, rping_create_qp has 16 send WRs and 2 receives", o.Cap)
+	}
+	for _, m := range msgs {
+		if m.DestQP != mad.GSIQPN {
+			continue
+		}
+		_, msg, err := mad.Parse(m.Payload)
+		if err != nil {
+			t.Fatalf("MAD: %v", err)
+		}
+		if req, ok := msg.(*mad.REQ); ok {
+			_, port, _ := mad.ParseServiceID(req.ServiceID)
+			if req.ResponderResources != o.ResponderResources || req.InitiatorDepth != o.InitiatorDepth ||
+				req.RetryCount != o.RetryCount || req.RNRRetryCount != o.RNRRetry || port != DefaultPort {
+				t.Errorf("REQ: responder resources %d, initiator depth %d, retry %d, RNR retry %d, port %d; goroce gives %+v",
+					req.ResponderResources, req.InitiatorDepth, req.RetryCount, req.RNRRetryCount, port, o)
+			}
+			return
+		}
+	}
+	t.Fatal("no REQ in rping.pcap")
 }

@@ -537,6 +537,11 @@ func (t *test) runClient(dev string) int {
 	return ret
 }
 
+// connParam is route_handler's rdma_conn_param: responder resources and
+// initiator depth 1, retry count 5, and the RNR retry count cmatose leaves
+// at zero.
+var connParam = cm.Options{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5, RNRRetry: 0, ZeroRetry: true}
+
 // setupError is a failure before rdma_connect (init_node, post_recvs):
 // cmatose prints its own line for those, not an event.
 type setupError struct{ err error }
@@ -562,13 +567,13 @@ func (t *test) connect(n *node, addr netip.AddrPort, src netip.Addr) error {
 		t.printf("cmatose: failed to create messages: %d\n", -1)
 		return &setupError{err}
 	}
-	o := &cm.Options{PD: n.pd, SendCQ: n.sendCQ, RecvCQ: n.recvCQ, Cap: t.caps(),
-		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 5, RNRRetry: 0, ZeroRetry: true,
-		Prepare: func(q *qp.QP) error { return t.postRecvs(n, q) }}
+	o := connParam
+	o.PD, o.SendCQ, o.RecvCQ, o.Cap = n.pd, n.sendCQ, n.recvCQ, t.caps()
+	o.Prepare = func(q *qp.QP) error { return t.postRecvs(n, q) }
 	if src.IsValid() {
 		o.Local = netip.AddrPortFrom(src, 0)
 	}
-	c, err := tool.DialRetry(t.ctx, t.dev, addr, o)
+	c, err := tool.DialRetry(t.ctx, t.dev, addr, &o)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,12 @@
 package ucmatosecmd
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/rxecapture"
+	"github.com/goroce/goroce/mad"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/tool/tooltest"
 	"github.com/goroce/goroce/nic"
@@ -60,5 +64,40 @@ func TestUcmatoseFlags(t *testing.T) {
 	}
 	if _, ok := ParseFlags([]string{"-x"}, &out, &errb); ok || !strings.HasPrefix(out.String(), "usage: ucmatose") {
 		t.Errorf("-x: %v %q", ok, out.String())
+	}
+}
+
+// TestConnParamAgainstRXE: the REQs of the stock ucmatose -c 4 -C 10
+// (testdata/rxe/ucmatose.pcap) carry the rdma_conn_param goroce's client
+// gives cm: four REQs, each with responder resources and initiator depth
+// 1, retry count 5, RNR retry 0, for cmatose's port 7471.
+func TestConnParamAgainstRXE(t *testing.T) {
+	msgs, err := rxecapture.RoCEMessages(filepath.Join("..", "..", "..", "..", "testdata", "rxe", "ucmatose.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := 0
+	for _, m := range msgs {
+		if m.DestQP != mad.GSIQPN {
+			continue
+		}
+		_, msg, err := mad.Parse(m.Payload)
+		if err != nil {
+			t.Fatalf("MAD: %v", err)
+		}
+		req, ok := msg.(*mad.REQ)
+		if !ok {
+			continue
+		}
+		reqs++
+		_, port, _ := mad.ParseServiceID(req.ServiceID)
+		if req.ResponderResources != connParam.ResponderResources || req.InitiatorDepth != connParam.InitiatorDepth ||
+			req.RetryCount != connParam.RetryCount || req.RNRRetryCount != connParam.RNRRetry || !connParam.ZeroRetry || port != DefaultPort {
+			t.Errorf("REQ: responder resources %d, initiator depth %d, retry %d, RNR retry %d, port %d; goroce sends %+v",
+				req.ResponderResources, req.InitiatorDepth, req.RetryCount, req.RNRRetryCount, port, connParam)
+		}
+	}
+	if reqs != 4 {
+		t.Errorf("%d REQs, want 4 (-c 4)", reqs)
 	}
 }
