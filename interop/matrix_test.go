@@ -124,7 +124,7 @@ func matrixCells(mtu int) []Cell {
 		{Name: "send_bw -R", Tool: ToolSendBWCM, Args: append([]string{"-R"}, bw...), Note: "rdma_cm control and data QPs"},
 		{Name: "write_bw -R", Tool: ToolWriteBWCM, Args: append([]string{"-R"}, bw...), Note: "rdma_cm control and data QPs"},
 		{Name: "read_lat -R", Tool: ToolReadLatCM, Args: append([]string{"-R"}, lat...), Note: "rdma_cm control and data QPs"},
-		{Name: "rping, 2% loss at rxe", Tool: ToolRping, Args: []string{"-C", "50", "-S", "4096", "-v"}, Expect: Expect{Loss: true},
+		{Name: "rping, 2% loss at rxe", Tool: ToolRping, Args: []string{"-C", "200", "-S", "4096", "-v"}, Expect: Expect{Loss: true},
 			VMSetup: netemLoss, VMTeardown: netemOff, Note: "netem on the VM's eth0, CM MADs included"},
 	}
 }
