@@ -282,6 +282,7 @@ type controlBlock struct {
 	rdmaWR  qp.SendWR
 
 	state         state
+	connCtx       context.Context // cb.ctx, also ended by the connection's end
 	sawDisconnect bool
 	remote        Info
 	wcs           [1]qp.WC
@@ -428,7 +429,9 @@ func (cb *controlBlock) runServer() int {
 	cb.debugf("ESTABLISHED\n")
 	cb.conn, cb.q = conn, conn.QP()
 	cb.state = stConnected
+	stop := cb.watchConn()
 	ret := cb.testServer()
+	stop()
 	if ret != 0 {
 		cb.errf("rping server failed: %d\n", ret)
 	}
@@ -468,7 +471,9 @@ func (cb *controlBlock) runClient() int {
 	cb.debugf("rdma_connect successful\n")
 	cb.conn, cb.q = conn, conn.QP()
 	cb.state = stConnected
+	stop := cb.watchConn()
 	ret := cb.testClient()
+	stop()
 	if ret != 0 {
 		cb.errf("rping client failed: %d\n", ret)
 	}
@@ -490,16 +495,7 @@ var errNoRoute = errors.New("no route to the address")
 // completions (rping_cq_event_handler) until one that posts it (a RECV,
 // an RDMA READ or WRITE, an error) or the DISCONNECTED event.
 func (cb *controlBlock) wait() {
-	ctx, cancel := context.WithCancel(cb.ctx)
-	defer cancel()
 	done := cb.conn.Done()
-	go func() {
-		select {
-		case <-done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for {
 		n, err := cb.cq.Poll(cb.wcs[:])
 		if err == nil && n == 0 {
@@ -513,7 +509,7 @@ func (cb *controlBlock) wait() {
 				return
 			default:
 			}
-			n, err = cb.cq.Wait(ctx, cb.wcs[:])
+			n, err = cb.cq.Wait(cb.connCtx, cb.wcs[:])
 			if n == 0 && err == nil {
 				continue
 			}
@@ -537,6 +533,22 @@ func (cb *controlBlock) wait() {
 			return
 		}
 	}
+}
+
+// watchConn makes connCtx, which ends with the run or with the
+// connection (the peer's DREQ): what a CQ wait in wait() is woken by.
+func (cb *controlBlock) watchConn() (stop func()) {
+	ctx, cancel := context.WithCancel(cb.ctx)
+	cb.connCtx = ctx
+	done := cb.conn.Done()
+	go func() {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return cancel
 }
 
 // disconnected prints what rping's cm thread prints for the
