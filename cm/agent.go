@@ -18,10 +18,14 @@ import (
 const (
 	cmaCMResponseTimeout = 20 // CMA_CM_RESPONSE_TIMEOUT: 4.096 µs × 2^20 ≈ 4.3 s
 	cmaMaxCMRetries      = 15 // CMA_MAX_CM_RETRIES
-	cmaPacketLifetime    = 16 // CMA_IBOE_PACKET_LIFETIME: the path's packet life time on RoCE
-	udpQKey              = 0x01234567
-	permissiveLID        = 0xFFFF
-	defaultPKey          = 0xFFFF
+	// CMA_IBOE_PACKET_LIFETIME, the path's packet life time on RoCE: 18 in
+	// the Linux 6.1 of the interop VMs (its REQ in testdata/rxe/rping.pcap
+	// has LocalAckTimeout 19 = cm_ack_timeout(15, 18)); mainline later
+	// lowered it to 16.
+	cmaPacketLifetime = 18
+	udpQKey           = 0x01234567
+	permissiveLID     = 0xFFFF
+	defaultPKey       = 0xFFFF
 )
 
 // cmMS is cm_convert_to_ms: the kernel's approximation of 4.096 µs × 2^t,
@@ -436,7 +440,8 @@ func (a *agent) sendError(o *outbox, id *cmID) {
 // Stats count the CM messages of a device's agent.
 type Stats struct {
 	Received    uint64 // CM MADs received and parsed
-	Dropped     uint64 // MADs that could not be parsed or matched nothing
+	Invalid     uint64 // MADs that could not be parsed (or of another class version or method)
+	Dropped     uint64 // parsed messages that matched no communication ID or state
 	Duplicates  uint64 // duplicate REQ, REP, RTU, DREQ, SIDR_REQ, MRA
 	Retransmits uint64 // REQ, REP, DREQ, SIDR_REQ resent on their timeout
 	Rejects     uint64 // REJs sent
@@ -462,7 +467,7 @@ func (a *agent) receive(from madAddr, b []byte) {
 	var o outbox
 	a.mu.Lock()
 	if err != nil || h.ClassVersion != mad.CMClassVersion || h.Method != mad.MethodSend {
-		a.stats.Dropped++
+		a.stats.Invalid++
 		a.mu.Unlock()
 		return
 	}

@@ -59,9 +59,10 @@ var (
 // every default.
 type Options struct {
 	// PD, SendCQ and RecvCQ are used for the connection's QP. Nil: the
-	// connection allocates its own (CQs of Cap.MaxSendWR + Cap.MaxRecvWR
-	// entries), and Conn.Close releases them. A Listener uses the same PD
-	// and CQs for every connection it accepts.
+	// connection makes its own (one CQ of Cap.MaxSendWR + Cap.MaxRecvWR
+	// entries for both queues), and Conn.Close deallocates its own PD.
+	// Given to a Listener, the same PD and CQs serve every connection it
+	// accepts.
 	PD             *qp.PD
 	SendCQ, RecvCQ *qp.CQ
 	// Cap sizes the QP (zero: 16 send and 16 receive WRs, 1 SGE each).
@@ -84,9 +85,10 @@ type Options struct {
 	RetryCount, RNRRetry uint8
 	ZeroRetry            bool
 
-	// Prepare is called once the QP exists, before the connection is
-	// established: post receives here (as rping does before rdma_accept /
-	// rdma_connect). An error aborts the connection (a REJ to the peer).
+	// Prepare is called once the QP exists (in INIT), before the connection
+	// is established: post receives here (as rping does before rdma_accept /
+	// rdma_connect). An error fails Dial before its REQ, or rejects the
+	// request on the passive side (REJ consumer defined).
 	Prepare func(q *qp.QP) error
 
 	// Accept (passive side only) decides on a connection request; it runs
@@ -100,8 +102,8 @@ type Options struct {
 	// Accept (default 128); requests beyond it get REJ "no resources".
 	Backlog int
 
-	// Local is Dial's source address (zero: the device's first IPv4 GID,
-	// or its first GID, and an ephemeral port).
+	// Local is the source address of Dial and DialUD (zero: the device's
+	// first address of the peer's family and an ephemeral port).
 	Local netip.AddrPort
 
 	// Logger receives the CM's debug and warning messages (nil: none).
@@ -114,7 +116,8 @@ type Request struct {
 	// LocalAddr is the address the peer dialled, RemoteAddr its source
 	// (from the cma_hdr).
 	LocalAddr, RemoteAddr netip.AddrPort
-	// PrivateData is the peer's user private data (after the cma_hdr).
+	// PrivateData is the peer's user private data (after the cma_hdr),
+	// trailing zero bytes removed.
 	PrivateData []byte
 	// ServiceID is the REQ's (or SIDR_REQ's) service ID.
 	ServiceID uint64
@@ -247,7 +250,8 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.c.local }
 func (c *Conn) RemoteAddr() netip.AddrPort { return c.c.remote }
 
 // PrivateData is the peer's private data: the REP's on the active side,
-// the REQ's user data (after the cma_hdr) on the passive side.
+// the REQ's user data (after the cma_hdr) on the passive side. The CM
+// carries no length, so trailing zero bytes are removed.
 func (c *Conn) PrivateData() []byte { return c.c.peerPrivate }
 
 // Done is closed when the connection ends: the peer's DREQ (or REJ), or

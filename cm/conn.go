@@ -29,10 +29,10 @@ const defaultBacklog = 128
 
 // Private data room (cm_msgs.h sizes less the cma_hdr).
 const (
-	maxREQPrivate     = mad.REQPrivateDataLen - mad.CMAHeaderLen
+	maxREQPrivate     = mad.REQUserDataLen
 	maxREPPrivate     = mad.REPPrivateDataLen
 	maxREJPrivate     = mad.REJPrivateDataLen
-	maxSIDRREQPrivate = mad.SIDRREQPrivateDataLen - mad.CMAHeaderLen
+	maxSIDRREQPrivate = mad.SIDRREQUserDataLen
 	maxSIDRREPPrivate = mad.SIDRREPPrivateDataLen
 )
 
@@ -178,6 +178,7 @@ func (c *conn) free() {
 // path is what both sides need to move the QP to RTR and RTS.
 type path struct {
 	dgid         netip.Addr
+	flowLabel    uint32
 	mtu          qp.MTU
 	hopLimit     uint8
 	trafficClass uint8
@@ -194,7 +195,8 @@ type path struct {
 func (c *conn) connect(ctx context.Context, p path) error {
 	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
 		RQPSN: wire.PSN(p.rqPSN), MaxDestRdAtomic: p.maxDestRd, MinRNRTimer: 0,
-		AV: qp.AV{DGID: p.dgid, SGIDIndex: c.sgidIndex(), HopLimit: p.hopLimit, TrafficClass: p.trafficClass}},
+		AV: qp.AV{DGID: p.dgid, SGIDIndex: c.sgidIndex(), HopLimit: p.hopLimit, TrafficClass: p.trafficClass,
+			FlowLabel: p.flowLabel}},
 		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|
 			qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
 		return fmt.Errorf("cm: QP to RTR: %w", err)
@@ -241,6 +243,11 @@ func localAddr(dev *qp.Device, want netip.Addr, peer netip.Addr) (netip.Addr, er
 }
 
 func gid16(ip netip.Addr) [16]byte { return ip.Unmap().As16() } // IPv4: ::ffff:a.b.c.d
+
+// roceFlowLabel is cma_get_roce_udp_flow_label for IPv4 (and IPv6 without
+// a flow label of its own): a hash of the ports, which the QPs turn into
+// their UDP source port.
+func roceFlowLabel(sport, dport uint16) uint32 { return (uint32(sport)*31 + uint32(dport)) & 0xFFFFF }
 
 func randPSN() uint32 { return rand.Uint32() & 0xFFFFFF }
 
@@ -318,6 +325,7 @@ func dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Con
 			LocalLID: permissiveLID, RemoteLID: permissiveLID,
 			LocalGID: gid16(lip), RemoteGID: gid16(raddr.Addr()),
 			HopLimit: hopLimit, LocalAckTimeout: cmAckTimeout(a.ack, cmaPacketLifetime),
+			FlowLabel: roceFlowLabel(lport, raddr.Port()),
 		},
 		PrivateData: priv,
 	}
@@ -389,7 +397,8 @@ func (c *conn) established(ctx context.Context, id *cmID, rep *mad.REP, rqPSN ui
 	a.mu.Unlock()
 	c.peerPrivate = trimPrivate(rep.PrivateData[:])
 	err := c.connect(ctx, path{
-		dgid: c.remote.Addr(), mtu: mtu, hopLimit: hopLimit, destQPN: rep.LocalQPN,
+		dgid: c.remote.Addr(), flowLabel: roceFlowLabel(c.local.Port(), c.remote.Port()), mtu: mtu,
+		hopLimit: hopLimit, destQPN: rep.LocalQPN,
 		rqPSN: rqPSN, sqPSN: rep.StartingPSN,
 		// The REP's initiator depth is what we must answer; its
 		// responder resources what we may issue (cm_rep_handler).
@@ -443,7 +452,10 @@ func (c *conn) watch() {
 	for e := range c.id.ev {
 		switch e.kind {
 		case evDREQ, evREJ:
+			// Also the answer to our own DREQ when both sides close at
+			// once (the DREQs cross; each side DREPs the other's).
 			c.disconnected(ErrDisconnected)
+			c.closed()
 		case evDREP, evTimeout:
 			c.closed()
 		case evFinished:

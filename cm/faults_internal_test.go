@@ -2,8 +2,11 @@ package cm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -18,10 +21,10 @@ var (
 )
 
 // The REQ's retry timeout, from its fields (ib_send_cm_req): 2 × the
-// packet life time (16: 256 ms) + the remote CM response timeout (20:
+// packet life time (18: 1024 ms) + the remote CM response timeout (20:
 // 4096 ms). The REP's, from the REQ's local CM response timeout.
 const (
-	reqTimeout = 2*256*time.Millisecond + 4096*time.Millisecond
+	reqTimeout = 2*1024*time.Millisecond + 4096*time.Millisecond
 	repTimeout = 4096 * time.Millisecond
 )
 
@@ -197,10 +200,10 @@ func TestMRAForREP(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		time.Sleep(2 * time.Second)
-		const want = 64*time.Millisecond + 512*time.Millisecond
+		time.Sleep(5 * time.Second)
+		const want = 64*time.Millisecond + 2048*time.Millisecond
 		if g := gaps(n.times("REP")); len(g) < 2 || g[0] != want || g[1] != want {
-			t.Errorf("REP resent after %v, want every %v: 64 ms (MRA service timeout) + 512 ms (the path's timeout)", g, want)
+			t.Errorf("REP resent after %v, want every %v: 64 ms (MRA service timeout) + 2048 ms (the path's timeout, 19)", g, want)
 		}
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 		defer acancel()
@@ -349,5 +352,202 @@ func TestCloseFromServer(t *testing.T) {
 		if err := e.server.Close(); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// A Listener holds at most Backlog established connections for Accept;
+// more REQs get REJ "no resources". Closing it rejects what is pending and
+// makes Accept return ErrClosed.
+func TestBacklogAndListenerClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, a, b := setup(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		l, err := Listen(ctx, b, addrB, &Options{Backlog: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1, err := Dial(ctx, a, addrB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c1.Close()
+		synctest.Wait() // the RTU: c1 is in the backlog
+		_, err = Dial(ctx, a, addrB, nil)
+		var re *RejectError
+		if !errors.As(err, &re) || re.Reason != mad.RejNoResources {
+			t.Fatalf("Dial beyond the backlog: %v", err)
+		}
+		if _, err := Listen(ctx, b, addrB, nil); !errors.Is(err, ErrAddrInUse) {
+			t.Fatalf("second Listen on the port: %v", err)
+		}
+		l.Close()
+		if _, err := l.Accept(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Accept after Close: %v", err)
+		}
+		<-c1.Done() // the backlog's connection was closed: DREQ
+		if _, err := Dial(ctx, a, addrB, nil); !errors.Is(err, ErrConnRefused) {
+			t.Fatalf("Dial after the listener closed: %v", err)
+		}
+	})
+}
+
+// DialUD's ctx bounds the SIDR_REQ's retries.
+func TestDialUDContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
+			return m.Name() == "SIDR_REQ", false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		l, err := ListenUD(ctx, b, "198.18.0.2:7000", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer dcancel()
+		if _, err := DialUD(dctx, a, "198.18.0.2:7000", nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("DialUD: %v", err)
+		}
+		if k := n.count("SIDR_REQ"); k != 3 { // at 0, 4.096 and 8.192 s
+			t.Fatalf("%d SIDR_REQs in 10 s", k)
+		}
+	})
+}
+
+// Garbage on the CM class: MADs of every attribute with random payloads,
+// truncated MADs, other class versions. Each is answered as the protocol
+// says or dropped and counted; nothing panics, and a connection still works
+// afterwards.
+func TestGarbageMADs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, a, b := setup(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		l, err := Listen(ctx, b, addrB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		rng := rand.New(rand.NewPCG(1, 2))
+		sent := 0
+		for attr := uint16(0x0010); attr <= 0x001A; attr++ {
+			for range 50 {
+				m := make([]byte, mad.MADLen)
+				for i := range m {
+					m[i] = byte(rng.Uint32())
+				}
+				h := mad.CMHeader(rng.Uint64(), attr)
+				if rng.IntN(4) == 0 {
+					h.ClassVersion = 1
+				}
+				h.Marshal(m)
+				if attr == mad.AttrREQ && rng.IntN(2) == 0 {
+					// A plausible REQ for the listener: the service ID
+					// and a valid cma_hdr, the rest random.
+					binary.BigEndian.PutUint64(m[24+8:], mad.ServiceID(mad.PortSpaceTCP, 7174))
+					hdr := mad.CMAHeader{IPVersion: 4, SrcPort: 1, Src: ipA, Dst: ipB}
+					hdr.Marshal(m[24+140:])
+				}
+				n.inject(ipA, ipB, m)
+				sent++
+			}
+		}
+		n.inject(ipA, ipB, make([]byte, 100)) // short
+		time.Sleep(10 * time.Minute)          // every retry and timewait of what got through
+		s := AgentStats(b)
+		t.Logf("%d garbage MADs: server agent %+v", sent, s)
+		if s.Received+s.Invalid != uint64(sent+1) {
+			t.Errorf("%d MADs in, %d received + %d invalid", sent+1, s.Received, s.Invalid)
+		}
+		l.Close()
+		e := connect(t, ctx, a, b, nil, nil)
+		e.client.Close()
+		e.server.Close()
+	})
+}
+
+// Both sides close at once: the DREQs cross, each side answers the other's
+// with a DREP, and neither Close waits for the DREP its DREQ will not get.
+func TestCrossingDREQs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The first DREQ is held back until the other side has sent its
+		// own: they cross.
+		var mu sync.Mutex
+		var held []byte
+		var heldTo netip.Addr
+		var n *fakeNet
+		n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
+			if m.Name() != "DREQ" {
+				return false, false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if held == nil {
+				held = make([]byte, mad.MADLen)
+				mad.Marshal(h, m, held)
+				heldTo = netip.MustParseAddr(to)
+				return true, false
+			}
+			go n.inject(netip.MustParseAddr(to), heldTo, held) // from the side the second DREQ goes to
+			return false, false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, c := range []*Conn{e.client, e.server} {
+			wg.Go(func() {
+				if err := c.Close(); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if d := time.Since(start); d != 0 {
+			t.Errorf("crossing Closes took %v", d)
+		}
+		synctest.Wait()
+		if k, r := n.count("DREQ"), n.count("DREP"); k != 2 || r != 2 {
+			t.Errorf("%d DREQs, %d DREPs", k, r)
+		}
+		tr := strings.Join(n.trace(), "\n")
+		if !strings.Contains(tr, "198.18.0.1>198.18.0.2 DREP") || !strings.Contains(tr, "198.18.0.2>198.18.0.1 DREP") {
+			t.Errorf("a DREP each way expected:\n%s", tr)
+		}
+	})
+}
+
+// An MRA for the REQ (a passive side that needs time) makes the active
+// side wait its service timeout + the path's before resending the REQ.
+func TestMRAForREQ(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		first := true
+		var n *fakeNet
+		n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if r, ok := m.(*mad.REQ); ok && first {
+				first = false
+				mra := &mad.MRA{RemoteCommID: r.LocalCommID, MsgMRAed: mad.MsgTypeREQ, ServiceTimeout: 21}
+				b := make([]byte, mad.MADLen)
+				mad.Marshal(mad.CMHeader(h.TID, mad.AttrMRA), mra, b)
+				go n.inject(ipB, ipA, b)
+				return true, false // lost: only the resend reaches the listener
+			}
+			return false, false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		const want = 8192*time.Millisecond + 2048*time.Millisecond
+		if g := gaps(n.times("REQ")); len(g) != 1 || g[0] != want {
+			t.Errorf("REQ resent after %v, want once after %v (MRA service timeout 21 + the path's 19)", g, want)
+		}
+		e.client.Close()
+		e.server.Close()
 	})
 }

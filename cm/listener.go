@@ -211,7 +211,7 @@ func (l *listener) serve(id *cmID, req *mad.REQ, hdr mad.CMAHeader, from madAddr
 	mtu := min(qp.MTU(req.PathMTU), l.dev.ActiveMTU())
 	ctx, cancel := context.WithTimeout(l.ctx, id.timeout)
 	err = c.connect(ctx, path{
-		dgid: from.GID.Unmap(), mtu: mtu, hopLimit: req.Primary.HopLimit, trafficClass: req.Primary.TrafficClass,
+		dgid: from.GID.Unmap(), flowLabel: req.Primary.FlowLabel, mtu: mtu, hopLimit: req.Primary.HopLimit, trafficClass: req.Primary.TrafficClass,
 		destQPN: req.LocalQPN, rqPSN: rqPSN, sqPSN: req.StartingPSN,
 		maxDestRd: o.ResponderResources, maxRd: o.InitiatorDepth,
 		timeout: ackTimeout, retry: req.RetryCount, rnr: req.RNRRetryCount,

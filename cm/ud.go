@@ -184,7 +184,8 @@ func dialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*U
 				}
 				u.remoteQPN, u.remoteQKey = rep.QPN, rep.QKey
 				u.peerPrivate = trimPrivate(rep.PrivateData[:])
-				ah, err := u.pd.CreateAH(ctx, qp.AHAttr{GID: raddr.Addr(), SGIDIndex: gidIndex(dev, lip), HopLimit: 64})
+				ah, err := u.pd.CreateAH(ctx, qp.AHAttr{GID: raddr.Addr(), SGIDIndex: gidIndex(dev, lip), HopLimit: 64,
+					FlowLabel: roceFlowLabel(lport, raddr.Port())})
 				if err != nil {
 					u.close()
 					return nil, err

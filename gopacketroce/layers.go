@@ -190,6 +190,9 @@ func decodeBTH(data []byte, p gopacket.PacketBuilder) error {
 		p.AddLayer(l)
 		rest = l.LayerPayload()
 	}
+	if isMAD(b.BTH, len(rest)) {
+		return p.NextDecoder(LayerTypeMAD)
+	}
 	return p.NextDecoder(gopacket.LayerTypePayload)
 }
 
@@ -431,7 +434,7 @@ type DETH struct {
 
 func (l *DETH) LayerType() gopacket.LayerType     { return LayerTypeDETH }
 func (l *DETH) CanDecode() gopacket.LayerClass    { return LayerTypeDETH }
-func (l *DETH) NextLayerType() gopacket.LayerType { return l.next(wire.HasDETH) }
+func (l *DETH) NextLayerType() gopacket.LayerType { return l.nextMAD() }
 func (l *DETH) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) (err error) {
 	l.DETH, err = decodeExt(&l.BaseLayer, data, wire.DETHLen, df)
 	return err
@@ -479,10 +482,12 @@ type Layers struct {
 	IETH         IETH
 	DETH         DETH
 	CNP          CNP
+	MAD          MAD
 }
 
 // DecodingLayers links every extension header of l to l.BTH and returns the
-// nine layers, e.g. to append to gopacket.NewDecodingLayerParser's list.
+// ten layers (the BTH, the eight extension headers and the MAD), e.g. to
+// append to gopacket.NewDecodingLayerParser's list.
 func (l *Layers) DecodingLayers() []gopacket.DecodingLayer {
 	exts := []extLayer{&l.RETH, &l.AETH, &l.AtomicETH, &l.AtomicAckETH, &l.ImmDt, &l.IETH, &l.DETH, &l.CNP}
 	out := []gopacket.DecodingLayer{&l.BTH}
@@ -490,5 +495,5 @@ func (l *Layers) DecodingLayers() []gopacket.DecodingLayer {
 		e.link(&l.BTH)
 		out = append(out, e)
 	}
-	return out
+	return append(out, &l.MAD)
 }

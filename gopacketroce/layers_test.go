@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -105,6 +106,17 @@ func checkAgainstWire(t *testing.T, where string, get layerGetter, p *wire.Packe
 	var payload []byte
 	if l := get(gopacket.LayerTypePayload); l != nil {
 		payload = l.LayerContents()
+	}
+	if l := get(LayerTypeMAD); l != nil {
+		if payload != nil {
+			t.Fatalf("%s: a MAD and a payload layer", where)
+		}
+		payload = l.LayerContents()
+		if m := l.(*MAD); (m.Message == nil) == (m.Err == nil) || (m.Message != nil && m.Header.MgmtClass != mad.ClassCM) {
+			t.Fatalf("%s: MAD %v", where, m)
+		}
+	} else if p.BTH.Opcode() == wire.UDSendOnly && p.BTH.DestQP() == 1 {
+		t.Fatalf("%s: UD SEND to QP 1 without a MAD layer", where)
 	}
 	if !bytes.Equal(payload, p.Payload) {
 		t.Fatalf("%s: payload %d bytes, wire %d", where, len(payload), len(p.Payload))
@@ -200,6 +212,8 @@ func (ps *parser) get(lt gopacket.LayerType) gopacket.Layer {
 			return &ps.roce.DETH
 		case LayerTypeCNP:
 			return &ps.roce.CNP
+		case LayerTypeMAD:
+			return &ps.roce.MAD
 		case gopacket.LayerTypePayload:
 			return &ps.payload
 		}

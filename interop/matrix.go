@@ -108,6 +108,9 @@ var (
 	ToolReadLat   = Tool{"ib_read_lat", "read_lat", "-x", "#bytes", true, nil}
 	ToolSendLat   = Tool{"ib_send_lat", "send_lat", "-x", "#bytes", false, nil}
 	ToolAtomicLat = Tool{"ib_atomic_lat", "atomic_lat", "-x", "#bytes", true, nil}
+	// ToolUDPingpong exchanges the same records on the same port as
+	// ibv_rc_pingpong, over a UD QP.
+	ToolUDPingpong = Tool{"ibv_ud_pingpong", "ud_pingpong", "-g", "iters in", false, nil}
 )
 
 // toolPort is the TCP port of both tool families' exchange (18515).
@@ -131,6 +134,11 @@ type Expect struct {
 	// TOS, when set, must be the IPv4 TOS byte of every RoCEv2 packet both
 	// sides sent (the GRH traffic class, perftest --tclass).
 	TOS *uint8
+	// UDQKey, when set, makes the cell a UD one: every RoCEv2 packet must
+	// be a UD SEND with a DETH carrying this Q_Key, AckReq clear, and
+	// nothing answers it (no ACK, no NAK); PSNs still rise by one per send
+	// and per sender, which the gap check sees (UD never retransmits).
+	UDQKey uint32
 }
 
 // Cell is one line of the matrix (both directions unless Skip says).
@@ -707,6 +715,9 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 	case !e.RNR && !e.Loss && r.RNRNAKs > 0:
 		fail("%d RNR NAKs (none expected)", r.RNRNAKs)
 	}
+	if e.UDQKey != 0 {
+		judgeUD(r, rep, e.UDQKey)
+	}
 	if e.PathMTU > 0 {
 		largest := 0
 		for _, p := range rep.Packets {
@@ -726,6 +737,30 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 		}
 		if n == 0 {
 			fail("atomics: no operation hit an address twice, nothing to check (use more iterations)")
+		}
+	}
+}
+
+// judgeUD checks a UD cell's packets: UD SENDs only, the expected Q_Key,
+// AckReq clear (as rxe sends them), and no responses at all.
+func judgeUD(r *CellResult, rep *dumpjson.Report, qkey uint32) {
+	bad := map[string]int{}
+	for _, p := range rep.Packets {
+		switch {
+		case p.Opcode != "UD_SEND_ONLY" && p.Opcode != "UD_SEND_ONLY_WITH_IMMEDIATE":
+			bad["opcode "+p.Opcode]++
+		case p.DETH == nil || p.DETH.QKey != qkey:
+			bad["DETH Q_Key"]++
+		case p.AckReq != nil && *p.AckReq:
+			bad["AckReq set"]++
+		}
+	}
+	for what, n := range bad {
+		r.Problems = append(r.Problems, fmt.Sprintf("UD cell: %d packets with %s (want UD SEND, Q_Key %#x, AckReq clear)", n, what, qkey))
+	}
+	for _, f := range rep.Summary.Flows {
+		if f.Responses != nil && f.Responses.Packets > 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("UD cell: %s > %s: %d responses (UD has none)", f.Src, f.Dst, f.Responses.Packets))
 		}
 	}
 }

@@ -112,6 +112,11 @@ func matrixCells(mtu int) []Cell {
 		// SENDs outstanding: the responder has no RECV for most of them and
 		// answers RNR NAK (rxe_resp.c check_resource); the requester waits
 		// min_rnr_timer 12 (640 µs) and retries (rnr_retry 7: forever).
+		// UD: ibv_ud_pingpong's SENDs of the largest size a datagram may
+		// have (the port MTU, 1024), into receives of size + 40 (the GRH
+		// area); -c checks the payload behind it.
+		{Name: "ud_pingpong 1024 B", Tool: ToolUDPingpong, Args: []string{"-n", "20", "-s", "1024", "-c"},
+			Expect: Expect{UDQKey: 0x11111111, PathMTU: 1024}, Note: "UD SEND_ONLY, Q_Key 0x11111111, no ACKs"},
 		{Name: "send_bw RNR", Tool: ToolSendBW, Args: []string{"-F", "-s", "4096", "-n", "20"}, Server: []string{"-r", "1"},
 			Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server rx depth 1"},
 		// Connected through the connection manager (REQ/REP/RTU and
@@ -656,6 +661,39 @@ func TestJudgeCMFixtures(t *testing.T) {
 		m.judge(r, dumpFixture(t, tc.pcap), Expect{}, nil)
 		if r.MADs != tc.mads || len(r.Problems) > 0 {
 			t.Errorf("%s: %d MADs (want %d), problems %q", tc.pcap, r.MADs, tc.mads, r.Problems)
+		}
+	}
+}
+
+// TestJudgeUD: rxe's own ud_pingpong capture passes the UD cell's checks;
+// an RC capture, another Q_Key or an AckReq fails them.
+func TestJudgeUD(t *testing.T) {
+	m := NewMatrix(buildGoroce(t), "goroce", t.TempDir())
+	e := Expect{UDQKey: 0x11111111, PathMTU: 512}
+	r := &CellResult{}
+	m.judge(r, dumpFixture(t, "ud_pingpong.pcap"), e, nil)
+	if len(r.Problems) > 0 || r.Packets != 100 {
+		t.Fatalf("rxe's ud_pingpong: %d packets, problems %v", r.Packets, r.Problems)
+	}
+	for _, tc := range []struct {
+		name   string
+		rep    func() *dumpjson.Report
+		expect Expect
+		want   string
+	}{
+		{"rc capture", func() *dumpjson.Report { return dumpFixture(t, "write_bw_4k.pcap") }, Expect{UDQKey: 0x11111111}, "UD cell"},
+		{"q_key", func() *dumpjson.Report { return dumpFixture(t, "ud_pingpong.pcap") }, Expect{UDQKey: 0x22222222}, "DETH Q_Key"},
+		{"ackreq", func() *dumpjson.Report {
+			d := dumpFixture(t, "ud_pingpong.pcap")
+			yes := true
+			d.Packets[len(d.Packets)-1].AckReq = &yes
+			return d
+		}, e, "AckReq set"},
+	} {
+		r := &CellResult{}
+		m.judge(r, tc.rep(), tc.expect, nil)
+		if !strings.Contains(strings.Join(r.Problems, "\n"), tc.want) {
+			t.Errorf("%s: problems %v, want %q", tc.name, r.Problems, tc.want)
 		}
 	}
 }

@@ -140,7 +140,8 @@ func (*REQ) Name() string { return "REQ" }
 // CMAHeader decodes the rdma_cm header at the start of the private data.
 func (m *REQ) CMAHeader() (CMAHeader, error) { return ParseCMAHeader(m.PrivateData[:]) }
 
-func (m *REQ) check(c *checker) {
+func (m *REQ) check() error {
+	var c checker
 	c.bits("VendorID", uint64(m.VendorID), 24)
 	c.bits("LocalQPN", uint64(m.LocalQPN), 24)
 	c.bits("LocalEECN", uint64(m.LocalEECN), 24)
@@ -154,8 +155,9 @@ func (m *REQ) check(c *checker) {
 	c.bits("RNRRetryCount", uint64(m.RNRRetryCount), 3)
 	c.bits("MaxCMRetries", uint64(m.MaxCMRetries), 4)
 	c.bits("ExtendedTransportType", uint64(m.ExtendedTransportType), 3)
-	m.Primary.check(c)
-	m.Alternate.check(c)
+	m.Primary.check(&c)
+	m.Alternate.check(&c)
+	return c.err
 }
 
 func (m *REQ) put(b []byte) {
@@ -233,9 +235,11 @@ func (*MRA) AttrID() uint16 { return AttrMRA }
 // Name implements Message.
 func (*MRA) Name() string { return "MRA" }
 
-func (m *MRA) check(c *checker) {
+func (m *MRA) check() error {
+	var c checker
 	c.bits("MsgMRAed", uint64(m.MsgMRAed), 2)
 	c.bits("ServiceTimeout", uint64(m.ServiceTimeout), 5)
+	return c.err
 }
 
 func (m *MRA) put(b []byte) {
@@ -282,9 +286,11 @@ func (*REJ) Name() string { return "REJ" }
 // Info returns the meaningful part of ARI: its first RejInfoLen bytes.
 func (m *REJ) Info() []byte { return m.ARI[:min(int(m.RejInfoLen), REJARILen)] }
 
-func (m *REJ) check(c *checker) {
+func (m *REJ) check() error {
+	var c checker
 	c.bits("MsgRejected", uint64(m.MsgRejected), 2)
 	c.max("RejInfoLen", int(m.RejInfoLen), REJARILen)
+	return c.err
 }
 
 func (m *REJ) put(b []byte) {
@@ -346,7 +352,8 @@ func (*REP) AttrID() uint16 { return AttrREP }
 // Name implements Message.
 func (*REP) Name() string { return "REP" }
 
-func (m *REP) check(c *checker) {
+func (m *REP) check() error {
+	var c checker
 	c.bits("LocalQPN", uint64(m.LocalQPN), 24)
 	c.bits("LocalEECN", uint64(m.LocalEECN), 24)
 	c.bits("StartingPSN", uint64(m.StartingPSN), 24)
@@ -354,6 +361,7 @@ func (m *REP) check(c *checker) {
 	c.bits("TargetAckDelay", uint64(m.TargetAckDelay), 5)
 	c.bits("FailoverAccepted", uint64(m.FailoverAccepted), 2)
 	c.bits("RNRRetryCount", uint64(m.RNRRetryCount), 3)
+	return c.err
 }
 
 func (m *REP) put(b []byte) {
@@ -410,7 +418,7 @@ func (*RTU) AttrID() uint16 { return AttrRTU }
 // Name implements Message.
 func (*RTU) Name() string { return "RTU" }
 
-func (m *RTU) check(*checker) {}
+func (m *RTU) check() error { return nil }
 
 func (m *RTU) put(b []byte) {
 	binary.BigEndian.PutUint32(b[0:], m.LocalCommID)
@@ -443,7 +451,11 @@ func (*DREQ) AttrID() uint16 { return AttrDREQ }
 // Name implements Message.
 func (*DREQ) Name() string { return "DREQ" }
 
-func (m *DREQ) check(c *checker) { c.bits("RemoteQPN", uint64(m.RemoteQPN), 24) }
+func (m *DREQ) check() error {
+	var c checker
+	c.bits("RemoteQPN", uint64(m.RemoteQPN), 24)
+	return c.err
+}
 
 func (m *DREQ) put(b []byte) {
 	binary.BigEndian.PutUint32(b[0:], m.LocalCommID)
@@ -476,7 +488,7 @@ func (*DREP) AttrID() uint16 { return AttrDREP }
 // Name implements Message.
 func (*DREP) Name() string { return "DREP" }
 
-func (m *DREP) check(*checker) {}
+func (m *DREP) check() error { return nil }
 
 func (m *DREP) put(b []byte) {
 	binary.BigEndian.PutUint32(b[0:], m.LocalCommID)
@@ -514,7 +526,7 @@ func (*SIDRREQ) Name() string { return "SIDR_REQ" }
 // CMAHeader decodes the rdma_cm header at the start of the private data.
 func (m *SIDRREQ) CMAHeader() (CMAHeader, error) { return ParseCMAHeader(m.PrivateData[:]) }
 
-func (m *SIDRREQ) check(*checker) {}
+func (m *SIDRREQ) check() error { return nil }
 
 func (m *SIDRREQ) put(b []byte) {
 	binary.BigEndian.PutUint32(b[0:], m.RequestID)
@@ -559,10 +571,12 @@ func (*SIDRREP) AttrID() uint16 { return AttrSIDRREP }
 // Name implements Message.
 func (*SIDRREP) Name() string { return "SIDR_REP" }
 
-func (m *SIDRREP) check(c *checker) {
+func (m *SIDRREP) check() error {
+	var c checker
 	c.max("AddInfoLen", int(m.AddInfoLen), SIDRREPInfoLen)
 	c.bits("VendorID", uint64(m.VendorID), 24)
 	c.bits("QPN", uint64(m.QPN), 24)
+	return c.err
 }
 
 func (m *SIDRREP) put(b []byte) {

@@ -160,7 +160,7 @@ type Message interface {
 	// Name is the message's name as IBTA writes it: "REQ", "SIDR_REQ", ...
 	Name() string
 	// check reports the first field too wide for its place in the format.
-	check(c *checker)
+	check() error
 	// put writes the message into p (PayloadLen bytes, zeroed).
 	put(p []byte)
 	// get reads the message from p (PayloadLen bytes).
@@ -179,10 +179,8 @@ func Marshal(hdr Header, msg Message, b []byte) error {
 	if len(b) < MADLen {
 		return fmt.Errorf("%w (have %d)", ErrShort, len(b))
 	}
-	var c checker
-	msg.check(&c)
-	if c.err != nil {
-		return fmt.Errorf("mad: %s: %w", msg.Name(), c.err)
+	if err := msg.check(); err != nil {
+		return fmt.Errorf("mad: %s: %w", msg.Name(), err)
 	}
 	b = b[:MADLen]
 	clear(b)
@@ -210,7 +208,52 @@ func Append(b []byte, hdr Header, msg Message) ([]byte, error) {
 // the MAD was.
 // The class version is not checked: Linux only passes version 2 to the CM,
 // and a caller that answers MADs should do the same.
-func Parse(b []byte) (Header, Message, error) {
+func Parse(b []byte) (Header, Message, error) { return parse(b, nil) }
+
+// Decoder parses MADs like Parse without allocating: the Message it returns
+// is one of its own fields, overwritten by the next call. The zero value is
+// ready to use; a Decoder is not safe for concurrent use.
+type Decoder struct {
+	req     REQ
+	mra     MRA
+	rej     REJ
+	rep     REP
+	rtu     RTU
+	dreq    DREQ
+	drep    DREP
+	sidrReq SIDRREQ
+	sidrRep SIDRREP
+}
+
+// Parse decodes the MAD in b as the package's Parse does, into d.
+func (d *Decoder) Parse(b []byte) (Header, Message, error) { return parse(b, d) }
+
+func (d *Decoder) message(attrID uint16) Message {
+	switch attrID {
+	case AttrREQ:
+		return &d.req
+	case AttrMRA:
+		return &d.mra
+	case AttrREJ:
+		return &d.rej
+	case AttrREP:
+		return &d.rep
+	case AttrRTU:
+		return &d.rtu
+	case AttrDREQ:
+		return &d.dreq
+	case AttrDREP:
+		return &d.drep
+	case AttrSIDRREQ:
+		return &d.sidrReq
+	case AttrSIDRREP:
+		return &d.sidrRep
+	}
+	return nil
+}
+
+// parse decodes into a new message, or into one of d's when d is not nil.
+func parse(b []byte, d *Decoder) (Header, Message, error) {
 	if len(b) < MADLen {
 		if len(b) >= HeaderLen {
 			h, _ := ParseHeader(b)
@@ -225,17 +268,20 @@ func Parse(b []byte) (Header, Message, error) {
 	if h.MgmtClass != ClassCM {
 		return h, nil, fmt.Errorf("%w (class 0x%02x)", ErrNotCM, h.MgmtClass)
 	}
-	m := NewMessage(h.AttrID)
+	var m Message
+	if d != nil {
+		m = d.message(h.AttrID)
+	} else {
+		m = NewMessage(h.AttrID)
+	}
 	if m == nil {
 		return h, nil, fmt.Errorf("%w 0x%04x", ErrUnknownAttr, h.AttrID)
 	}
 	m.get(b[HeaderLen:MADLen])
 	// Bit fields cannot be out of range after decoding; the length fields
 	// (REJ RejInfoLen, SIDR_REP AddInfoLen) can claim more than their array.
-	var c checker
-	m.check(&c)
-	if c.err != nil {
-		return h, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, m.Name(), c.err)
+	if err := m.check(); err != nil {
+		return h, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, m.Name(), err)
 	}
 	return h, m, nil
 }

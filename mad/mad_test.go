@@ -338,3 +338,36 @@ func TestParseInvalidLengths(t *testing.T) {
 		t.Errorf("SIDR_REP AddInfoLen 73: %v", err)
 	}
 }
+
+// TestDecoder: the Decoder gives the same results as Parse, reuses its
+// messages, and does not allocate.
+func TestDecoder(t *testing.T) {
+	var d mad.Decoder
+	mads := cmMADs(t, "rping.pcap")
+	for _, b := range mads {
+		h1, m1, err1 := mad.Parse(b)
+		h2, m2, err2 := d.Parse(b)
+		if h1 != h2 || !reflect.DeepEqual(m1, m2) || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("Decoder.Parse differs: %+v %+v %v, Parse %+v %+v %v", h2, m2, err2, h1, m1, err1)
+		}
+	}
+	_, a, _ := d.Parse(mads[0])
+	_, b, _ := d.Parse(mads[0])
+	if a != b {
+		t.Errorf("Decoder returned two REQs for one type")
+	}
+	if n := testing.AllocsPerRun(10, func() {
+		for _, b := range mads {
+			if _, _, err := d.Parse(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}); n != 0 {
+		t.Errorf("Decoder.Parse: %v allocations per run", n)
+	}
+	var out [mad.MADLen]byte
+	h, m, _ := d.Parse(mads[0])
+	if n := testing.AllocsPerRun(10, func() { _ = mad.Marshal(h, m, out[:]) }); n != 0 {
+		t.Errorf("Marshal: %v allocations", n)
+	}
+}

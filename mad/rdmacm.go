@@ -30,6 +30,15 @@ func ParseServiceID(id uint64) (ps PortSpace, port uint16, ok bool) {
 // CMAHeaderLen is the size of the rdma_cm header (struct cma_hdr).
 const CMAHeaderLen = 36
 
+// The user's private data rdma_cm carries after its header: what is left of
+// the REQ's and the SIDR_REQ's private data (rdma_connect and
+// rdma_resolve_route's limits on non-AF_IB addresses, cma_user_data_offset).
+// The other messages carry no header: their whole private data is the user's.
+const (
+	REQUserDataLen     = REQPrivateDataLen - CMAHeaderLen     // 56
+	SIDRREQUserDataLen = SIDRREQPrivateDataLen - CMAHeaderLen // 180
+)
+
 // CMAVersion is the only cma_hdr version (CMA_VERSION).
 const CMAVersion = 0
 

@@ -22,6 +22,9 @@ type (
 	//	RKey       uint32    the peer MR's rkey
 	//	CompareAdd uint64    add value (WRAtomicFetchAdd) or compare value (WRAtomicCmpAndSwp)
 	//	Swap       uint64    swap value (WRAtomicCmpAndSwp)
+	//	AH         *AH       UD: the address handle of the destination (PD.CreateAH)
+	//	RemoteQPN  uint32    UD: the destination QP
+	//	RemoteQKey uint32    UD: the Q_Key for the DETH (high bit set: the QP's own)
 	SendWR = transport.SendWR
 	// RecvWR is a receive work request (struct ibv_recv_wr): WRID and SGL,
 	// the buffers an incoming SEND is scattered into.
@@ -33,7 +36,7 @@ type (
 	// WC is a work completion (struct ibv_wc, RC subset): WRID, Status
 	// (WCSuccess or an error, see WC.Err), Opcode (WCSend, WCRecv, …),
 	// ByteLen (received bytes), Imm (with WCWithImm in Flags), InvRKey
-	// (with WCWithInv), QPNum and Flags.
+	// (with WCWithInv), QPNum, Flags and, for UD receives, SrcQP.
 	WC = transport.WC
 	// CompletionError is WC.Err's error: Status, VendorErr (0), Opcode, WRID
 	// and QPN of a failed completion. It unwraps to the Status, so
@@ -45,7 +48,7 @@ type (
 	// Timeout (local ACK timeout 4.096 µs × 2^Timeout, 0 = infinite),
 	// RetryCnt (0..7), RNRRetry (0..7, 7 = infinite), RQPSN, SQPSN,
 	// MaxRdAtomic, MaxDestRdAtomic, MinRNRTimer (RNR timer code 0..31),
-	// DestQPN. Only the fields selected by the AttrMask are used.
+	// DestQPN, QKey (UD). Only the fields selected by the AttrMask are used.
 	Attr = transport.Attr
 	// AttrMask selects the Attr fields a QP.Modify call sets (enum
 	// ibv_qp_attr_mask): AttrState, AttrAV, AttrPathMTU, ….

@@ -1,5 +1,6 @@
 // Package qp is goroce's verbs-like API: devices, protection domains, memory
-// regions, completion queues and RC queue pairs, in the shape of
+// regions, completion queues, RC and UD queue pairs (ud.go), address
+// handles and the GSI (QP1, gsi.go), in the shape of
 // libibverbs (ibv_open_device, ibv_alloc_pd, ibv_reg_mr, ibv_create_cq,
 // ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_post_recv, ibv_poll_cq).
 //

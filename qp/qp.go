@@ -28,7 +28,8 @@ type InitAttr struct {
 	Type QPType
 }
 
-// QP is a reliable-connected queue pair.
+// QP is a queue pair: reliable connected (RC) or, with InitAttr.Type
+// QPTypeUD, unreliable datagram (ud.go).
 type QP struct {
 	dev            *Device
 	pd             *PD

@@ -141,3 +141,7 @@ func AHAttrFromWC(wc *WC, grh []byte) (AHAttr, error) {
 	a.TrafficClass = uint8(flow >> 20)
 	return a, nil
 }
+
+// PD returns the protection domain the QP was created in (ibv_qp.pd): the
+// one its address handles must belong to.
+func (q *QP) PD() *PD { return q.pd }

@@ -303,3 +303,23 @@ func TestUDIPv6(t *testing.T) {
 		t.Fatalf("AHAttrFromWC = %+v, %v", ah, err)
 	}
 }
+
+// TestUDPrivilegedQKey: a WR Q_Key with the high bit set sends the QP's
+// own Q_Key (IBTA C10-15), so it reaches a peer with that Q_Key.
+func TestUDPrivilegedQKey(t *testing.T) {
+	var tap bytes.Buffer
+	n, a, b := udPair(t, 6, &tap)
+	b.recv(t, 0, udSlot)
+	a.send(t, a.ah(t, n.B), b.q.QPN(), 0x80000000, 16, qp.WRSend, 0)
+	if wc := wait1(t, n, b.cq); wc.Status != qp.WCSuccess || wc.ByteLen != 56 {
+		t.Fatalf("completion %v", wc)
+	}
+	frames, err := pcapfile.ReadAll(bytes.NewReader(tap.Bytes()))
+	if err != nil || len(frames) != 1 {
+		t.Fatalf("%d frames, %v", len(frames), err)
+	}
+	var p wire.Packet
+	if err := wire.Parse(frames[0].Data, &p); err != nil || p.DETH.QKey() != udQKey {
+		t.Fatalf("DETH Q_Key %#x, %v", p.DETH.QKey(), err)
+	}
+}

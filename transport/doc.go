@@ -146,4 +146,13 @@
 // straight from or to registered memory (memreg) and the headers built in
 // front of it; completions, passed to Config.SendCQ and Config.RecvCQ; and
 // Deadline. The data path allocates nothing.
+//
+// # UD
+//
+// A QP made with Config.Type QPTypeUD is a datagram QP (ud.go) and uses
+// none of the three roles' RC machinery: PostSend builds its one UD
+// SEND_ONLY packet (to the work request's AH and remote QPN, DETH with the
+// Q_Key) and completes it at once; Receive checks the Q_Key and hands the
+// payload, behind rxe's 40-byte GRH area, to the next receive WQE of the
+// responder's queue. Nothing is acknowledged, retried or timed.
 package transport

@@ -91,12 +91,18 @@ var rcTransitions = func() (t [7][7]transition) {
 	return t
 }()
 
-// checkTransition validates mask for cur→next like ib_modify_qp_is_ok.
+// checkTransition validates mask for cur→next of an RC QP like
+// ib_modify_qp_is_ok.
 func checkTransition(cur, next State, mask AttrMask) error {
+	return checkTransitionIn(&rcTransitions, "RC", cur, next, mask)
+}
+
+// checkTransitionIn validates mask for cur→next in the table of one QP type.
+func checkTransitionIn(table *[7][7]transition, typ string, cur, next State, mask AttrMask) error {
 	if cur > StateErr || next > StateErr || cur == StateSQE || next == StateSQE {
-		return &ModifyError{From: cur, To: next, Reason: "state not used by RC QPs"}
+		return &ModifyError{From: cur, To: next, Reason: "state not used by " + typ + " QPs"}
 	}
-	tr := rcTransitions[cur][next]
+	tr := table[cur][next]
 	if !tr.ok {
 		return &ModifyError{From: cur, To: next, Reason: "transition not allowed"}
 	}

@@ -107,21 +107,7 @@ var udTransitions = func() (t [7][7]transition) {
 
 // checkUDTransition validates mask for cur→next of a UD QP.
 func checkUDTransition(cur, next State, mask AttrMask) error {
-	if cur > StateErr || next > StateErr || cur == StateSQE || next == StateSQE {
-		return &ModifyError{From: cur, To: next, Reason: "state not used by goroce UD QPs"}
-	}
-	tr := udTransitions[cur][next]
-	if !tr.ok {
-		return &ModifyError{From: cur, To: next, Reason: "transition not allowed"}
-	}
-	m := mask &^ (AttrState | AttrCap)
-	if missing := tr.req &^ m; missing != 0 {
-		return &ModifyError{From: cur, To: next, Missing: missing}
-	}
-	if extra := m &^ (tr.req | tr.optional); extra != 0 {
-		return &ModifyError{From: cur, To: next, Extra: extra}
-	}
-	return nil
+	return checkTransitionIn(&udTransitions, "UD", cur, next, mask)
 }
 
 // Type returns the QP's transport service.

@@ -16,7 +16,7 @@ import (
 
 // udPingpongFrames returns the UD frames of testdata/rxe/ud_pingpong.pcap
 // (ibv_ud_pingpong -g 1 -n 50 -s 512 between two rxe hosts), parsed.
-func udPingpongFrames(t *testing.T) [][]byte {
+func udPingpongFrames(t testing.TB) [][]byte {
 	t.Helper()
 	f, err := os.Open("../testdata/rxe/ud_pingpong.pcap")
 	if err != nil {
@@ -189,4 +189,45 @@ func TestUDEngineAllocs(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%v allocations per UD send + receive", n)
 	}
+}
+
+// FuzzUDReceive feeds arbitrary frames (seeded with rxe's UD datagrams) to
+// a UD QP whose Q_Key matches them: it must never panic, never write
+// outside the receive buffer, and complete a receive only with GRH area +
+// payload bytes that fit.
+func FuzzUDReceive(f *testing.F) {
+	f.Add(udPingpongFrames(f)[0], uint16(600))
+	f.Add(udPingpongFrames(f)[1], uint16(40))
+	f.Fuzz(func(t *testing.T, frame []byte, bufLen uint16) {
+		var p wire.Packet
+		if wire.Parse(frame, &p) != nil || p.DETH == nil {
+			return
+		}
+		const guard = 64
+		rcq := &cq{}
+		q, _, pd := newUDEngine(t, max(p.BTH.DestQP(), 2), p.DETH.QKey(), 0, newRing(2, frameCap), &cq{}, rcq)
+		n := int(bufLen % 2048)
+		mem := make([]byte, guard+n+guard)
+		for i := range mem {
+			mem[i] = 0xA5
+		}
+		mr, err := pd.Register(mem, memreg.LocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.PostRecv(&transport.RecvWR{WRID: 1, SGL: []transport.SGE{{Addr: mr.IOVA() + guard, Length: uint32(n), LKey: mr.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+		q.Receive(&p, time.Unix(0, 0))
+		for i := range guard {
+			if mem[i] != 0xA5 || mem[len(mem)-1-i] != 0xA5 {
+				t.Fatal("write outside the receive buffer")
+			}
+		}
+		for _, wc := range rcq.take() {
+			if wc.Status == transport.WCSuccess && (wc.ByteLen != uint32(40+len(p.Payload)) || int(wc.ByteLen) > n) {
+				t.Fatalf("completion %v for a %d-byte payload into %d bytes", wc, len(p.Payload), n)
+			}
+		}
+	})
 }

@@ -1,11 +1,11 @@
 // Command goroce is goroce's one tool: the demo (two endpoints in one
-// process), a RoCEv2 packet dumper, an ibv_rc_pingpong-compatible ping-pong,
-// perftest-compatible benchmarks, and librdmacm's rping, cmatose and udaddy
-// over goroce's connection manager.
+// process), a RoCEv2 packet dumper, ibv_rc_pingpong- and
+// ibv_ud_pingpong-compatible ping-pongs, perftest-compatible benchmarks, and
+// librdmacm's rping, cmatose and udaddy over goroce's connection manager.
 //
 // Each subcommand is a package under internal/ named after it with the
-// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, perftestcmd,
-// rpingcmd, ucmatosecmd, udaddycmd), whose Run takes
+// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, udpingpongcmd,
+// perftestcmd, rpingcmd, ucmatosecmd, udaddycmd), whose Run takes
 // a tool.Env: the outputs, the context and the device opener that main
 // passes here and tests pass their own of. The protocol and format logic a
 // subcommand runs on lives beside it (internal/dump, internal/pingpong,
@@ -28,6 +28,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/cmd/goroce/internal/ucmatosecmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/udaddycmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/udpingpongcmd"
 )
 
 type command struct {
@@ -51,6 +52,7 @@ var commands = []command{
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
 	{"ucmatose", ucmatosecmd.Summary, ucmatosecmd.Run},
+	{"ud_pingpong", udpingpongcmd.Summary, udpingpongcmd.Run},
 	{"udaddy", udaddycmd.Summary, udaddycmd.Run},
 	perftestCommand(perftest.WriteBW),
 	perftestCommand(perftest.WriteLat),

@@ -37,7 +37,7 @@ func TestCommands(t *testing.T) {
 		}
 		seen[c.name] = true
 	}
-	for _, name := range []string{"demo", "dump", "pingpong", "write_bw", "read_bw", "send_bw", "atomic_bw",
+	for _, name := range []string{"demo", "dump", "pingpong", "ud_pingpong", "write_bw", "read_bw", "send_bw", "atomic_bw",
 		"write_lat", "read_lat", "send_lat", "atomic_lat", "rping", "ucmatose", "udaddy"} {
 		if !seen[name] {
 			t.Errorf("no command %s", name)
@@ -78,6 +78,7 @@ func TestHelpCommand(t *testing.T) {
 		{"demo", "-loss"},
 		{"dump", "usage: goroce dump"},
 		{"pingpong", "--rx-depth"},
+		{"ud_pingpong", "ibv_ud_pingpong"},
 		{"write_bw", "goroce write_bw [options] <host>"},
 	} {
 		code, out, errOut := runMain(t, "help", c.cmd)

@@ -166,7 +166,10 @@ type CM struct {
 
 // Connection is one connection the capture's CM MADs set up or tore down,
 // keyed by the active side's REQ: the messages of both sides in capture
-// order.
+// order. A service ID resolution (SIDR_REQ, SIDR_REP: rdma_cm's UDP port
+// space) is one too: ActiveCommID is its request ID, PassiveQPN the UD QP
+// the SIDR_REP names, and State resolving, resolved or rejected (Reason is
+// the SIDR status).
 type Connection struct {
 	Active       string  `json:"active"`  // the REQ's sender (IP; with the rdma_cm header's port when known)
 	Passive      string  `json:"passive"` // its receiver (likewise, with the service port)
@@ -187,7 +190,7 @@ type Connection struct {
 	// side, "<" from the passive one).
 	Messages []string `json:"messages"`
 	// State after the last message: requested, replied, established,
-	// rejected, disconnecting, closed.
+	// rejected, disconnecting, closed (SIDR: resolving, resolved, rejected).
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"` // of a REJ
 	// Packets are the frame numbers of the messages (1-based).

@@ -37,8 +37,9 @@ type cmDecoded struct {
 	err error
 }
 
-// decodeCM fills x.cm for UD SENDs to QP1.
-func decodeCM(x *decoded) {
+// decodeCM fills x.cm for UD SENDs to QP1; the message is one of dec's and
+// only valid until the next packet.
+func decodeCM(x *decoded, dec *mad.Decoder) {
 	if x.kind != kindRoCE && x.kind != kindBadICRC {
 		return
 	}
@@ -47,7 +48,7 @@ func decodeCM(x *decoded) {
 		return
 	}
 	x.cm.ok = true
-	x.cm.hdr, x.cm.msg, x.cm.err = mad.Parse(p.Payload)
+	x.cm.hdr, x.cm.msg, x.cm.err = dec.Parse(p.Payload)
 }
 
 func serviceText(b []byte, id uint64) []byte {
@@ -223,6 +224,7 @@ type cmConn struct {
 // cmTable pairs CM messages into connections.
 type cmTable struct {
 	byID  map[commKey]*cmConn
+	sidr  map[commKey]*cmConn // by the SIDR_REQ sender's (IP, request ID)
 	order []*cmConn
 }
 
@@ -254,6 +256,21 @@ func (t *cmTable) add(x *decoded, frame int) {
 		t.byID = map[commKey]*cmConn{}
 	}
 	src, dst := x.ip, x.ipDst
+	switch m := x.cm.msg.(type) {
+	case *mad.SIDRREQ:
+		t.sidrReq(m, x, frame)
+		return
+	case *mad.SIDRREP:
+		if c := t.sidr[commKey{dst, m.RequestID}]; c != nil {
+			c.j.PassiveQPN = ptr(m.QPN)
+			state := "resolved"
+			if m.Status != mad.SIDRSuccess {
+				state, c.j.Reason = "rejected", m.Status.String()
+			}
+			t.step(c, x, frame, "<", state)
+		}
+		return
+	}
 	if req, ok := x.cm.msg.(*mad.REQ); ok {
 		k := commKey{src, req.LocalCommID}
 		c := t.byID[k]
@@ -315,6 +332,34 @@ func (t *cmTable) add(x *decoded, frame int) {
 	t.step(c, x, frame, dir, state)
 }
 
+// sidrReq opens (or, resent, continues) a service ID resolution: a
+// Connection whose ActiveCommID is the request ID and whose PassiveQPN is
+// the UD QP the SIDR_REP names.
+func (t *cmTable) sidrReq(m *mad.SIDRREQ, x *decoded, frame int) {
+	if t.sidr == nil {
+		t.sidr = map[commKey]*cmConn{}
+	}
+	k := commKey{x.ip, m.RequestID}
+	c := t.sidr[k]
+	if c == nil {
+		c = &cmConn{active: x.ip, passive: x.ipDst}
+		c.j = dumpjson.Connection{
+			Active: x.ip.String(), Passive: x.ipDst.String(), ServiceID: Hex64(m.ServiceID),
+			ActiveCommID: m.RequestID, Messages: []string{}, Packets: []int{},
+		}
+		if ps, port, ok := mad.ParseServiceID(m.ServiceID); ok {
+			c.j.PortSpace, c.j.Port = ps.String(), ptr(port)
+			c.j.Passive = netip.AddrPortFrom(x.ipDst, port).String()
+		}
+		if h, err := m.CMAHeader(); err == nil && h.Src == x.ip.Unmap() {
+			c.j.Active = netip.AddrPortFrom(x.ip, h.SrcPort).String()
+		}
+		t.sidr[k] = c
+		t.order = append(t.order, c)
+	}
+	t.step(c, x, frame, ">", "resolving")
+}
+
 func (t *cmTable) step(c *cmConn, x *decoded, frame int, dir, state string) {
 	c.j.Messages = append(c.j.Messages, x.cm.msg.Name()+dir)
 	c.j.Packets = append(c.j.Packets, frame)
@@ -353,9 +398,16 @@ func writeConnectionsText(b *strings.Builder, conns []dumpjson.Connection) {
 			b.WriteString(" (" + c.Reason + ")")
 		}
 		b.WriteByte('\n')
-		fmt.Fprintf(b, "    active comm %#x qpn %#x starting psn %d", c.ActiveCommID, c.ActiveQPN, c.ActivePSN)
-		if c.PassiveQPN != nil {
-			fmt.Fprintf(b, ", passive comm %#x qpn %#x starting psn %d", c.PassiveCommID, *c.PassiveQPN, *c.PassivePSN)
+		if len(c.Messages) > 0 && strings.HasPrefix(c.Messages[0], "SIDR") {
+			fmt.Fprintf(b, "    request id %#x", c.ActiveCommID)
+			if c.PassiveQPN != nil {
+				fmt.Fprintf(b, ", UD qpn %#x", *c.PassiveQPN)
+			}
+		} else {
+			fmt.Fprintf(b, "    active comm %#x qpn %#x starting psn %d", c.ActiveCommID, c.ActiveQPN, c.ActivePSN)
+			if c.PassiveQPN != nil {
+				fmt.Fprintf(b, ", passive comm %#x qpn %#x starting psn %d", c.PassiveCommID, *c.PassiveQPN, *c.PassivePSN)
+			}
 		}
 		b.WriteByte('\n')
 		var setup, down []string

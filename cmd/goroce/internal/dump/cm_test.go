@@ -151,8 +151,11 @@ func TestCMRejectedAndOthers(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if len(s.Connections) != 1 || s.Connections[0].State != "rejected" || s.Connections[0].Reason != "invalid service ID" {
-		t.Errorf("connections %+v", s.Connections)
+	if len(s.Connections) != 2 || s.Connections[0].State != "rejected" || s.Connections[0].Reason != "invalid service ID" {
+		t.Fatalf("connections %+v", s.Connections)
+	}
+	if c := s.Connections[1]; c.State != "rejected" || c.Reason != "no QP" || c.ActiveCommID != 0x33 || strings.Join(c.Messages, " ") != "SIDR_REQ> SIDR_REP<" {
+		t.Errorf("SIDR %+v", c)
 	}
 
 	var buf bytes.Buffer
@@ -203,5 +206,43 @@ func TestCMNotAMAD(t *testing.T) {
 		if strings.Contains(out, "CM_") || strings.Contains(out, "MAD") || len(s.Connections) != 0 {
 			t.Errorf("dqp %d, %d bytes: %s", c.dqp, c.n, out)
 		}
+	}
+}
+
+// TestCMRealRejectAndSIDR: the kernel's REJ of a REQ to a port nobody
+// listens on, and udaddy's SIDR exchange, from real rxe
+// (testdata/rxe/rping_rej.pcap, udaddy.pcap).
+func TestCMRealRejectAndSIDR(t *testing.T) {
+	out, s := dumpFileUTC(t, rxeDir+"rping_rej.pcap", Options{})
+	for _, want := range []string{
+		"CM_REJ local_comm_id=0x0 remote_comm_id=0x55251f53 rejected=REQ reason=8 (invalid service ID)\n",
+		"198.18.0.12:39103 > 198.18.0.11:7175 service 0x0000000001061c07 (TCP port 7175): rejected (invalid service ID)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rping_rej: output lacks %q:\n%s", want, out)
+		}
+	}
+	if len(s.Connections) != 1 || s.Connections[0].State != "rejected" {
+		t.Errorf("rping_rej connections %+v", s.Connections)
+	}
+	out, s = dumpFileUTC(t, rxeDir+"udaddy.pcap", Options{JSON: true})
+	rep, err := dumpjson.Read(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sidr []*dumpjson.CM
+	for _, p := range rep.Packets {
+		if p.CM != nil {
+			sidr = append(sidr, p.CM)
+		}
+	}
+	if len(sidr) != 2 || sidr[0].Msg != "SIDR_REQ" || sidr[1].Msg != "SIDR_REP" || sidr[1].Status != "success" ||
+		sidr[1].QKey == nil || *sidr[1].QKey != 0x01234567 || *sidr[0].RequestID != *sidr[1].RequestID ||
+		sidr[0].PortSpace != "UDP" || sidr[0].CMADst != "198.18.0.11:7174" {
+		t.Fatalf("SIDR messages %+v", sidr)
+	}
+	if len(s.Connections) != 1 || s.Connections[0].State != "resolved" || s.Connections[0].PassiveQPN == nil ||
+		*s.Connections[0].PassiveQPN != *sidr[1].QPN {
+		t.Errorf("udaddy connections %+v", s.Connections)
 	}
 }

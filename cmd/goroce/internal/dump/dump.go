@@ -22,7 +22,8 @@
 //     "truncated after BTH: RC_SEND_FIRST dqpn 0x11 psn 123". Malformed
 //     packets are RoCEv2 packets too, and truncated ones are a subset.
 //
-// The flow analysis is described in flows.go.
+// The flow analysis is described in flows.go, the decoding of CM MADs on
+// QP 1 and the connections they make in cm.go.
 package dump
 
 import (
@@ -36,6 +37,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -92,6 +94,7 @@ type Dumper struct {
 	warnings []string
 	evs      []ev // for the capture-wide analyses (analysis.go)
 	cm       cmTable
+	madDec   mad.Decoder
 }
 
 // New returns a Dumper writing to w.
@@ -154,7 +157,7 @@ func (d *Dumper) Packet(rec Record) {
 		return
 	}
 	d.flows.add(&x)
-	decodeCM(&x)
+	decodeCM(&x, &d.madDec)
 	d.cm.add(&x, d.stats.packets)
 	if d.opts.Latency || d.opts.Explain || d.opts.GraphDir != "" {
 		d.record(&x, d.stats.packets)

@@ -26,7 +26,9 @@ const dumpUsage = `usage: goroce dump [flags] FILE.pcap|FILE.pcapng|-
 Prints one line per RoCEv2 packet (UDP port 4791): time, source:port >
 destination, opcode, destination QP, PSN, flags, extension headers, payload
 length and ICRC check, then a summary with per-opcode counts and a per-QP
-flow analysis (PSN gaps, retransmissions, NAKs, RNR NAKs). Other packets are
+flow analysis (PSN gaps, retransmissions, NAKs, RNR NAKs). IB CM MADs on QP 1
+(rdma_cm's REQ, REP, RTU, REJ, MRA, DREQ, DREP, SIDR) are decoded on their
+line and paired into connections in the summary. Other packets are
 skipped and counted. The file format (pcap or pcapng) is detected from its
 first bytes; "-" reads standard input. Live capture (-i) uses an AF_PACKET
 socket and needs root; Ctrl-C or SIGTERM ends it with the summary.

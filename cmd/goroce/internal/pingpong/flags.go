@@ -49,9 +49,17 @@ var ErrUsage = errors.New("pingpong: usage")
 // or after the host, and "--" to end options. Values are checked as the tool
 // checks them, and a little more strictly (a bad MTU or a non-number is an
 // error here, where C would silently use garbage).
-func ParseFlags(args []string) (Flags, error) {
-	f := DefaultFlags()
-	fs := flag.NewFlagSet("ibv_rc_pingpong", flag.ContinueOnError)
+func ParseFlags(args []string) (Flags, error) { return parseFlags(args, DefaultFlags(), false) }
+
+// parseFlags parses the options of rc_pingpong, or with ud those of
+// ud_pingpong, which has no -m and none of the ODP, timestamp, DM and
+// new-send switches ("p:d:i:s:r:n:l:eg:c").
+func parseFlags(args []string, f Flags, ud bool) (Flags, error) {
+	name := "ibv_rc_pingpong"
+	if ud {
+		name = "ibv_ud_pingpong"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var size, rx, iters uint
 	size, rx, iters = uint(f.Size), uint(f.RxDepth), uint(f.Iters)
@@ -60,19 +68,23 @@ func ParseFlags(args []string) (Flags, error) {
 	both("d", "ib-dev", func(n string) { fs.StringVar(&f.IBDev, n, f.IBDev, "IB device") })
 	both("i", "ib-port", func(n string) { fs.IntVar(&f.IBPort, n, f.IBPort, "port of the IB device") })
 	both("s", "size", func(n string) { fs.UintVar(&size, n, size, "message size") })
-	both("m", "mtu", func(n string) { fs.IntVar(&f.MTU, n, f.MTU, "path MTU") })
+	if !ud {
+		both("m", "mtu", func(n string) { fs.IntVar(&f.MTU, n, f.MTU, "path MTU") })
+	}
 	both("r", "rx-depth", func(n string) { fs.UintVar(&rx, n, rx, "receives to post at a time") })
 	both("n", "iters", func(n string) { fs.UintVar(&iters, n, iters, "number of exchanges") })
 	both("l", "sl", func(n string) { fs.IntVar(&f.SL, n, f.SL, "service level") })
 	both("e", "events", func(n string) { fs.BoolVar(&f.Events, n, false, "sleep on CQ events") })
 	both("g", "gid-idx", func(n string) { fs.IntVar(&f.GIDIndex, n, f.GIDIndex, "local port GID index") })
-	both("o", "odp", func(n string) { fs.BoolVar(&f.ODP, n, false, "on demand paging") })
-	both("O", "iodp", func(n string) { fs.BoolVar(&f.ImplicitODP, n, false, "implicit on demand paging") })
-	both("P", "prefetch", func(n string) { fs.BoolVar(&f.Prefetch, n, false, "prefetch an ODP MR") })
-	both("t", "ts", func(n string) { fs.BoolVar(&f.Timestamps, n, false, "CQE timestamps") })
 	both("c", "chk", func(n string) { fs.BoolVar(&f.Check, n, false, "validate received buffer") })
-	both("j", "dm", func(n string) { fs.BoolVar(&f.DM, n, false, "device memory") })
-	both("N", "new_send", func(n string) { fs.BoolVar(&f.NewSend, n, false, "new post send WR API") })
+	if !ud {
+		both("o", "odp", func(n string) { fs.BoolVar(&f.ODP, n, false, "on demand paging") })
+		both("O", "iodp", func(n string) { fs.BoolVar(&f.ImplicitODP, n, false, "implicit on demand paging") })
+		both("P", "prefetch", func(n string) { fs.BoolVar(&f.Prefetch, n, false, "prefetch an ODP MR") })
+		both("t", "ts", func(n string) { fs.BoolVar(&f.Timestamps, n, false, "CQE timestamps") })
+		both("j", "dm", func(n string) { fs.BoolVar(&f.DM, n, false, "device memory") })
+		both("N", "new_send", func(n string) { fs.BoolVar(&f.NewSend, n, false, "new post send WR API") })
+	}
 
 	flagArgs, pos, err := getopt.Rewrite(fs, args)
 	if err != nil {

@@ -37,18 +37,18 @@ func benchPingpong(b *testing.B, busy bool) {
 			b.Fatal(err)
 		}
 		g, _ := d.GID(1)
-		dests[i] = pingpong.Dest{QPN: pps[i].qp.QPN(), PSN: tool.RandomPSN(), GID: tool.GIDBytes(g)}
+		dests[i] = pingpong.Dest{QPN: pps[i].QP.QPN(), PSN: tool.RandomPSN(), GID: tool.GIDBytes(g)}
 	}
 	for i := range pps {
 		rem := dests[1-i]
-		if err := tool.ModifyToRTS(context.Background(), pps[i].qp, tool.ConnectAttrs{MTU: qp.MTU1024, DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: dests[i].PSN,
+		if err := tool.ModifyToRTS(context.Background(), pps[i].QP, tool.ConnectAttrs{MTU: qp.MTU1024, DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: dests[i].PSN,
 			DGID: rem.GID, Global: true, SGIDIndex: 1, HopLimit: 1, MaxDestRdAtomic: 1, MaxRdAtomic: 1, Timeout: 14}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	for _, pp := range pps {
-		if pp.routs = pp.postRecv(pp.rxDepth); pp.routs != pp.rxDepth {
-			b.Fatalf("posted %d receives", pp.routs)
+		if pp.Routs = pp.PostRecv(pp.RxDepth); pp.Routs != pp.RxDepth {
+			b.Fatalf("posted %d receives", pp.Routs)
 		}
 	}
 	const iters = 200
@@ -58,13 +58,13 @@ func benchPingpong(b *testing.B, busy bool) {
 	runs := 0
 	for b.Loop() {
 		errc := make(chan error, 1)
-		go func() { errc <- pps[0].loop(p[0], iters) }()
-		pps[1].pending = recvWRID | sendWRID
-		pps[0].pending = recvWRID
-		if err := pps[1].qp.PostSend(&pps[1].sendWR); err != nil {
+		go func() { errc <- pps[0].Loop(p[0], iters) }()
+		pps[1].Pending = tool.PingpongRecvWRID | tool.PingpongSendWRID
+		pps[0].Pending = tool.PingpongRecvWRID
+		if err := pps[1].QP.PostSend(&pps[1].SendWR); err != nil {
 			b.Fatal(err)
 		}
-		if err := pps[1].loop(p[1], iters); err != nil {
+		if err := pps[1].Loop(p[1], iters); err != nil {
 			b.Fatal(err)
 		}
 		if err := <-errc; err != nil {

@@ -7,18 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpong"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/qp"
-)
-
-// The work request IDs of rc_pingpong.c.
-const (
-	recvWRID = 1
-	sendWRID = 2
 )
 
 const usageText = `Usage:
@@ -53,160 +45,47 @@ const Summary = "ibv_rc_pingpong-compatible RC SEND/RECV ping-pong (server witho
 // Run is ibv_rc_pingpong (rdma-core 44, libibverbs/examples/
 // rc_pingpong.c) on a goroce device: the same exchange, QP attributes,
 // work requests and output lines. It returns the exit code.
-func Run(env tool.Env, args []string) int {
-	if tool.WantsHelp(args) {
-		fmt.Fprint(env.Stdout, usageText)
-		return 0
-	}
-	args, opts, err := tool.SplitOptions(args)
-	if err == nil {
-		var f pingpong.Flags
-		if f, err = pingpong.ParseFlags(args); err == nil {
-			return run(env, opts, f)
+func Run(env tool.Env, args []string) int { return rcTool.Run(env, args) }
+
+var rcTool = &tool.PingpongTool{
+	Name: "pingpong", Usage: usageText, Parse: pingpong.ParseFlags,
+	Check: func(f pingpong.Flags) error {
+		switch {
+		case f.ODP:
+			return errors.New("The device isn't ODP capable or does not support RC send and receive with ODP")
+		case f.Timestamps:
+			return errors.New("The device isn't completion timestamp capable")
+		case f.DM:
+			return errors.New("Device doesn't support dm allocation")
 		}
-	}
-	fmt.Fprintf(env.Stderr, "goroce pingpong: %v\n%s", err, usageText)
-	return 1
-}
-
-// endpoint is struct pingpong_context.
-type endpoint struct {
-	dev     *qp.Device
-	pd      *qp.PD
-	mr      *qp.MR
-	buf     []byte
-	cq      *qp.CQ
-	qp      *qp.QP
-	size    uint32
-	rxDepth int
-	routs   int // receives posted and not yet completed
-	pending int
-	sendWR  qp.SendWR
-	recvWR  qp.RecvWR
-	sge     [1]qp.SGE
-}
-
-// run is main() of rc_pingpong.c once the options are parsed.
-func run(env tool.Env, opts tool.Options, f pingpong.Flags) int {
-	errf := func(format string, a ...any) int {
-		fmt.Fprintf(env.Stderr, format, a...)
-		return 1
-	}
-	switch {
-	case f.ODP:
-		return errf("The device isn't ODP capable or does not support RC send and receive with ODP\n")
-	case f.Timestamps:
-		return errf("The device isn't completion timestamp capable\n")
-	case f.DM:
-		return errf("Device doesn't support dm allocation\n")
-	}
-	ctx, cancel := tool.RunContext(env, opts)
-	defer cancel()
-
-	dev, err := env.Open(ctx, f.IBDev)
-	if err != nil {
-		return errf("IB device %s not found: %v\n", f.IBDev, err)
-	}
-	defer dev.Close()
-	_, stopMetrics := tool.StartMetrics(env, opts, dev)
-	defer stopMetrics()
-	prog := &tool.Progressor{Dev: dev}
-	prog.Start()
-	defer prog.Stop()
-	pp, err := initEndpoint(ctx, dev, f)
-	if err != nil {
-		return errf("%v\n", err)
-	}
-	if pp.routs = pp.postRecv(pp.rxDepth); pp.routs < pp.rxDepth {
-		return errf("Couldn't post receive (%d)\n", pp.routs)
-	}
-	if f.IBPort != 1 {
-		return errf("Couldn't get port info\n")
-	}
-	my := pingpong.Dest{QPN: pp.qp.QPN(), PSN: tool.RandomPSN()}
-	if f.GIDIndex >= 0 {
-		g, err := dev.GID(f.GIDIndex)
+		return nil
+	},
+	Setup: func(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*tool.PingPong, error) {
+		pp, err := initEndpoint(ctx, dev, f)
 		if err != nil {
-			return errf("can't read sgid of index %d\n", f.GIDIndex)
+			return nil, err
 		}
-		my.GID = tool.GIDBytes(g)
-	}
-	fmt.Fprint(env.Stdout, pingpong.FormatLocal(my))
-
-	connect := func(rem pingpong.Dest) error {
-		return tool.ModifyToRTS(ctx, pp.qp, tool.ConnectAttrs{
+		return &pp.PingPong, nil
+	},
+	FormatLocal: pingpong.FormatLocal,
+	NoGID:       "can't read sgid of index %d\n",
+	Connect: func(ctx context.Context, pp *tool.PingPong, f pingpong.Flags, my, rem pingpong.Dest) error {
+		return tool.ModifyToRTS(ctx, pp.QP, tool.ConnectAttrs{
 			MTU: qp.MTU(pingpong.MTUEnum(f.MTU)), DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: my.PSN,
 			DGID: rem.GID, Global: !allZero(rem.GID[8:]), SGIDIndex: f.GIDIndex, HopLimit: 1, SL: uint8(f.SL),
 			MaxDestRdAtomic: 1, MaxRdAtomic: 1, Timeout: 14,
 		})
-	}
-	var rem pingpong.Dest
-	if f.Host == "" {
-		rem, err = serverExchange(ctx, env, f, my, connect)
-	} else {
-		rem, err = clientExchange(ctx, f, my)
-	}
-	if err != nil {
-		return errf("%v\n", err)
-	}
-	fmt.Fprint(env.Stdout, pingpong.FormatRemote(rem))
-	if f.Host != "" {
-		if err := connect(rem); err != nil {
-			return errf("%v\n", err)
-		}
-	}
+	},
+}
 
-	pageSize := os.Getpagesize()
-	pp.pending = recvWRID
-	if f.Host != "" {
-		if f.Check {
-			// for (i = 0; i < size; i += page_size) buf[i] = i / page_size % sizeof(char): 0
-			for i := 0; i < len(pp.buf); i += pageSize {
-				pp.buf[i] = 0
-			}
-		}
-		if err := pp.qp.PostSend(&pp.sendWR); err != nil {
-			return errf("Couldn't post send\n")
-		}
-		pp.pending |= sendWRID
-	}
-
-	tctx, watch := tool.WatchProgress(ctx, env.Idle)
-	defer watch.Stop()
-	p := &tool.Poller{Ctx: tctx, Events: f.Events, Watch: watch}
-	prog.Stop() // the loop's polls drive a busy-poll device
-	start := time.Now()
-	if err := pp.loop(p, f.Iters); err != nil {
-		return errf("%v", err)
-	}
-	elapsed := time.Since(start)
-	prog.Start()
-	fmt.Fprint(env.Stdout, pingpong.FormatStats(f.Size, f.Iters, elapsed))
-
-	bad := false
-	if f.Host == "" && f.Check {
-		// rc_pingpong checks the first byte of each page of what the client
-		// sent (0; the rest is the 0x7b the buffer was filled with). We check
-		// every byte, with the same message per page.
-		for page := 0; page*pageSize < len(pp.buf); page++ {
-			chunk := pp.buf[page*pageSize : min((page+1)*pageSize, len(pp.buf))]
-			ok := chunk[0] == 0
-			for _, c := range chunk[1:] {
-				ok = ok && c == 0x7b
-			}
-			if !ok {
-				fmt.Fprint(env.Stdout, pingpong.FormatInvalidPage(page))
-				bad = true
-			}
-		}
-	}
-	if env.Buffers != nil {
-		env.Buffers("final", append([]byte(nil), pp.buf...))
-	}
-	if bad {
-		return 1
-	}
-	return 0
+// endpoint is struct pingpong_context.
+type endpoint struct {
+	tool.PingPong
+	dev  *qp.Device
+	pd   *qp.PD
+	mr   *qp.MR
+	size uint32
+	sge  [1]qp.SGE
 }
 
 func allZero(b []byte) bool {
@@ -223,144 +102,31 @@ func allZero(b []byte) bool {
 // entries for both queues, and an RC QP (max_send_wr 1, max_recv_wr
 // rx_depth) moved to INIT with no remote access.
 func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*endpoint, error) {
-	pp := &endpoint{dev: dev, size: f.Size, rxDepth: int(f.RxDepth), buf: make([]byte, f.Size)}
-	for i := range pp.buf {
-		pp.buf[i] = 0x7b // memset(ctx->buf, 0x7b, size)
+	pp := &endpoint{dev: dev, size: f.Size}
+	pp.Buf = make([]byte, f.Size)
+	pp.Payload = pp.Buf
+	pp.RxDepth = int(f.RxDepth)
+	for i := range pp.Buf {
+		pp.Buf[i] = 0x7b // memset(ctx->buf, 0x7b, size)
 	}
 	pp.pd = dev.AllocPD()
 	var err error
-	if pp.mr, err = pp.pd.RegMR(pp.buf, qp.LocalWrite); err != nil {
+	if pp.mr, err = pp.pd.RegMR(pp.Buf, qp.LocalWrite); err != nil {
 		return nil, fmt.Errorf("Couldn't register MR: %w", err)
 	}
-	if pp.cq, err = dev.CreateCQ(int(f.RxDepth) + 1); err != nil {
+	if pp.CQ, err = dev.CreateCQ(int(f.RxDepth) + 1); err != nil {
 		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
 	}
-	pp.qp, err = pp.pd.CreateQP(qp.InitAttr{SendCQ: pp.cq, RecvCQ: pp.cq,
+	pp.QP, err = pp.pd.CreateQP(qp.InitAttr{SendCQ: pp.CQ, RecvCQ: pp.CQ,
 		Cap: qp.Caps{MaxSendWR: 1, MaxRecvWR: int(f.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't create QP: %w", err)
 	}
-	if err := tool.ModifyToInit(ctx, pp.qp, f.IBPort, 0); err != nil {
+	if err := tool.ModifyToInit(ctx, pp.QP, f.IBPort, 0); err != nil {
 		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
 	pp.sge[0] = qp.SGE{Addr: pp.mr.IOVA(), Length: f.Size, LKey: pp.mr.LKey()}
-	pp.recvWR = qp.RecvWR{WRID: recvWRID, SGL: pp.sge[:]}
-	pp.sendWR = qp.SendWR{WRID: sendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
+	pp.RecvWR = qp.RecvWR{WRID: tool.PingpongRecvWRID, SGL: pp.sge[:]}
+	pp.SendWR = qp.SendWR{WRID: tool.PingpongSendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
 	return pp, nil
-}
-
-// loop is rc_pingpong's main loop: poll (or sleep on events), count, and
-// keep the ping-pong going until iters messages went each way. The client
-// posted the first SEND before.
-func (pp *endpoint) loop(p *tool.Poller, iters uint32) error {
-	var rcnt, scnt uint32
-	var wc [2]qp.WC
-	for rcnt < iters || scnt < iters {
-		n, err := p.Poll(pp.cq, wc[:])
-		if err != nil {
-			return fmt.Errorf("poll CQ failed: %w\n", err)
-		}
-		for i := range n {
-			if err := pp.parseWC(&wc[i], &scnt, &rcnt, iters); err != nil {
-				return fmt.Errorf("%vparse WC failed %d\n", err, n)
-			}
-		}
-	}
-	return nil
-}
-
-// postRecv is pp_post_recv: it returns how many receives it posted.
-func (pp *endpoint) postRecv(n int) int {
-	for i := range n {
-		if pp.qp.PostRecv(&pp.recvWR) != nil {
-			return i
-		}
-	}
-	return n
-}
-
-// parseWC is parse_single_wc without timestamps: count the completion,
-// refill the receive queue when one or fewer receives remain, and post the
-// next SEND once both the last SEND and the last RECV completed.
-func (pp *endpoint) parseWC(wc *qp.WC, scnt, rcnt *uint32, iters uint32) error {
-	if wc.Status != qp.WCSuccess {
-		return errors.New(pingpong.FormatFailedStatus(int(wc.Status), wc.WRID))
-	}
-	switch wc.WRID {
-	case sendWRID:
-		*scnt++
-	case recvWRID:
-		pp.routs--
-		if pp.routs <= 1 {
-			pp.routs += pp.postRecv(pp.rxDepth - pp.routs)
-			if pp.routs < pp.rxDepth {
-				return fmt.Errorf("Couldn't post receive (%d)\n", pp.routs)
-			}
-		}
-		*rcnt++
-	default:
-		return fmt.Errorf("Completion for unknown wr_id %d\n", int32(wc.WRID))
-	}
-	pp.pending &^= int(wc.WRID)
-	if *scnt < iters && pp.pending == 0 {
-		if err := pp.qp.PostSend(&pp.sendWR); err != nil {
-			return fmt.Errorf("Couldn't post send\n")
-		}
-		pp.pending = recvWRID | sendWRID
-	}
-	return nil
-}
-
-// serverExchange is pp_server_exch_dest: listen (every address family),
-// accept one client, read its record, connect the QP, answer.
-func serverExchange(ctx context.Context, env tool.Env, f pingpong.Flags, my pingpong.Dest,
-	connect func(pingpong.Dest) error) (pingpong.Dest, error) {
-	ln, err := pingpong.Listen(f.Port)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("Couldn't listen to port %d: %w", f.Port, err)
-	}
-	if env.Listening != nil {
-		env.Listening(ln.Addr())
-	}
-	conn, err := tool.AcceptOne(ctx, ln)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("accept() failed: %w", err)
-	}
-	defer conn.Close()
-	defer tool.WithExchangeDeadline(ctx, conn)()
-	var connErr error
-	rem, err := pingpong.ServerExchange(conn, my, func(d pingpong.Dest) error {
-		connErr = connect(d)
-		return connErr
-	})
-	switch {
-	case connErr != nil:
-		return rem, fmt.Errorf("%w\nCouldn't connect to remote QP", connErr)
-	case err != nil:
-		return rem, fmt.Errorf("Couldn't read remote address: %w", ctxErr(ctx, err))
-	}
-	return rem, nil
-}
-
-// clientExchange is pp_client_exch_dest.
-func clientExchange(ctx context.Context, f pingpong.Flags, my pingpong.Dest) (pingpong.Dest, error) {
-	conn, err := tool.DialPeer(ctx, "tcp", f.Host, f.Port)
-	if err != nil {
-		return pingpong.Dest{}, fmt.Errorf("Couldn't connect to %s:%d: %w", f.Host, f.Port, err)
-	}
-	defer conn.Close()
-	defer tool.WithExchangeDeadline(ctx, conn)()
-	rem, err := pingpong.ClientExchange(conn, my)
-	if err != nil {
-		return rem, fmt.Errorf("Couldn't read/write remote address: %w", ctxErr(ctx, err))
-	}
-	return rem, nil
-}
-
-// ctxErr names the context's cause when it ended an I/O error.
-func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", context.Cause(ctx), err)
-	}
-	return err
 }

@@ -13,38 +13,7 @@ import (
 	"github.com/goroce/goroce/nic"
 )
 
-var (
-	ppLocalRE  = regexp.MustCompile(`^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:198\.18\.0\.[12]$`)
-	ppRemoteRE = regexp.MustCompile(`^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:198\.18\.0\.[12]$`)
-	ppBytesRE  = regexp.MustCompile(`^(\d+) bytes in \d+\.\d\d seconds = (\d+\.\d\d|inf) Mbit/sec$`)
-	ppItersRE  = regexp.MustCompile(`^(\d+) iters in \d+\.\d\d seconds = \d+\.\d\d usec/iter$`)
-)
-
-// checkPingpongOutput checks the four lines rc_pingpong prints and that
-// each side's remote line is the other's local one (QPN, PSN, GID).
-func checkPingpongOutput(t *testing.T, s, c tooltest.Outcome, bytesWant, itersWant string) {
-	t.Helper()
-	sl, cl := strings.Split(strings.TrimSuffix(s.Stdout, "\n"), "\n"), strings.Split(strings.TrimSuffix(c.Stdout, "\n"), "\n")
-	for _, side := range []struct {
-		name  string
-		lines []string
-	}{{"server", sl}, {"client", cl}} {
-		l := side.lines
-		if len(l) != 4 || !ppLocalRE.MatchString(l[0]) || !ppRemoteRE.MatchString(l[1]) || !ppBytesRE.MatchString(l[2]) || !ppItersRE.MatchString(l[3]) {
-			t.Fatalf("%s printed:\n%s", side.name, strings.Join(l, "\n"))
-		}
-		if m := ppBytesRE.FindStringSubmatch(l[2]); m[1] != bytesWant {
-			t.Errorf("%s: %s bytes, want %s", side.name, m[1], bytesWant)
-		}
-		if m := ppItersRE.FindStringSubmatch(l[3]); m[1] != itersWant {
-			t.Errorf("%s: %s iters, want %s", side.name, m[1], itersWant)
-		}
-	}
-	after := func(l string) string { return l[strings.Index(l, "LID"):] }
-	if after(sl[0]) != after(cl[1]) || after(cl[0]) != after(sl[1]) {
-		t.Errorf("addresses do not cross:\nserver %q / %q\nclient %q / %q", sl[0], sl[1], cl[0], cl[1])
-	}
-}
+var ppLocalRE = regexp.MustCompile(`^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:198\.18\.0\.[12]$`)
 
 // TestPingpongMem runs goroce pingpong against itself over the in-memory
 // link, the exchange on 127.0.0.1: busy polling and CQ events, several
@@ -68,7 +37,7 @@ func TestPingpongMem(t *testing.T) {
 			if s.Code != 0 || cl.Code != 0 {
 				t.Fatalf("exit codes server %d client %d", s.Code, cl.Code)
 			}
-			checkPingpongOutput(t, s, cl, strconv.Itoa(2*c.size*c.n), strconv.Itoa(c.n))
+			tooltest.CheckPingpongOutput(t, ppLocalRE, s, cl, strconv.Itoa(2*c.size*c.n), strconv.Itoa(c.n))
 			// Both buffers end with what the client sent: 0x7b, and 0 at
 			// each page start when -c set them.
 			want := bytes.Repeat([]byte{0x7b}, c.size)
@@ -94,7 +63,7 @@ func TestPingpongLossy(t *testing.T) {
 	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("seed 7: exit codes server %d client %d", s.Code, c.Code)
 	}
-	checkPingpongOutput(t, s, c, "240000", "40")
+	tooltest.CheckPingpongOutput(t, ppLocalRE, s, c, "240000", "40")
 }
 
 // TestPingpongErrors: usage errors, no -g (RoCE needs a GID: the server
@@ -145,7 +114,7 @@ func TestPingpongTxDrop(t *testing.T) {
 	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("exit codes server %d client %d", s.Code, c.Code)
 	}
-	checkPingpongOutput(t, s, c, "360000", "60")
+	tooltest.CheckPingpongOutput(t, ppLocalRE, s, c, "360000", "60")
 }
 
 // TestBusyPoll runs pingpong on devices in busy-poll mode (no device
@@ -158,5 +127,5 @@ func TestBusyPoll(t *testing.T) {
 	if s.Code != 0 || c.Code != 0 {
 		t.Fatalf("exit codes server %d client %d", s.Code, c.Code)
 	}
-	checkPingpongOutput(t, s, c, "200000", "20")
+	tooltest.CheckPingpongOutput(t, ppLocalRE, s, c, "200000", "20")
 }

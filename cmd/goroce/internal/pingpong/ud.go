@@ -1,0 +1,29 @@
+package pingpong
+
+import "fmt"
+
+// ibv_ud_pingpong (libibverbs/examples/ud_pingpong.c at v44.0) exchanges
+// the same 52-byte records in the same sequence as ibv_rc_pingpong
+// (ServerExchange, ClientExchange) and prints the same remote and timing
+// lines; its command line and its first line differ.
+
+// DefaultUDFlags returns the defaults of ud_pingpong.c main: size 1024
+// (its usage text says 2048, the code sets 1024), no MTU option.
+func DefaultUDFlags() Flags {
+	f := DefaultFlags()
+	f.Size = 1024
+	return f
+}
+
+// ParseUDFlags parses args like ibv_ud_pingpong (getopt_long string
+// "p:d:i:s:r:n:l:eg:c" plus one optional host), with ParseFlags' rules.
+func ParseUDFlags(args []string) (Flags, error) { return parseFlags(args, DefaultUDFlags(), true) }
+
+// FormatLocalUD is ibv_ud_pingpong's first line, including its newline;
+// unlike rc_pingpong's it has a colon before the GID:
+//
+//	"  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x: GID %s\n"
+func FormatLocalUD(d Dest) string {
+	return fmt.Sprintf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x: GID %s\n",
+		d.LID, d.QPN, d.PSN, FormatGID(d.GID))
+}
