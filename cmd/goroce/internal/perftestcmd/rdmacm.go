@@ -192,9 +192,11 @@ type msgConn struct {
 	mr   *qp.MR
 	wcs  [4]qp.WC
 
-	sent  int      // SEND completions not yet claimed by Write
-	recvd []uint64 // received slots, in order, not yet read
-	lens  map[uint64]uint32
+	sent        int      // SEND completions not yet claimed by Write
+	sendFlushed int      // flushed SENDs not yet claimed by Write
+	received    int      // messages received in all
+	recvd       []uint64 // received slots, in order, not yet read
+	lens        map[uint64]uint32
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -227,8 +229,16 @@ func (m *msgConn) prepare(q *qp.QP) error {
 // errCtrlClosed is what a Read or Write of a closed msgConn returns.
 var errCtrlClosed = fmt.Errorf("rdma_cm control connection: %w", net.ErrClosed)
 
-// handle files one completion.
+// handle files one completion. The peer's DREQ moves the QP to ERR, which
+// flushes our receives (nothing more will come: Read sees io.EOF) and may
+// flush a SEND whose ACK had not arrived yet (Write decides what it means).
 func (m *msgConn) handle(wc *qp.WC) error {
+	if wc.Status == qp.WCWRFlushErr {
+		if wc.Opcode == qp.WCSend || wc.WRID == sendWRID {
+			m.sendFlushed++
+		}
+		return nil
+	}
 	if wc.Status != qp.WCSuccess {
 		return fmt.Errorf("rdma_cm control QP: %w", wc.Err())
 	}
@@ -238,6 +248,7 @@ func (m *msgConn) handle(wc *qp.WC) error {
 	case qp.WCRecv:
 		m.recvd = append(m.recvd, wc.WRID)
 		m.lens[wc.WRID] = wc.ByteLen
+		m.received++
 	}
 	return nil
 }
@@ -310,15 +321,30 @@ func (m *msgConn) Write(b []byte) (int, error) {
 	}
 	copy(m.buf, b)
 	sge := []qp.SGE{{Addr: m.mr.IOVA(), Length: uint32(len(b)), LKey: m.mr.LKey()}}
-	if err := m.q.PostSend(&qp.SendWR{Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: sge}); err != nil {
+	if err := m.q.PostSend(&qp.SendWR{WRID: sendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: sge}); err != nil {
 		return 0, err
 	}
-	if err := m.waitFor(func() bool { return m.sent > 0 }); err != nil {
+	before := m.received
+	if err := m.waitFor(func() bool { return m.sent > 0 || m.sendFlushed > 0 }); err != nil {
 		return 0, err
 	}
-	m.sent--
-	return len(b), nil
+	if m.sent > 0 {
+		m.sent--
+		return len(b), nil
+	}
+	m.sendFlushed--
+	// Flushed by the peer's disconnect before its ACK came. The exchanges
+	// alternate (each side answers only what it has read), so if the peer
+	// sent anything since, it had read this message; otherwise it is gone.
+	if m.received > before {
+		return len(b), nil
+	}
+	return 0, io.EOF
 }
+
+// sendWRID marks the control QP's SENDs (its receives are the slot
+// numbers 0 and 1).
+const sendWRID = 1 << 32
 
 // Read fills b from the next received message and reposts its receive.
 func (m *msgConn) Read(b []byte) (int, error) {
@@ -329,7 +355,13 @@ func (m *msgConn) Read(b []byte) (int, error) {
 	m.recvd = m.recvd[1:]
 	n := copy(b, m.slot(i))
 	if err := m.postRecv(m.q, i); err != nil {
-		return 0, err
+		select {
+		case <-m.conn.Done():
+			// The peer's last message, read after its DREQ put the QP
+			// in ERR: nothing more will come, nothing to receive into.
+		default:
+			return 0, err
+		}
 	}
 	return n, nil
 }
