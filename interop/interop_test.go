@@ -145,6 +145,55 @@ func TestTwoVMs(t *testing.T) {
 			"for i in $(seq 20); do rping -c -a "+server+" -C 5 -v && exit 0; sleep 0.5; done; exit 1")
 		wantAtLeast(t, sum, map[byte]int{0x64: 5, 0x04: 10, 0x0a: 5, 0x0c: 5, 0x10: 5})
 	})
+	// The librdmacm examples and perftest -R: like rping, the client
+	// retries until the server's rdma_cm listener is bound.
+	retry := func(cmd string) string {
+		return "for i in $(seq 20); do " + cmd + " && exit 0; sleep 0.5; done; exit 1"
+	}
+	t.Run("ucmatose", func(t *testing.T) {
+		sum := runPairNoWait(t, h, "ucmatose", "ucmatose -b "+server+" -c 4 -C 10", retry("ucmatose -s "+server+" -c 4 -C 10"))
+		// 4 connections, each 10 SENDs each way.
+		wantAtLeast(t, sum, map[byte]int{0x64: 4 * 5, 0x04: 80})
+	})
+	t.Run("udaddy", func(t *testing.T) {
+		// SIDR_REQ/SIDR_REP on QP1, then 10 UD SEND with immediate each way.
+		sum := runPairNoWait(t, h, "udaddy", "udaddy -b "+server, retry("udaddy -s "+server))
+		wantAtLeast(t, sum, map[byte]int{0x64: 2, 0x65: 20})
+	})
+	t.Run("send_bw_rdma_cm", func(t *testing.T) {
+		// perftest -R: a control connection and a data connection, both
+		// through rdma_cm on port 18515; the exchanges are SENDs on the
+		// control QP.
+		sum := runPairNoWait(t, h, "send_bw_rdma_cm", "ib_send_bw -R -s 4096 -n 20",
+			retry("ib_send_bw -R -s 4096 -n 20 "+server))
+		wantAtLeast(t, sum, map[byte]int{0x64: 10, 0x00: 20})
+	})
+	t.Run("rping_rej", func(t *testing.T) {
+		// A connect to a port nobody listens on: the passive kernel answers
+		// the REQ with a REJ (reason 8, invalid service ID).
+		pcap := filepath.Join(t.TempDir(), "rping_rej.pcap")
+		c, err := h.Capture(pcap, captureFilter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := Result{Cmd: "(none: nothing listens on port 7175)"}
+		cli := h.Run(1, "rping -c -a "+server+" -p 7175 -C 1 -v", 60*time.Second)
+		if _, err := c.Stop(); err != nil {
+			t.Error(err)
+		}
+		if cli.OK() || !strings.Contains(cli.Output(), "RDMA_CM_EVENT_REJECTED") {
+			t.Fatalf("rping to an unused port: %s", cli)
+		}
+		sum, err := SummarizePcap(pcap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rping_rej: %s", sum)
+		wantAtLeast(t, sum, map[byte]int{0x64: 2})
+		if dir := os.Getenv("GOROCE_INTEROP_RECORD"); dir != "" && !t.Failed() {
+			record(t, h, dir, "rping_rej", pcap, srv, cli)
+		}
+	})
 	t.Run("write_bw", func(t *testing.T) {
 		sum, _ := runPair(t, h, "write_bw_4k", 18515,
 			"ib_write_bw -F -x 1 -s 4096 -n 20", "ib_write_bw -F -x 1 -s 4096 -n 20 "+server)

@@ -61,26 +61,61 @@ type Tool struct {
 	// SilentServer: the server prints no result (ib_read_lat: only the
 	// client measures).
 	SilentServer bool
+	// CM, when set, is an rdma_cm tool (rping, ucmatose, udaddy, perftest
+	// -R): it listens through rdma_cm instead of TCP and names addresses
+	// by flags.
+	CM *CMTool
+}
+
+// CMTool is how an rdma_cm tool is started. There is no TCP listener to
+// wait for: the server gets a head start and the client retries while its
+// connection is refused (REJ or SIDR_REP "no such service": nothing
+// listens yet), the stock tool in a shell loop, goroce's with --timeout.
+type CMTool struct {
+	// ServerArgs and ClientArgs select the role (rping -s / -c).
+	ServerArgs, ClientArgs []string
+	// ServerAddrFlag gives the server its own address (rping -a,
+	// cmatose/udaddy -b; "" none); ClientAddrFlag the client the server's
+	// ("-a", "-s"; "" as the positional host, perftest).
+	ServerAddrFlag, ClientAddrFlag string
+	// DevFlag names goroce's interface ("--dev"; "" is "-d").
+	DevFlag string
+	// Refused is what the stock client prints when nobody listens yet.
+	Refused string
 }
 
 var (
-	ToolPingpong  = Tool{"ibv_rc_pingpong", "pingpong", "-g", "iters in", false}
-	ToolWriteBW   = Tool{"ib_write_bw", "write_bw", "-x", "#bytes", false}
-	ToolReadBW    = Tool{"ib_read_bw", "read_bw", "-x", "#bytes", false}
-	ToolSendBW    = Tool{"ib_send_bw", "send_bw", "-x", "#bytes", false}
-	ToolAtomicBW  = Tool{"ib_atomic_bw", "atomic_bw", "-x", "#bytes", false}
-	ToolWriteLat  = Tool{"ib_write_lat", "write_lat", "-x", "#bytes", false}
-	ToolReadLat   = Tool{"ib_read_lat", "read_lat", "-x", "#bytes", true}
-	ToolSendLat   = Tool{"ib_send_lat", "send_lat", "-x", "#bytes", false}
-	ToolAtomicLat = Tool{"ib_atomic_lat", "atomic_lat", "-x", "#bytes", true}
+	cmExamples = CMTool{DevFlag: "--dev", Refused: "RDMA_CM_EVENT_REJECTED|RDMA_CM_EVENT_UNREACHABLE"}
+	cmPerftest = CMTool{Refused: "Unexpected CM event|Unable to perform rdma_client function|Failed to connect RDMA CM"}
+
+	ToolRping = Tool{RXE: "rping", Goroce: "rping", Done: "ping data: ",
+		CM: &CMTool{ServerArgs: []string{"-s"}, ClientArgs: []string{"-c"}, ServerAddrFlag: "-a", ClientAddrFlag: "-a",
+			DevFlag: cmExamples.DevFlag, Refused: cmExamples.Refused}}
+	ToolUcmatose = Tool{RXE: "ucmatose", Goroce: "ucmatose", Done: "return status 0",
+		CM: &CMTool{ServerAddrFlag: "-b", ClientAddrFlag: "-s", DevFlag: cmExamples.DevFlag, Refused: cmExamples.Refused}}
+	ToolUdaddy = Tool{RXE: "udaddy", Goroce: "udaddy", Done: "return status 0",
+		CM: &CMTool{ServerAddrFlag: "-b", ClientAddrFlag: "-s", DevFlag: cmExamples.DevFlag, Refused: cmExamples.Refused}}
+	ToolSendBWCM  = Tool{"ib_send_bw", "send_bw", "-x", "#bytes", false, &cmPerftest}
+	ToolWriteBWCM = Tool{"ib_write_bw", "write_bw", "-x", "#bytes", false, &cmPerftest}
+	ToolReadLatCM = Tool{"ib_read_lat", "read_lat", "-x", "#bytes", true, &cmPerftest}
+
+	ToolPingpong  = Tool{"ibv_rc_pingpong", "pingpong", "-g", "iters in", false, nil}
+	ToolWriteBW   = Tool{"ib_write_bw", "write_bw", "-x", "#bytes", false, nil}
+	ToolReadBW    = Tool{"ib_read_bw", "read_bw", "-x", "#bytes", false, nil}
+	ToolSendBW    = Tool{"ib_send_bw", "send_bw", "-x", "#bytes", false, nil}
+	ToolAtomicBW  = Tool{"ib_atomic_bw", "atomic_bw", "-x", "#bytes", false, nil}
+	ToolWriteLat  = Tool{"ib_write_lat", "write_lat", "-x", "#bytes", false, nil}
+	ToolReadLat   = Tool{"ib_read_lat", "read_lat", "-x", "#bytes", true, nil}
+	ToolSendLat   = Tool{"ib_send_lat", "send_lat", "-x", "#bytes", false, nil}
+	ToolAtomicLat = Tool{"ib_atomic_lat", "atomic_lat", "-x", "#bytes", true, nil}
 	// ToolUDPingpong exchanges the same records on the same port as
 	// ibv_rc_pingpong, over a UD QP.
-	ToolUDPingpong = Tool{"ibv_ud_pingpong", "ud_pingpong", "-g", "iters in", false}
+	ToolUDPingpong = Tool{"ibv_ud_pingpong", "ud_pingpong", "-g", "iters in", false, nil}
 )
 
 // ToolSRQPingpong is ibv_srq_pingpong: several RC QPs per side sharing
 // one SRQ.
-var ToolSRQPingpong = Tool{"ibv_srq_pingpong", "srq_pingpong", "-g", "iters in", false}
+var ToolSRQPingpong = Tool{"ibv_srq_pingpong", "srq_pingpong", "-g", "iters in", false, nil}
 
 // toolPort is the TCP port of both tool families' exchange (18515).
 const toolPort = 18515
@@ -188,6 +223,9 @@ func ShellQuote(s string) string {
 }
 
 func (e VMEndpoint) Start(tool Tool, args []string, peer netip.Addr, env []string) (Proc, error) {
+	if tool.CM != nil {
+		return e.startCM(tool, args, peer)
+	}
 	words := append([]string{tool.RXE, tool.GIDFlag, "1"}, args...)
 	if peer.IsValid() {
 		words = append(words, peer.String())
@@ -196,6 +234,54 @@ func (e VMEndpoint) Start(tool Tool, args []string, peer netip.Addr, env []strin
 		words[i] = ShellQuote(w)
 	}
 	return vmProc{e.H.Start(e.VM, strings.Join(words, " "))}, nil
+}
+
+// cmWords is an rdma_cm tool's command line: the role, the address flag
+// with the server's address (its own on the server), the cell's flags,
+// and for perftest the GID flag and the positional host.
+func cmWords(tool Tool, name string, args []string, self, peer netip.Addr) []string {
+	c := tool.CM
+	words := []string{name}
+	if tool.GIDFlag != "" {
+		words = append(words, tool.GIDFlag, "1")
+	}
+	if peer.IsValid() {
+		words = append(words, c.ClientArgs...)
+		if c.ClientAddrFlag != "" {
+			words = append(words, c.ClientAddrFlag, peer.String())
+		}
+	} else {
+		words = append(words, c.ServerArgs...)
+		if c.ServerAddrFlag != "" {
+			words = append(words, c.ServerAddrFlag, self.String())
+		}
+	}
+	words = append(words, args...)
+	if peer.IsValid() && c.ClientAddrFlag == "" {
+		words = append(words, peer.String())
+	}
+	return words
+}
+
+// cmClientRetries bounds the stock client's attempts while the server is
+// not listening yet (0.25 s apart).
+const cmClientRetries = 60
+
+// startCM starts a stock rdma_cm tool; a client is retried while its
+// output says the connection was refused (CMTool.Refused).
+func (e VMEndpoint) startCM(tool Tool, args []string, peer netip.Addr) (Proc, error) {
+	words := cmWords(tool, tool.RXE, args, e.IP(), peer)
+	for i, w := range words {
+		words[i] = ShellQuote(w)
+	}
+	cmd := strings.Join(words, " ")
+	if peer.IsValid() {
+		// Each attempt's output goes to a file; the last one is shown.
+		cmd = fmt.Sprintf("for i in $(seq %d); do %s > /tmp/cm.out 2>&1; rc=$?; "+
+			"if [ $rc -eq 0 ] || ! grep -Eq %s /tmp/cm.out; then break; fi; sleep 0.25; done; cat /tmp/cm.out; exit $rc",
+			cmClientRetries, cmd, ShellQuote(tool.CM.Refused))
+	}
+	return vmProc{e.H.Start(e.VM, cmd)}, nil
 }
 
 func (e VMEndpoint) WaitListen(port int, p Proc, timeout time.Duration) error {
@@ -222,6 +308,18 @@ func (e GoroceEndpoint) Start(tool Tool, args []string, peer netip.Addr, env []s
 	argv := append([]string{e.Bin, tool.Goroce, "-d", e.H.HostIface(), tool.GIDFlag, "1"}, args...)
 	if peer.IsValid() {
 		argv = append(argv, peer.String())
+	}
+	if c := tool.CM; c != nil {
+		dev := c.DevFlag
+		if dev == "" {
+			dev = "-d"
+		}
+		argv = append([]string{e.Bin}, cmWords(tool, tool.Goroce, args, e.IP(), peer)...)
+		argv = append(argv[:2], append([]string{dev, e.H.HostIface()}, argv[2:]...)...)
+		if peer.IsValid() {
+			// Retry a refused connection while the server starts.
+			argv = append(argv[:2], append([]string{"--timeout", "120"}, argv[2:]...)...)
+		}
 	}
 	if len(env) > 0 {
 		argv = append(append([]string{"env"}, env...), argv...)
@@ -327,7 +425,13 @@ type CellResult struct {
 	Explained   int
 	ExplainedBy map[string]int
 	Completed   int
+	// MADs counts the packets to QP1 (the CM's REQ, REP, RTU, DREQ, DREP,
+	// SIDR_REQ, SIDR_REP, REJ, MRA).
+	MADs int
 }
+
+// gsiQPN is QP1, the GSI: where every CM MAD goes.
+const gsiQPN = 1
 
 // Result statuses.
 const (
@@ -429,7 +533,16 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 		fail("server: %v", err)
 		return r
 	}
-	if err := server.WaitListen(toolPort, sp, 90*time.Second); err != nil {
+	if c.Tool.CM != nil {
+		// No TCP listener: a head start, then the client retries.
+		time.Sleep(time.Second)
+		if !sp.Running() {
+			r.Server = sp.Wait(5 * time.Second)
+			capture.Stop()
+			fail("%s ended before the client started:\n%s", server.Label(), r.Server)
+			return r
+		}
+	} else if err := server.WaitListen(toolPort, sp, 90*time.Second); err != nil {
 		sp.Kill()
 		r.Server = sp.Wait(5 * time.Second)
 		capture.Stop()
@@ -490,8 +603,13 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 			fail("goroce dump --explain: %v", err)
 			return r
 		}
-		// The bw tools' client is the requester of the one data QP.
-		judgeExplain(r, &ex.Summary, client.IP().String(), server.IP().String())
+		if c.Tool.CM != nil {
+			// rping's server is a requester too (READ, WRITE, SEND).
+			judgeExplainFlows(r, &ex.Summary)
+		} else {
+			// The bw tools' client is the requester of the one data QP.
+			judgeExplain(r, &ex.Summary, client.IP().String(), server.IP().String())
+		}
 	}
 	if tos := c.Expect.TOS; tos != nil {
 		for _, impl := range []string{gor.Impl(), rxe.Impl()} {
@@ -523,6 +641,14 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 	r.Packets = s.RoCE
 	for _, f := range s.Flows {
 		line := fmt.Sprintf("%s > %s dqpn 0x%x: %d packets", f.Src, f.Dst, f.DQPN, f.Packets)
+		if f.DQPN == gsiQPN {
+			// Connection management (CM MADs, UD SENDs to QP1): expected
+			// in the rdma_cm cells, and its PSNs are no RC sequence (a lost
+			// MAD is a gap, its retry a new PSN).
+			r.MADs += f.Packets
+			r.Summaries = append(r.Summaries, line+" (CM MADs on QP1)")
+			continue
+		}
 		if q := f.Requests; q != nil {
 			r.Retrans += q.Retransmitted
 			if q.Retransmitted > 0 {
@@ -717,6 +843,52 @@ func judgeExplain(r *CellResult, s *dumpjson.Summary, src, dst string) {
 	if flow.Unanswered != 0 || flow.Failed != 0 || flow.Completed != flow.Operations {
 		fail("explain: data flow %s > %s dqpn %#x: %d operations, %d completed, %d failed, %d unanswered: %s",
 			flow.Src, flow.Dst, flow.DQPN, flow.Operations, flow.Completed, flow.Failed, flow.Unanswered, flow.Text)
+	}
+}
+
+// judgeExplainFlows is judgeExplain for a tool whose both ends are
+// requesters (rping): every retransmission is explained by loss and lies in
+// an RC flow, not in the CM's traffic on QP1 (which retries by sending
+// anew), and every RC flow's operations completed.
+func judgeExplainFlows(r *CellResult, s *dumpjson.Summary) {
+	fail := func(format string, a ...any) {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
+	}
+	r.Explained = len(s.Anomalies)
+	r.ExplainedBy = map[string]int{}
+	flows := 0
+	for _, v := range s.Verdicts {
+		if v.DQPN == gsiQPN {
+			continue
+		}
+		flows++
+		r.Completed += v.Completed
+		if v.Unanswered != 0 || v.Failed != 0 || v.Completed != v.Operations {
+			fail("explain: flow %s > %s dqpn %#x: %d operations, %d completed, %d failed, %d unanswered: %s",
+				v.Src, v.Dst, v.DQPN, v.Operations, v.Completed, v.Failed, v.Unanswered, v.Text)
+		}
+	}
+	if flows == 0 {
+		fail("explain: no verdict for any RC flow")
+	}
+	for _, a := range s.Anomalies {
+		if a.Kind != "retransmission" {
+			continue
+		}
+		r.ExplainedBy[a.Cause]++
+		if a.DQPN == gsiQPN {
+			fail("explain: retransmission on QP1: %s", a.Text)
+		}
+		if !lossCauses[a.Cause] {
+			fail("explain: retransmission with cause %q, not one loss explains: %s", a.Cause, a.Text)
+		}
+	}
+	switch n := r.ExplainedBy["sequence_nak"] + r.ExplainedBy["timeout"]; {
+	case r.Retrans > 0 && n == 0:
+		fail("explain: %d retransmitted PSNs but no retransmission caused by a sequence NAK or a timeout (%d anomalies, retransmissions by cause: %s)",
+			r.Retrans, r.Explained, byString(r.ExplainedBy))
+	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
+		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))
 	}
 }
 

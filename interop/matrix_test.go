@@ -135,6 +135,18 @@ func matrixCells(mtu int) []Cell {
 			Expect: Expect{UDQKey: 0x11111111, PathMTU: 1024}, Note: "UD SEND_ONLY, Q_Key 0x11111111, no ACKs"},
 		{Name: "send_bw RNR", Tool: ToolSendBW, Args: []string{"-F", "-s", "4096", "-n", "20"}, Server: []string{"-r", "1"},
 			Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server rx depth 1"},
+		// Connected through the connection manager (REQ/REP/RTU and
+		// DREQ/DREP, or SIDR_REQ/SIDR_REP, as MADs on QP1): librdmacm's
+		// examples and perftest -R.
+		{Name: "rping", Tool: ToolRping, Args: []string{"-C", "10", "-S", "4096", "-v"},
+			Note: "RDMA CM on QP1; READ of the start buffer, WRITE echo"},
+		{Name: "ucmatose", Tool: ToolUcmatose, Args: []string{"-c", "4", "-C", "10"}, Note: "4 connections at once"},
+		{Name: "udaddy", Tool: ToolUdaddy, Note: "UD, resolved through SIDR"},
+		{Name: "send_bw -R", Tool: ToolSendBWCM, Args: append([]string{"-R"}, bw...), Note: "rdma_cm control and data QPs"},
+		{Name: "write_bw -R", Tool: ToolWriteBWCM, Args: append([]string{"-R"}, bw...), Note: "rdma_cm control and data QPs"},
+		{Name: "read_lat -R", Tool: ToolReadLatCM, Args: append([]string{"-R"}, lat...), Note: "rdma_cm control and data QPs"},
+		{Name: "rping, 2% loss at rxe", Tool: ToolRping, Args: []string{"-C", "200", "-S", "4096", "-v"}, Expect: Expect{Loss: true},
+			VMSetup: netemLoss, VMTeardown: netemOff, Note: "netem on the VM's eth0, CM MADs included"},
 	}
 }
 
@@ -262,8 +274,8 @@ func TestMatrix(t *testing.T) {
 						for _, l := range r.Summaries {
 							t.Logf("  %s", l)
 						}
-						t.Logf("%s %s: %s in %.1fs, %d RoCEv2 packets, %d NAKs, %d RNR NAKs, %d retransmitted, %d gaps, %d atomics chained",
-							c.Name, d, r.Status, r.Elapsed.Seconds(), r.Packets, r.NAKs, r.RNRNAKs, r.Retrans, r.Gaps, r.Atomics)
+						t.Logf("%s %s: %s in %.1fs, %d RoCEv2 packets (%d CM MADs), %d NAKs, %d RNR NAKs, %d retransmitted, %d gaps, %d atomics chained",
+							c.Name, d, r.Status, r.Elapsed.Seconds(), r.Packets, r.MADs, r.NAKs, r.RNRNAKs, r.Retrans, r.Gaps, r.Atomics)
 						if c.Expect.Loss {
 							t.Logf("%s %s: --explain: %d anomalies, retransmissions by cause: %s; data flow %d operations completed",
 								c.Name, d, r.Explained, byString(r.ExplainedBy), r.Completed)
@@ -642,6 +654,29 @@ func TestJudgeExplain(t *testing.T) {
 		}
 		if tc.name == "clean" && (r.Explained != 4 || r.ExplainedBy["sequence_nak"] != 1 || r.ExplainedBy["timeout"] != 1) {
 			t.Errorf("clean: explained %d, by cause %v", r.Explained, r.ExplainedBy)
+		}
+	}
+}
+
+// TestJudgeCMFixtures: the judge on rxe↔rxe captures of the rdma_cm tools
+// (testdata/rxe): the MADs on QP1 are counted apart and are no problem,
+// the RC and UD flows are judged as in any cell.
+func TestJudgeCMFixtures(t *testing.T) {
+	m := NewMatrix(buildGoroce(t), "goroce", t.TempDir())
+	for _, tc := range []struct {
+		pcap string
+		mads int
+	}{
+		{"rping.pcap", 5},            // REQ, REP, RTU, DREQ, DREP
+		{"ucmatose.pcap", 20},        // the same for 4 connections
+		{"udaddy.pcap", 2},           // SIDR_REQ, SIDR_REP
+		{"send_bw_rdma_cm.pcap", 10}, // the control and the data connection
+		{"rping_rej.pcap", 2},        // REQ, REJ
+	} {
+		r := &CellResult{}
+		m.judge(r, dumpFixture(t, tc.pcap), Expect{}, nil)
+		if r.MADs != tc.mads || len(r.Problems) > 0 {
+			t.Errorf("%s: %d MADs (want %d), problems %q", tc.pcap, r.MADs, tc.mads, r.Problems)
 		}
 	}
 }

@@ -1,9 +1,11 @@
 // Command goroce is goroce's one tool: the demo (two endpoints in one
 // process), a RoCEv2 packet dumper, ibv_rc_pingpong- and
-// ibv_ud_pingpong-compatible ping-pongs and perftest-compatible benchmarks.
+// ibv_ud_pingpong-compatible ping-pongs, perftest-compatible benchmarks, and
+// librdmacm's rping, cmatose and udaddy over goroce's connection manager.
 //
 // Each subcommand is a package under internal/ named after it with the
-// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, udpingpongcmd, perftestcmd), whose Run takes
+// suffix cmd (democmd, devinfocmd, dumpcmd, pingpongcmd, udpingpongcmd,
+// perftestcmd, rpingcmd, ucmatosecmd, udaddycmd), whose Run takes
 // a tool.Env: the outputs, the context and the device opener that main
 // passes here and tests pass their own of. The protocol and format logic a
 // subcommand runs on lives beside it (internal/dump, internal/pingpong,
@@ -23,7 +25,10 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/probecmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/srqpingpongcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/rpingcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
+	"github.com/goroce/goroce/cmd/goroce/internal/ucmatosecmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/udaddycmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/udpingpongcmd"
 )
 
@@ -44,10 +49,13 @@ var commands = []command{
 	{"probe", probecmd.Summary, probecmd.Run},
 	perftestCommand(perftest.ReadBW),
 	perftestCommand(perftest.ReadLat),
+	{"rping", rpingcmd.Summary, rpingcmd.Run},
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
 	{"srq_pingpong", srqpingpongcmd.Summary, srqpingpongcmd.Run},
+	{"ucmatose", ucmatosecmd.Summary, ucmatosecmd.Run},
 	{"ud_pingpong", udpingpongcmd.Summary, udpingpongcmd.Run},
+	{"udaddy", udaddycmd.Summary, udaddycmd.Run},
 	perftestCommand(perftest.WriteBW),
 	perftestCommand(perftest.WriteLat),
 }

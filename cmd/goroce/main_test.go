@@ -38,7 +38,7 @@ func TestCommands(t *testing.T) {
 		seen[c.name] = true
 	}
 	for _, name := range []string{"demo", "dump", "pingpong", "ud_pingpong", "write_bw", "read_bw", "send_bw", "atomic_bw",
-		"write_lat", "read_lat", "send_lat", "atomic_lat"} {
+		"write_lat", "read_lat", "send_lat", "atomic_lat", "rping", "ucmatose", "udaddy"} {
 		if !seen[name] {
 			t.Errorf("no command %s", name)
 		}

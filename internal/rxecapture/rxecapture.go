@@ -10,7 +10,10 @@ import (
 	"os"
 	"strings"
 
+	"net/netip"
+
 	"github.com/goroce/goroce/internal/pcapfile"
+	"github.com/goroce/goroce/wire"
 )
 
 // Msg is one TCP segment's payload on the tool's port, in capture order.
@@ -92,4 +95,51 @@ func ToolLog(path string) (server, client []string, err error) {
 		}
 	}
 	return server, client, nil
+}
+
+// RoCEMsg is one RoCEv2 packet of a capture: who sent it to which QP, its
+// opcode and its payload (without pad).
+type RoCEMsg struct {
+	Src, Dst netip.Addr
+	DestQP   uint32
+	Opcode   wire.Opcode
+	PSN      uint32
+	// RETH: the RDMA target of a WRITE FIRST/ONLY or READ REQUEST.
+	HasRETH bool
+	VA      uint64
+	RKey    uint32
+	DMALen  uint32
+	Imm     uint32 // the immediate, when the opcode carries one
+	Payload []byte
+}
+
+// RoCEMessages parses every RoCEv2 packet of the pcap at path (frames that
+// are not RoCEv2, or do not parse, are skipped).
+func RoCEMessages(path string) ([]RoCEMsg, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := pcapfile.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	var out []RoCEMsg
+	var p wire.Packet
+	for _, r := range recs {
+		if wire.Parse(r.Data, &p) != nil {
+			continue
+		}
+		m := RoCEMsg{Src: p.SrcIP(), Dst: p.DstIP(), DestQP: p.BTH.DestQP(), Opcode: p.Opcode(),
+			PSN: uint32(p.BTH.PSN()), Payload: bytes.Clone(p.Payload)}
+		if p.RETH != nil {
+			m.HasRETH, m.VA, m.RKey, m.DMALen = true, p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
+		}
+		if p.ImmDt != nil {
+			m.Imm = p.ImmDt.Imm()
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }

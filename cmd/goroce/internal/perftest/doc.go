@@ -1,6 +1,7 @@
-// Package perftest speaks the out-of-band TCP exchange of linux-rdma's
-// perftest (ib_{write,read,send,atomic}_{bw,lat}) in its Ethernet mode
-// (no -R/rdma_cm), so that goroce's tools interoperate with the unmodified
+// Package perftest speaks the out-of-band exchange of linux-rdma's
+// perftest (ib_{write,read,send,atomic}_{bw,lat}), over TCP in its Ethernet
+// mode and over an rdma_cm control QP with -R (see "rdma_cm" below), so
+// that goroce's tools interoperate with the unmodified
 // binaries in both roles: perftest 4.5-0.17 as shipped in Debian bookworm
 // (its configure.ac says VERSION "6.06") and the current upstream HEAD
 // (6.29 and later). It knows nothing of queue pairs; the RDMA side is reached
@@ -90,6 +91,25 @@
 // server its table line after Reports, and a caller checks there that the
 // second exchange repeated the first (a different -q on the two sides puts
 // them out of step, which the C tools only notice by hanging).
+//
+// # rdma_cm (-R)
+//
+// With -R (PlanConfig.RDMACM, Session.CM) perftest connects twice through
+// rdma_cm on its port (18515): first a control QP (one SEND and one RECV
+// of sizeof(struct pingpong_dest) = 56 bytes outstanding,
+// rdma_client_connect / rdma_server_connect), over which every exchange
+// above travels as one SEND per message (ctx_xchg_data_rdma, the same
+// direction rule), then, inside create_rdma_cm_connection, the data QPs,
+// between two handshakes that still carry an all-zero my_dest. rdma_cm
+// moves the QPs itself, so there is no Connect step; the key messages are
+// the binary struct pingpong_dest with big-endian fields (EncodeCMKeyMsg,
+// rdma_write_keys with HAVE_ENDIAN) instead of the text one; and Close is
+// the handshake alone (no "done"), the connections then torn down with
+// DREQ/DREP. The -R sequences are the ones above with
+//
+//	Hello, Sync, CMConnect, Sync, Setup, ... (no Connect)
+//
+// (checked against testdata/rxe/send_bw_rdma_cm.pcap).
 //
 // # Timeouts
 //

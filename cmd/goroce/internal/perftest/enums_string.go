@@ -43,11 +43,12 @@ func _() {
 	_ = x[StepReports-7]
 	_ = x[StepClose-8]
 	_ = x[StepLingerClose-9]
+	_ = x[StepCMConnect-10]
 }
 
-const _StepKind_name = "hellosetupkeysconnectsyncpreparetrafficreportscloselinger-close"
+const _StepKind_name = "hellosetupkeysconnectsyncpreparetrafficreportscloselinger-closecm-connect"
 
-var _StepKind_index = [...]uint8{0, 5, 10, 14, 21, 25, 32, 39, 46, 51, 63}
+var _StepKind_index = [...]uint8{0, 5, 10, 14, 21, 25, 32, 39, 46, 51, 63, 73}
 
 func (i StepKind) String() string {
 	idx := int(i) - 0

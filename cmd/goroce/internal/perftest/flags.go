@@ -50,6 +50,7 @@ type Flags struct {
 	CQModSet    bool       // -Q was given (req_cq_mod: -l then keeps it)
 	TClass      int        // --tclass: the GRH traffic class (IP TOS byte)
 	TOS         int        // -T, --tos (-1: not set); goroce uses it as the traffic class
+	RDMACM      bool       // -R, --rdma_cm: connect through rdma_cm, exchange over SEND/RECV
 	OutJSON     bool       // --out_json: write each report to OutJSONFile too
 	OutJSONFile string     // --out_json_file (perftest_out.json)
 	LimitBW     float64    // -w, --limit_bw: fail when the average BW is below it
@@ -88,7 +89,7 @@ func (f Flags) TrafficClass() uint8 {
 var ErrUsage = errors.New("perftest: usage")
 
 // ErrUnsupported is wrapped when an option asks for a mode goroce does not
-// implement (rdma_cm, transports other than RC).
+// implement (transports other than RC).
 var ErrUnsupported = errors.New("perftest: unsupported option")
 
 // Defaults returns the tool defaults for t (perftest_parameters.h:
@@ -221,9 +222,7 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	case len(pos) == 1:
 		f.Host = pos[0]
 	}
-	if rdmaCM {
-		return Flags{}, fmt.Errorf("%w: -R (rdma_cm): goroce speaks the Ethernet exchange only", ErrUnsupported)
-	}
+	f.RDMACM = rdmaCM
 	// The checks of parser() and force_dependecies, with their messages.
 	if f.Bidir && !t.BW() {
 		return Flags{}, fmt.Errorf("%w: Bidirectional is only available in BW test", ErrUsage)
@@ -317,6 +316,11 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	}
 	if f.UseSRQ && f.NumQPs > f.RxDepth {
 		return Flags{}, fmt.Errorf("%w: Using SRQ depth should be greater than number of QPs.", ErrUsage)
+	}
+	// perftest can put rdma_cm's QPs on an SRQ; goroce's cm creates the
+	// QPs without one, so the combination is refused rather than ignored.
+	if f.UseSRQ && f.RDMACM {
+		return Flags{}, fmt.Errorf("%w: --use-srq with -R (rdma_cm) is not supported by goroce", ErrUsage)
 	}
 	// A BW test requests a completion every cq_mod sends and may have only
 	// tx_depth outstanding, so cq_mod shrinks to tx_depth (write_bw_4k.log:

@@ -51,13 +51,16 @@ func TestParseFlags(t *testing.T) {
 		f.OutReads != 16 || !f.DontXchg || !f.PerPort || f.Port != 9000 || f.IBPort != 2 || f.CQMod != 8 || !f.Histogram {
 		t.Errorf("flags %+v", f)
 	}
+	for _, a := range []string{"-R", "--rdma_cm", "--rdma"} {
+		if f, err := ParseFlags(ReadLat, []string{a}); err != nil || !f.RDMACM {
+			t.Errorf("%q: RDMACM %v, %v", a, f.RDMACM, err)
+		}
+	}
 	for _, c := range []struct {
 		test Test
 		args string
 		want error
 	}{
-		{WriteBW, "-R", ErrUnsupported},
-		{WriteBW, "--rdma_cm", ErrUnsupported},
 		{WriteLat, "-b", ErrUsage},
 		{WriteBW, "-H", ErrUsage},
 		{SendBW, "-U", ErrUsage},

@@ -46,10 +46,14 @@ func FormatJSONTestInfo(ti TestInfo) string {
 	} else {
 		fmt.Fprintf(&b, "\"Outstand_reads\": %d,\n", ti.OutReads)
 	}
-	b.WriteString("\"rdma_cm_QPs\": \"OFF\",\n")
+	fmt.Fprintf(&b, "\"rdma_cm_QPs\": \"%s\",\n", onOff(ti.RDMACM))
 	b.WriteString("\"Use_ROCm_memory\": \"OFF\",\n")
 	b.WriteString("\"Use_MUSA_memory\": \"OFF\",\n")
-	b.WriteString("\"Data_ex_method\": \"Ethernet\"")
+	if ti.RDMACM {
+		b.WriteString("\"Data_ex_method\": \"rdma_cm\"")
+	} else {
+		b.WriteString("\"Data_ex_method\": \"Ethernet\"")
+	}
 	b.WriteString("\n},\n")
 	return b.String()
 }

@@ -60,6 +60,7 @@ type TestInfo struct {
 	Duplex     bool   // -b: "Bidirectional" in the title, both depths on both sides
 	UseSRQ     bool   // --use-srq: "Using SRQ : ON"
 	PostList   int    // -l: "Post List" in the title and its line when > 1
+	RDMACM     bool   // -R: "rdma_cm QPs : ON", the exchange over rdma_cm
 }
 
 func onOff(b bool) string {
@@ -129,9 +130,20 @@ func FormatTestInfo(ti TestInfo) string {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", ti.OutReads)
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n")
-	b.WriteString(" Data ex. method : Ethernet\n")
-	b.WriteString(ResultLine)
+	if !ti.RDMACM {
+		b.WriteString(" rdma_cm QPs\t : OFF\n")
+		b.WriteString(" Data ex. method : Ethernet\n")
+		b.WriteString(ResultLine)
+		return b.String()
+	}
+	b.WriteString(" rdma_cm QPs\t : ON\n")
+	b.WriteString(" Data ex. method : rdma_cm")
+	if ti.Server {
+		b.WriteString("\n" + ResultLine)
+		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+		b.WriteString(" Please run the same command with the IB/RoCE interface IP")
+	}
+	b.WriteString("\n" + ResultLine)
 	return b.String()
 }
 

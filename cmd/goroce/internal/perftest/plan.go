@@ -94,6 +94,10 @@ const (
 	StepClose // close
 	// StepLingerClose is Session.LingerClose (write_lat has no close).
 	StepLingerClose // linger-close
+	// StepCMConnect calls Hooks.CMConnect (-R: create_rdma_cm_connection
+	// between its two handshakes: the resources and the data QPs,
+	// connected through rdma_cm). Nothing on the control connection.
+	StepCMConnect // cm-connect
 )
 
 // Step is one element of a test's sequence. Size is the message size of a
@@ -120,6 +124,10 @@ type PlanConfig struct {
 	// RunInf is --run_infinitely: a duplex write/read/atomic test runs its
 	// traffic right after the after-RTR handshake and then closes.
 	RunInf bool
+	// RDMACM is -R: after Hello, create_rdma_cm_connection (a handshake,
+	// the data QPs connected through rdma_cm, a handshake) comes before
+	// Setup, and there is no ctx_connect.
+	RDMACM bool
 }
 
 // AllSizes returns the sizes -a runs: 2^1 … 2^23 (the loops "for (i = 1;
@@ -137,6 +145,24 @@ func AllSizes() []uint64 {
 // 4.5-0.17 (the same counts as HEAD). See the package documentation for
 // where each count comes from.
 func Steps(t Test, server bool, cfg PlanConfig) []Step {
+	steps := ethernetSteps(t, server, cfg)
+	if !cfg.RDMACM {
+		return steps
+	}
+	// -R: create_rdma_cm_connection between Hello and Setup, whose first
+	// handshake sends my_dest[0] before set_up_connection has filled it
+	// (zeros); rdma_cm moves the QPs, so there is no ctx_connect.
+	out := []Step{steps[0], {Kind: StepSync}, {Kind: StepCMConnect}, {Kind: StepSync}}
+	for _, st := range steps[1:] {
+		if st.Kind != StepConnect {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// ethernetSteps is Steps without -R.
+func ethernetSteps(t Test, server bool, cfg PlanConfig) []Step {
 	sizes := []uint64{cfg.Size}
 	if cfg.AllSizes && t != AtomicBW && t != AtomicLat {
 		sizes = AllSizes()
@@ -222,6 +248,9 @@ type Hooks struct {
 	Setup func(n Negotiated) ([]KeyMsg, error)
 	// Connect moves the QPs to RTR and RTS towards the peer's keys.
 	Connect func(local, peer []KeyMsg) error
+	// CMConnect (-R) creates the resources and connects the data QPs
+	// through rdma_cm; Setup then only describes them.
+	CMConnect func(n Negotiated) error
 	// Prepare readies one message size before the handshake after which the
 	// peer starts sending (send tests only: post the receives).
 	Prepare func(size uint64, peer []KeyMsg) error
@@ -254,6 +283,8 @@ type Config struct {
 	ExchangeTimeout time.Duration
 	// Trace, when set, is given every message (see Session.Trace).
 	Trace func(out bool, what string, b []byte)
+	// GIDIndex is the gid_index field of the -R key messages.
+	GIDIndex int32
 }
 
 // Outcome is what a run learned.
@@ -312,6 +343,7 @@ func Run(ctx context.Context, conn net.Conn, cfg Config, hooks Hooks) (Outcome, 
 	s := NewSession(conn, cfg.Server)
 	s.DontExchangeVersions = cfg.DontExchangeVersions
 	s.Trace = cfg.Trace
+	s.CM, s.GIDIndex = cfg.Plan.RDMACM, cfg.GIDIndex
 	var out Outcome
 	steps := Steps(cfg.Test, cfg.Server, cfg.Plan)
 	long := WaitsForTraffic(cfg.Test, cfg.Server, cfg.Plan)
@@ -419,6 +451,12 @@ func runStep(s *Session, cfg Config, hooks Hooks, step Step, out *Outcome) error
 		}
 		out.Peer = peer
 	case StepSync:
+		if len(out.Local) == 0 {
+			// -R's handshakes around the rdma_cm connection: zeros out,
+			// nothing kept.
+			_, err := s.HandShake(KeyMsg{})
+			return err
+		}
 		p, err := s.HandShake(out.Local[0])
 		if err != nil {
 			return err
@@ -430,6 +468,10 @@ func runStep(s *Session, cfg Config, hooks Hooks, step Step, out *Outcome) error
 	case StepConnect:
 		if hooks.Connect != nil {
 			return hooks.Connect(out.Local, out.Peer)
+		}
+	case StepCMConnect:
+		if hooks.CMConnect != nil {
+			return hooks.CMConnect(out.Negotiated)
 		}
 	case StepPrepare:
 		if hooks.Prepare != nil {

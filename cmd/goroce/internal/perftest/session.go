@@ -30,6 +30,14 @@ type Session struct {
 
 	// Trace, when set, sees every message: out is true for what we send.
 	Trace func(out bool, what string, b []byte)
+
+	// CM is -R: the control connection is an rdma_cm RC QP whose every
+	// Write is one SEND and every Read one RECV. The key messages are
+	// binary struct pingpong_dest (EncodeCMKeyMsg) and the close is the
+	// last handshake alone (no "done").
+	CM bool
+	// GIDIndex is what a CM key message carries in its gid_index field.
+	GIDIndex int32
 }
 
 // NewSession wraps an established control connection. server is the role:
@@ -167,6 +175,14 @@ func (s *Session) Hello(cycleBuffer, cacheLine int32, mtu MTU) (Negotiated, erro
 
 // HandShake is ctx_hand_shake: one key message each way.
 func (s *Session) HandShake(local KeyMsg) (KeyMsg, error) {
+	if s.CM {
+		mine := EncodeCMKeyMsg(local, s.GIDIndex)
+		var theirs [CMKeyMsgSize]byte
+		if err := s.xchg("key message", mine[:], theirs[:]); err != nil {
+			return KeyMsg{}, err
+		}
+		return DecodeCMKeyMsg(theirs[:])
+	}
 	mine := EncodeKeyMsg(local)
 	var theirs [KeyMsgSize]byte
 	if err := s.xchg("key message", mine[:], theirs[:]); err != nil {
@@ -215,7 +231,7 @@ const closeDrain = 500 * time.Millisecond
 // and not a reset that could race the peer's last read.
 func (s *Session) Close(local KeyMsg) error {
 	_, err := s.HandShake(local)
-	if err == nil {
+	if err == nil && !s.CM {
 		_ = s.write("done", Done[:])
 		if s.conn.SetReadDeadline(time.Now().Add(closeDrain)) == nil {
 			var b [len(Done)]byte
@@ -235,30 +251,39 @@ func (s *Session) Close(local KeyMsg) error {
 // is then closed. A reset or EOF from the peer is not an error.
 func (s *Session) LingerClose(local KeyMsg) error {
 	defer s.conn.Close()
+	if s.CM {
+		mine := EncodeCMKeyMsg(local, s.GIDIndex)
+		var theirs [CMKeyMsgSize]byte
+		return s.lingerClose(mine[:], theirs[:])
+	}
 	mine := EncodeKeyMsg(local)
 	var theirs [KeyMsgSize]byte
+	return s.lingerClose(mine[:], theirs[:])
+}
+
+func (s *Session) lingerClose(mine, theirs []byte) error {
 	gone := func(err error) bool {
 		return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || isReset(err)
 	}
 	if !s.server {
-		if err := s.write("closing key message", mine[:]); err != nil {
+		if err := s.write("closing key message", mine); err != nil {
 			if gone(err) {
 				return nil
 			}
 			return err
 		}
-		if err := s.read("closing key message", theirs[:]); err != nil && !gone(err) {
+		if err := s.read("closing key message", theirs); err != nil && !gone(err) {
 			return err
 		}
 		return nil
 	}
-	if err := s.read("closing key message", theirs[:]); err != nil {
+	if err := s.read("closing key message", theirs); err != nil {
 		if gone(err) {
 			return nil
 		}
 		return err
 	}
-	if err := s.write("closing key message", mine[:]); err != nil && !gone(err) {
+	if err := s.write("closing key message", mine); err != nil && !gone(err) {
 		return err
 	}
 	return nil

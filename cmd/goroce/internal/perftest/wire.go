@@ -118,6 +118,49 @@ type KeyMsg struct {
 	SRQN     uint32 // 0 for RC
 }
 
+// CMKeyMsgSize is sizeof(struct pingpong_dest) on a 64-bit host: what
+// rdma_write_keys sends and rdma_read_keys reads over the rdma_cm control
+// QP (-R), instead of the text key message.
+const CMKeyMsgSize = 56
+
+// EncodeCMKeyMsg is rdma_write_keys (HAVE_ENDIAN): struct pingpong_dest
+// with every field big-endian: lid, out_reads, qpn, psn, rkey (4 bytes
+// each at 0..19), 4 bytes of padding, vaddr at 24, the GID at 32, srqn at
+// 48 and gid_index at 52. The padding, which the C tool leaves as stack
+// garbage, is zero here.
+func EncodeCMKeyMsg(k KeyMsg, gidIndex int32) [CMKeyMsgSize]byte {
+	var m [CMKeyMsgSize]byte
+	binary.BigEndian.PutUint32(m[0:], uint32(k.LID))
+	binary.BigEndian.PutUint32(m[4:], uint32(k.OutReads))
+	binary.BigEndian.PutUint32(m[8:], k.QPN)
+	binary.BigEndian.PutUint32(m[12:], k.PSN)
+	binary.BigEndian.PutUint32(m[16:], k.RKey)
+	binary.BigEndian.PutUint64(m[24:], k.VAddr)
+	copy(m[32:48], k.GID[:])
+	binary.BigEndian.PutUint32(m[48:], k.SRQN)
+	binary.BigEndian.PutUint32(m[52:], uint32(gidIndex))
+	return m
+}
+
+// DecodeCMKeyMsg is rdma_read_keys: the fields it converts (lid,
+// out_reads, qpn, psn, rkey, vaddr and the GID; it leaves srqn alone), from
+// at least CMKeyMsgSize bytes. Values wider than their field are errors.
+func DecodeCMKeyMsg(b []byte) (KeyMsg, error) {
+	if len(b) < CMKeyMsgSize {
+		return KeyMsg{}, fmt.Errorf("%w: rdma_cm key message of %d bytes", ErrMalformed, len(b))
+	}
+	lid, out := binary.BigEndian.Uint32(b[0:]), binary.BigEndian.Uint32(b[4:])
+	k := KeyMsg{QPN: binary.BigEndian.Uint32(b[8:]), PSN: binary.BigEndian.Uint32(b[12:]),
+		RKey: binary.BigEndian.Uint32(b[16:]), VAddr: binary.BigEndian.Uint64(b[24:])}
+	if lid > 0xffff || out > 0xffff || k.QPN > 0xffffff || k.PSN > 0xffffff {
+		return KeyMsg{}, fmt.Errorf("%w: rdma_cm key message field out of range (lid %#x, out_reads %#x, qpn %#x, psn %#x)",
+			ErrMalformed, lid, out, k.QPN, k.PSN)
+	}
+	k.LID, k.OutReads = uint16(lid), uint16(out)
+	copy(k.GID[:], b[32:48])
+	return k, nil
+}
+
 const hexDigits = "0123456789abcdef"
 
 func putHex(b []byte, v uint64) {

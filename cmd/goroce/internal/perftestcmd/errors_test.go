@@ -22,7 +22,7 @@ func TestUsage(t *testing.T) {
 		test perftest.Test
 		args string
 	}{
-		{perftest.WriteBW, "-R"},
+		{perftest.WriteBW, "-R -T 16"},
 		{perftest.WriteBW, "-c UC"},
 		{perftest.AtomicBW, "-A ADD"},
 		{perftest.WriteLat, "-D 5"},

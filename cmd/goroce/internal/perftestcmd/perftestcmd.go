@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/qp"
@@ -66,6 +67,7 @@ perftest options goroce implements (the values and defaults of perftest 4.5):
   -u, --qp-timeout=<t>      local ACK timeout exponent (14)
   -e, --events              sleep on CQ events instead of polling
   -c, --connection=RC       the only connection type
+  -R, --rdma_cm             connect the QPs through rdma_cm (goroce's cm) and exchange over SEND/RECV
   --report_gbits            report Gb/s instead of MB/s
   --dont_xchg_versions      do not exchange versions
   -b, --bidirectional       both sides send (BW tests); the line is the sum of both directions
@@ -119,6 +121,8 @@ func Run(env tool.Env, t perftest.Test, args []string) int {
 			err = fmt.Errorf("%w: -D in a latency test", perftest.ErrUnsupported)
 		case f.IBPort != 1:
 			err = fmt.Errorf("%w: IB port %d (a goroce device has port 1 only)", perftest.ErrUnsupported, f.IBPort)
+		case f.RDMACM && (f.TOS >= 0 || f.TClass != 0):
+			err = fmt.Errorf("%w: -T/--tclass with -R (goroce's cm sets no RDMA_OPTION_ID_TOS)", perftest.ErrUnsupported)
 		}
 	}
 	if err != nil {
@@ -181,7 +185,8 @@ type runner struct {
 	mr        *qp.MR
 	scq, rcq  *qp.CQ
 	qps       []*qp.QP
-	srq       *qp.SRQ // --use-srq on a receiving side (srq.go)
+	srq       *qp.SRQ   // --use-srq on a receiving side (srq.go)
+	qpAccess  qp.Access // the QPs' INIT access (Ethernet mode)
 	keysSeen  int
 	firstPeer []perftest.KeyMsg
 
@@ -194,7 +199,10 @@ type runner struct {
 	peerPSN wire.PSN
 
 	conn net.Conn
-	info perftest.TestInfo // what FormatTestInfo printed (the JSON report repeats it)
+	// -R: the rdma_cm control connection and the data connections.
+	ctrl      *msgConn
+	dataConns []*cm.Conn
+	info      perftest.TestInfo // what FormatTestInfo printed (the JSON report repeats it)
 	// stop ends --run_infinitely's traffic (nil otherwise); inf is the
 	// reporter of its traffic phase.
 	stop context.Context
@@ -224,11 +232,13 @@ func (r *runner) run() error {
 		return err
 	}
 	defer conn.Close()
+	defer r.closeCM()
 	r.conn = conn
 	cfg := perftest.Config{Test: r.test, Server: r.server, Plan: perftest.PlanConfig{Size: f.Size, AllSizes: f.AllSizes,
-		Duplex: f.Bidir, Duration: f.Duration > 0 || f.RunInf, RunInf: f.RunInf},
-		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: tool.ExchangeTimeout}
-	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
+		Duplex: f.Bidir, Duration: f.Duration > 0 || f.RunInf, RunInf: f.RunInf, RDMACM: f.RDMACM},
+		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: tool.ExchangeTimeout,
+		GIDIndex: int32(r.gidIndex)}
+	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, CMConnect: r.cmConnect, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
 	peerMayWrite := false
 	if _, err := perftest.Run(r.ctx, conn, cfg, hooks); err != nil {
 		switch {
@@ -297,6 +307,9 @@ func (r *runner) init(dev *qp.Device) error {
 // connect establishes the control connection: the server prints the
 // banner and accepts one client, the client connects (IPv4, as perftest).
 func (r *runner) connect() (net.Conn, error) {
+	if r.f.RDMACM {
+		return r.connectCM()
+	}
 	if r.server {
 		r.out(perftest.WaitingBanner)
 		ln, err := perftest.Listen(r.f.Port)
@@ -321,14 +334,43 @@ func (r *runner) connect() (net.Conn, error) {
 
 // setup is ctx_init and set_up_connection: the buffer (random bytes, zeros
 // for write_lat), one MR over it, the CQs, the QPs in INIT, and one key
-// message per QP advertising the QP's half of the target area.
+// message per QP advertising the QP's half of the target area. With -R
+// cmConnect has made all of it but the key messages.
 func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
+	f := r.f
+	if !f.RDMACM {
+		if err := r.alloc(n); err != nil {
+			return nil, err
+		}
+		if err := r.createQPs(); err != nil {
+			return nil, err
+		}
+	}
+	gid, _ := r.dev.GID(r.gidIndex)
+	keys := make([]perftest.KeyMsg, len(r.qps))
+	for i, q := range r.qps {
+		keys[i] = perftest.KeyMsg{OutReads: uint16(r.outReads), QPN: q.QPN(), PSN: tool.RandomPSN(), RKey: r.mr.RKey(),
+			VAddr: perftest.TargetVAddr(r.mr.IOVA(), f.NumQPs, i, r.maxSize, n.CycleBuffer), GID: tool.GIDBytes(gid)}
+	}
+	r.info = perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
+		Device: r.dev.Name(), NumQPs: f.NumQPs, Transport: "IB", PCIeRelax: r.test.BW(), TxDepth: f.TxDepth,
+		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: n.MTU, LinkType: "Ethernet", GIDIndex: r.gidIndex,
+		InlineSize: int(r.inline), OutReads: r.outReads, Duplex: f.Bidir, PostList: f.PostList, UseSRQ: f.UseSRQ, RDMACM: f.RDMACM}
+	r.out(perftest.FormatTestInfo(r.info))
+	if r.env.Buffers != nil {
+		r.env.Buffers("init", append([]byte(nil), r.buf...))
+	}
+	return keys, nil
+}
+
+// alloc is ctx_init's memory: the buffer, its MR and the CQs.
+func (r *runner) alloc(n perftest.Negotiated) error {
 	f := r.f
 	r.neg = n
 	// The cycle buffer is the larger page size of the two hosts; a peer
 	// cannot make us allocate gigabytes with a silly one.
 	if n.CycleBuffer > maxCycleBuffer || n.CacheLine > maxCycleBuffer {
-		return nil, fmt.Errorf("the peer's cycle buffer (%d) or cache line (%d) is larger than %d bytes",
+		return fmt.Errorf("the peer's cycle buffer (%d) or cache line (%d) is larger than %d bytes",
 			n.CycleBuffer, n.CacheLine, maxCycleBuffer)
 	}
 	r.cycle = uint64(max(n.CycleBuffer, 1))
@@ -337,7 +379,7 @@ func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	r.buffSize = perftest.BuffSize(r.maxSize, n.CycleBuffer)
 	total := 2 * uint64(nq) * r.buffSize
 	if total > 1<<32 {
-		return nil, fmt.Errorf("Couldn't allocate work buf: %d bytes", total)
+		return fmt.Errorf("Couldn't allocate work buf: %d bytes", total)
 	}
 	r.buf = make([]byte, total)
 	if r.test != perftest.WriteLat {
@@ -362,47 +404,45 @@ func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	r.pd = r.dev.AllocPD()
 	var err error
 	if r.mr, err = r.pd.RegMR(r.buf, access); err != nil {
-		return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
+		return fmt.Errorf("Couldn't allocate MR: %w", err)
 	}
 	if r.scq, err = r.dev.CreateCQ(f.TxDepth*nq + 16); err != nil {
-		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
+		return fmt.Errorf("Couldn't create CQ: %w", err)
 	}
 	r.rcq = r.scq
-	maxRecv := 1
+	r.qpAccess = qpAccess
 	if r.verb == perftest.Send {
 		// Every SEND side receives too: the server, and with -b the client.
-		maxRecv = f.RxDepth
 		if r.rcq, err = r.dev.CreateCQ(f.RxDepth*nq + 16); err != nil {
-			return nil, fmt.Errorf("Couldn't create a receiver CQ: %w", err)
+			return fmt.Errorf("Couldn't create a receiver CQ: %w", err)
 		}
 	}
-	if err := r.createSRQ(); err != nil {
-		return nil, fmt.Errorf("Couldn't create SRQ: %w", err)
+	return nil
+}
+
+// createQPs creates the QPs and moves them to INIT (the Ethernet mode;
+// with -R rdma_cm creates them).
+func (r *runner) createQPs() error {
+	f := r.f
+	maxRecv := 1
+	if r.verb == perftest.Send {
+		maxRecv = f.RxDepth
 	}
-	gid, _ := r.dev.GID(r.gidIndex)
-	keys := make([]perftest.KeyMsg, nq)
-	for i := range nq {
+	if err := r.createSRQ(); err != nil {
+		return fmt.Errorf("Couldn't create SRQ: %w", err)
+	}
+	for range f.NumQPs {
 		q, err := r.pd.CreateQP(qp.InitAttr{SendCQ: r.scq, RecvCQ: r.rcq, SRQ: r.srq,
 			Cap: qp.Caps{MaxSendWR: f.TxDepth, MaxRecvWR: maxRecv, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
-			return nil, fmt.Errorf("Unable to create QP: %w", err)
+			return fmt.Errorf("Unable to create QP: %w", err)
 		}
-		if err := tool.ModifyToInit(r.ctx, q, f.IBPort, qpAccess); err != nil {
-			return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
+		if err := tool.ModifyToInit(r.ctx, q, f.IBPort, r.qpAccess); err != nil {
+			return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
 		r.qps = append(r.qps, q)
-		keys[i] = perftest.KeyMsg{OutReads: uint16(r.outReads), QPN: q.QPN(), PSN: tool.RandomPSN(), RKey: r.mr.RKey(),
-			VAddr: perftest.TargetVAddr(r.mr.IOVA(), nq, i, r.maxSize, n.CycleBuffer), GID: tool.GIDBytes(gid)}
 	}
-	r.info = perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
-		Device: r.dev.Name(), NumQPs: nq, Transport: "IB", PCIeRelax: r.test.BW(), TxDepth: f.TxDepth,
-		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: n.MTU, LinkType: "Ethernet", GIDIndex: r.gidIndex,
-		InlineSize: int(r.inline), OutReads: r.outReads, Duplex: f.Bidir, PostList: f.PostList, UseSRQ: f.UseSRQ}
-	r.out(perftest.FormatTestInfo(r.info))
-	if r.env.Buffers != nil {
-		r.env.Buffers("init", append([]byte(nil), r.buf...))
-	}
-	return keys, nil
+	return nil
 }
 
 // fillRandom fills b with pseudo-random bytes, as create_single_mr does

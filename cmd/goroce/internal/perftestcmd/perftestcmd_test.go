@@ -54,7 +54,8 @@ func checkPerftestOutput(t *testing.T, c perftestCase, server bool, stdout strin
 	}
 	info := perftest.FormatTestInfo(perftest.TestInfo{Test: c.test, Server: server, AtomicType: f.AtomicType,
 		Device: infoDev[server], NumQPs: c.qps, Transport: "IB", PCIeRelax: c.test.BW(), TxDepth: f.TxDepth,
-		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: perftest.MTU1024, LinkType: "Ethernet", GIDIndex: 1, OutReads: outReads, UseSRQ: f.UseSRQ})
+		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: perftest.MTU1024, LinkType: "Ethernet", GIDIndex: 1, OutReads: outReads,
+		UseSRQ: f.UseSRQ, RDMACM: f.RDMACM})
 	if !strings.HasPrefix(out, info) {
 		t.Fatalf("server=%v: test information:\n%s\nwant\n%s", server, out, info)
 	}

@@ -137,3 +137,56 @@ func RunPairIdle(t *testing.T, idle time.Duration, run func(env tool.Env, args [
 	}
 	return server, client
 }
+
+// RunCMPair runs an rdma_cm tool (rping, ucmatose, udaddy, perftest -R):
+// the server (serverArgs, which name its device with --dev a or -d a), and
+// once it listens (Env.Listening) the client (clientArgs, naming the
+// server's address 198.18.0.1 themselves). Both run in this process; the
+// whole run is bounded.
+func RunCMPair(t *testing.T, run func(env tool.Env, args []string) int, open func(context.Context, string) (*qp.Device, error),
+	serverArgs, clientArgs []string) (server, client Outcome) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	listening := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	invoke := func(res *Outcome, args []string, l func(net.Addr)) {
+		defer wg.Done()
+		var out, errb bytes.Buffer
+		var mu sync.Mutex
+		env := tool.Env{Ctx: ctx, Stdout: &out, Stderr: &errb, Open: open, Listening: l, Idle: Idle,
+			Buffers: func(stage string, buf []byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				if stage == "final" {
+					res.Final = buf
+				} else {
+					res.Initial = buf
+				}
+			}}
+		res.Code = run(env, args)
+		res.Stdout, res.Stderr = out.String(), errb.String()
+	}
+	wg.Add(1)
+	srvDone := make(chan struct{})
+	go func() {
+		invoke(&server, serverArgs, func(net.Addr) { listening <- struct{}{} })
+		close(srvDone)
+	}()
+	select {
+	case <-listening:
+	case <-srvDone:
+		t.Fatalf("server ended before listening: code %d\n%s\n%s", server.Code, server.Stdout, server.Stderr)
+	case <-ctx.Done():
+		wg.Wait()
+		t.Fatalf("server never listened: code %d\n%s\n%s", server.Code, server.Stdout, server.Stderr)
+	}
+	wg.Add(1)
+	go invoke(&client, clientArgs, nil)
+	wg.Wait()
+	if t.Failed() || server.Code != 0 || client.Code != 0 {
+		t.Logf("server exit %d\n%s%s", server.Code, server.Stdout, server.Stderr)
+		t.Logf("client exit %d\n%s%s", client.Code, client.Stdout, client.Stderr)
+	}
+	return server, client
+}

@@ -1,0 +1,196 @@
+package tool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/qp"
+)
+
+// This file is what the librdmacm-style tools (rping, ucmatose, udaddy and
+// perftest's -R) share: they name the peer by IP address and port instead
+// of exchanging QPNs, the device is the one holding the address (as
+// rdma_bind_addr / rdma_resolve_addr pick the RDMA device by its netdev),
+// and connection failures are reported as the rdma_cm event the C tool
+// would have seen.
+
+// Atoi is C's atoi: leading blanks, an optional sign, then as many decimal
+// digits as there are; anything else gives what was read so far (0 for no
+// digits). The librdmacm examples parse every number with it.
+func Atoi(s string) int {
+	s = strings.TrimLeft(s, " \t\n\v\f\r")
+	neg := false
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	n := 0
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+		if n > 1<<31 {
+			n = 1 << 31 // int overflow is undefined in C; saturate
+		}
+	}
+	if neg {
+		n = -n
+	}
+	return int(int32(n))
+}
+
+// SplitDevice removes goroce's --dev=IFACE / --dev IFACE from args: the
+// network interface of the RoCE device (the C tools find the RDMA device
+// from the address, and so does OpenCMDevice when --dev is not given).
+func SplitDevice(args []string) (rest []string, dev string, err error) {
+	rest = make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(rest, args[i:]...), dev, nil
+		case a == "--dev":
+			if i+1 == len(args) {
+				return nil, "", errors.New("option --dev requires an argument")
+			}
+			i++
+			dev = args[i]
+		case strings.HasPrefix(a, "--dev="):
+			dev = strings.TrimPrefix(a, "--dev=")
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return rest, dev, nil
+}
+
+// InterfaceFor is the network interface that holds address a, or failing
+// that the one whose subnet contains a ("" when none does).
+func InterfaceFor(a netip.Addr) string {
+	if !a.IsValid() || a.IsUnspecified() {
+		return ""
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	subnet := ""
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			p, err := netip.ParsePrefix(ad.String())
+			if err != nil {
+				continue
+			}
+			switch {
+			case p.Addr().Unmap() == a.Unmap():
+				return ifc.Name
+			case subnet == "" && p.Masked().Contains(a.Unmap()):
+				subnet = ifc.Name
+			}
+		}
+	}
+	return subnet
+}
+
+// OpenCMDevice opens the device of an rdma_cm tool: the interface --dev
+// named, else the one holding (or routing, by subnet) the first of addrs
+// that is a concrete address, else env's default.
+func OpenCMDevice(ctx context.Context, env Env, dev string, addrs ...netip.Addr) (*qp.Device, error) {
+	if dev == "" {
+		for _, a := range addrs {
+			if dev = InterfaceFor(a); dev != "" {
+				break
+			}
+		}
+	}
+	return env.Open(ctx, dev)
+}
+
+// ParseHost is getaddrinfo for the tools' -a/-s/-b: a numeric IPv4 or IPv6
+// address (goroce resolves no names: its tools run where no DNS is asked).
+func ParseHost(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		if s == "localhost" {
+			return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
+		}
+		return netip.Addr{}, errors.New("Name or service not known")
+	}
+	return a.Unmap(), nil
+}
+
+// CMEvent is the rdma_cm event and status a connection error stands for,
+// as librdmacm reports them (event->status): a REJ is
+// RDMA_CM_EVENT_REJECTED with the reject reason, no answer is
+// RDMA_CM_EVENT_UNREACHABLE with -ETIMEDOUT, anything else (the address or
+// route could not be resolved, the QP could not be moved)
+// RDMA_CM_EVENT_ADDR_ERROR or RDMA_CM_EVENT_CONNECT_ERROR.
+func CMEvent(err error) (event string, status int) {
+	var rej *cm.RejectError
+	switch {
+	case errors.As(err, &rej):
+		return "RDMA_CM_EVENT_REJECTED", int(rej.Reason)
+	case errors.Is(err, cm.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "RDMA_CM_EVENT_UNREACHABLE", -int(syscall.ETIMEDOUT)
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EADDRNOTAVAIL):
+		return "RDMA_CM_EVENT_ADDR_ERROR", -int(syscall.EHOSTUNREACH)
+	}
+	return "RDMA_CM_EVENT_CONNECT_ERROR", -int(syscall.ECONNREFUSED)
+}
+
+// DialRetry is cm.Dial. Without a deadline on ctx it tries once, as the C
+// tools do; with one (--timeout) a refused connection (nobody listens yet:
+// REJ invalid service ID) is retried until the deadline, so that a script
+// may start both ends at once.
+func DialRetry(ctx context.Context, dev *qp.Device, addr netip.AddrPort, opts *cm.Options) (*cm.Conn, error) {
+	_, retry := ctx.Deadline()
+	for {
+		c, err := cm.Dial(ctx, dev, addr.String(), opts)
+		if err == nil || !retry || !errors.Is(err, cm.ErrConnRefused) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// DialUDRetry is cm.DialUD with DialRetry's retries.
+func DialUDRetry(ctx context.Context, dev *qp.Device, addr netip.AddrPort, opts *cm.Options) (*cm.UDEndpoint, error) {
+	_, retry := ctx.Deadline()
+	for {
+		e, err := cm.DialUD(ctx, dev, addr.String(), opts)
+		if err == nil || !retry || !errors.Is(err, cm.ErrConnRefused) {
+			return e, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// CMAddr is an rdma_cm listener's address as a net.Addr (for
+// Env.Listening).
+type CMAddr netip.AddrPort
+
+func (a CMAddr) Network() string { return "rdma_cm" }
+func (a CMAddr) String() string  { return netip.AddrPort(a).String() }
