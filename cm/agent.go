@@ -265,10 +265,19 @@ func (a *agent) finish() {
 }
 
 // outbox collects what a locked section wants done after the unlock: MADs
-// to send and references to drop.
+// to send, events to deliver once they are sent, and references to drop.
 type outbox struct {
 	sends    []outMAD
+	events   []outEvent
 	releases int
+}
+
+// outEvent is an event delivered after the outbox's MADs went out: a
+// DREQ's "disconnected" must not reach the application before the DREP
+// answering it left, or a program that exits on it loses the DREP.
+type outEvent struct {
+	id *cmID
+	e  cmEvent
 }
 
 type outMAD struct {
@@ -290,6 +299,9 @@ func (a *agent) flush(o *outbox) {
 			a.log.Debug("cm: MAD send failed", "to", m.to.GID, "err", err)
 		}
 		cancel()
+	}
+	for _, ev := range o.events {
+		ev.id.notify(ev.e)
 	}
 	for range o.releases {
 		a.release()
@@ -781,9 +793,9 @@ func (a *agent) onDREQ(o *outbox, from madAddr, h mad.Header, m *mad.DREQ) {
 	// rdma_disconnect; nothing else can happen to the connection).
 	id.state = stDreqRcvd
 	id.tid = h.TID
-	id.notify(cmEvent{kind: evDREQ})
 	a.enterTimewait(id)
 	o.add(from, a.drep(id))
+	o.events = append(o.events, outEvent{id, cmEvent{kind: evDREQ}})
 }
 
 func (a *agent) onDREP(m *mad.DREP) {
