@@ -152,6 +152,7 @@ type Device struct {
 	now     func() time.Time
 
 	counters transport.Counters
+	ipID     uint16 // IPv4 identification, shared by the QPs (transport.Config.IPID)
 	rxStats  RxStats
 
 	cc    *CCParams // congestion control (cc.go); nil: off

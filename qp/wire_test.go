@@ -7,6 +7,7 @@ package qp_test
 // bytes) are checked for consistency instead of equality.
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -297,6 +298,64 @@ func TestIPv6(t *testing.T) {
 			}
 			if p.p.UDP.Checksum() != 0 || p.p.UDP.DstPort() != wire.UDPPort {
 				t.Fatalf("%v: UDP checksum %#x dst %d", p, p.p.UDP.Checksum(), p.p.UDP.DstPort())
+			}
+		}
+	})
+}
+
+// TestWireIPIDPerDevice: the IPv4 identification comes from one counter
+// per device, shared by its QPs, so frames to a peer carry IDs that rise by
+// one across QPs, as rxe's do (the kernel's __ip_select_ident counter per
+// host pair), not one counter per QP that repeats IDs between QPs.
+func TestWireIPIDPerDevice(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{})
+		ctx := context.Background()
+		mk := func(e *xend) (*qp.QP, *qp.CQ) {
+			cq, err := e.dev.CreateCQ(16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := e.pd.CreateQP(qp.InitAttr{SendCQ: cq, RecvCQ: cq,
+				Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return q, cq
+		}
+		a2, a2cq := mk(x.a)
+		b2, _ := mk(x.b)
+		if err := a2.Connect(ctx, qp.Remote{QPN: b2.QPN(), PSN: 7, GID: x.b.ip}, qp.ConnectOptions{SQPSN: 9, Timeout: 18}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b2.Connect(ctx, qp.Remote{QPN: a2.QPN(), PSN: 9, GID: x.a.ip}, qp.ConnectOptions{SQPSN: 7, Timeout: 18}); err != nil {
+			t.Fatal(err)
+		}
+		x.next()
+		for i := range 4 {
+			q, cq := x.a.qp, x.a.scq
+			if i%2 == 1 {
+				q, cq = a2, a2cq
+			}
+			if err := q.PostSend(&qp.SendWR{WRID: uint64(i), Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+				SGL: []qp.SGE{x.a.sge(0, 8)}, RemoteAddr: x.b.mr.IOVA(), RKey: x.b.mr.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+			expectWC(t, cq, uint64(i), qp.WCSuccess, transport.WCRDMAWrite)
+			x.settle()
+		}
+		var ids []uint16
+		for _, p := range x.next() {
+			if p.fromA {
+				ids = append(ids, p.p.IPv4.ID())
+			}
+		}
+		if len(ids) != 4 {
+			t.Fatalf("%d frames from A, want 4", len(ids))
+		}
+		for i := 1; i < len(ids); i++ {
+			if ids[i] != ids[i-1]+1 {
+				t.Fatalf("IPv4 IDs from A's two QPs %v: not one counter", ids)
 			}
 		}
 	})

@@ -11,7 +11,10 @@ type emitter struct {
 	qp      *QP // counters
 	out     Output
 	tmpl    wire.Frame // outer headers for every frame this QP sends
-	ipID    uint16
+	// ipID is the IPv4 identification counter: the device's, shared by
+	// its QPs (Config.IPID), as rxe's IDs come from the kernel's counter
+	// per host pair (__ip_select_ident), not from one per QP.
+	ipID *uint16
 	destQPN uint32
 	lastLen int // length of the last frame sent (the pacer charges it)
 }
@@ -40,10 +43,15 @@ func (e *emitter) buffer() []byte { return e.out.Frame() }
 // the packet's flags and extension headers.
 func (e *emitter) frame(op wire.Opcode, psn wire.PSN) *wire.Frame {
 	f := &e.tmpl
-	e.ipID++
-	f.IPID = e.ipID
+	f.IPID = e.nextIPID()
 	f.BTH = wire.BTHFields{Opcode: op, PKey: wire.DefaultPKey, DestQP: e.destQPN, PSN: psn}
 	return f
+}
+
+// nextIPID returns the next IPv4 identification.
+func (e *emitter) nextIPID() uint16 {
+	*e.ipID++
+	return *e.ipID
 }
 
 // emit builds the frame whose payload (payloadLen bytes) the caller already

@@ -198,11 +198,10 @@ func (q *QP) udPostSend(wr *SendWR, now time.Time) error {
 func (q *QP) udSend(wr *SendWR, ah *AH, psn wire.PSN, n int) error {
 	av := &ah.av
 	f := &q.ud.frame
-	q.out.ipID++
 	*f = wire.Frame{
 		DstMAC: av.DMAC, SrcMAC: av.SMAC, HasVLAN: av.HasVLAN, VLAN: av.VLAN,
 		SrcIP: av.SGID.Unmap(), DstIP: av.DGID.Unmap(),
-		TrafficClass: av.TrafficClass, HopLimit: av.HopLimit, IPID: q.out.ipID,
+		TrafficClass: av.TrafficClass, HopLimit: av.HopLimit, IPID: q.out.nextIPID(),
 		// rxe: a UD QP keeps the port rxe_qp_init_req chose from its QPN
 		// (no AV is ever set on it); IPv6 flow label 0 as for RC.
 		SrcPort: wire.UDSourcePort(q.cfg.QPN),
