@@ -8,13 +8,13 @@ import "github.com/goroce/goroce/wire"
 // and the extension headers of one packet, with the payload the caller has
 // already copied into place behind the headers.
 type emitter struct {
-	qp      *QP // counters
-	out     Output
-	tmpl    wire.Frame // outer headers for every frame this QP sends
+	qp   *QP // counters
+	out  Output
+	tmpl wire.Frame // outer headers for every frame this QP sends
 	// ipID is the IPv4 identification counter: the device's, shared by
 	// its QPs (Config.IPID), as rxe's IDs come from the kernel's counter
 	// per host pair (__ip_select_ident), not from one per QP.
-	ipID *uint16
+	ipID    *uint16
 	destQPN uint32
 	lastLen int // length of the last frame sent (the pacer charges it)
 }
