@@ -129,6 +129,18 @@ type Device struct {
 	// customClock: Config.Now was given; deadlines are converted to the
 	// real clock for the link.
 	customClock bool
+	// Who reads the link, and the waiters that would (selfdrive.go).
+	owner         linkOwner // under mu
+	selfCQ        *CQ       // under mu: the CQ a self-driving owner waits on
+	ownerDrive    bool      // under mu: that owner is in its drive pass
+	linkWaiters   satomic.Int32
+	kickPending   satomic.Bool
+	linkFree      chan struct{} // cap 1: the link has no reader
+	resume        chan struct{} // cap 1: the driver goroutine has the link back
+	resumeT       *time.Timer
+	resumeAt      time.Time // under mu, real clock: when the driver takes the link back
+	resumeTimerAt time.Time // under mu: when resumeT fires (zero: stopped)
+	rb            *rxBatch  // the link reader's buffers
 	// qpnLimit is the highest QP number handed out (maxQPN; tests lower
 	// it to reach the wrap quickly).
 	qpnLimit uint32
@@ -214,10 +226,14 @@ func Open(cfg Config) (*Device, error) {
 		}
 		d.poller, d.rx = tr, newRxBatch(cfg.Link)
 		d.busy = cfg.BusyPoll
+		if d.busy {
+			d.mrs.SetWaitHooks(memreg.WaitHooks{Wait: d.spinWrite})
+		}
 		return d, nil
 	}
 	if w, ok := nic.CanWait(cfg.Link); ok {
 		d.waiter = w
+		d.initSelfDrive()
 		d.wg.Add(1)
 		go d.driveLoop()
 		return d, nil
@@ -292,7 +308,11 @@ func (d *Device) Close() error {
 	}
 	d.closed = true
 	close(d.done)
+	if d.resumeT != nil {
+		d.resumeT.Stop()
+	}
 	d.mu.Unlock()
+	d.mrs.Close(ErrClosed)
 	if g := d.gsi.Load(); g != nil {
 		g.stop()
 	}
@@ -331,6 +351,7 @@ func (d *Device) endCall(now time.Time) {
 	if d.waiter != nil {
 		if e := d.earliest(); !e.IsZero() && (d.armed.IsZero() || e.Before(d.armed)) {
 			d.arm(e)
+			d.deadlineMoved()
 		}
 	}
 }
