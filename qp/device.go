@@ -29,6 +29,15 @@
 //
 // Completions are delivered into CQs, which applications poll (Poll) or
 // wait on (Wait, with solicited-only notification like ibv_req_notify_cq).
+// A goroutine in CQ.Wait drives the device itself while nobody else reads
+// the link, so a completion reaches it without a hand-off from the driver
+// goroutine (selfdrive.go).
+//
+// Extension: MR.WaitWrite. Verbs has no event for a peer's RDMA WRITE
+// without immediate; goroce's MRs count the WRITE messages placed into
+// them (MR.Writes), and MR.WaitWrite(ctx, n) sleeps until the count passes
+// n, driving the device like CQ.Wait. Nothing changes on the wire
+// (writewait.go).
 //
 // Two modes start no goroutines. Manual (Config.Manual): the deterministic
 // simulator calls Device.Poll itself with a fake clock. Busy-poll
