@@ -127,9 +127,10 @@ func TestSelfDrivePingPong(t *testing.T) {
 		const rounds = 50
 		var wg sync.WaitGroup
 		var tookA, tookB atomic.Int32 // waits that returned with the link free
-		side := func(q *QP, cq *CQ, mine, peer *MR, d *Device, took *atomic.Int32, first bool) {
+		// seen is read before either side starts: A's first WRITE may land
+		// before B's goroutine runs.
+		side := func(q *QP, cq *CQ, mine, peer *MR, d *Device, took *atomic.Int32, first bool, seen uint64) {
 			defer wg.Done()
-			seen := mine.Writes()
 			for i := range rounds {
 				if !first || i > 0 {
 					var err error
@@ -149,8 +150,8 @@ func TestSelfDrivePingPong(t *testing.T) {
 			}
 		}
 		wg.Add(2)
-		go side(p.qa, p.cqa, p.mra, p.mrb, p.a, &tookA, true)
-		go side(p.qb, p.cqb, p.mrb, p.mra, p.b, &tookB, false)
+		go side(p.qa, p.cqa, p.mra, p.mrb, p.a, &tookA, true, p.mra.Writes())
+		go side(p.qb, p.cqb, p.mrb, p.mra, p.b, &tookB, false, p.mrb.Writes())
 		wg.Wait()
 		if tookA.Load() == 0 || tookB.Load() == 0 {
 			t.Fatalf("no wait drove its device (A %d, B %d of %d)", tookA.Load(), tookB.Load(), rounds)
