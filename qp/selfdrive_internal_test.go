@@ -150,8 +150,9 @@ func TestSelfDrivePingPong(t *testing.T) {
 			}
 		}
 		wg.Add(2)
-		go side(p.qa, p.cqa, p.mra, p.mrb, p.a, &tookA, true, p.mra.Writes())
-		go side(p.qb, p.cqb, p.mrb, p.mra, p.b, &tookB, false, p.mrb.Writes())
+		seenA, seenB := p.mra.Writes(), p.mrb.Writes()
+		go side(p.qa, p.cqa, p.mra, p.mrb, p.a, &tookA, true, seenA)
+		go side(p.qb, p.cqb, p.mrb, p.mra, p.b, &tookB, false, seenB)
 		wg.Wait()
 		if tookA.Load() == 0 || tookB.Load() == 0 {
 			t.Fatalf("no wait drove its device (A %d, B %d of %d)", tookA.Load(), tookB.Load(), rounds)
