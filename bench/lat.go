@@ -39,9 +39,9 @@ type latEnd struct {
 // time and ends the loop by returning false. stop ends it from outside
 // (errStopped).
 //
-// Waits: a normal device sleeps in CQ.Wait for the completion (write_lat
-// -e) and yields between looks for the arrival; a busy-poll device spins
-// on CQ.Poll and Device.Poll, yielding between looks.
+// Waits: a normal device sleeps in CQ.Wait for the completion and in
+// MR.WaitWrite for the arrival (goroce write_lat -e); a busy-poll device
+// spins on CQ.Poll and Device.Poll, yielding between looks.
 func latLoop(ctx context.Context, l latEnd, rkey uint32, vaddr uint64, server bool, post func(time.Time) bool, stop *atomic.Bool) error {
 	wr := qp.SendWR{Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{l.e.sge(0, latSize)},
 		RemoteAddr: vaddr, RKey: rkey}
@@ -52,7 +52,7 @@ func latLoop(ctx context.Context, l latEnd, rkey uint32, vaddr uint64, server bo
 	for cnt := uint64(1); ; cnt++ {
 		if !(cnt == 1 && server) {
 			peerPSN = peerPSN.Add(npkts)
-			if err := waitArrival(l.e.dev, l.q, peerPSN, stop); err != nil {
+			if err := waitArrival(ctx, l, peerPSN, stop); err != nil {
 				return err
 			}
 			want := byte(cnt) // the peer's count: the server writes first
@@ -86,11 +86,26 @@ var errStopped = errors.New("stopped")
 
 // waitArrival waits until q's responder expects a PSN at or after want:
 // the peer's WRITE has executed (QP.Query takes the device lock the WRITE
-// ran under, so the buffer may be read afterwards).
-func waitArrival(dev *qp.Device, q *qp.QP, want wire.PSN, stop *atomic.Bool) error {
+// ran under, so the buffer may be read afterwards). A normal device sleeps
+// in MR.WaitWrite between looks (goroce write_lat -e does the same); a
+// busy-poll device spins on Device.Poll.
+func waitArrival(ctx context.Context, l latEnd, want wire.PSN, stop *atomic.Bool) error {
 	t0 := time.Now()
-	for spins := 1; q.Query().RQPSN.Diff(want) < 0; spins++ {
-		dev.Poll() // drives a busy-poll device; nothing on a normal one
+	for spins := 1; ; spins++ {
+		seen := l.e.mr.Writes() // before the look: a WRITE after it moves the count
+		if l.q.Query().RQPSN.Diff(want) >= 0 {
+			return nil
+		}
+		if !l.busy {
+			if _, err := l.e.mr.WaitWrite(ctx, seen); err != nil {
+				if stop.Load() {
+					return errStopped
+				}
+				return err
+			}
+			continue
+		}
+		l.e.dev.Poll()
 		if spins%64 == 0 {
 			if stop.Load() {
 				return errStopped
@@ -101,7 +116,6 @@ func waitArrival(dev *qp.Device, q *qp.QP, want wire.PSN, stop *atomic.Bool) err
 		}
 		runtime.Gosched()
 	}
-	return nil
 }
 
 func waitSend(ctx context.Context, busy bool, cq *qp.CQ, wc []qp.WC, stop *atomic.Bool) error {
@@ -263,7 +277,11 @@ func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready 
 	}
 	var stop atomic.Bool
 	t := &latTimer{lim: lim}
-	err = latLoop(context.Background(), latEnd{a, q, scq, busy, mtu.Bytes()}, rkeyB, vaddrB, false, t.post, &stop)
+	// The deadline only guards against a peer that died: the sleeping waits
+	// have no stall check of their own.
+	lctx, lcancel := context.WithTimeout(context.Background(), lim.d+stallTime)
+	err = latLoop(lctx, latEnd{a, q, scq, busy, mtu.Bytes()}, rkeyB, vaddrB, false, t.post, &stop)
+	lcancel()
 	peer.send("stop")
 	if l, ok := peer.lines.next(stallTime + 5*time.Second); ok && strings.HasPrefix(l, "error ") {
 		perr := fmt.Errorf("peer: %s", strings.TrimPrefix(l, "error "))

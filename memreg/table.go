@@ -72,6 +72,9 @@ type Table struct {
 	lowFree uint32 // no free index below this one
 	nMRs    int
 	mw      mwSpace // memory windows (mw.go); changes under mu
+
+	hooks    WaitHooks             // the device's part in WaitWrite (writewait.go)
+	closeErr atomic.Pointer[error] // set by Close
 }
 
 // NewTable returns an empty table. seed drives the random key bytes, so a
@@ -139,6 +142,7 @@ type MR struct {
 	pd     *PD
 	state  atomic.Uint32
 	numMW  atomic.Int32 // memory windows bound to it (rxe num_mw); changes under t.mu
+	ww     writeWait    // WRITEs placed into it and their waiters (writewait.go)
 }
 
 // LKey returns the local key.
@@ -285,6 +289,7 @@ func (mr *MR) Deregister() error {
 	if idx < t.lowFree {
 		t.lowFree = idx
 	}
+	t.failWaiters(mr, ErrDeregistered)
 	return nil
 }
 
@@ -330,7 +335,11 @@ func (t *Table) Invalidate(key uint32, pd *PD) error {
 		if s == stateDeregistered {
 			return ErrInvalid
 		}
-		if s == stateInvalid || mr.state.CompareAndSwap(s, stateInvalid) {
+		if s == stateInvalid {
+			return nil
+		}
+		if mr.state.CompareAndSwap(s, stateInvalid) {
+			t.failWaiters(mr, ErrInvalid)
 			return nil
 		}
 	}

@@ -31,6 +31,9 @@ type CQ struct {
 	// passes the signal on when entries are left for another.
 	waiters int
 	wake    chan struct{}
+	// passive: Wait never drives the device (the GSI's goroutine, which
+	// would otherwise keep the link for good; selfdrive.go).
+	passive bool
 }
 
 // CreateCQ creates a completion queue of at least cqe entries.
@@ -48,6 +51,9 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 // held). On a full CQ the completion is lost and the CQ goes to the error
 // state (ErrCQOverrun).
 func (cq *CQ) Complete(wc *WC) {
+	if d := cq.dev; d.selfCQ == cq && !d.ownerDrive {
+		d.kickOwner() // from another goroutine than the one driving for cq
+	}
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.n == len(cq.ring) {
@@ -148,6 +154,7 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	if cq.busy() {
 		return cq.spinWait(ctx, wcs)
 	}
+	self := cq.dev.selfDrives() && !cq.passive
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	for {
@@ -156,6 +163,12 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 				cq.signal() // entries left: another waiter's turn
 			}
 			return n, err
+		}
+		if self {
+			if err := cq.waitCQ(ctx); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		cq.waiters++
 		cq.mu.Unlock()

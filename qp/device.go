@@ -29,6 +29,15 @@
 //
 // Completions are delivered into CQs, which applications poll (Poll) or
 // wait on (Wait, with solicited-only notification like ibv_req_notify_cq).
+// A goroutine in CQ.Wait drives the device itself while nobody else reads
+// the link, so a completion reaches it without a hand-off from the driver
+// goroutine (selfdrive.go).
+//
+// Extension: MR.WaitWrite. Verbs has no event for a peer's RDMA WRITE
+// without immediate; goroce's MRs count the WRITE messages placed into
+// them (MR.Writes), and MR.WaitWrite(ctx, n) sleeps until the count passes
+// n, driving the device like CQ.Wait. Nothing changes on the wire
+// (writewait.go).
 //
 // Two modes start no goroutines. Manual (Config.Manual): the deterministic
 // simulator calls Device.Poll itself with a fake clock. Busy-poll
@@ -133,6 +142,18 @@ type Device struct {
 	// customClock: Config.Now was given; deadlines are converted to the
 	// real clock for the link.
 	customClock bool
+	// Who reads the link, and the waiters that would (selfdrive.go).
+	owner         linkOwner // under mu
+	selfCQ        *CQ       // under mu: the CQ a self-driving owner waits on
+	ownerDrive    bool      // under mu: that owner is in its drive pass
+	linkWaiters   satomic.Int32
+	kickPending   satomic.Bool
+	linkFree      chan struct{} // cap 1: the link has no reader
+	resume        chan struct{} // cap 1: the driver goroutine has the link back
+	resumeT       *time.Timer
+	resumeAt      time.Time // under mu, real clock: when the driver takes the link back
+	resumeTimerAt time.Time // under mu: when resumeT fires (zero: stopped)
+	rb            *rxBatch  // the link reader's buffers
 	// qpnLimit is the highest QP number handed out (maxQPN; tests lower
 	// it to reach the wrap quickly).
 	qpnLimit uint32
@@ -225,10 +246,14 @@ func Open(cfg Config) (*Device, error) {
 		}
 		d.poller, d.rx = tr, newRxBatch(cfg.Link)
 		d.busy = cfg.BusyPoll
+		if d.busy {
+			d.mrs.SetWaitHooks(memreg.WaitHooks{Wait: d.spinWrite})
+		}
 		return d, nil
 	}
 	if w, ok := nic.CanWait(cfg.Link); ok {
 		d.waiter = w
+		d.initSelfDrive()
 		d.wg.Add(1)
 		go d.driveLoop()
 		return d, nil
@@ -303,7 +328,11 @@ func (d *Device) Close() error {
 	}
 	d.closed = true
 	close(d.done)
+	if d.resumeT != nil {
+		d.resumeT.Stop()
+	}
 	d.mu.Unlock()
+	d.mrs.Close(ErrClosed)
 	if g := d.gsi.Load(); g != nil {
 		g.stop()
 	}
@@ -342,6 +371,7 @@ func (d *Device) endCall(now time.Time) {
 	if d.waiter != nil {
 		if e := d.earliest(); !e.IsZero() && (d.armed.IsZero() || e.Before(d.armed)) {
 			d.arm(e)
+			d.deadlineMoved()
 		}
 	}
 }

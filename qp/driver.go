@@ -41,12 +41,19 @@ func (d *Device) arm(t time.Time) {
 		t = time.Now().Add(t.Sub(d.now()))
 	}
 	d.waiter.SetWaitDeadline(t)
+	if d.kickPending.Load() {
+		// A kick (selfdrive.go) raced this call: keep its past deadline,
+		// so the owner's wait returns and the owner re-arms.
+		d.waiter.SetWaitDeadline(kickedArm)
+	}
 }
 
-// driveLoop is the driver goroutine.
+// driveLoop is the driver goroutine. After a pass that found waiters
+// that would read the link themselves, it gives the link up and sleeps
+// until the resume timer hands it back (selfdrive.go).
 func (d *Device) driveLoop() {
 	defer d.wg.Done()
-	b := newRxBatch(d.cfg.Link)
+	b := d.rb
 	for {
 		n, err := d.waiter.WaitReadBatch(b.bufs, b.sizes)
 		if err != nil {
@@ -67,8 +74,19 @@ func (d *Device) driveLoop() {
 			d.mu.Unlock()
 			return
 		}
+		d.kicked()
 		_, next := d.drive(b, n, true)
 		d.arm(next)
+		if d.linkWaiters.Load() > 0 {
+			d.releaseLink()
+			d.unlock()
+			select {
+			case <-d.resume:
+			case <-d.done:
+				return
+			}
+			continue
+		}
 		d.unlock()
 	}
 }

@@ -124,6 +124,7 @@ func (d *Device) GSI() (*GSI, error) {
 	if g.cq, err = d.CreateCQ(gsiRecvSlots + gsiSendWR); err != nil {
 		return nil, err
 	}
+	g.cq.passive = true // its goroutine waits for good: it must not keep the link (selfdrive.go)
 	g.qp, err = g.pd.createQP(InitAttr{SendCQ: g.cq, RecvCQ: g.cq, Type: QPTypeUD,
 		Cap: Caps{MaxSendWR: gsiSendWR, MaxRecvWR: gsiRecvSlots}}, transportGSIQPN)
 	if err != nil {

@@ -543,11 +543,21 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		}
 		r.finishMessage(p, psn)
 		r.qp.inc(CntRxWriteRequests)
+		r.writeDone()
 		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
 		return
 	}
 	r.finishMessage(p, psn)
 	r.qp.inc(CntRxWriteRequests)
+	r.writeDone()
+}
+
+// writeDone tells the MR table that a WRITE message was placed (its
+// waiters, memreg.MR.WaitWrite); a zero-length WRITE names no memory.
+func (r *responder) writeDone() {
+	if r.wrLen > 0 {
+		r.qp.cfg.MRs.WriteDone(r.wrRKey)
+	}
 }
 
 func (r *responder) execRead(p *wire.Packet, psn wire.PSN) {

@@ -1,6 +1,7 @@
 package perftestcmd
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -20,8 +21,12 @@ import (
 // The C tool spins on the byte (volatile). Here the byte is read only once
 // the responder's expected PSN shows the whole WRITE executed (QP.Query
 // takes the device lock the write ran under), so the read does not race
-// the device, and the peer cannot write again before we answer.
+// the device, and the peer cannot write again before we answer. With -e
+// on a sleeping device the wait sleeps in MR.WaitWrite (a goroce
+// extension: the device wakes it when a WRITE lands in the MR) instead of
+// spinning; the wire and the peer do not change.
 func (r *runner) latWrite(p *tool.Poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
+	sleep := p.Events && !r.dev.BusyPoll()
 	iters := r.f.Iters
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, peer[0], &sge)
@@ -37,7 +42,20 @@ func (r *runner) latWrite(p *tool.Poller, size uint64, peer []perftest.KeyMsg) (
 		if rcnt < iters && !(scnt < 1 && r.server) {
 			rcnt++
 			r.peerPSN = r.peerPSN.Add(npkts)
-			for spins := 1; q.Query().RQPSN.Diff(r.peerPSN) < 0; spins++ {
+			for spins := 1; ; spins++ {
+				seen := r.mr.Writes() // before the look: a WRITE after it moves the count
+				if q.Query().RQPSN.Diff(r.peerPSN) >= 0 {
+					break
+				}
+				if sleep {
+					if _, err := r.mr.WaitWrite(p.Ctx, seen); err != nil {
+						if p.Ctx.Err() != nil {
+							err = context.Cause(p.Ctx)
+						}
+						return nil, fmt.Errorf("waiting for the peer's WRITE %d: %w", rcnt, err)
+					}
+					continue
+				}
 				r.dev.Poll() // drives a busy-poll device; nothing in the normal mode
 				if err := p.IdleWait(spins); err != nil {
 					return nil, fmt.Errorf("waiting for the peer's WRITE %d: %w", rcnt, err)

@@ -216,6 +216,12 @@ func TestPerftestMem(t *testing.T) {
 				t.Errorf("last counts %d %d", s.Final[page+2999], c.Final[page+2999])
 			}
 		}},
+		{perftestCase{perftest.WriteLat, []string{"-n", "15", "-s", "3000", "-e"}, 3000, 15, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			// -e: the arrivals are awaited in MR.WaitWrite, not by spinning.
+			if s.Final[page+2999] != 15 || c.Final[page+2999] != 15 {
+				t.Errorf("last counts %d %d", s.Final[page+2999], c.Final[page+2999])
+			}
+		}},
 		{perftestCase{perftest.ReadLat, []string{"-n", "10", "-s", "100"}, 100, 10, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			sameBytes(t, "client local", c.Final[:100], "server target", s.Initial[page:page+100])
 		}},
@@ -271,6 +277,7 @@ func sameBytes(t *testing.T, what string, got []byte, other string, want []byte)
 func TestPerftestAllSizesAndDuration(t *testing.T) {
 	for _, c := range []perftestCase{
 		{perftest.WriteLat, []string{"-a", "-n", "5"}, 0, 5, 1, 23},
+		{perftest.WriteLat, []string{"-a", "-n", "5", "-e"}, 0, 5, 1, 23},
 		{perftest.SendBW, []string{"-a", "-n", "5", "-e"}, 0, 5, 1, 23},
 	} {
 		t.Run(c.test.String()+"/-a", func(t *testing.T) {

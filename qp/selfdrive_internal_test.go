@@ -1,0 +1,248 @@
+package qp
+
+// White-box tests of the self-driving waiters (selfdrive.go). They run in
+// synctest bubbles: a lost wake-up shows as a deadlock of the bubble, and
+// time moves only when every goroutine waits, so nothing here depends on
+// timing.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/goroce/goroce/nic"
+)
+
+// oneReader is a MemLink whose WaitReadBatch fails the test when two
+// goroutines are in it at once.
+type oneReader struct {
+	*nic.MemLink
+	t       *testing.T
+	in, max atomic.Int32
+}
+
+func (l *oneReader) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	n := l.in.Add(1)
+	defer l.in.Add(-1)
+	if n > 1 {
+		l.t.Errorf("%d goroutines read the link at once", n)
+	}
+	if n > l.max.Load() {
+		l.max.Store(n)
+	}
+	return l.MemLink.WaitReadBatch(bufs, sizes)
+}
+
+// selfPair is two devices on oneReader links with one connected RC QP
+// pair, a registered buffer each.
+type selfPair struct {
+	a, b       *Device
+	la, lb     *oneReader
+	qa, qb     *QP
+	cqa, cqb   *CQ
+	mra, mrb   *MR
+	bufa, bufb []byte
+}
+
+func newSelfPair(t *testing.T, connA ConnectOptions) *selfPair {
+	ma, mb := nic.NewMemPair(nic.MemConfig{Seed: 3})
+	p := &selfPair{la: &oneReader{MemLink: ma, t: t}, lb: &oneReader{MemLink: mb, t: t}}
+	var err error
+	p.a, err = Open(Config{Link: p.la, IP: memoryPairIPA, Seed: 1, Neighbors: map[netip.Addr]net.HardwareAddr{memoryPairIPB: mb.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.b, err = Open(Config{Link: p.lb, IP: memoryPairIPB, Seed: 2, Neighbors: map[netip.Addr]net.HardwareAddr{memoryPairIPA: ma.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.a.Close(); p.b.Close() })
+	if p.a.waiter == nil {
+		t.Fatal("the wrapped link is not a nic.Waiter: the test would not exercise self-driving")
+	}
+	p.bufa, p.bufb = make([]byte, 4096), make([]byte, 4096)
+	pda, pdb := p.a.AllocPD(), p.b.AllocPD()
+	acc := LocalWrite | RemoteWrite | RemoteRead
+	p.mra, _ = pda.RegMR(p.bufa, acc)
+	p.mrb, _ = pdb.RegMR(p.bufb, acc)
+	p.cqa, _ = p.a.CreateCQ(64)
+	p.cqb, _ = p.b.CreateCQ(64)
+	caps := Caps{MaxSendWR: 16, MaxRecvWR: 16}
+	if p.qa, err = pda.CreateQP(InitAttr{SendCQ: p.cqa, RecvCQ: p.cqa, Cap: caps}); err != nil {
+		t.Fatal(err)
+	}
+	if p.qb, err = pdb.CreateQP(InitAttr{SendCQ: p.cqb, RecvCQ: p.cqb, Cap: caps}); err != nil {
+		t.Fatal(err)
+	}
+	gidA, _ := p.a.GID(1)
+	gidB, _ := p.b.GID(1)
+	connA.SQPSN = 1
+	if err := p.qa.Connect(context.Background(), Remote{QPN: p.qb.QPN(), PSN: 2, GID: gidB}, connA); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.qb.Connect(context.Background(), Remote{QPN: p.qa.QPN(), PSN: 1, GID: gidA}, ConnectOptions{SQPSN: 2}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *selfPair) write(t *testing.T, from *QP, mr, to *MR, wrID uint64) {
+	t.Helper()
+	if err := from.PostSend(&SendWR{WRID: wrID, Opcode: WRRDMAWrite, Flags: SendSignaled,
+		SGL: []SGE{{Addr: mr.IOVA(), Length: 8, LKey: mr.LKey()}}, RemoteAddr: to.IOVA(), RKey: to.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wait1(t *testing.T, cq *CQ) WC {
+	t.Helper()
+	var wc [1]WC
+	if n, err := cq.Wait(context.Background(), wc[:]); n != 1 || err != nil {
+		t.Fatalf("Wait: %d, %v", n, err)
+	}
+	return wc[0]
+}
+
+func (d *Device) linkOwner() linkOwner {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.owner
+}
+
+// TestSelfDrivePingPong: a write_lat-shaped ping-pong, each side waiting
+// in CQ.Wait for its WRITE's completion and in MR.WaitWrite for the peer's
+// WRITE. The waiters drive their devices (the link is left without a
+// reader when a wait returns), never two goroutines read one link, and
+// once the waiters are gone the driver goroutine takes the link back and
+// serves the peer alone.
+func TestSelfDrivePingPong(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newSelfPair(t, ConnectOptions{})
+		const rounds = 50
+		var wg sync.WaitGroup
+		var tookA, tookB atomic.Int32 // waits that returned with the link free
+		// seen is read before either side starts: A's first WRITE may land
+		// before B's goroutine runs.
+		side := func(q *QP, cq *CQ, mine, peer *MR, d *Device, took *atomic.Int32, first bool, seen uint64) {
+			defer wg.Done()
+			for i := range rounds {
+				if !first || i > 0 {
+					var err error
+					if seen, err = mine.WaitWrite(context.Background(), seen); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				p.write(t, q, mine, peer, uint64(i))
+				if wc := wait1(t, cq); wc.Status != WCSuccess {
+					t.Errorf("round %d: %v", i, wc.Status)
+					return
+				}
+				if d.linkOwner() == ownerNone {
+					took.Add(1)
+				}
+			}
+		}
+		wg.Add(2)
+		seenA, seenB := p.mra.Writes(), p.mrb.Writes()
+		go side(p.qa, p.cqa, p.mra, p.mrb, p.a, &tookA, true, seenA)
+		go side(p.qb, p.cqb, p.mrb, p.mra, p.b, &tookB, false, seenB)
+		wg.Wait()
+		if tookA.Load() == 0 || tookB.Load() == 0 {
+			t.Fatalf("no wait drove its device (A %d, B %d of %d)", tookA.Load(), tookB.Load(), rounds)
+		}
+		if got := p.mra.Writes(); got != rounds {
+			t.Fatalf("A's MR counted %d WRITEs, want %d", got, rounds)
+		}
+
+		// Nobody waits on A now: its driver takes the link back at the
+		// resume time and answers B's WRITE (ACK) by itself.
+		time.Sleep(2 * resumeAfter)
+		if o := p.a.linkOwner(); o != ownerDriver {
+			t.Fatalf("A's link owner %v after the waiters left, want the driver", o)
+		}
+		p.write(t, p.qb, p.mrb, p.mra, 99)
+		var wc [1]WC
+		for {
+			if n, _ := p.cqb.Poll(wc[:]); n == 1 {
+				break
+			}
+			time.Sleep(time.Millisecond) // B's driver and A's: neither side waits in Wait
+		}
+		if wc[0].WRID != 99 || wc[0].Status != WCSuccess {
+			t.Fatalf("B's WRITE to a target nobody waits on: %v", wc[0])
+		}
+		if p.la.max.Load() != 1 || p.lb.max.Load() != 1 {
+			t.Fatalf("readers at once: A %d, B %d", p.la.max.Load(), p.lb.max.Load())
+		}
+	})
+}
+
+// TestSelfDriveTimers: while a waiter drives the device, the engines'
+// timers fire: a WRITE to a peer that is gone is retried at its ACK
+// timeouts and completes with RETRY_EXC_ERR in the waiter's own Wait.
+func TestSelfDriveTimers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newSelfPair(t, ConnectOptions{Timeout: 10, RetryCnt: 2, SetRetry: true})
+		p.b.Close()
+		p.write(t, p.qa, p.mra, p.mra, 1)
+		if wc := wait1(t, p.cqa); wc.Status != WCRetryExcErr {
+			t.Fatalf("WRITE to a closed peer: %v, want RETRY_EXC_ERR", wc.Status)
+		}
+		if c := p.qa.Counters(); c[CntRetransmittedPkts] == 0 {
+			t.Fatal("no retransmission: the ACK timer did not fire")
+		}
+	})
+}
+
+// TestSelfDriveKick: a completion that another goroutine produces (a
+// flush, moving the QP to ERR) reaches a waiter that drives the device and
+// is parked on the link with no deadline; Close ends such a wait.
+func TestSelfDriveKick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newSelfPair(t, ConnectOptions{})
+		// WRITEs first, until a wait leaves the link free: the driver gives
+		// the link up after a pass that found a waiter asleep (which one
+		// whose completion woke it first may not be).
+		for i := 0; p.a.linkOwner() != ownerNone; i++ {
+			if i == 10 {
+				t.Fatal("the driver never gave the link up to a waiter")
+			}
+			p.write(t, p.qa, p.mra, p.mrb, 1)
+			wait1(t, p.cqa)
+		}
+		if err := p.qa.PostRecv(&RecvWR{WRID: 5, SGL: []SGE{{Addr: p.mra.IOVA(), Length: 8, LKey: p.mra.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan WC, 1)
+		go func() { got <- wait1(t, p.cqa) }()
+		synctest.Wait()
+		if o := p.a.linkOwner(); o != ownerWaiter {
+			t.Fatalf("A's link owner %v while a waiter waits, want the waiter", o)
+		}
+		if err := p.qa.Modify(context.Background(), &Attr{State: StateErr}, AttrState); err != nil {
+			t.Fatal(err)
+		}
+		if wc := <-got; wc.WRID != 5 || wc.Status != WCWRFlushErr {
+			t.Fatalf("flushed receive: %v", wc)
+		}
+
+		errc := make(chan error, 1)
+		go func() {
+			var wc [1]WC
+			_, err := p.cqa.Wait(context.Background(), wc[:])
+			errc <- err
+		}()
+		synctest.Wait()
+		p.a.Close()
+		if err := <-errc; !errors.Is(err, ErrClosed) {
+			t.Fatalf("Wait across Close: %v, want ErrClosed", err)
+		}
+	})
+}
