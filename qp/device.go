@@ -339,6 +339,11 @@ func (d *Device) Close() error {
 	if d.poller != nil && !d.busy {
 		return nil // the simulator owns the links
 	}
+	// Frames handed off before closed was set (the ACK of what a waiter
+	// just completed, often) are being written outside d.mu; let them
+	// leave before the link closes, as a NIC's last frames do.
+	d.txMu.Lock()
+	d.txMu.Unlock() // empty: only waits for the writer
 	err := d.cfg.Link.Close()
 	d.wg.Wait()
 	return err
