@@ -101,7 +101,7 @@ type DeviceAttr struct {
 	MaxQPInitRdAtom int            `json:"max_qp_init_rd_atom"` // 128, as rxe
 	AtomicCap       AtomicCap      `json:"atomic_cap"`          // ATOMIC_HCA, as rxe
 	MaxMW           int            `json:"max_mw"`              // memreg.MaxMWs: rxe's window index range
-	MaxAH           int            `json:"max_ah"`              // 0: RC only, no address handles
+	MaxAH           int            `json:"max_ah"`              // rxe's 0x3fff (RXE_MAX_AH); goroce keeps no AH table
 	MaxSRQ          int            `json:"max_srq"`             // 1<<20, as rxe's order of magnitude
 	MaxSRQWR        int            `json:"max_srq_wr"`
 	MaxSRQSGE       int            `json:"max_srq_sge"`
@@ -127,7 +127,7 @@ func deviceAttr(mac net.HardwareAddr) DeviceAttr {
 		MaxQPRdAtom: transport.MaxRdAtomic, MaxResRdAtom: 0x3f000, MaxQPInitRdAtom: transport.MaxRdAtomic,
 		AtomicCap: AtomicHCA, MaxPKeys: 1, LocalCAAckDelay: 15,
 		MaxInlineData: transport.MaxInlineData, PhysPortCnt: 1,
-		MaxSRQ: 1 << 20, MaxSRQWR: transport.MaxSRQWR, MaxSRQSGE: transport.MaxSGE,
+		MaxSRQ: 1 << 20, MaxSRQWR: transport.MaxSRQWR, MaxSRQSGE: transport.MaxSGE, MaxAH: 0x3fff,
 	}
 }
 
