@@ -793,9 +793,23 @@ var lossCauses = map[string]bool{
 	"sequence_nak": true, "timeout": true, "read_response_gap": true, "implicit_nak": true,
 }
 
+// lossExplained counts the retransmissions whose cause is one loss
+// explains. A READ requester that sees a gap in the responses re-requests
+// at once (read_response_gap), so a READ cell may recover every loss that
+// way without a single timeout or NAK.
+func lossExplained(by map[string]int) int {
+	n := 0
+	for cause, k := range by {
+		if lossCauses[cause] {
+			n += k
+		}
+	}
+	return n
+}
+
 // judgeExplain checks the --explain analysis of a loss cell's capture
 // after judge (r.Retrans): when the capture holds retransmitted PSNs the
-// anomalies include retransmissions caused by a sequence NAK or a timeout;
+// anomalies include retransmissions explained by loss (lossCauses);
 // every retransmission is explained by loss and lies in the data flow (src,
 // the requester, to dst); and that flow's verdict has every operation
 // completed. A capture may hold no retransmission at all: when the dropping
@@ -832,9 +846,9 @@ func judgeExplain(r *CellResult, s *dumpjson.Summary, src, dst string) {
 			fail("explain: retransmission with cause %q, not one loss explains: %s", a.Cause, a.Text)
 		}
 	}
-	switch n := r.ExplainedBy["sequence_nak"] + r.ExplainedBy["timeout"]; {
+	switch n := lossExplained(r.ExplainedBy); {
 	case r.Retrans > 0 && n == 0:
-		fail("explain: %d retransmitted PSNs but no retransmission caused by a sequence NAK or a timeout (%d anomalies, retransmissions by cause: %s)",
+		fail("explain: %d retransmitted PSNs but no retransmission explained by loss (a sequence NAK, a timeout, a READ response gap or an implicit NAK; %d anomalies, retransmissions by cause: %s)",
 			r.Retrans, r.Explained, byString(r.ExplainedBy))
 	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
 		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))
@@ -883,9 +897,9 @@ func judgeExplainFlows(r *CellResult, s *dumpjson.Summary) {
 			fail("explain: retransmission with cause %q, not one loss explains: %s", a.Cause, a.Text)
 		}
 	}
-	switch n := r.ExplainedBy["sequence_nak"] + r.ExplainedBy["timeout"]; {
+	switch n := lossExplained(r.ExplainedBy); {
 	case r.Retrans > 0 && n == 0:
-		fail("explain: %d retransmitted PSNs but no retransmission caused by a sequence NAK or a timeout (%d anomalies, retransmissions by cause: %s)",
+		fail("explain: %d retransmitted PSNs but no retransmission explained by loss (a sequence NAK, a timeout, a READ response gap or an implicit NAK; %d anomalies, retransmissions by cause: %s)",
 			r.Retrans, r.Explained, byString(r.ExplainedBy))
 	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
 		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))

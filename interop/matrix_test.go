@@ -633,7 +633,7 @@ func TestJudgeExplain(t *testing.T) {
 		{"clean", func(*dumpjson.Summary) {}, "", false},
 		{"other flow", func(s *dumpjson.Summary) { s.Anomalies[3].DQPN = 0x12 }, "outside the data flow", false},
 		{"rnr cause", func(s *dumpjson.Summary) { s.Anomalies[3].Cause = "rnr_nak" }, `cause "rnr_nak"`, false},
-		{"no loss retransmission", func(s *dumpjson.Summary) { s.Anomalies = s.Anomalies[:2] }, "no retransmission caused", false},
+		{"no loss retransmission", func(s *dumpjson.Summary) { s.Anomalies = s.Anomalies[:2] }, "no retransmission explained by loss", false},
 		{"unanswered", func(s *dumpjson.Summary) {
 			s.Verdicts[1].Completed, s.Verdicts[1].Unanswered = 99, 1
 		}, "1 unanswered", false},
