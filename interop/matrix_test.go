@@ -658,6 +658,46 @@ func TestJudgeExplain(t *testing.T) {
 	}
 }
 
+// TestJudgeExplainFlows: rping's judge (both ends requesters) allows one
+// unanswered operation in a flow only towards the side that disconnected
+// first (its DREQ ended the QP the lost ACK came from), never two, and
+// never without a DREQ from that side.
+func TestJudgeExplainFlows(t *testing.T) {
+	const srv, cli = "198.18.0.1", "198.18.0.11"
+	base := func() *dumpjson.Summary {
+		return &dumpjson.Summary{
+			Anomalies: []dumpjson.Anomaly{{Src: srv, Dst: cli, DQPN: 0x6a, Kind: "retransmission", Cause: "timeout", Text: "timeout"}},
+			Verdicts: []dumpjson.Verdict{
+				{Src: cli, Dst: srv, DQPN: 0x11, Operations: 400, Completed: 400},
+				{Src: srv, Dst: cli, DQPN: 0x6a, Operations: 800, Completed: 799, Unanswered: 1},
+			},
+			Connections: []dumpjson.Connection{{Active: cli + ":52230", Passive: srv + ":7174",
+				Messages: []string{"REQ>", "REP<", "RTU>", "DREQ>", "DREP<"}}},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*dumpjson.Summary)
+		want   string
+	}{
+		{"last operation of the flow to the disconnecting side", func(*dumpjson.Summary) {}, ""},
+		{"no DREQ", func(s *dumpjson.Summary) { s.Connections[0].Messages = s.Connections[0].Messages[:3] }, "1 unanswered"},
+		{"the other side disconnected", func(s *dumpjson.Summary) {
+			s.Connections[0].Messages = []string{"REQ>", "REP<", "RTU>", "DREQ<", "DREP>"}
+		}, "1 unanswered"},
+		{"two unanswered", func(s *dumpjson.Summary) { s.Verdicts[1].Completed, s.Verdicts[1].Unanswered = 798, 2 }, "2 unanswered"},
+	} {
+		s := base()
+		tc.mutate(s)
+		r := &CellResult{Retrans: 2}
+		judgeExplainFlows(r, s)
+		got := strings.Join(r.Problems, "; ")
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s: problems %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestJudgeCMFixtures: the judge on rxe↔rxe captures of the rdma_cm tools
 // (testdata/rxe): the MADs on QP1 are counted apart and are no problem,
 // the RC and UD flows are judged as in any cell.
