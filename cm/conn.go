@@ -263,6 +263,19 @@ func (a *agent) ephemeralPort() uint16 {
 	}
 }
 
+// listenPort is the port a listener in port space ps binds, an
+// ephemeral one not taken there when port is 0, and its service ID; taken
+// reports whether a service ID has a listener. Called with a.mu held.
+func (a *agent) listenPort(ps mad.PortSpace, port uint16, taken func(sid uint64) bool) (uint16, uint64) {
+	if port == 0 {
+		for port == 0 || taken(mad.ServiceID(ps, port)) {
+			port = a.ephemeralPort()
+			delete(a.ports, port)
+		}
+	}
+	return port, mad.ServiceID(ps, port)
+}
+
 func dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Conn, error) {
 	o := opts.withDefaults()
 	if len(o.PrivateData) > maxREQPrivate {

@@ -77,15 +77,8 @@ func listen(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*L
 	l := &listener{a: a, dev: dev, o: o, backlog: make(chan *Conn, o.Backlog)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	a.mu.Lock()
-	port := ap.Port()
-	if port == 0 {
-		for port == 0 || a.listeners[mad.ServiceID(mad.PortSpaceTCP, port)] != nil {
-			port = a.ephemeralPort()
-			delete(a.ports, port)
-		}
-	}
-	l.addr = netip.AddrPortFrom(ap.Addr(), port)
-	l.sid = mad.ServiceID(mad.PortSpaceTCP, port)
+	port, sid := a.listenPort(mad.PortSpaceTCP, ap.Port(), func(sid uint64) bool { return a.listeners[sid] != nil })
+	l.addr, l.sid = netip.AddrPortFrom(ap.Addr(), port), sid
 	if a.listeners[l.sid] != nil {
 		a.mu.Unlock()
 		a.release()

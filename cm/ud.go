@@ -259,15 +259,8 @@ func listenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (
 		return nil, err
 	}
 	a.mu.Lock()
-	port := ap.Port()
-	if port == 0 {
-		for port == 0 || a.udListeners[mad.ServiceID(mad.PortSpaceUDP, port)] != nil {
-			port = a.ephemeralPort()
-			delete(a.ports, port)
-		}
-	}
-	l.addr = netip.AddrPortFrom(ap.Addr(), port)
-	l.sid = mad.ServiceID(mad.PortSpaceUDP, port)
+	port, sid := a.listenPort(mad.PortSpaceUDP, ap.Port(), func(sid uint64) bool { return a.udListeners[sid] != nil })
+	l.addr, l.sid = netip.AddrPortFrom(ap.Addr(), port), sid
 	if a.udListeners[l.sid] != nil {
 		a.mu.Unlock()
 		l.free()

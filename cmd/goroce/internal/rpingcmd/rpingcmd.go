@@ -196,19 +196,9 @@ func cutOpt(o string) (name, val string, ok bool) {
 
 // Run is rping on a goroce device. It returns the exit code.
 func Run(env tool.Env, args []string) int {
-	if tool.WantsHelp(args) {
-		fmt.Fprint(env.Stdout, usage+goroceUsage)
-		return 0
-	}
-	args, opts, err := tool.SplitOptions(args)
-	var dev string
-	if err == nil {
-		args, dev, err = tool.SplitDevice(args)
-	}
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "goroce rping: %v\n", err)
-		fmt.Fprint(env.Stdout, usage+goroceUsage)
-		return exitEINVAL
+	args, opts, dev, exit, done := tool.CMCommand(env, args, "rping", usage+goroceUsage, exitEINVAL)
+	if done {
+		return exit
 	}
 	f, code := ParseFlags(args, env.Stdout, env.Stderr)
 	if code != 0 {

@@ -49,6 +49,27 @@ func Atoi(s string) int {
 
 // SplitDevice removes goroce's --dev=IFACE / --dev IFACE from args: the
 // network interface of the RoCE device (the C tools find the RDMA device
+// CMCommand takes the parts of a librdmacm example's command line that are
+// goroce's: -h/--help prints usage (done, exit 0), SplitOptions' options
+// and --dev are split off; a bad one prints "goroce name: error" and the
+// usage (done, exit bad). rest is what the tool's own parser reads.
+func CMCommand(env Env, args []string, name, usage string, bad int) (rest []string, opts Options, dev string, exit int, done bool) {
+	if WantsHelp(args) {
+		fmt.Fprint(env.Stdout, usage)
+		return nil, opts, "", 0, true
+	}
+	rest, opts, err := SplitOptions(args)
+	if err == nil {
+		rest, dev, err = SplitDevice(rest)
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "goroce %s: %v\n", name, err)
+		fmt.Fprint(env.Stdout, usage)
+		return nil, opts, "", bad, true
+	}
+	return rest, opts, dev, 0, false
+}
+
 // from the address, and so does OpenCMDevice when --dev is not given).
 func SplitDevice(args []string) (rest []string, dev string, err error) {
 	rest = make([]string, 0, len(args))

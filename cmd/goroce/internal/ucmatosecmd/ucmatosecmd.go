@@ -125,19 +125,9 @@ func hasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualF
 // Run is ucmatose on a goroce device. It returns the exit code (cmatose's
 // return status).
 func Run(env tool.Env, args []string) int {
-	if tool.WantsHelp(args) {
-		fmt.Fprint(env.Stdout, usageText)
-		return 0
-	}
-	args, opts, err := tool.SplitOptions(args)
-	var dev string
-	if err == nil {
-		args, dev, err = tool.SplitDevice(args)
-	}
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "goroce ucmatose: %v\n", err)
-		fmt.Fprint(env.Stdout, usageText)
-		return 1
+	args, opts, dev, exit, done := tool.CMCommand(env, args, "ucmatose", usageText, 1)
+	if done {
+		return exit
 	}
 	f, ok := ParseFlags(args, env.Stdout, env.Stderr)
 	if !ok {

@@ -119,19 +119,9 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, ok bool) {
 // Run is udaddy on a goroce device. It returns the exit code (udaddy's
 // return status).
 func Run(env tool.Env, args []string) int {
-	if tool.WantsHelp(args) {
-		fmt.Fprint(env.Stdout, usageText)
-		return 0
-	}
-	args, opts, err := tool.SplitOptions(args)
-	var dev string
-	if err == nil {
-		args, dev, err = tool.SplitDevice(args)
-	}
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "goroce udaddy: %v\n", err)
-		fmt.Fprint(env.Stdout, usageText)
-		return 1
+	args, opts, dev, exit, done := tool.CMCommand(env, args, "udaddy", usageText, 1)
+	if done {
+		return exit
 	}
 	f, ok := ParseFlags(args, env.Stdout, env.Stderr)
 	if !ok {
