@@ -113,6 +113,13 @@ func (d *Device) tryOwn(cq *CQ) bool {
 	ok := d.owner == ownerNone && !d.closed
 	if ok {
 		d.owner, d.selfCQ = ownerWaiter, cq
+		// The resume timer has nothing to do while a waiter reads the
+		// link: stopped, it does not fire (a goroutine, a thread woken)
+		// every resumeAfter of a ping-pong; releaseLink sets it again.
+		if !d.resumeTimerAt.IsZero() {
+			d.resumeT.Stop()
+			d.resumeTimerAt = time.Time{}
+		}
 	}
 	d.unlock()
 	return ok
