@@ -94,6 +94,11 @@ func TestAckRidesWithAnswer(t *testing.T) {
 				t.Fatalf("batch %v after the waiters took over: %v", b, all)
 			}
 		}
+		for _, q := range []*QP{p.qa, p.qb} {
+			if c := q.Counters(); c[CntRetransmittedPkts] != 0 {
+				t.Fatalf("QP %#x retransmitted %d packets: a held ACK was late", q.QPN(), c[CntRetransmittedPkts])
+			}
+		}
 		if together < rounds/2 {
 			t.Fatalf("%d of %d answers left with the ACK in one batch: %v", together, rounds, all)
 		}
@@ -111,6 +116,9 @@ func TestAckRidesWithAnswer(t *testing.T) {
 		}
 		if waited := time.Since(start); waited > ackHold {
 			t.Fatalf("the held ACK left after %v, later than ackHold %v", waited, ackHold)
+		}
+		if c := p.qa.Counters(); c[CntRetransmittedPkts] != 0 {
+			t.Fatalf("A retransmitted %d packets waiting for the held ACK", c[CntRetransmittedPkts])
 		}
 	})
 }

@@ -153,6 +153,8 @@ type Device struct {
 	resumeT       *time.Timer
 	resumeAt      time.Time // under mu, real clock: when the driver takes the link back
 	resumeTimerAt time.Time // under mu: when resumeT fires (zero: stopped)
+	releases      uint64    // under mu: releaseLink calls (resumeFire re-arms while they go on)
+	releasesSeen  uint64    // under mu: releases at the resume timer's last firing
 	rb            *rxBatch  // the link reader's buffers
 	// qpnLimit is the highest QP number handed out (maxQPN; tests lower
 	// it to reach the wrap quickly).
@@ -380,7 +382,7 @@ func (d *Device) endCall(now time.Time) {
 	if len(d.failedCQs) > 0 {
 		d.failCQs(now)
 	}
-	if d.waiter != nil {
+	if d.waiter != nil && !d.holdAcks { // a holding pass arms after it (selfDrive)
 		if e := d.earliest(); !e.IsZero() && (d.armed.IsZero() || e.Before(d.armed)) {
 			d.arm(e)
 			d.deadlineMoved()

@@ -113,13 +113,6 @@ func (d *Device) tryOwn(cq *CQ) bool {
 	ok := d.owner == ownerNone && !d.closed
 	if ok {
 		d.owner, d.selfCQ = ownerWaiter, cq
-		// The resume timer has nothing to do while a waiter reads the
-		// link: stopped, it does not fire (a goroutine, a thread woken)
-		// every resumeAfter of a ping-pong; releaseLink sets it again.
-		if !d.resumeTimerAt.IsZero() {
-			d.resumeT.Stop()
-			d.resumeTimerAt = time.Time{}
-		}
 	}
 	d.unlock()
 	return ok
@@ -137,6 +130,7 @@ func (d *Device) leave() {
 // resume time unless a waiter takes it first.
 func (d *Device) releaseLink() {
 	d.owner, d.selfCQ = ownerNone, nil
+	d.releases++
 	now := time.Now()
 	at := now.Add(resumeAfter)
 	if e := d.earliest(); !e.IsZero() {
@@ -171,8 +165,23 @@ func (d *Device) resumeFire() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.resumeTimerAt = time.Time{}
-	if d.closed || d.owner != ownerNone {
-		return // the next releaseLink sets the timer again
+	if d.closed {
+		return
+	}
+	if d.owner != ownerNone {
+		// A waiter reads the link. While waiters keep leaving and coming
+		// back (a ping-pong), the timer re-arms itself here, so that
+		// releaseLink finds it set for an earlier time and leaves it: a
+		// timer set earlier than every other one of the process, on each
+		// round trip, makes the runtime wake a second thread for it
+		// (wakeNetPoller), a context switch per round trip. Otherwise the
+		// next releaseLink sets it, and an idle device has no timer.
+		if d.releases != d.releasesSeen {
+			d.releasesSeen = d.releases
+			d.resumeTimerAt = time.Now().Add(resumeAfter)
+			d.resumeT.Reset(resumeAfter)
+		}
+		return
 	}
 	if now := time.Now(); now.Before(d.resumeAt) {
 		d.resumeTimerAt = d.resumeAt
@@ -180,6 +189,10 @@ func (d *Device) resumeFire() {
 		return
 	}
 	d.owner = ownerDriver
+	// The leaving waiter did not arm the link for what is due after it
+	// (held ACKs, selfDrive): the driver's first wait ends at the earliest
+	// deadline.
+	d.arm(d.earliest())
 	select {
 	case d.resume <- struct{}{}:
 	default:
@@ -246,14 +259,18 @@ func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
 		}
 		d.kicked()
 		d.ownerDrive, d.holdAcks = true, true
-		_, next := d.drive(b, n, true)
+		d.drive(b, n, true)
 		d.ownerDrive, d.holdAcks = false, false
-		if !w.ready() {
-			// Still waiting: nothing of the application's follows soon.
-			d.flushHeld()
-			next = d.earliest()
+		if w.ready() {
+			// Leaving: the next wait arms the link. Arming it now for
+			// the held ACKs' end would modify a runtime timer (and wake a
+			// thread for it) on every round trip.
+			d.unlock()
+			continue
 		}
-		d.arm(d.ctxBound(ctx, next))
+		// Still waiting: nothing of the application's follows soon.
+		d.flushHeld()
+		d.arm(d.ctxBound(ctx, d.earliest()))
 		d.unlock()
 	}
 }
