@@ -133,6 +133,11 @@
 // EndBatch loses nothing: the owed ACK makes the deadline now, and Tick
 // sends it.
 //
+// HoldAck ends a batch without sending the owed ACK yet: the owner's next
+// EndBatch sends it (qp holds it until the application's next post, so
+// the ACK and the answer leave in one transmit batch), or Tick at the
+// bound HoldAck was given, which Deadline reports meanwhile.
+//
 // READ responses are paced: one engine call sends at most ResponseBudget
 // response packets of a QP; the rest of the response, and every response
 // owed after it, waits in the responder's queue and the deadline is now,
