@@ -48,6 +48,20 @@ func (d *Device) arm(t time.Time) {
 	}
 }
 
+// armLazy is arm for a self-driving waiter (d.mu held): a deadline still
+// ahead and no later than t is left as it is. The waiter then wakes early,
+// finds nothing due and arms again, once per ACK timeout at most; arming
+// for the new WRITE's later ACK timeout on every post of a ping-pong
+// would modify a runtime timer on every round trip, and the runtime wakes
+// a second thread for each such change when none waits in the poller
+// (wakeNetPoller), a context switch per round trip on a 2-CPU guest.
+func (d *Device) armLazy(t time.Time) {
+	if a := d.armed; !a.IsZero() && a.After(d.now()) && !t.IsZero() && !t.Before(a) {
+		return
+	}
+	d.arm(t)
+}
+
 // driveLoop is the driver goroutine. After a pass that found waiters
 // that would read the link themselves, it gives the link up and sleeps
 // until the resume timer hands it back (selfdrive.go).

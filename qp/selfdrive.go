@@ -228,7 +228,7 @@ func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
 	done := ctx.Done()
 	b := d.rb
 	d.mu.Lock()
-	d.arm(d.ctxBound(ctx, d.earliest()))
+	d.armLazy(d.ctxBound(ctx, d.earliest()))
 	d.mu.Unlock()
 	for {
 		if w.ready() {
@@ -270,7 +270,7 @@ func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
 		}
 		// Still waiting: nothing of the application's follows soon.
 		d.flushHeld()
-		d.arm(d.ctxBound(ctx, d.earliest()))
+		d.armLazy(d.ctxBound(ctx, d.earliest()))
 		d.unlock()
 	}
 }
