@@ -2,6 +2,7 @@ package qp_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/goroce/goroce/qp"
@@ -10,6 +11,9 @@ import (
 // TestExpvar: the device's expvar is JSON with rxe's counters under
 // hw_counters (rdma_sends/rdma_recvs counting 3 SENDs and their 3 receive
 // completions), goroce's own under goroce_counters, and the QP's.
+// expvarRuns numbers TestExpvar's runs in this process.
+var expvarRuns int
+
 func TestExpvar(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		x := newX(t, xopts{})
@@ -64,10 +68,14 @@ func TestExpvar(t *testing.T) {
 		if va.Port["port_xmit_packets"] == 0 || va.Port["port_xmit_data"] == 0 {
 			t.Fatalf("port counters %v", va.Port)
 		}
-		if err := x.a.dev.PublishExpvar("goroce_test_a"); err != nil {
+		// expvar names are process-global and cannot be removed: a name
+		// of its own per run, so -count=N works.
+		expvarRuns++
+		name := fmt.Sprintf("goroce_test_a_%d", expvarRuns)
+		if err := x.a.dev.PublishExpvar(name); err != nil {
 			t.Fatal(err)
 		}
-		if err := x.b.dev.PublishExpvar("goroce_test_a"); err == nil {
+		if err := x.b.dev.PublishExpvar(name); err == nil {
 			t.Fatal("PublishExpvar under a taken name succeeded")
 		}
 	})
