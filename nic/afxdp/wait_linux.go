@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/nic"
-	"golang.org/x/sys/unix"
 )
 
 var _ nic.Waiter = (*Link)(nil)
@@ -37,7 +36,7 @@ func (l *Link) tryReceive(bufs [][]byte, sizes []int) int {
 		}
 	}
 	if l.needWakeup && l.fill.needWakeup() {
-		unix.Recvfrom(l.fd, nil, unix.MSG_DONTWAIT)
+		rxWakeup(l.fd)
 		l.wakeups.Add(1)
 	}
 	return 0
