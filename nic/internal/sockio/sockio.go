@@ -119,12 +119,18 @@ func setIov(v *unix.Iovec, p []byte) {
 // Sendmmsg sends msgs[0:n] with one system call and returns how many were
 // sent (the kernel stops at the first failing message; its error is
 // returned only when none was sent).
+//
+// Sendmmsg and Recvmmsg are raw system calls: fd must be non-blocking (the
+// backends open their sockets with SOCK_NONBLOCK), so neither blocks, and
+// they skip entersyscall, which wakes the runtime's sysmon thread when it
+// sleeps for want of work, a futex wake and a context switch per call in a
+// sleeping ping-pong (see nic/afxdp's txKick).
 func Sendmmsg(fd int, msgs []unix.Mmsghdr, flags int) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
 		if e == unix.EINTR {
 			continue
 		}
@@ -141,7 +147,7 @@ func Recvmmsg(fd int, msgs []unix.Mmsghdr, flags int) (int, error) {
 		return 0, nil
 	}
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
+		n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&msgs[0])), uintptr(len(msgs)), uintptr(flags), 0, 0)
 		if e == unix.EINTR {
 			continue
 		}
