@@ -247,7 +247,7 @@ func TestWriteReport(t *testing.T) {
 		"## afxdp (native), MTU 1500, path MTU 1024",
 		"| 64 B WRITE, msg/s · raw: one-way 64 B WRITE frames/s | 1.20 (1.00–1.40) M | – | 450.0 (420.0–470.0) k | 0.38× | – |",
 		"| 64 KiB WRITE goodput · raw: path-MTU frames' payload | 9.00 (8.00–10.00) Gbit/s | 18.00 Gbit/s | 6.00 Gbit/s | 0.67× | 0.33× |",
-		"| 8 B WRITE round trip, sleeping, mean · TCP: sleeping 64 B ping-pong | – | 50.0 µs | 40.0 µs | – | 0.80× |",
+		"| 8 B WRITE round trip, sleeping, mean · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong | – | 50.0 µs | 40.0 µs | – | 0.80× |",
 		"Raw frames: 138 bytes (a 64 B WRITE ONLY) and 1098 bytes",
 		"## afxdp (native), MTU 9000, path MTU 2048",
 		"| 64 KiB READ goodput · raw: path-MTU frames' payload | – | 20.00 Gbit/s | error: post on QP 0: boom / pipe | – | – |",

@@ -116,6 +116,12 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag st
 	}
 	recordLat(res, key{b, mtu, latRaw}, rtts, err)
 	progress("%s: raw busy ping-pong %s (%v)", tag, latLine(rtts), err)
+	if c.latPeer == "process" {
+		runtime.GC()
+		rtts, err = rawSleepRTTPeer(pair, b, lim(maxRTTs))
+		recordLat(res, key{b, mtu, latRawSleep}, rtts, err)
+		progress("%s: raw sleeping ping-pong %s (%v)", tag, latLine(rtts), err)
+	}
 }
 
 // measureRawRates is the raw cell's one-way rates.

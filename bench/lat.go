@@ -29,6 +29,11 @@ type latEnd struct {
 	scq  *qp.CQ
 	busy bool
 	pmtu int
+	// first is the peer's first PSN. The end that waits for the peer's
+	// first WRITE must know it before the peer may start: a Query then
+	// can see that WRITE already executed, and the loop would wait for
+	// the next one, which the peer sends only after our answer.
+	first wire.PSN
 }
 
 // latLoop is one end of write_lat (cmd/goroce's latWrite): RDMA WRITE
@@ -49,7 +54,7 @@ func latLoop(ctx context.Context, l latEnd, rkey uint32, vaddr uint64, server bo
 	wr := qp.SendWR{Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{l.e.sge(0, latSize)},
 		RemoteAddr: vaddr, RKey: rkey}
 	npkts := uint32(max((latSize+l.pmtu-1)/l.pmtu, 1))
-	peerPSN := l.q.Query().RQPSN
+	peerPSN := l.first
 	pollOff := half + latSize - 1
 	var wc [1]qp.WC
 	for cnt := uint64(1); ; cnt++ {
@@ -199,13 +204,14 @@ func writeLat(p *rdmaPair, lim limit, ready func()) ([]time.Duration, error) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var srvErr error
+	firstA, firstB := qa[0].Query().RQPSN, qb[0].Query().RQPSN // before either end starts
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		srvErr = latLoop(ctx, latEnd{p.b, qb[0], c.sb, p.busy, p.pmtu}, p.a.mr.RKey(), p.a.mr.IOVA()+half, true, nil, &stop)
+		srvErr = latLoop(ctx, latEnd{p.b, qb[0], c.sb, p.busy, p.pmtu, firstB}, p.a.mr.RKey(), p.a.mr.IOVA()+half, true, nil, &stop)
 	}()
 	t := &latTimer{lim: lim}
-	err = latLoop(ctx, latEnd{p.a, qa[0], c.sa, p.busy, p.pmtu}, p.b.mr.RKey(), p.b.mr.IOVA()+half, false, t.post, &stop)
+	err = latLoop(ctx, latEnd{p.a, qa[0], c.sa, p.busy, p.pmtu, firstA}, p.b.mr.RKey(), p.b.mr.IOVA()+half, false, t.post, &stop)
 	stop.Store(true)
 	cancel()
 	wg.Wait()
@@ -283,7 +289,7 @@ func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready 
 	// The deadline only guards against a peer that died: the sleeping waits
 	// have no stall check of their own.
 	lctx, lcancel := context.WithTimeout(context.Background(), lim.d+stallTime)
-	err = latLoop(lctx, latEnd{a, q, scq, busy, mtu.Bytes()}, rkeyB, vaddrB, false, t.post, &stop)
+	err = latLoop(lctx, latEnd{a, q, scq, busy, mtu.Bytes(), psnB}, rkeyB, vaddrB, false, t.post, &stop)
 	lcancel()
 	peer.send("stop")
 	if l, ok := peer.lines.next(stallTime + 5*time.Second); ok && strings.HasPrefix(l, "error ") {

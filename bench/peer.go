@@ -18,6 +18,7 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/wire"
 )
 
 // Child processes. bench -child NAME runs one of:
@@ -110,6 +111,8 @@ func runChild(name string, c config, ifname string, busy bool) int {
 		err = gorocePeer(ifname, c.backends[0], busy)
 	case "peer-raw":
 		err = rawPeer(ifname, c.backends[0])
+	case "peer-raw-sleep":
+		err = rawSleepPeer(ifname, c.backends[0])
 	case "peer-tcp":
 		err = tcpPeer()
 	case "trace-goroce", "trace-tcp":
@@ -178,7 +181,7 @@ func gorocePeer(ifname, backend string, busy bool) error {
 		stop.Store(true)
 		cancel()
 	}()
-	err = latLoop(ctx, latEnd{e, q, scq, busy, qp.MTUFromBytes(mtu).Bytes()}, rkeyA, vaddrA, true, nil, &stop)
+	err = latLoop(ctx, latEnd{e, q, scq, busy, qp.MTUFromBytes(mtu).Bytes(), wire.PSN(psnA)}, rkeyA, vaddrA, true, nil, &stop)
 	if err != nil && !errors.Is(err, errStopped) {
 		return err
 	}

@@ -210,8 +210,9 @@ func writeSection(w io.Writer, r *results, s section) {
 			rawU: fmtMicros, tcpU: fmtMicros, groU: fmtMicros, vsRaw: true, vsTCP: true, skipWithoutGoroce: true})
 	}
 	for _, q := range []string{"p50", "mean", "p99"} {
-		rows = append(rows, rowSpec{what: "8 B WRITE round trip, sleeping, " + q + " · TCP: sleeping 64 B ping-pong",
-			tcp: latTCP + "." + q, goroce: latSleep + "." + q, tcpU: fmtMicros, groU: fmtMicros, vsTCP: true, skipWithoutGoroce: true})
+		rows = append(rows, rowSpec{what: "8 B WRITE round trip, sleeping, " + q + " · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong",
+			raw: latRawSleep + "." + q, tcp: latTCP + "." + q, goroce: latSleep + "." + q,
+			rawU: fmtMicros, tcpU: fmtMicros, groU: fmtMicros, vsRaw: true, vsTCP: true, skipWithoutGoroce: true})
 	}
 
 	var lines []string

@@ -161,6 +161,7 @@ const (
 	latBusy      = "lat.busy"
 	latSleep     = "lat.sleep"
 	latRaw       = "raw.rtt"
+	latRawSleep  = "raw.rtt.sleep"
 	latTCP       = "tcp.rtt"
 	bwPrefix     = "bw."
 	sizeSmall    = 64

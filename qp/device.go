@@ -166,6 +166,10 @@ type Device struct {
 	// touched are the QPs that received a frame in the batch drive is
 	// handling (EndBatch).
 	touched []*QP
+	// held are the QPs whose owed ACK waits for the application's next
+	// call (ackhold.go); holdAcks makes drive hold them.
+	held     []*QP
+	holdAcks bool
 	// onAsync, when set, also receives the CQ-overrun events (with d.mu
 	// held), for tests.
 	onAsync func(asyncEvent)
@@ -326,12 +330,15 @@ func (d *Device) Close() error {
 		d.mu.Unlock()
 		return nil
 	}
+	// Held ACKs leave first: the application that saw the last
+	// completion and closes must not leave its peer retrying.
+	d.flushHeld()
 	d.closed = true
 	close(d.done)
 	if d.resumeT != nil {
 		d.resumeT.Stop()
 	}
-	d.mu.Unlock()
+	d.unlock()
 	d.mrs.Close(ErrClosed)
 	if g := d.gsi.Load(); g != nil {
 		g.stop()
@@ -483,16 +490,23 @@ func newRxBatch(l nic.Link) *rxBatch {
 // and timer expiries handled and the earliest engine deadline left (zero
 // if none).
 func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Time) {
+	if !d.busy {
+		d.flushHeld() // busy-poll mode: the next Poll (poll) or post
+	}
 	now := d.now()
 	for i := 0; i < n; i++ {
 		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
 	}
 	// ACK coalescing: end the receive batch of every QP that got a frame
 	// in it, so each sends one cumulative ACK, written with the rest of
-	// this pass.
-	for _, q := range d.touched {
-		q.eng.EndBatch(now)
-		d.touch(q)
+	// this pass, or holds it for the application's next call (ackhold.go).
+	if d.holdAcks {
+		d.holdTouched(now)
+	} else {
+		for _, q := range d.touched {
+			q.eng.EndBatch(now)
+			d.touch(q)
+		}
 	}
 	clear(d.touched)
 	d.touched = d.touched[:0]

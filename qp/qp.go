@@ -41,6 +41,7 @@ type QP struct {
 	sendCQ, recvCQ *CQ
 	srq            *SRQ
 	destroyed      bool    // guarded by dev.mu
+	ackHeld        bool    // under dev.mu: in dev.held (ackhold.go)
 	cc             ccState // notification point (cc.go), under dev.mu
 
 	// The device's deadline heap (deadline.go), under dev.mu.
@@ -257,6 +258,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 		d.mu.Unlock()
 		return err
 	}
+	d.flushHeld()
 	now := d.now()
 	err := q.eng.PostSend(wr, now)
 	if err == nil {
@@ -292,6 +294,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		d.mu.Unlock()
 		return 0, err
 	}
+	d.flushHeld()
 	now := d.now()
 	n := 0
 	var err error
@@ -331,9 +334,14 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 func (q *QP) Destroy() error {
 	d := q.dev
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	if q.destroyed {
 		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
+	}
+	if q.ackHeld {
+		// Its held ACK leaves (with the others), as it would have
+		// before the application saw the completion it acknowledges.
+		d.flushHeld()
 	}
 	q.destroyed = true
 	if q.srq != nil {

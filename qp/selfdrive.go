@@ -109,11 +109,19 @@ func (d *Device) initSelfDrive() {
 // tryOwn makes the calling waiter the link's owner if nobody has it.
 func (d *Device) tryOwn(cq *CQ) bool {
 	d.mu.Lock()
+	d.flushHeld() // the application waits: its turn is over (ackhold.go)
 	ok := d.owner == ownerNone && !d.closed
 	if ok {
 		d.owner, d.selfCQ = ownerWaiter, cq
+		// The resume timer has nothing to do while a waiter reads the
+		// link: stopped, it does not fire (a goroutine, a thread woken)
+		// every resumeAfter of a ping-pong; releaseLink sets it again.
+		if !d.resumeTimerAt.IsZero() {
+			d.resumeT.Stop()
+			d.resumeTimerAt = time.Time{}
+		}
 	}
-	d.mu.Unlock()
+	d.unlock()
 	return ok
 }
 
@@ -237,9 +245,14 @@ func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
 			return ErrClosed
 		}
 		d.kicked()
-		d.ownerDrive = true
+		d.ownerDrive, d.holdAcks = true, true
 		_, next := d.drive(b, n, true)
-		d.ownerDrive = false
+		d.ownerDrive, d.holdAcks = false, false
+		if !w.ready() {
+			// Still waiting: nothing of the application's follows soon.
+			d.flushHeld()
+			next = d.earliest()
+		}
 		d.arm(d.ctxBound(ctx, next))
 		d.unlock()
 	}

@@ -25,6 +25,14 @@ type oneReader struct {
 	*nic.MemLink
 	t       *testing.T
 	in, max atomic.Int32
+	writes  func(frames [][]byte) // when set, sees every WriteBatch
+}
+
+func (l *oneReader) WriteBatch(frames [][]byte) (int, error) {
+	if l.writes != nil {
+		l.writes(frames)
+	}
+	return l.MemLink.WriteBatch(frames)
 }
 
 func (l *oneReader) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {

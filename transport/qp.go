@@ -422,6 +422,22 @@ func (q *QP) EndBatch(now time.Time) {
 	}
 }
 
+// HoldAck ends a batch of received packets like EndBatch, but an owed ACK
+// that nothing else is queued before waits: it leaves with the owner's next
+// EndBatch (typically in the same transmit batch as the next request the
+// application posts, so the peer gets both in one wake-up), or by until,
+// when Deadline makes the owner's Tick send it; a later HoldAck never
+// extends the wait. It reports whether an ACK is held. An ACK acknowledges
+// every earlier request, so holding it only delays the requester's
+// completions, by at most until - now; NAKs, ATOMIC ACKs and READ
+// responses are never held.
+func (q *QP) HoldAck(now, until time.Time) bool {
+	if st := q.attr.State; st >= StateRTR && st != StateErr {
+		return q.resp.holdAck(now, until)
+	}
+	return false
+}
+
 // PostSend queues a send work request (ibv_post_send) and transmits what
 // the window allows. In the ERR state the request is completed at once with
 // WR_FLUSH_ERR, as rxe does.

@@ -51,6 +51,9 @@ type responder struct {
 	ackOwed    bool
 	ackOwedPSN wire.PSN
 	ackOwedMSN uint32
+	// ackHold is when a held owed ACK must leave (QP.HoldAck); zero when
+	// the owed ACK is not held. Meaningful only while ackOwed.
+	ackHold time.Time
 	// pend holds, in PSN order, the responses that wait behind a READ
 	// response in progress (at pendHead): a ring indexed by growing
 	// counters, sized with the READ resources.
@@ -166,10 +169,30 @@ func (r *responder) dropPending() {
 // response waits: the owner's next Tick sends them (EndBatch sends an owed
 // ACK sooner).
 func (r *responder) deadline() (time.Time, bool) {
-	if r.ackOwed || r.busy() {
+	if r.busy() {
+		return r.now, true
+	}
+	if r.ackOwed {
+		if !r.ackHold.IsZero() {
+			return r.ackHold, true
+		}
 		return r.now, true
 	}
 	return time.Time{}, false
+}
+
+// holdAck ends a receive batch like endBatch, except that an owed ACK with
+// nothing queued before it stays owed until until (or an earlier hold's
+// end, or the owner's next EndBatch), and reports whether it does.
+func (r *responder) holdAck(now, until time.Time) bool {
+	r.now = now
+	if !r.ackOwed || r.busy() {
+		return false
+	}
+	if r.ackHold.IsZero() || until.Before(r.ackHold) {
+		r.ackHold = until
+	}
+	return true
 }
 
 // onTimeout sends what waits: the next ResponseBudget packets of the
@@ -202,6 +225,8 @@ func (r *responder) busy() bool { return r.pendHead != r.pendTail }
 func (r *responder) owe(psn wire.PSN, msn uint32) {
 	if r.ackOwed {
 		r.qp.inc(CntAckCoalesced)
+	} else {
+		r.ackHold = time.Time{}
 	}
 	r.ackOwed, r.ackOwedPSN, r.ackOwedMSN = true, psn, msn
 }

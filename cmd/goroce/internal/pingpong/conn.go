@@ -45,7 +45,7 @@ func Serve(ctx context.Context, port int, listening func(net.Addr), local, peer 
 func Dial(ctx context.Context, host string, port int, local, peer []Dest) error {
 	conn, err := tool.DialPeer(ctx, "tcp", host, port)
 	if err != nil {
-		return fmt.Errorf("Couldn't connect to %s:%d: %w", host, port, err)
+		return fmt.Errorf("Couldn't connect to %s:%d: %w", host, port, ctxErr(ctx, err))
 	}
 	defer conn.Close()
 	defer tool.WithExchangeDeadline(ctx, conn)()

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
+)
+
+// The raw sleeping ping-pong: the floor of a sleeping round trip on a
+// backend. Each end writes one 8-byte RDMA WRITE ONLY frame and parks in
+// the Go runtime's netpoller (nic.Waiter.WaitReadBatch) until the answer
+// is there, as a sleeping goroce device's reader does, with no transport
+// work at all; B's end runs in a process of its own (bench -child
+// peer-raw-sleep), as the lat cell's does. Next to goroce's sleeping round
+// trip and the Go TCP ping-pong, it separates what the backend's wake-up
+// path costs from what goroce adds.
+
+// rawSleepRTTPeer measures the raw sleeping ping-pong between namespaces A
+// (this process) and B (a child).
+func rawSleepRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	var l nic.Link
+	var info *qp.InterfaceInfo
+	if err := pair.Do(netns.A, func() error {
+		var err error
+		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	w, ok := waiter(l)
+	if !ok {
+		return nil, errors.New("the backend link cannot wait in the netpoller (no nic.Waiter)")
+	}
+	t := rawTemplate(info.MAC, info.IP, pair.B.MAC, pair.B.Addr)
+	req, err := buildFrames(t, 1, 8)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := startPeer(pair, "-child", "peer-raw-sleep", "-backends", backend, "-peer-ifname", pair.B.Ifname)
+	if err != nil {
+		return nil, err
+	}
+	defer peer.finish()
+	if line, ok := peer.lines.next(setupTimeout + 5*time.Second); !ok || line != "ready" {
+		return nil, fmt.Errorf("peer: %s", strings.TrimPrefix(line, "error "))
+	}
+	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
+	rtts := make([]time.Duration, 0, min(lim.n, 1<<20))
+	start := time.Now()
+	for len(rtts) < lim.n && time.Since(start) < lim.d {
+		t0 := time.Now()
+		if _, err := l.WriteBatch(req); err != nil {
+			return nil, err
+		}
+		// A frame lost in the veth backlog would wait forever: bound it.
+		if err := w.SetWaitDeadline(t0.Add(stallTime)); err != nil {
+			return nil, err
+		}
+		n, err := w.WaitReadBatch(bufs, sizes)
+		if err != nil {
+			return nil, fmt.Errorf("no response: %w", err)
+		}
+		if n > 0 {
+			rtts = append(rtts, time.Since(t0))
+		}
+	}
+	return rtts, nil
+}
+
+// rawSleepPeer is the raw sleeping ping-pong's far end (peer-raw-sleep):
+// it parks in WaitReadBatch and sends every frame back with its addresses
+// swapped, until stdin ends.
+func rawSleepPeer(ifname, backend string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	l, _, err := qp.OpenInterfaceLink(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	w, ok := waiter(l)
+	if !ok {
+		return errors.New("the backend link cannot wait in the netpoller (no nic.Waiter)")
+	}
+	var stop atomic.Bool
+	in := newLineReader(os.Stdin)
+	go func() {
+		for range in.ch {
+		}
+		stop.Store(true)
+		w.SetWaitDeadline(time.Unix(1, 0)) // wake the wait below
+	}()
+	fmt.Println("ready")
+	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
+	out := make([][]byte, 1)
+	for !stop.Load() {
+		n, err := w.WaitReadBatch(bufs, sizes)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			return err
+		}
+		for i := range n {
+			out[0] = bufs[i][:sizes[i]]
+			swapAddrs(out[0])
+			if _, err := l.WriteBatch(out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// waiter finds the netpoller wait of l, under OpenInterfaceLink's
+// ownership wrapper (Unwrap).
+func waiter(l nic.Link) (nic.Waiter, bool) {
+	for {
+		if w, ok := l.(nic.Waiter); ok {
+			if err := w.SetWaitDeadline(time.Time{}); err == nil {
+				return w, true
+			}
+		}
+		u, ok := l.(interface{ Unwrap() nic.Link })
+		if !ok {
+			return nil, false
+		}
+		l = u.Unwrap()
+	}
+}

@@ -1,0 +1,68 @@
+package qp
+
+import "time"
+
+// Held ACKs: the responder's ACK and the application's next request in one
+// transmit batch.
+//
+// A receive batch ends with one cumulative ACK per QP that owes one
+// (transport.QP.EndBatch). When the batch was read by the application's
+// own goroutine (a self-driving CQ.Wait or MR.WaitWrite that returns with
+// what it waited for, or a busy-poll Device.Poll), the application is
+// about to run, and in a request/response exchange it answers at once: an
+// ACK sent at the end of the batch would leave in a transmit kick of its
+// own, and the peer would wake once for the ACK and once more for the
+// answer. Such a batch holds its owed ACKs instead (transport.QP.HoldAck),
+// and they leave with the first of:
+//
+//   - the application's next post (PostSend, PostSendList): the ACK goes
+//     first in the same batch as the request, one kick for both, and the
+//     peer reads both in one wake-up;
+//   - its next wait that sleeps or reads the link (tryOwn), or, in
+//     busy-poll mode, its next Device.Poll;
+//   - the next pass of the driver goroutine (or of anyone else's drive);
+//   - ackHold after the batch: the responder's deadline, so a timer or the
+//     resume timer of the self-driving waiters sends it even when nobody
+//     calls again.
+//
+// An ACK acknowledges every earlier request, so holding it changes only
+// when the peer's requests complete, by at most ackHold, far inside any
+// ACK timeout (4.096 µs × 2^timeout, 8 ms or more as perftest and rping
+// set it). NAKs, ATOMIC ACKs and READ responses are never held.
+
+// ackHold bounds how long an owed ACK waits for the application's next
+// request: resumeAfter, so the resume timer of a ping-pong that holds its
+// ACKs is set no earlier than without them.
+const ackHold = resumeAfter
+
+// holdTouched ends the receive batch of every touched QP, holding the owed
+// ACKs (d.mu held): drive's ending when d.holdAcks is set.
+func (d *Device) holdTouched(now time.Time) {
+	until := now.Add(ackHold)
+	for _, q := range d.touched {
+		if q.eng.HoldAck(now, until) && !q.ackHeld {
+			q.ackHeld = true
+			d.held = append(d.held, q)
+		}
+		d.touch(q)
+	}
+}
+
+// flushHeld sends every held ACK (d.mu held); they leave when the caller
+// unlocks, ahead of what the same call produces after it.
+func (d *Device) flushHeld() {
+	if len(d.held) == 0 {
+		return
+	}
+	now := d.now()
+	for _, q := range d.held {
+		q.ackHeld = false
+		if q.destroyed {
+			continue
+		}
+		q.eng.EndBatch(now)
+		d.touch(q)
+	}
+	clear(d.held)
+	d.held = d.held[:0]
+}
