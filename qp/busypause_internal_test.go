@@ -74,9 +74,9 @@ func TestBusyDevicePollYields(t *testing.T) {
 	}
 }
 
-// TestBusyWaitsGoschedEvery: CQ.Wait, CQ.WaitEvent and Device.Progress on
-// an idle busy-poll device give way to other goroutines once every
-// goschedEvery fruitless looks, not at each, and the OS thread every
+// TestBusyWaitsGoschedEvery: CQ.Wait, CQ.WaitEvent, Device.Progress and
+// MR.WaitWrite on an idle busy-poll device give way to other goroutines
+// once every goschedEvery fruitless looks, not at each, and the OS thread every
 // yieldEvery looks meanwhile. The counting gosched ends each wait at its
 // second call, after 2*goschedEvery looks.
 func TestBusyWaitsGoschedEvery(t *testing.T) {
@@ -91,6 +91,14 @@ func TestBusyWaitsGoschedEvery(t *testing.T) {
 		},
 		"Device.Progress": func(ctx context.Context, d *Device, cq *CQ) error {
 			return d.Progress(ctx)
+		},
+		"MR.WaitWrite": func(ctx context.Context, d *Device, cq *CQ) error {
+			mr, err := d.AllocPD().RegMR(make([]byte, 64), LocalWrite|RemoteWrite)
+			if err != nil {
+				return err
+			}
+			_, err = mr.WaitWrite(ctx, mr.Writes())
+			return err
 		},
 	}
 	for name, wait := range waits {

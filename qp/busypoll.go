@@ -53,8 +53,8 @@ func (d *Device) BusyPoll() bool { return d.busy }
 // pass before one gives the processor back to the OS (sched_yield(2)).
 const yieldEvery = 4
 
-// goschedEvery is how many fruitless looks the waits of this file
-// (CQ.Wait, CQ.WaitEvent, Device.Progress) make between two
+// goschedEvery is how many fruitless looks the busy-poll waits (CQ.Wait,
+// CQ.WaitEvent, Device.Progress, MR.WaitWrite) make between two
 // runtime.Gosched calls.
 const goschedEvery = 64
 
@@ -94,8 +94,8 @@ func (d *Device) busyProgress() {
 // epoll_wait, so nic/internal/sockio registers it only for a sleeping wait,
 // never for TryReadBatch. And runtime.Gosched at every fruitless look: each
 // one wakes an idle P's thread (futex), which finds nothing and parks, so
-// the waits here, bench's and cmd/goroce's loops call it only every 64
-// looks (busyPause); an application's own polling loop should do the same.
+// the busy-poll waits, bench's and cmd/goroce's loops call it only every
+// 64 looks (busyPause); an application's own polling loop should do the same.
 // Measured in bench's busy-poll 8 B WRITE round trip on AF_XDP (two
 // processes, 2 vCPUs, perf stat over both, load 2–5 from other work): with
 // both, 14 context switches, 9 epoll_pwait and 6 futex calls per round trip
@@ -107,7 +107,11 @@ func (d *Device) busyProgress() {
 // yield gave the same p50 on a quiet machine and 120–150 µs in half the runs
 // while other processes wanted the CPUs; a yield every 2 or 16 fruitless
 // polls gave p50 20–22 µs, every poll 13–20: so the yields stay
-// unconditional, every 4.
+// unconditional, every 4. With six CPU burners added (load 7–12) the UDP
+// and AF_XDP busy round trips still completed in every run (8 runs, no
+// RETRY_EXC_ERR), p50 4–29 ms and p99 36–220 ms, as with a Gosched at each
+// look (p50 4–9 ms, p99 209–272 ms): under such load a busy-poll thread
+// mostly waits for its turn on a CPU.
 func (d *Device) busyIdle(n int) {
 	if n > 0 {
 		d.idle.Store(0)
@@ -118,7 +122,7 @@ func (d *Device) busyIdle(n int) {
 	}
 }
 
-// busyPause is what the busy waits of this file do after a fruitless look
+// busyPause is what the busy-poll waits do after a fruitless look
 // (the spins-th): runtime.Gosched every goschedEvery of them, so other
 // goroutines of this P still run (on GOMAXPROCS 1 nothing else would, but
 // for the runtime's preemption every 10 ms), but not at each: with an idle
