@@ -125,3 +125,24 @@ func TestBusyWaitsGoschedEvery(t *testing.T) {
 		})
 	}
 }
+
+// TestBusyIdlePollAllocates: a fruitless poll of a busy-poll device, its
+// yields included, allocates nothing (CQ.Poll and Device.Poll).
+func TestBusyIdlePollAllocates(t *testing.T) {
+	c := countYields(t, nil)
+	d, _ := openIdleBusy(t)
+	cq, err := d.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]WC, 4)
+	if a := testing.AllocsPerRun(1000, func() { cq.Poll(wcs) }); a != 0 {
+		t.Errorf("idle CQ.Poll: %v allocations per poll", a)
+	}
+	if a := testing.AllocsPerRun(1000, func() { d.Poll() }); a != 0 {
+		t.Errorf("idle Device.Poll: %v allocations per poll", a)
+	}
+	if c.os == 0 {
+		t.Fatal("2002 idle polls and no OS yield")
+	}
+}
