@@ -106,7 +106,7 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag st
 	var rtts []time.Duration
 	var err error
 	if c.latPeer == "process" {
-		rtts, err = rawBusyRTTPeer(pair, b, lim(maxRTTs))
+		rtts, err = rawBusyRTTPeer(pair, b, 1, lim(maxRTTs))
 	} else {
 		var r *rawPair
 		if r, err = openRaw(pair, b); err == nil {
@@ -116,6 +116,12 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag st
 	}
 	recordLat(res, key{b, mtu, latRaw}, rtts, err)
 	progress("%s: raw busy ping-pong %s (%v)", tag, latLine(rtts), err)
+	if c.latPeer == "process" {
+		runtime.GC()
+		rtts, err = rawBusyRTTPeer(pair, b, 2, lim(maxRTTs))
+		recordLat(res, key{b, mtu, latRaw2}, rtts, err)
+		progress("%s: raw busy 2-frame ping-pong %s (%v)", tag, latLine(rtts), err)
+	}
 	if c.latPeer == "process" {
 		runtime.GC()
 		rtts, err = rawSleepRTTPeer(pair, b, lim(maxRTTs))

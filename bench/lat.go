@@ -46,7 +46,10 @@ type latEnd struct {
 //
 // Waits: a normal device sleeps in CQ.Wait for the completion and in
 // MR.WaitWrite for the arrival (goroce write_lat -e); a busy-poll device
-// spins on CQ.Poll and Device.Poll, yielding between looks.
+// spins on CQ.Poll and Device.Poll, which yield the OS thread every 4th
+// fruitless poll, and lets other goroutines run (runtime.Gosched) only
+// every 64 looks: a Gosched at each look wakes an idle P's thread (futex)
+// every time, which then competes for the CPUs with the peer (qp/busypoll.go).
 func latLoop(ctx context.Context, l latEnd, rkey uint32, vaddr uint64, server bool, post func(time.Time) bool, stop *atomic.Bool) error {
 	wr := qp.SendWR{Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{l.e.sge(0, latSize)},
 		RemoteAddr: vaddr, RKey: rkey}
@@ -110,7 +113,7 @@ func waitArrival(ctx context.Context, l latEnd, want wire.PSN, stop *atomic.Bool
 			}
 			continue
 		}
-		l.e.dev.Poll()
+		l.e.dev.Poll() // yields the OS thread every 4th fruitless poll
 		if spins%64 == 0 {
 			if stop.Load() {
 				return errStopped
@@ -118,8 +121,8 @@ func waitArrival(ctx context.Context, l latEnd, want wire.PSN, stop *atomic.Bool
 			if time.Since(t0) > stallTime {
 				return fmt.Errorf("no WRITE from the peer in %v", stallTime)
 			}
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 	}
 }
 
@@ -147,8 +150,8 @@ func waitSend(ctx context.Context, busy bool, cq *qp.CQ, wc []qp.WC, stop *atomi
 			if time.Since(t0) > stallTime {
 				return fmt.Errorf("no send completion in %v", stallTime)
 			}
+			runtime.Gosched()
 		}
-		runtime.Gosched()
 	}
 }
 

@@ -26,9 +26,15 @@
 //     frame" leaves out the RETH) for the frame rate, and with a path-MTU
 //     payload for the payload goodput. Busy ping-pong (latency MTU only):
 //     one 8 B-payload frame A→B, B sends it back (addresses swapped), both
-//     ends spinning on TryReadBatch and yielding between empty looks, as a
-//     busy-poll device does, B's end in a process of its own (-lat-peer);
-//     round trip from A's write to A's read.
+//     ends spinning on TryReadBatch and yielding as a busy-poll device does
+//     (the OS thread every 4th empty look, other goroutines every 64th),
+//     B's end in a process of its own (-lat-peer);
+//     round trip from A's write to A's read. The same with two such frames
+//     each way in one WriteBatch, B answering once it has both (-lat-peer
+//     process only): the frames of goroce's busy write_lat round trip, a
+//     WRITE and the ACK of the peer's one in each kick; on copy-mode
+//     AF_XDP the kernel's work per frame, not per kick, is most of a
+//     round trip.
 //   - tcp (tcp.go): one Go TCP connection A→B, 64 KiB writes, goodput at
 //     the receiver; iperf3 -J one stream (-t rounded to whole seconds)
 //     when iperf3 is installed; and at the latency MTU a 64 B ping-pong

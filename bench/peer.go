@@ -28,8 +28,9 @@ import (
 //     MTU", reads "conn QPN PSN-A PSN-B RKEY VADDR GID MTU", connects,
 //     runs the loop until "stop" (or stdin's end) and prints "done" or
 //     "error ...".
-//   - peer-raw: the raw busy ping-pong's far end: opens -peer-ifname's
-//     backend link, prints "ready", echoes frames until stdin ends.
+//   - peer-raw, peer-raw2: the raw busy ping-pong's far end: opens
+//     -peer-ifname's backend link, prints "ready", echoes frames (in
+//     batches of two for peer-raw2) until stdin ends.
 //   - peer-tcp: the TCP ping-pong's echo end: prints "port N", echoes one
 //     connection until it closes.
 //   - trace-goroce, trace-tcp: the syscalls cell's traced client, with a
@@ -109,8 +110,12 @@ func runChild(name string, c config, ifname string, busy bool) int {
 	switch name {
 	case "peer-goroce":
 		err = gorocePeer(ifname, c.backends[0], busy)
-	case "peer-raw":
-		err = rawPeer(ifname, c.backends[0])
+	case "peer-raw", "peer-raw2":
+		frames := 1
+		if name == "peer-raw2" {
+			frames = 2
+		}
+		err = rawPeer(ifname, c.backends[0], frames)
 	case "peer-raw-sleep":
 		err = rawSleepPeer(ifname, c.backends[0])
 	case "peer-tcp":

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
@@ -176,7 +177,7 @@ func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rawEcho(r.b, &stop)
+		rawEcho(r.b, 1, &stop)
 	}()
 	defer func() {
 		stop.Store(true)
@@ -186,8 +187,14 @@ func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
 }
 
 // rawBusyRTTPeer is rawBusyRTT with B's end in a process of its own
-// (bench -child peer-raw in namespace B), as the lat cell's.
-func rawBusyRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duration, error) {
+// (bench -child peer-raw, or peer-raw2 for frames 2, in namespace B), as
+// the lat cell's. Each way carries frames frames in one WriteBatch (one
+// kick); the echo sends them back once it holds them all. With frames 2
+// the ping-pong moves the frames of goroce's write_lat round trip with the
+// owed ACK held until the next post: the ACK and the answering WRITE in one
+// kick each way (two WRITE ONLY frames here, the second standing for the
+// ACK).
+func rawBusyRTTPeer(pair *netns.Pair, backend string, frames int, lim limit) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	var l nic.Link
@@ -201,11 +208,15 @@ func rawBusyRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duratio
 	}
 	defer l.Close()
 	t := rawTemplate(info.MAC, info.IP, pair.B.MAC, pair.B.Addr)
-	req, err := buildFrames(t, 1, 8)
+	req, err := buildFrames(t, frames, 8)
 	if err != nil {
 		return nil, err
 	}
-	peer, err := startPeer(pair, "-child", "peer-raw", "-backends", backend, "-peer-ifname", pair.B.Ifname)
+	child := "peer-raw"
+	if frames == 2 {
+		child = "peer-raw2"
+	}
+	peer, err := startPeer(pair, "-child", child, "-backends", backend, "-peer-ifname", pair.B.Ifname)
 	if err != nil {
 		return nil, err
 	}
@@ -216,15 +227,19 @@ func rawBusyRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duratio
 	return rawPingClient(l, req, lim)
 }
 
-// rawPingClient writes req and spins on TryReadBatch (yielding the
-// processor between empty looks, as a busy-poll goroce device does) until
-// the answer is back; the round trip is from the write to the read.
+// rawPingClient writes the frames of req in one batch and spins on
+// TryReadBatch (yielding the processor between empty looks, as a busy-poll
+// goroce device does) until as many are back; the round trip is from the
+// write to the read of the last.
 func rawPingClient(l nic.Link, req [][]byte, lim limit) ([]time.Duration, error) {
 	pl, ok := poller(l)
 	if !ok {
 		return nil, errors.New("the backend link cannot be polled (no TryReadBatch)")
 	}
-	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
+	bufs, sizes := make([][]byte, len(req)), make([]int, len(req))
+	for i := range bufs {
+		bufs[i] = make([]byte, l.MTU()+64)
+	}
 	rtts := make([]time.Duration, 0, min(lim.n, 1<<20))
 	start := time.Now()
 	for len(rtts) < lim.n && time.Since(start) < lim.d {
@@ -232,51 +247,81 @@ func rawPingClient(l nic.Link, req [][]byte, lim limit) ([]time.Duration, error)
 		if _, err := l.WriteBatch(req); err != nil {
 			return nil, err
 		}
-		for spins := 0; ; spins++ {
-			n, err := pl.TryReadBatch(bufs, sizes)
+		for spins, got := 0, 0; ; spins++ {
+			n, err := pl.TryReadBatch(bufs[got:], sizes[got:])
 			if err != nil {
 				return nil, err
 			}
-			if n > 0 {
+			if got += n; got == len(req) {
 				break
 			}
 			// A frame lost in the veth backlog would spin forever: bound it.
 			if spins%1024 == 1023 && time.Since(t0) > stallTime {
 				return nil, fmt.Errorf("no response in %v", stallTime)
 			}
-			runtime.Gosched()
+			busyLook(spins + 1)
 		}
 		rtts = append(rtts, time.Since(t0))
 	}
 	return rtts, nil
 }
 
-// rawEcho spins on l's TryReadBatch (yielding between empty looks) and
-// sends every frame back with its Ethernet and IPv4 addresses swapped,
-// until stop or the link fails.
-func rawEcho(l nic.Link, stop *atomic.Bool) error {
+// rawEcho spins on l's TryReadBatch (yielding between empty looks) and,
+// each time it holds frames frames, sends them back in one batch with
+// their Ethernet and IPv4 addresses swapped, until stop or the link fails.
+func rawEcho(l nic.Link, frames int, stop *atomic.Bool) error {
 	pl, ok := poller(l)
 	if !ok {
 		return errors.New("the backend link cannot be polled (no TryReadBatch)")
 	}
-	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
-	out := make([][]byte, 1)
+	bufs, sizes, out := make([][]byte, frames), make([]int, frames), make([][]byte, frames)
+	for i := range bufs {
+		bufs[i] = make([]byte, l.MTU()+64)
+	}
+	got, idle := 0, 0
 	for !stop.Load() {
-		n, err := pl.TryReadBatch(bufs, sizes)
+		n, err := pl.TryReadBatch(bufs[got:], sizes[got:])
 		if err != nil {
 			return err
 		}
 		if n == 0 {
-			runtime.Gosched()
+			idle++
+			busyLook(idle)
 			continue
 		}
-		out[0] = bufs[0][:sizes[0]]
-		swapAddrs(out[0])
+		idle = 0
+		if got += n; got < frames {
+			continue
+		}
+		for i := range out {
+			out[i] = bufs[i][:sizes[i]]
+			swapAddrs(out[i])
+		}
 		if _, err := l.WriteBatch(out); err != nil {
 			return err
 		}
+		got = 0
 	}
 	return nil
+}
+
+// busyLook is what the raw ping-pong's ends do after their spins-th empty
+// look in a row, as a busy-poll goroce device does (qp/busypoll.go): yield
+// the OS thread (sched_yield(2)) every 4th, so the spinning threads do not
+// starve the kernel's softirq work that carries the frames, and let other
+// goroutines run (runtime.Gosched) every 64th. With a Gosched at each look
+// and no OS yields, in runs where other processes loaded the 2 vCPUs (load
+// 9–12), the ping-pong's p50 was 4.3–5 µs in most runs and 0.15–10 ms in
+// others, p99 up to 145 ms, while goroce's busy-poll round trip, which
+// yields, stayed at 10–30 µs; with the yields p50 7.6–9 µs and p99 54–89 µs
+// in the same conditions.
+func busyLook(spins int) {
+	if spins%4 == 0 {
+		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	}
+	if spins%64 == 0 {
+		runtime.Gosched()
+	}
 }
 
 // swapAddrs turns an Ethernet/IPv4 frame around: destination and source
@@ -298,9 +343,9 @@ func swapAddrs(f []byte) {
 	}
 }
 
-// rawPeer is the raw ping-pong's far end (peer-raw): it echoes on
-// ifname until stdin ends.
-func rawPeer(ifname, backend string) error {
+// rawPeer is the raw ping-pong's far end (peer-raw, peer-raw2): it echoes
+// batches of frames frames on ifname until stdin ends.
+func rawPeer(ifname, backend string, frames int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	l, _, err := qp.OpenInterfaceLink(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
 	cancel()
@@ -316,7 +361,7 @@ func rawPeer(ifname, backend string) error {
 		stop.Store(true)
 	}()
 	fmt.Println("ready")
-	return rawEcho(l, &stop)
+	return rawEcho(l, frames, &stop)
 }
 
 // poller finds the non-blocking read of l, under OpenInterfaceLink's

@@ -161,6 +161,7 @@ const (
 	latBusy      = "lat.busy"
 	latSleep     = "lat.sleep"
 	latRaw       = "raw.rtt"
+	latRaw2      = "raw.rtt2" // the busy ping-pong with 2 frames each way in one kick
 	latRawSleep  = "raw.rtt.sleep"
 	latTCP       = "tcp.rtt"
 	bwPrefix     = "bw."

@@ -16,11 +16,13 @@ package qp
 //     passed on the real clock, and writes what they produced, all under
 //     the device mutex (Device.drive, as the goroutines of the normal
 //     mode do).
-//   - CQ.Wait and CQ.WaitEvent spin on that (yielding the processor with
-//     runtime.Gosched between looks) until a completion, or the event, or
-//     the end of the context. They never sleep: a waiting thread burns a
-//     core, as perftest's and rc_pingpong's busy-polling loops do on real
-//     hardware.
+//   - CQ.Wait and CQ.WaitEvent spin on that until a completion, or the
+//     event, or the end of the context. They never sleep: a waiting thread
+//     burns a core, as perftest's and rc_pingpong's busy-polling loops do
+//     on real hardware. They let other goroutines run (runtime.Gosched)
+//     only every goschedEvery fruitless looks, not at each (see below).
+//   - Every yieldEvery-th consecutive Device.Poll that found nothing, from
+//     any of these or called directly, yields the OS thread (below).
 //   - PostSend, PostRecv, Modify work as in the normal mode (a post writes
 //     its frames at once).
 //
@@ -51,10 +53,25 @@ func (d *Device) BusyPoll() bool { return d.busy }
 // pass before one gives the processor back to the OS (sched_yield(2)).
 const yieldEvery = 4
 
+// goschedEvery is how many fruitless looks the busy-poll waits (CQ.Wait,
+// CQ.WaitEvent, Device.Progress, MR.WaitWrite) make between two
+// runtime.Gosched calls.
+const goschedEvery = 64
+
 // busyProgress runs one Device.Poll when d is in busy-poll mode (not in
-// manual mode, and not after Close). After yieldEvery consecutive polls
-// that found nothing, it yields the OS thread (osYield), so a spinning
-// thread cannot starve the kernel work the device is waiting for.
+// manual mode, and not after Close); Poll yields the OS thread after
+// yieldEvery fruitless polls in a row (busyIdle).
+func (d *Device) busyProgress() {
+	if d == nil || !d.busy {
+		return
+	}
+	d.Poll()
+}
+
+// busyIdle is Device.Poll's yield policy in busy-poll mode: n is what the
+// poll handled. After yieldEvery consecutive polls that found nothing, it
+// yields the OS thread (osYield), so a spinning thread cannot starve the
+// kernel work the device is waiting for.
 //
 // Why: on veth (and any software path) a frame sent by the peer is carried
 // to our socket by the kernel's softirq processing, which under load is
@@ -63,17 +80,40 @@ const yieldEvery = 4
 // machine can hold that work off. In the bench's UDP ping-pong (load ≈ 8 on
 // 2 vCPUs) without OS yields: p99 8–40 ms, and in about one run in four
 // RETRY_EXC_ERR after eight 67 ms ACK timeouts in a row, while the peer's
-// kernel had counted its ACKs sent and our QP never saw them (the two
-// namespaces' IP counters matched by the time they were read). Yielding
+// kernel had counted its ACKs sent and our QP never saw them. Yielding
 // every 16 idle polls gave p99 ≈ 1–3 ms and no failures, every 4 a little
 // better again, every poll raised the median; every 64 was about as bad as
 // never. That the delay is softirq work starved by the spinning threads is
 // the likely reading, not a measured one.
-func (d *Device) busyProgress() {
-	if d == nil || !d.busy {
-		return
-	}
-	if d.Poll() > 0 {
+//
+// A yield costs a system call (about 1 µs on this VM), and a context switch
+// only when another thread is runnable on the CPU. Two things make threads
+// runnable for nothing in a busy-poll process, and both are kept out. The
+// link's socket in the runtime poller: every readiness edge (each frame in,
+// each transmit completion) wakes the scheduler's idle thread parked in
+// epoll_wait, so nic/internal/sockio registers it only for a sleeping wait,
+// never for TryReadBatch. And runtime.Gosched at every fruitless look: each
+// one wakes an idle P's thread (futex), which finds nothing and parks, so
+// the busy-poll waits, bench's and cmd/goroce's loops call it only every
+// 64 looks (busyPause); an application's own polling loop should do the same.
+// Measured in bench's busy-poll 8 B WRITE round trip on AF_XDP (two
+// processes, 2 vCPUs, perf stat over both, load 2–5 from other work): with
+// both, 14 context switches, 9 epoll_pwait and 6 futex calls per round trip
+// and p50 70–88 µs; the socket out of the poller, 8 context switches and 6
+// futex, p50 43–45 µs; with neither, 0.1–1 context switch, no epoll_pwait
+// or futex, p50 12–14 µs, with the same yield every 4 fruitless polls (5–9
+// sched_yield per round trip). GOMAXPROCS 1 (no idle P, no idle thread)
+// alone gave 14–20 µs. Spinning 50 µs of fruitless polls before the first
+// yield gave the same p50 on a quiet machine and 120–150 µs in half the runs
+// while other processes wanted the CPUs; a yield every 2 or 16 fruitless
+// polls gave p50 20–22 µs, every poll 13–20: so the yields stay
+// unconditional, every 4. With six CPU burners added (load 7–12) the UDP
+// and AF_XDP busy round trips still completed in every run (8 runs, no
+// RETRY_EXC_ERR), p50 4–29 ms and p99 36–220 ms, as with a Gosched at each
+// look (p50 4–9 ms, p99 209–272 ms): under such load a busy-poll thread
+// mostly waits for its turn on a CPU.
+func (d *Device) busyIdle(n int) {
+	if n > 0 {
 		d.idle.Store(0)
 		return
 	}
@@ -82,10 +122,24 @@ func (d *Device) busyProgress() {
 	}
 }
 
+// busyPause is what the busy-poll waits do after a fruitless look
+// (the spins-th): runtime.Gosched every goschedEvery of them, so other
+// goroutines of this P still run (on GOMAXPROCS 1 nothing else would, but
+// for the runtime's preemption every 10 ms), but not at each: with an idle
+// P, every Gosched wakes a thread for it (futex) that finds nothing to run.
+func busyPause(spins int) {
+	if spins%goschedEvery == 0 {
+		gosched()
+	}
+}
+
+// gosched is runtime.Gosched, a variable so a test can count the calls.
+var gosched = runtime.Gosched
+
 // Progress drives a busy-poll device until ctx ends or the device is
-// closed, spinning on Device.Poll and yielding the processor between
-// looks: it burns a core. Run it in its own goroutine when nothing else
-// polls the device's CQs but the device must still answer its peer (an
+// closed, spinning on Device.Poll (which yields the OS thread now and
+// then, busyIdle): it burns a core. Run it in its own goroutine when
+// nothing else polls the device's CQs but the device must still answer its peer (an
 // RDMA WRITE/READ/atomic target). It returns ctx's error, or ErrClosed.
 // On a device in the normal or manual mode it returns an error at once.
 func (d *Device) Progress(ctx context.Context) error {
@@ -93,7 +147,7 @@ func (d *Device) Progress(ctx context.Context) error {
 		return errNotBusy
 	}
 	done := ctx.Done()
-	for {
+	for spins := 1; ; spins++ {
 		d.busyProgress()
 		if d.isClosed() {
 			return ErrClosed
@@ -103,7 +157,7 @@ func (d *Device) Progress(ctx context.Context) error {
 			return ctx.Err()
 		default:
 		}
-		runtime.Gosched()
+		busyPause(spins)
 	}
 }
 
@@ -120,7 +174,7 @@ func (cq *CQ) busy() bool { return cq.dev != nil && cq.dev.busy }
 // until a completion arrives or ctx ends.
 func (cq *CQ) spinWait(ctx context.Context, wcs []WC) (int, error) {
 	done := ctx.Done()
-	for {
+	for spins := 1; ; spins++ {
 		n, err := cq.Poll(wcs)
 		if n > 0 || err != nil {
 			return n, err
@@ -133,7 +187,7 @@ func (cq *CQ) spinWait(ctx context.Context, wcs []WC) (int, error) {
 		if cq.dev.isClosed() {
 			return 0, ErrClosed
 		}
-		runtime.Gosched()
+		busyPause(spins)
 	}
 }
 
@@ -141,7 +195,7 @@ func (cq *CQ) spinWait(ctx context.Context, wcs []WC) (int, error) {
 // armed notification fires or ctx ends.
 func (cq *CQ) spinEvent(ctx context.Context) error {
 	done := ctx.Done()
-	for {
+	for spins := 1; ; spins++ {
 		cq.dev.busyProgress()
 		select {
 		case <-cq.event:
@@ -153,6 +207,6 @@ func (cq *CQ) spinEvent(ctx context.Context) error {
 		if cq.dev.isClosed() {
 			return ErrClosed
 		}
-		runtime.Gosched()
+		busyPause(spins)
 	}
 }

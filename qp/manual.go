@@ -16,9 +16,14 @@ const busyPollBatches = 4
 // returns the number of frames and timer expiries handled, so a simulator
 // knows whether anything happened. In the normal mode, and on a closed
 // busy-poll device, it does nothing. With a GSI (Device.GSI), it then runs
-// the handlers of the MADs that arrived, outside the device's lock.
+// the handlers of the MADs that arrived, outside the device's lock. In
+// busy-poll mode every fourth consecutive Poll that found nothing
+// yields the OS thread (sched_yield(2); busypoll.go says why).
 func (d *Device) Poll() int {
 	n := d.poll()
+	if d.busy {
+		d.busyIdle(n)
+	}
 	if g := d.gsi.Load(); g != nil && d.poller != nil {
 		g.dispatchPending()
 	}

@@ -2,7 +2,6 @@ package qp
 
 import (
 	"context"
-	"runtime"
 )
 
 // Waiting for a peer's RDMA WRITE: a goroce extension.
@@ -33,7 +32,7 @@ import (
 // WRITE, the MR's failure, or the end of ctx.
 func (d *Device) spinWrite(ctx context.Context, mr *MR, after uint64) (uint64, error) {
 	done := ctx.Done()
-	for {
+	for spins := 1; ; spins++ {
 		d.busyProgress()
 		if c := mr.Writes(); c > after {
 			return c, nil
@@ -46,6 +45,6 @@ func (d *Device) spinWrite(ctx context.Context, mr *MR, after uint64) (uint64, e
 			return mr.Writes(), ctx.Err()
 		default:
 		}
-		runtime.Gosched()
+		busyPause(spins)
 	}
 }

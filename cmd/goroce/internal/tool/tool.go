@@ -361,10 +361,28 @@ func (w *ProgressWatch) Stop() {
 // CQ.Wait spins and drives the device itself). On a machine with cores to
 // spare a completion is caught while spinning; on a loaded one the waiter
 // stops competing with the goroutines that produce it.
+//
+// On a busy-poll device (Busy) the polls themselves yield the OS thread
+// every fourth empty look, and the Poller lets other goroutines run only
+// every busyGosched looks: a runtime.Gosched at each look wakes an idle P's
+// thread each time (futex), which then takes CPU from the peer and the
+// kernel (qp/busypoll.go has the measurements).
 type Poller struct {
 	Ctx    context.Context
 	Events bool           // sleep on CQ events (-e) instead of polling
+	Busy   bool           // the device is in busy-poll mode (qp.Device.BusyPoll)
 	Watch  *ProgressWatch // learns of every completion
+}
+
+// busyGosched is how many empty looks a Poller on a busy-poll device makes
+// between two runtime.Gosched calls.
+const busyGosched = 64
+
+// giveWay lets other goroutines run after the spins-th empty look.
+func (p *Poller) giveWay(spins int) {
+	if !p.Busy || spins%busyGosched == 0 {
+		runtime.Gosched()
+	}
 }
 
 // spinPolls is how many empty polls a polling waiter makes before it
@@ -383,7 +401,7 @@ func (p *Poller) Poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
 		}
 		return n, err
 	}
-	for range spinPolls {
+	for spins := 1; spins <= spinPolls; spins++ {
 		n, err := cq.Poll(wcs)
 		if n > 0 || err != nil {
 			if n > 0 {
@@ -391,7 +409,7 @@ func (p *Poller) Poll(cq *qp.CQ, wcs []qp.WC) (int, error) {
 			}
 			return n, err
 		}
-		runtime.Gosched()
+		p.giveWay(spins)
 	}
 	if p.Ctx.Err() != nil {
 		return 0, context.Cause(p.Ctx)
@@ -421,7 +439,7 @@ func (p *Poller) IdleWait(spins int) error {
 	if spins%64 == 0 && p.Ctx.Err() != nil {
 		return context.Cause(p.Ctx)
 	}
-	runtime.Gosched()
+	p.giveWay(spins)
 	return nil
 }
 
