@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/qp"
 )
 
 func TestSummarizeValues(t *testing.T) {
@@ -189,6 +191,7 @@ func sampleResults() *results {
 	add("afxdp", 1500, mQPsAgg, 0.4e6)
 	add("afxdp", 1500, mQPsOne, 0.45e6)
 	add("afxdp", 1500, mQPsHeap, 10240)
+	add("afxdp", 1500, mQPsLink, 16*1024)
 	add("afxdp", 1500, mIdleProc, 0.002)
 	add("afxdp", 1500, mIdleMachine, 1.5)
 	add("afxdp", 1500, mSysGoroce, 11)
@@ -251,7 +254,8 @@ func TestWriteReport(t *testing.T) {
 		"Raw frames: 138 bytes (a 64 B WRITE ONLY) and 1098 bytes",
 		"## afxdp (native), MTU 9000, path MTU 2048",
 		"| 64 KiB READ goodput · raw: path-MTU frames' payload | – | 20.00 Gbit/s | error: post on QP 0: boom / pipe | – | – |",
-		"| afxdp | 1500 | 400.0 k | 450.0 k | 0.89× | 10.0 KiB |",
+		"| afxdp | 1500 | 400.0 k | 450.0 k | 0.89× | 10.0 KiB | 16.0 KiB |",
+		"receive rings hold the 16000 frames in flight (AF_XDP: a 16384-slot RX ring, NumFrames 32768 of 2048 B)",
 		"| afxdp | 1500 | 0.0020 | 1.50 |",
 		"| afxdp | 1500 | 11.0 | 3.80 | 2.89× | futex 3.60 | – |",
 		"| 9 | syscalls per sleeping round trip vs Go TCP's | afxdp | 2.89× | ≤ 1.0× | no |",
@@ -301,4 +305,34 @@ func TestSwapAddrs(t *testing.T) {
 	}
 	short := []byte{1, 2, 3}
 	swapAddrs(short) // must not panic
+}
+
+// TestQPsRings checks the qps cell's ring plan: the default rings while
+// the window fits the default RX ring, else an RX ring of at least the
+// window with the same chunk memory per slot pair, and the link memory
+// reported for it.
+func TestQPsRings(t *testing.T) {
+	if r := qpsRings(2048); r != (ringPlan{}) {
+		t.Errorf("qpsRings(2048) = %+v, want the defaults", r)
+	}
+	for _, c := range []struct{ window, frames int }{{2049, 8192}, {4000, 8192}, {4096, 8192}, {16000, 32768}} {
+		r := qpsRings(c.window)
+		if r.numFrames != c.frames || r.frameSize != 2048 || r.numFrames/2 < c.window {
+			t.Errorf("qpsRings(%d) = %+v, want %d frames of 2048 B", c.window, r, c.frames)
+		}
+	}
+	if got, want := (ringPlan{}).linkBytes("afxdp"), 4096*4096+2048*48; got != want {
+		t.Errorf("default AF_XDP link bytes %d, want %d", got, want)
+	}
+	if got, want := qpsRings(4000).linkBytes("afxdp"), 8192*2048+4096*48; got != want {
+		t.Errorf("AF_XDP link bytes for 4000 in flight %d, want %d", got, want)
+	}
+	if got := qpsRings(4000).linkBytes("udp"); got != 0 {
+		t.Errorf("UDP link bytes %d, want 0", got)
+	}
+	var o qp.InterfaceOptions
+	qpsRings(4000).tune(&o)
+	if o.AFXDP.NumFrames != 8192 || o.AFXDP.FrameSize != 2048 {
+		t.Errorf("tuned AF_XDP options %+v", o.AFXDP)
+	}
 }

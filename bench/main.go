@@ -61,14 +61,19 @@
 //   - nice + system + irq + softirq + steal) and this process's
 //     (getrusage): CPU-seconds per GB moved and Gbit per busy CPU-second.
 //     The whole machine includes everything else running on it.
-//   - qps (rdma.go, latency MTU only): -qps RC QP pairs (default 1000) on
-//     one sleeping device pair, round-robin 64 B WRITEs, each QP at most
-//     -qp-depth outstanding (default 4: 4000 in flight; at 16 goroce's
-//     QPs end in RETRY_EXC_ERR on this machine) and one signalled per
-//     -qp-cqmod (2); the aggregate message rate next to one QP's (tx-depth
-//     128, cq-mod 100, same devices), and the heap per QP
-//     (runtime.MemStats.HeapAlloc after GC, before and after creating and
-//     connecting them, over both ends' QPs; it grows with -qp-depth).
+//   - qps (rdma.go, qps.go, latency MTU only): -qps RC QP pairs (default
+//     1000) on a sleeping device pair of its own, round-robin 64 B WRITEs,
+//     each QP at most -qp-depth outstanding (default 4: 4000 in flight)
+//     and one signalled per -qp-cqmod (2); the aggregate message rate next
+//     to one QP's (tx-depth 128, cq-mod 100, same devices), the heap per
+//     QP (runtime.MemStats.HeapAlloc after GC, before and after creating
+//     and connecting them, over both ends' QPs; it grows with -qp-depth)
+//     and the link memory per QP (the rings one device maps, over its
+//     QPs). The devices' AF_XDP RX rings hold the whole window (qpsRings:
+//     the default 2048 slots dropped thousands of frames per run at 4000
+//     in flight, and each drop of a QP's last outstanding frame stalled it
+//     for the ACK timeout). Progress lines give each run's frames, kicks
+//     and ACKs per message on both ends.
 //   - idle (rdma.go, latency MTU only): two opened sleeping devices with a
 //     connected QP pair doing nothing for -idle: this process's
 //     CPU-seconds per second.
@@ -81,7 +86,8 @@
 //     system calls per round trip and the largest four.
 //
 // Files: main.go (flags, namespaces, signals), cells.go (what runs in
-// which order), raw.go, tcp.go, rdma.go (devices, bw, qps, idle), lat.go
+// which order), raw.go, tcp.go, rdma.go (devices, bw, qps, idle), qps.go
+// (the qps cell's rings and per-message counts), lat.go
 // (the round trips), cpu.go (/proc/stat, getrusage, machine state),
 // syscalls.go (strace), peer.go (child processes), results.go
 // (repetitions, medians, metric names), report.go (the markdown).
