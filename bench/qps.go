@@ -36,6 +36,16 @@ func (s wireSnap) perMsg(s0 wireSnap, msgs int64) string {
 		f(s.retransA, s0.retransA), s.rxDropA-s0.rxDropA, s.rxDrB-s0.rxDrB)
 }
 
+// cpuPerMsg is the run's CPU time per message: this process's and the
+// whole machine's (everyone's), in µs, and the machine's idle share.
+func (t throughput) cpuPerMsg() string {
+	if t.cpuErr != nil || t.msgs == 0 {
+		return ""
+	}
+	m := float64(t.msgs)
+	return fmt.Sprintf("; CPU per msg: process %.2f µs, machine %.2f µs", t.cpu.proc/m*1e6, t.cpu.machine/m*1e6)
+}
+
 // ringPlan sizes the qps cell's receive rings. 1000 QPs with 4
 // outstanding put 4000 frames in flight towards one receiver, against an
 // AF_XDP RX ring of 2048 by default (afxdp.Options.NumFrames 4096, half of

@@ -346,7 +346,7 @@ func manyQPs(p *rdmaPair, n, depth, cqMod int, lim limit) (qpsResult, error) {
 		return res, fmt.Errorf("one QP: %w", err)
 	}
 	w1 := snapWire(p)
-	res.oneWire = w1.perMsg(w0, res.one.msgs)
+	res.oneWire = w1.perMsg(w0, res.one.msgs) + res.one.cpuPerMsg()
 	tmpl := make([]qp.SendWR, n)
 	for i := range tmpl {
 		off := (i % 1024) * sizeSmall
@@ -357,7 +357,7 @@ func manyQPs(p *rdmaPair, n, depth, cqMod int, lim limit) (qpsResult, error) {
 	if res.agg, err = bwRun(qa, c.sa, tmpl, depth, cqMod, sizeSmall, lim); err != nil {
 		return res, fmt.Errorf("%d QPs: %w", n, err)
 	}
-	res.aggWire = snapWire(p).perMsg(w1, res.agg.msgs)
+	res.aggWire = snapWire(p).perMsg(w1, res.agg.msgs) + res.agg.cpuPerMsg()
 	return res, nil
 }
 
