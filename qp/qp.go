@@ -270,8 +270,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	d.touch(q)
 	d.endCall(now)
-	d.unlock()
-	d.kick()
+	d.unlockPost(now)
 	return err
 }
 
@@ -311,8 +310,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	d.touch(q)
 	d.endCall(now)
-	d.unlock()
-	d.kick()
+	d.unlockPost(now)
 	return n, err
 }
 
