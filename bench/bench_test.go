@@ -255,7 +255,7 @@ func TestWriteReport(t *testing.T) {
 		"## afxdp (native), MTU 9000, path MTU 2048",
 		"| 64 KiB READ goodput · raw: path-MTU frames' payload | – | 20.00 Gbit/s | error: post on QP 0: boom / pipe | – | – |",
 		"| afxdp | 1500 | 400.0 k | 450.0 k | 0.89× | 10.0 KiB | 16.0 KiB |",
-		"receive rings hold the 16000 frames in flight (AF_XDP: a 16384-slot RX ring, NumFrames 32768 of 2048 B)",
+		"receive rings hold the 16000 frames in flight (a 16384-slot AF_XDP RX ring (NumFrames 32768 of 2048 B), 32 MiB of AF_PACKET ring, 62 MiB UDP socket buffers)",
 		"| afxdp | 1500 | 0.0020 | 1.50 |",
 		"| afxdp | 1500 | 11.0 | 3.80 | 2.89× | futex 3.60 | – |",
 		"| 9 | syscalls per sleeping round trip vs Go TCP's | afxdp | 2.89× | ≤ 1.0× | no |",
@@ -308,31 +308,37 @@ func TestSwapAddrs(t *testing.T) {
 }
 
 // TestQPsRings checks the qps cell's ring plan: the default rings while
-// the window fits the default RX ring, else an RX ring of at least the
-// window with the same chunk memory per slot pair, and the link memory
-// reported for it.
+// the window fits them, else rings of at least the window (AF_XDP with
+// 2 KiB chunks), and the link memory reported for it.
 func TestQPsRings(t *testing.T) {
 	if r := qpsRings(2048); r != (ringPlan{}) {
 		t.Errorf("qpsRings(2048) = %+v, want the defaults", r)
 	}
-	for _, c := range []struct{ window, frames int }{{2049, 8192}, {4000, 8192}, {4096, 8192}, {16000, 32768}} {
+	for _, c := range []struct{ window, frames, blocks int }{{2049, 8192, 0}, {4000, 8192, 0}, {8000, 16384, 16}, {16000, 32768, 32}} {
 		r := qpsRings(c.window)
-		if r.numFrames != c.frames || r.frameSize != 2048 || r.numFrames/2 < c.window {
-			t.Errorf("qpsRings(%d) = %+v, want %d frames of 2048 B", c.window, r, c.frames)
+		if r.numFrames != c.frames || r.frameSize != 2048 || r.numFrames/2 < c.window || r.afpBlocks != c.blocks {
+			t.Errorf("qpsRings(%d) = %+v, want %d frames of 2048 B and %d AF_PACKET blocks", c.window, r, c.frames, c.blocks)
+		}
+		if r.afpBlocks != 0 && r.afpBlocks*afpBlockSize/afpSlot < c.window {
+			t.Errorf("qpsRings(%d): %d AF_PACKET blocks hold fewer slots than the window", c.window, r.afpBlocks)
 		}
 	}
 	if got, want := (ringPlan{}).linkBytes("afxdp"), 4096*4096+2048*48; got != want {
 		t.Errorf("default AF_XDP link bytes %d, want %d", got, want)
 	}
-	if got, want := qpsRings(4000).linkBytes("afxdp"), 8192*2048+4096*48; got != want {
-		t.Errorf("AF_XDP link bytes for 4000 in flight %d, want %d", got, want)
+	if got, want := qpsRings(8000).linkBytes("afxdp"), 16384*2048+8192*48; got != want {
+		t.Errorf("AF_XDP link bytes for 8000 in flight %d, want %d", got, want)
 	}
-	if got := qpsRings(4000).linkBytes("udp"); got != 0 {
+	if got, want := qpsRings(8000).linkBytes("afpacket"), 16<<20; got != want {
+		t.Errorf("AF_PACKET link bytes for 8000 in flight %d, want %d", got, want)
+	}
+	if got := qpsRings(8000).linkBytes("udp"); got != 0 {
 		t.Errorf("UDP link bytes %d, want 0", got)
 	}
 	var o qp.InterfaceOptions
-	qpsRings(4000).tune(&o)
-	if o.AFXDP.NumFrames != 8192 || o.AFXDP.FrameSize != 2048 {
-		t.Errorf("tuned AF_XDP options %+v", o.AFXDP)
+	qpsRings(8000).tune(&o)
+	if o.AFXDP.NumFrames != 16384 || o.AFXDP.FrameSize != 2048 || o.AFPacket.NumBlocks != 16 ||
+		o.AFPacket.BlockSize != 1<<20 || o.UDPSocketBuffer != 8000*4096 {
+		t.Errorf("tuned options %+v %+v %d", o.AFXDP, o.AFPacket, o.UDPSocketBuffer)
 	}
 }

@@ -46,42 +46,62 @@ func (t throughput) cpuPerMsg() string {
 	return fmt.Sprintf("; CPU per msg: process %.2f µs, machine %.2f µs", t.cpu.proc/m*1e6, t.cpu.machine/m*1e6)
 }
 
-// ringPlan sizes the qps cell's receive rings. 1000 QPs with 4
-// outstanding put 4000 frames in flight towards one receiver, against an
-// AF_XDP RX ring of 2048 by default (afxdp.Options.NumFrames 4096, half of
-// them receiving): a receiver that falls behind drops, and every drop of a
-// QP's last outstanding frame waits for the local ACK timer (the cell then
-// measures timeouts). The plan gives the RX ring room for the whole window
-// with the same UMEM (2 KiB chunks: a 1500-byte frame fits one). AF_PACKET's
-// ring (8 × 1 MiB blocks of 2 KiB slots) and the UDP backend's 8 MiB socket
-// buffer already hold it.
+// ringPlan sizes the qps cell's receive rings to hold its whole window:
+// 1000 QPs with 8 outstanding put 8000 frames in flight towards one
+// receiver. The defaults hold 2048 (AF_XDP: NumFrames 4096, half of them
+// receiving) and 4096 (AF_PACKET: 8 blocks of 1 MiB in 2 KiB slots); a
+// receiver that falls behind drops, and every drop of a QP's last
+// outstanding frame waits for the local ACK timer (at 4000 in flight and
+// the AF_XDP default, runs dropped up to 11 000 frames and the cell
+// measured timeouts). The plan gives AF_XDP an RX ring of at least the
+// window in 2 KiB chunks (a 1500-byte frame fits one), AF_PACKET enough
+// 1 MiB blocks, and the UDP socket 4 KiB of buffer per frame in flight
+// (the kernel charges a small datagram's whole skb).
 type ringPlan struct {
 	numFrames, frameSize int // AF_XDP; zero: the defaults
+	afpBlocks            int // AF_PACKET blocks of 1 MiB; zero: the default
+	udpBuf               int // UDP SO_RCVBUF/SO_SNDBUF; zero: the default
 }
 
-// AF_XDP defaults (nic/afxdp) and descriptor sizes: fill and completion
-// rings carry 8-byte addresses, RX and TX rings 16-byte xdp_descs.
+// Backend defaults (nic/afxdp, nic/afpacket, qp) and AF_XDP descriptor
+// sizes: fill and completion rings carry 8-byte addresses, RX and TX
+// rings 16-byte xdp_descs.
 const (
 	xdpDefaultFrames    = 4096
 	xdpDefaultFrameSize = 4096
 	xdpRingBytesPerSlot = 8 + 8 + 16 + 16
-	afpacketRingBytes   = 8 << 20 // nic/afpacket: 8 blocks of 1 MiB
+	afpBlockSize        = 1 << 20
+	afpDefaultBlocks    = 8
+	afpSlot             = 2048
 )
 
 func qpsRings(window int) ringPlan {
-	if window <= xdpDefaultFrames/2 {
-		return ringPlan{}
+	var r ringPlan
+	if window > xdpDefaultFrames/2 {
+		n := xdpDefaultFrames
+		for n/2 < window && n < 1<<19 {
+			n *= 2
+		}
+		r.numFrames, r.frameSize = n, 2048
 	}
-	n := xdpDefaultFrames
-	for n/2 < window && n < 1<<19 {
-		n *= 2
+	if b := (window*afpSlot + afpBlockSize - 1) / afpBlockSize; b > afpDefaultBlocks {
+		r.afpBlocks = b
 	}
-	return ringPlan{numFrames: n, frameSize: 2048}
+	if u := window * 4096; u > qp.DefaultUDPSocketBuffer {
+		r.udpBuf = u
+	}
+	return r
 }
 
 func (r ringPlan) tune(o *qp.InterfaceOptions) {
 	if r.numFrames != 0 {
 		o.AFXDP.NumFrames, o.AFXDP.FrameSize = r.numFrames, r.frameSize
+	}
+	if r.afpBlocks != 0 {
+		o.AFPacket.BlockSize, o.AFPacket.NumBlocks = afpBlockSize, r.afpBlocks
+	}
+	if r.udpBuf != 0 {
+		o.UDPSocketBuffer = r.udpBuf
 	}
 }
 
@@ -97,15 +117,17 @@ func (r ringPlan) linkBytes(backend string) int {
 		}
 		return n*fs + n/2*xdpRingBytesPerSlot
 	case qp.BackendAFPacket:
-		return afpacketRingBytes
+		return max(r.afpBlocks, afpDefaultBlocks) * afpBlockSize
 	}
 	return 0
 }
 
 // String describes the plan for the report.
 func (r ringPlan) String() string {
-	if r.numFrames == 0 {
-		return fmt.Sprintf("the default %d-slot RX ring", xdpDefaultFrames/2)
+	x := fmt.Sprintf("the default %d-slot AF_XDP RX ring", xdpDefaultFrames/2)
+	if r.numFrames != 0 {
+		x = fmt.Sprintf("a %d-slot AF_XDP RX ring (NumFrames %d of %d B)", r.numFrames/2, r.numFrames, r.frameSize)
 	}
-	return fmt.Sprintf("a %d-slot RX ring, NumFrames %d of %d B", r.numFrames/2, r.numFrames, r.frameSize)
+	return fmt.Sprintf("%s, %d MiB of AF_PACKET ring, %d MiB UDP socket buffers", x, max(r.afpBlocks, afpDefaultBlocks),
+		max(r.udpBuf, qp.DefaultUDPSocketBuffer)>>20)
 }

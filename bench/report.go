@@ -281,7 +281,7 @@ func writeQPs(w io.Writer, r *results, in runInfo) {
 	fmt.Fprintf(w, "## %d QPs on one device pair\n\n", in.qpsN)
 	fmt.Fprintf(w, "Round-robin 64 B WRITEs, each QP at most %d outstanding, one signalled per %d; "+
 		"one QP: tx-depth 128, cq-mod 100, on the same devices, whose receive rings hold the %d frames in flight "+
-		"(AF_XDP: %s). Heap per QP: runtime.MemStats.HeapAlloc after GC, "+
+		"(%s). Heap per QP: runtime.MemStats.HeapAlloc after GC, "+
 		"before and after creating and connecting the QPs on both devices, over 2×%d QPs. Link memory per QP: one "+
 		"device's mapped rings (AF_XDP UMEM and its four rings, AF_PACKET's receive ring; the UDP backend's socket "+
 		"buffers are the kernel's) over its %d QPs.\n\n", in.qpsDepth, in.qpsCQMod, in.qpsN*in.qpsDepth,
