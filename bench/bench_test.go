@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/qp"
 )
 
 func TestSummarizeValues(t *testing.T) {
@@ -189,6 +191,7 @@ func sampleResults() *results {
 	add("afxdp", 1500, mQPsAgg, 0.4e6)
 	add("afxdp", 1500, mQPsOne, 0.45e6)
 	add("afxdp", 1500, mQPsHeap, 10240)
+	add("afxdp", 1500, mQPsLink, 16*1024)
 	add("afxdp", 1500, mIdleProc, 0.002)
 	add("afxdp", 1500, mIdleMachine, 1.5)
 	add("afxdp", 1500, mSysGoroce, 11)
@@ -251,7 +254,8 @@ func TestWriteReport(t *testing.T) {
 		"Raw frames: 138 bytes (a 64 B WRITE ONLY) and 1098 bytes",
 		"## afxdp (native), MTU 9000, path MTU 2048",
 		"| 64 KiB READ goodput · raw: path-MTU frames' payload | – | 20.00 Gbit/s | error: post on QP 0: boom / pipe | – | – |",
-		"| afxdp | 1500 | 400.0 k | 450.0 k | 0.89× | 10.0 KiB |",
+		"| afxdp | 1500 | 400.0 k | 450.0 k | 0.89× | 10.0 KiB | 16.0 KiB |",
+		"receive rings hold the 16000 frames in flight (a 16384-slot AF_XDP RX ring (NumFrames 32768 of 2048 B), 32 MiB of AF_PACKET ring, 62 MiB UDP socket buffers)",
 		"| afxdp | 1500 | 0.0020 | 1.50 |",
 		"| afxdp | 1500 | 11.0 | 3.80 | 2.89× | futex 3.60 | – |",
 		"| 9 | syscalls per sleeping round trip vs Go TCP's | afxdp | 2.89× | ≤ 1.0× | no |",
@@ -301,4 +305,40 @@ func TestSwapAddrs(t *testing.T) {
 	}
 	short := []byte{1, 2, 3}
 	swapAddrs(short) // must not panic
+}
+
+// TestQPsRings checks the qps cell's ring plan: the default rings while
+// the window fits them, else rings of at least the window (AF_XDP with
+// 2 KiB chunks), and the link memory reported for it.
+func TestQPsRings(t *testing.T) {
+	if r := qpsRings(2048); r != (ringPlan{}) {
+		t.Errorf("qpsRings(2048) = %+v, want the defaults", r)
+	}
+	for _, c := range []struct{ window, frames, blocks int }{{2049, 8192, 0}, {4000, 8192, 0}, {8000, 16384, 16}, {16000, 32768, 32}} {
+		r := qpsRings(c.window)
+		if r.numFrames != c.frames || r.frameSize != 2048 || r.numFrames/2 < c.window || r.afpBlocks != c.blocks {
+			t.Errorf("qpsRings(%d) = %+v, want %d frames of 2048 B and %d AF_PACKET blocks", c.window, r, c.frames, c.blocks)
+		}
+		if r.afpBlocks != 0 && r.afpBlocks*afpBlockSize/afpSlot < c.window {
+			t.Errorf("qpsRings(%d): %d AF_PACKET blocks hold fewer slots than the window", c.window, r.afpBlocks)
+		}
+	}
+	if got, want := (ringPlan{}).linkBytes("afxdp"), 4096*4096+2048*48; got != want {
+		t.Errorf("default AF_XDP link bytes %d, want %d", got, want)
+	}
+	if got, want := qpsRings(8000).linkBytes("afxdp"), 16384*2048+8192*48; got != want {
+		t.Errorf("AF_XDP link bytes for 8000 in flight %d, want %d", got, want)
+	}
+	if got, want := qpsRings(8000).linkBytes("afpacket"), 16<<20; got != want {
+		t.Errorf("AF_PACKET link bytes for 8000 in flight %d, want %d", got, want)
+	}
+	if got := qpsRings(8000).linkBytes("udp"); got != 0 {
+		t.Errorf("UDP link bytes %d, want 0", got)
+	}
+	var o qp.InterfaceOptions
+	qpsRings(8000).tune(&o)
+	if o.AFXDP.NumFrames != 16384 || o.AFXDP.FrameSize != 2048 || o.AFPacket.NumBlocks != 16 ||
+		o.AFPacket.BlockSize != 1<<20 || o.UDPSocketBuffer != 8000*4096 {
+		t.Errorf("tuned options %+v %+v %d", o.AFXDP, o.AFPacket, o.UDPSocketBuffer)
+	}
 }

@@ -48,11 +48,11 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 	if c.cells["raw"] {
 		measureRaw(pair, mtu, b, lat, c, tag, lim, res)
 	}
-	if c.cells["bw"] || (lat && (c.cells["qps"] || c.cells["idle"])) {
+	if c.cells["bw"] || (lat && c.cells["idle"]) {
 		p, err := openRDMA(pair, b, false)
 		if err != nil {
 			progress("%s: goroce devices: %v", tag, err)
-			for _, m := range []string{bwKey(b, mtu, "WRITE", sizeSmall, "mps").metric, mQPsAgg, mIdleProc} {
+			for _, m := range []string{bwKey(b, mtu, "WRITE", sizeSmall, "mps").metric, mIdleProc} {
 				res.fail(key{b, mtu, m}, err)
 			}
 		} else {
@@ -60,6 +60,9 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 			measureGoroce(p, mtu, b, lat, tag, c, res)
 			p.Close()
 		}
+	}
+	if lat && c.cells["qps"] {
+		measureQPs(pair, mtu, b, tag, c, res)
 	}
 	if lat && c.cells["lat"] {
 		var info section
@@ -184,22 +187,6 @@ func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *conf
 	if !lat {
 		return
 	}
-	if c.cells["qps"] {
-		q, err := manyQPs(p, c.qpsN, c.qpsDepth, c.qpsCQMod, lim(maxMsgs))
-		record(res, key{b, mtu, mQPsAgg}, q.agg.msgsPerSec(), err)
-		if q.one.msgs > 0 {
-			res.add(key{b, mtu, mQPsOne}, q.one.msgsPerSec())
-		} else {
-			res.fail(key{b, mtu, mQPsOne}, err)
-		}
-		if q.heapPerQP != 0 {
-			res.add(key{b, mtu, mQPsHeap}, q.heapPerQP)
-		} else {
-			res.fail(key{b, mtu, mQPsHeap}, err)
-		}
-		progress("%s: %d QPs %s msg/s, one QP %s msg/s, %s per QP (%v)", tag, c.qpsN, fmtRate(q.agg.msgsPerSec()),
-			fmtRate(q.one.msgsPerSec()), fmtBytes(q.heapPerQP), err)
-	}
 	if c.cells["idle"] {
 		u, err := idleCPU(p, c.idle)
 		record(res, key{b, mtu, mIdleProc}, u.proc/u.wall, err)
@@ -215,4 +202,38 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
+}
+
+// measureQPs is the qps cell, on a device pair of its own whose receive
+// rings hold the cell's window (qpsRings).
+func measureQPs(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
+	ring := qpsRings(c.qpsN * c.qpsDepth)
+	p, err := openRDMAWith(pair, b, false, ring.tune)
+	if err != nil {
+		progress("%s: goroce devices for the qps cell: %v", tag, err)
+		res.fail(key{b, mtu, mQPsAgg}, err)
+		return
+	}
+	defer p.Close()
+	res.addSection(section{backend: b, mtu: mtu, mode: p.a.info.Mode, pmtu: p.pmtu})
+	q, err := manyQPs(p, c.qpsN, c.qpsDepth, c.qpsCQMod, limit{c.cell, maxMsgs})
+	record(res, key{b, mtu, mQPsAgg}, q.agg.msgsPerSec(), err)
+	if q.one.msgs > 0 {
+		res.add(key{b, mtu, mQPsOne}, q.one.msgsPerSec())
+	} else {
+		res.fail(key{b, mtu, mQPsOne}, err)
+	}
+	if q.heapPerQP != 0 {
+		res.add(key{b, mtu, mQPsHeap}, q.heapPerQP)
+	} else {
+		res.fail(key{b, mtu, mQPsHeap}, err)
+	}
+	if lb := ring.linkBytes(b); lb > 0 {
+		res.add(key{b, mtu, mQPsLink}, float64(lb)/float64(c.qpsN)) // one link per device, n QPs per device
+	}
+	progress("%s: %d QPs %s msg/s, one QP %s msg/s, %s heap and %s link memory per QP (%v)", tag, c.qpsN,
+		fmtRate(q.agg.msgsPerSec()), fmtRate(q.one.msgsPerSec()), fmtBytes(q.heapPerQP),
+		fmtBytes(float64(ring.linkBytes(b))/float64(c.qpsN)), err)
+	progress("%s: one QP %s", tag, q.oneWire)
+	progress("%s: %d QPs %s", tag, c.qpsN, q.aggWire)
 }

@@ -230,7 +230,7 @@ func writeLat(p *rdmaPair, lim limit, ready func()) ([]time.Duration, error) {
 // before the first WRITE; info, when set, learns the backend's mode and
 // the path MTU.
 func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready func(), info *section) ([]time.Duration, error) {
-	a, err := openEnd(pair, netns.A, backend, busy)
+	a, err := openEnd(pair, netns.A, backend, busy, nil)
 	if err != nil {
 		return nil, fmt.Errorf("side A: %w", err)
 	}

@@ -67,14 +67,25 @@
 //   - nice + system + irq + softirq + steal) and this process's
 //     (getrusage): CPU-seconds per GB moved and Gbit per busy CPU-second.
 //     The whole machine includes everything else running on it.
-//   - qps (rdma.go, latency MTU only): -qps RC QP pairs (default 1000) on
-//     one sleeping device pair, round-robin 64 B WRITEs, each QP at most
-//     -qp-depth outstanding (default 4: 4000 in flight; at 16 goroce's
-//     QPs end in RETRY_EXC_ERR on this machine) and one signalled per
-//     -qp-cqmod (2); the aggregate message rate next to one QP's (tx-depth
-//     128, cq-mod 100, same devices), and the heap per QP
+//   - qps (rdma.go, qps.go, latency MTU only): -qps RC QP pairs (default
+//     1000) on a sleeping device pair of its own, round-robin 64 B WRITEs
+//     in the bw cell's loop, as `ib_write_bw -q 1000 -t 8` runs them:
+//     each QP at most -qp-depth outstanding (default 8: 8000 in flight)
+//     and one signalled per -qp-cqmod (default 8: perftest clamps cq-mod
+//     to tx-depth); the aggregate message rate next to one QP's (tx-depth
+//     128, cq-mod 100, same devices), the heap per QP
 //     (runtime.MemStats.HeapAlloc after GC, before and after creating and
-//     connecting them, over both ends' QPs; it grows with -qp-depth).
+//     connecting them, over both ends' QPs; it grows with -qp-depth) and
+//     the link memory per QP (the rings one device maps, over its QPs).
+//     perftest's own per-QP shape, 128 outstanding, would put 128 000
+//     frames in flight: 0.3 s of queue at this machine's rate, past the
+//     67 ms local ACK timeout, so every QP would retransmit; at depth 8 the
+//     queue stays under 40 ms at 200 k msg/s. The devices' AF_XDP RX rings
+//     hold the whole window (qpsRings: the default 2048 slots dropped
+//     thousands of frames per run at 4000 in flight, and each drop of a
+//     QP's last outstanding frame stalled it for the ACK timeout).
+//     Progress lines give each run's frames, kicks, ACKs and CPU per
+//     message on both ends.
 //   - idle (rdma.go, latency MTU only): two opened sleeping devices with a
 //     connected QP pair doing nothing for -idle: this process's
 //     CPU-seconds per second.
@@ -87,7 +98,8 @@
 //     system calls per round trip and the largest four.
 //
 // Files: main.go (flags, namespaces, signals), cells.go (what runs in
-// which order), raw.go, tcp.go, rdma.go (devices, bw, qps, idle), lat.go
+// which order), raw.go, tcp.go, rdma.go (devices, bw, qps, idle), qps.go
+// (the qps cell's rings and per-message counts), lat.go
 // (the round trips), cpu.go (/proc/stat, getrusage, machine state),
 // syscalls.go (strace), peer.go (child processes), results.go
 // (repetitions, medians, metric names), report.go (the markdown).
@@ -173,8 +185,8 @@ func main() {
 	flag.DurationVar(&c.cell, "time", 700*time.Millisecond, "time bound of each cell (at most 3s)")
 	flag.IntVar(&c.reps, "reps", 3, "repetitions of every cell (medians and min–max are reported)")
 	flag.IntVar(&c.qpsN, "qps", 1000, "QP pairs of the qps cell")
-	flag.IntVar(&c.qpsDepth, "qp-depth", 4, "outstanding WRs per QP in the qps cell")
-	flag.IntVar(&c.qpsCQMod, "qp-cqmod", 2, "one signalled WR per this many in the qps cell")
+	flag.IntVar(&c.qpsDepth, "qp-depth", 8, "outstanding WRs per QP in the qps cell (perftest's -t)")
+	flag.IntVar(&c.qpsCQMod, "qp-cqmod", 8, "one signalled WR per this many in the qps cell (perftest's --cq-mod, at most -qp-depth)")
 	flag.DurationVar(&c.idle, "idle", time.Second, "duration of the idle cell")
 	flag.BoolVar(&c.rttOnly, "latency", false, "measure only the round trips (raw, TCP and goroce; MTU 1500): -cells raw,tcp,lat -mtus 1500 without the rate cells")
 	sys := flag.Bool("syscalls", false, "also count system calls per sleeping round trip under strace (the syscalls cell)")

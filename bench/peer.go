@@ -135,7 +135,7 @@ func runChild(name string, c config, ifname string, busy bool) int {
 // gorocePeer is write_lat's server end (peer-goroce).
 func gorocePeer(ifname, backend string, busy bool) error {
 	in := newLineReader(os.Stdin)
-	e, err := openEndOn(func(fn func() error) error { return fn() }, ifname, backend, busy, 2)
+	e, err := openEndOn(func(fn func() error) error { return fn() }, ifname, backend, busy, 2, nil)
 	if err != nil {
 		return err
 	}

@@ -57,21 +57,24 @@ func (p *rdmaPair) Close() {
 // mode with busy: qp.InterfaceOptions.BusyPoll, no receive or timer
 // goroutine, the application's polling drives the device) and registers
 // a buffer on it.
-func openEnd(pair *netns.Pair, s netns.Side, backend string, busy bool) (*rdmaEnd, error) {
-	return openEndOn(func(fn func() error) error { return pair.Do(s, fn) }, pair.End(s).Ifname, backend, busy, int64(s)+1)
+func openEnd(pair *netns.Pair, s netns.Side, backend string, busy bool, tune func(*qp.InterfaceOptions)) (*rdmaEnd, error) {
+	return openEndOn(func(fn func() error) error { return pair.Do(s, fn) }, pair.End(s).Ifname, backend, busy, int64(s)+1, tune)
 }
 
 // openEndOn opens the device of ifname, calling OpenInterface inside do
 // (a namespace switch, or a plain call in a process started inside the
-// namespace).
-func openEndOn(do func(func() error) error, ifname, backend string, busy bool, seed int64) (*rdmaEnd, error) {
+// namespace); tune, when set, adjusts the options first.
+func openEndOn(do func(func() error) error, ifname, backend string, busy bool, seed int64, tune func(*qp.InterfaceOptions)) (*rdmaEnd, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	e := &rdmaEnd{}
 	err := do(func() error {
 		var err error
-		e.dev, e.info, err = qp.OpenInterface(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger,
-			Seed: seed, BusyPoll: busy})
+		o := qp.InterfaceOptions{Backend: backend, Logger: logger, Seed: seed, BusyPoll: busy}
+		if tune != nil {
+			tune(&o)
+		}
+		e.dev, e.info, err = qp.OpenInterface(ctx, ifname, o)
 		return err
 	})
 	if err != nil {
@@ -89,11 +92,16 @@ func openEndOn(do func(func() error) error, ifname, backend string, busy bool, s
 
 // openRDMA opens a device on each end of pair (openEnd).
 func openRDMA(pair *netns.Pair, backend string, busy bool) (*rdmaPair, error) {
-	a, err := openEnd(pair, netns.A, backend, busy)
+	return openRDMAWith(pair, backend, busy, nil)
+}
+
+// openRDMAWith is openRDMA with tune adjusting both ends' options.
+func openRDMAWith(pair *netns.Pair, backend string, busy bool, tune func(*qp.InterfaceOptions)) (*rdmaPair, error) {
+	a, err := openEnd(pair, netns.A, backend, busy, tune)
 	if err != nil {
 		return nil, fmt.Errorf("side A: %w", err)
 	}
-	b, err := openEnd(pair, netns.B, backend, busy)
+	b, err := openEnd(pair, netns.B, backend, busy, tune)
 	if err != nil {
 		a.dev.Close()
 		return nil, fmt.Errorf("side B: %w", err)
@@ -302,6 +310,9 @@ func bw(p *rdmaPair, op qp.WROpcode, size int, lim limit) (throughput, error) {
 type qpsResult struct {
 	agg, one  throughput
 	heapPerQP float64
+	// oneWire and aggWire are the frames, kicks and ACKs per message of
+	// each run (wireSnap.perMsg).
+	oneWire, aggWire string
 }
 
 // manyQPs connects n QP pairs on p's devices and streams round-robin
@@ -330,18 +341,23 @@ func manyQPs(p *rdmaPair, n, depth, cqMod int, lim limit) (qpsResult, error) {
 	runtime.ReadMemStats(&ms)
 	res.heapPerQP = (float64(ms.HeapAlloc) - float64(h0)) / float64(2*n)
 
+	w0 := snapWire(p)
 	if res.one, err = bw(p, qp.WRRDMAWrite, sizeSmall, lim); err != nil {
 		return res, fmt.Errorf("one QP: %w", err)
 	}
+	w1 := snapWire(p)
+	res.oneWire = w1.perMsg(w0, res.one.msgs) + res.one.cpuPerMsg()
 	tmpl := make([]qp.SendWR, n)
 	for i := range tmpl {
 		off := (i % 1024) * sizeSmall
 		tmpl[i] = qp.SendWR{Opcode: qp.WRRDMAWrite, SGL: []qp.SGE{p.a.sge(off, sizeSmall)},
 			RemoteAddr: p.b.mr.IOVA() + half + uint64(off), RKey: p.b.mr.RKey()}
 	}
+	w1 = snapWire(p)
 	if res.agg, err = bwRun(qa, c.sa, tmpl, depth, cqMod, sizeSmall, lim); err != nil {
 		return res, fmt.Errorf("%d QPs: %w", n, err)
 	}
+	res.aggWire = snapWire(p).perMsg(w1, res.agg.msgs) + res.agg.cpuPerMsg()
 	return res, nil
 }
 

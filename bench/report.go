@@ -273,18 +273,23 @@ func writeQPs(w io.Writer, r *results, in runInfo) {
 			continue
 		}
 		one := key{s.backend, s.mtu, mQPsOne}
-		lines = append(lines, fmt.Sprintf("| %s | %d | %s | %s | %s | %s |", s.backend, s.mtu, r.cell(agg, fmtRate),
-			r.cell(one, fmtRate), r.ratioCell(agg, one), r.cell(key{s.backend, s.mtu, mQPsHeap}, fmtBytes)))
+		lines = append(lines, fmt.Sprintf("| %s | %d | %s | %s | %s | %s | %s |", s.backend, s.mtu, r.cell(agg, fmtRate),
+			r.cell(one, fmtRate), r.ratioCell(agg, one), r.cell(key{s.backend, s.mtu, mQPsHeap}, fmtBytes),
+			r.cell(key{s.backend, s.mtu, mQPsLink}, fmtBytes)))
 	}
 	if len(lines) == 0 {
 		return
 	}
 	fmt.Fprintf(w, "## %d QPs on one device pair\n\n", in.qpsN)
 	fmt.Fprintf(w, "Round-robin 64 B WRITEs, each QP at most %d outstanding, one signalled per %d; "+
-		"one QP: tx-depth 128, cq-mod 100. Heap per QP: runtime.MemStats.HeapAlloc after GC, "+
-		"before and after creating and connecting the QPs on both devices, over 2×%d QPs.\n\n", in.qpsDepth, in.qpsCQMod, in.qpsN)
-	fmt.Fprintln(w, "| backend | MTU | aggregate msg/s | one QP msg/s | aggregate/one | heap per QP |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+		"one QP: tx-depth 128, cq-mod 100, on the same devices, whose receive rings hold the %d frames in flight "+
+		"(%s). Heap per QP: runtime.MemStats.HeapAlloc after GC, "+
+		"before and after creating and connecting the QPs on both devices, over 2×%d QPs. Link memory per QP: one "+
+		"device's mapped rings (AF_XDP UMEM and its four rings, AF_PACKET's receive ring; the UDP backend's socket "+
+		"buffers are the kernel's) over its %d QPs.\n\n", in.qpsDepth, in.qpsCQMod, in.qpsN*in.qpsDepth,
+		qpsRings(in.qpsN*in.qpsDepth), in.qpsN, in.qpsN)
+	fmt.Fprintln(w, "| backend | MTU | aggregate msg/s | one QP msg/s | aggregate/one | heap per QP | link memory per QP |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}

@@ -154,6 +154,7 @@ const (
 	mQPsAgg      = "qps.agg.mps"
 	mQPsOne      = "qps.one.mps"
 	mQPsHeap     = "qps.heap" // bytes per QP
+	mQPsLink     = "qps.link" // bytes of link rings per QP (qpsRings)
 	mIdleProc    = "idle.proc"
 	mIdleMachine = "idle.machine"
 	mSysGoroce   = "sys.goroce"

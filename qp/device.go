@@ -179,6 +179,7 @@ type Device struct {
 	now     func() time.Time
 
 	counters transport.Counters
+	corked   uint64 // posts whose frames waited for a later write (cork.go)
 	ipID     uint16 // IPv4 identification, shared by the QPs (transport.Config.IPID)
 	rxStats  RxStats
 
@@ -340,7 +341,7 @@ func (d *Device) Close() error {
 	if d.resumeT != nil {
 		d.resumeT.Stop()
 	}
-	d.unlock()
+	d.unlock() // held ACKs and corked posts (cork.go) leave before the link closes
 	d.mrs.Close(ErrClosed)
 	if g := d.gsi.Load(); g != nil {
 		g.stop()

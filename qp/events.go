@@ -149,9 +149,6 @@ func (d *Device) DroppedAsyncEvents() uint64 {
 // eventState is the device's async-event machinery.
 type eventState struct {
 	queue asyncQueue
-	// commEst are the QPs that may still raise COMM_EST (created, not yet
-	// past RTR), under d.mu.
-	commEst []*qpHooks
 	// sqd are the QPs moved to SQD that have not reported SQ_DRAINED yet
 	// (sqd.go).
 	sqd []*QP
@@ -276,34 +273,32 @@ func (ev asyncEvent) public() AsyncEvent {
 	return AsyncEvent{Type: t, QP: ev.qp, CQ: ev.cq}
 }
 
-// afterCall runs at the start of every endCall (d.mu held): COMM_EST for
-// the QPs in RTR that accepted a packet. The list holds only QPs not yet
-// connected, so a device whose QPs are all in RTS pays one length check.
+// afterCall runs at the start of every endCall (d.mu held): SQ_DRAINED
+// for the QPs moved to SQD. COMM_EST is raised by touch (commEstCheck), for
+// the one QP an engine call was about.
 func (d *Device) afterCall() {
 	d.checkSQD()
-	if len(d.ev.commEst) == 0 {
-		return
-	}
-	keep := d.ev.commEst[:0]
-	for _, h := range d.ev.commEst {
-		q := d.qps[h.eng.QPN()]
-		if q == nil || q.eng != h.eng {
-			continue // destroyed
-		}
-		switch h.eng.State() {
+}
+
+// commEstCheck raises COMM_EST for q once it accepted a packet in RTR
+// (d.mu held; touch calls it after every engine call on a QP that may
+// still raise it), and stops watching q once it is past RTR or destroyed.
+// Only q is looked at: a device with many QPs not yet connected (a pool
+// created in advance, the passive side of many connections) pays nothing
+// for them on every post and every receive batch.
+func (d *Device) commEstCheck(q *QP) {
+	if !q.destroyed {
+		switch q.eng.State() {
 		case StateReset, StateInit:
-			keep = append(keep, h)
-			continue
+			return
 		case StateRTR:
-			if h.eng.Counters[CntRcvdPkts] == 0 {
-				keep = append(keep, h)
-				continue
+			if q.eng.Counters[CntRcvdPkts] == 0 {
+				return
 			}
 			d.raise(AsyncEvent{Type: EventCommEst, QP: q})
 		}
 	}
-	clear(d.ev.commEst[len(keep):])
-	d.ev.commEst = keep
+	q.commEst = false
 }
 
 // qpHooks sit between one QP's engine and the device: they forward the
@@ -329,10 +324,7 @@ func (d *Device) qpHooks(recvCQ *CQ) *qpHooks {
 	return &qpHooks{d: d, out: &d.tx, rcq: recvCQ}
 }
 
-func (h *qpHooks) attach(eng *transport.QP) {
-	h.eng = eng
-	h.d.ev.commEst = append(h.d.ev.commEst, h)
-}
+func (h *qpHooks) attach(eng *transport.QP) { h.eng = eng }
 
 // Frame implements transport.Output.
 func (h *qpHooks) Frame() []byte {

@@ -48,6 +48,9 @@ type QP struct {
 	seq  uint64    // creation order
 	hidx int       // index in the heap, -1 when not in it
 	dl   time.Time // the deadline it is placed with
+	// commEst: the QP may still raise COMM_EST (not yet past RTR), under
+	// dev.mu (events.go: commEstCheck).
+	commEst bool
 }
 
 // ErrDestroyed is returned by the calls on a QP after QP.Destroy.
@@ -110,7 +113,8 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 		d.nextQPN = qpn + 1
 	}
 	d.qpSeq++
-	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.qpSeq, hidx: -1}
+	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.qpSeq, hidx: -1,
+		commEst: true}
 	if q.srq != nil {
 		q.srq.users++
 	}
@@ -266,8 +270,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	d.touch(q)
 	d.endCall(now)
-	d.unlock()
-	d.kick()
+	d.unlockPost(now)
 	return err
 }
 
@@ -307,8 +310,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	d.touch(q)
 	d.endCall(now)
-	d.unlock()
-	d.kick()
+	d.unlockPost(now)
 	return n, err
 }
 
