@@ -39,7 +39,9 @@
 // ICRC(canonical) XOR ICRC(frame as built) XOR trailer-of-the-frame. For a
 // correct frame the last two cancel and the peer gets the right ICRC for the
 // canonical header; a frame whose ICRC was already wrong stays wrong by the
-// same error bits. On receive nothing is recomputed: the synthesized header
+// same error bits. The two headers differ only in the IP and UDP headers,
+// so the correction is computed from those alone (CRC arithmetic,
+// rebase.go), without a pass over the payload. On receive nothing is recomputed: the synthesized header
 // is canonical, and the receiver's own ICRC check covers the payload as it
 // arrived. So this backend never hides corruption.
 //
@@ -163,7 +165,8 @@ type Link struct {
 	rxMu sync.Mutex
 
 	txMu    sync.Mutex
-	scratch []byte // canonical l3 for the ICRC re-basing
+	scratch []byte     // canonical l3 for the ICRC re-basing
+	shifts  shiftCache // rebaseTrailer's CRC shifts, by payload length
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -215,6 +218,7 @@ func Open(cfg Config) (*Link, error) {
 		batch:    cfg.BatchSize,
 		mac:      SyntheticMAC(ip),
 		scratch:  make([]byte, cfg.MTU+64),
+		shifts:   make(shiftCache, cfg.MTU+64),
 		hdrLen:   hdrLen4,
 	}
 	if l.v6 {

@@ -272,7 +272,7 @@ func (s *mmsgSock) send(frames [][]byte) (int, error) {
 // last pad byte, in the caller's frame) and the re-based ICRC trailer.
 func (s *mmsgSock) prepare(k int, f []byte) bool {
 	l := s.l
-	body, dst, trailer, _, ok := l.rebase(f)
+	body, dst, trailer, ok := l.rebaseTrailer(f)
 	if !ok {
 		return false
 	}
