@@ -61,6 +61,54 @@
 //     goroce raw backend sender interoperates if its transport uses IPv4 ID
 //     0 with DF.
 //
+// # Segmentation and receive offload (Linux)
+//
+// A 64 KiB RDMA message is 16 frames at path MTU 4096, and a datagram per
+// frame costs the kernel a trip through its stack for each; TCP on the
+// same link moves 64 KiB per trip. So on Linux, when the kernel has them
+// (UDP_SEGMENT and UDP_GRO, Linux 4.18 and 5.0; probed at Open,
+// Config.NoOffload turns them off), the link uses UDP GSO and GRO:
+//
+//   - Send: consecutive frames of one WriteBatch to one destination whose
+//     UDP payloads (BTH .. ICRC) have the same length, the last of the run
+//     possibly shorter, go out as one datagram with a UDP_SEGMENT control
+//     message (the segment size), at most 64 segments and 65507 bytes; the
+//     datagrams of a batch still share one sendmmsg. A datagram's iovecs
+//     are its frames' payloads and trailers, so nothing is copied. The
+//     kernel (or a NIC with UDP segmentation offload) cuts it into one
+//     datagram per frame. If the kernel refuses a segmented datagram
+//     (EINVAL, EIO: no checksum offload on an old kernel, IPsec, a route
+//     MTU below the segment) its frames go one by one, and the link stops
+//     segmenting.
+//   - Receive: the kernel may hand over several datagrams of one flow as
+//     one, with their segment size in a UDP_GRO control message. Each
+//     datagram lands in a 64 KiB slot of the link's, and its segments are
+//     copied out, each behind its own synthesized (canonical) header;
+//     segments beyond the caller's buffers wait in the slots and come with
+//     the next ReadBatch, TryReadBatch or WaitReadBatch, before anything
+//     new is received.
+//   - OffloadStats counts both.
+//
+// The segments of a GSO datagram do not all carry the canonical header:
+// inet_gso_segment numbers their IPv4 IDs from the datagram's, so they
+// carry IDs 0, 1, 2 ... (the wire test pins this). A receiver that checks
+// the ICRC over the real header (rxe, mlx5, goroce's raw backends) would
+// need each segment's trailer re-based for its own ID; a goroce UDP link
+// never sees the ID and checks every frame against ID 0, and may get the
+// segments singly, re-coalesced along other boundaries, or as the datagram
+// sent, so no other ID would work for it. And a virtual link may hand the
+// unsegmented datagram to a packet socket (a veth does unless its peer has
+// an XDP program), which a raw backend cannot take. So GSO datagrams go
+// only to peers known to be goroce UDP links, with every trailer re-based
+// for ID 0 as ever: a peer is known once a datagram came from its address
+// and the peer port (a socket bound to the RoCE port: rxe, mlx5 and
+// goroce's raw backends send from ports 0xC000 and up), and unknown again
+// when one comes from another port. The first frames to a peer, before it
+// has answered, go one by one. IPv6 segments would carry the canonical
+// header, but the packet-socket problem stays, so IPv6 follows the same
+// rule. A capture on the wire (tcpdump, goroce dump) shows IPv4 GSO
+// segments after the first with a bad ICRC.
+//
 // Two endpoints on one host: bind them to different loopback addresses
 // (127.0.0.1:4791 and 127.0.0.2:4791), or to different ports with PeerPort
 // naming the other's port; the canonical destination port stays 4791.
@@ -70,7 +118,9 @@
 // On Linux the link drives a non-blocking socket with recvmmsg/sendmmsg,
 // BatchSize datagrams per system call, no allocation per packet. ReadBatch
 // blocks in poll(2) on the socket and an eventfd, so Close wakes a blocked
-// ReadBatch (ErrClosed); TryReadBatch is one recvmmsg with MSG_DONTWAIT.
+// ReadBatch (ErrClosed); TryReadBatch is one recvmmsg with MSG_DONTWAIT
+// (none while segments of a coalesced datagram are still waiting). UDP GSO
+// and GRO are used as above.
 //
 // Elsewhere (macOS, FreeBSD, Windows, ...) it uses the standard library's
 // net.UDPConn: one datagram per system call (WriteMsgUDPAddrPort,
@@ -118,6 +168,9 @@ type Config struct {
 	// sysctl limits; others get what the kernel allows). 0 keeps the
 	// defaults.
 	SocketBuffer int
+	// NoOffload turns off UDP GSO and GRO (Linux; see the package
+	// comment), which Open otherwise turns on when the kernel has them.
+	NoOffload bool
 
 	// portable selects the net.UDPConn path on Linux too (tests: it is the
 	// only path other systems have).
@@ -167,6 +220,9 @@ type Link struct {
 	txMu    sync.Mutex
 	scratch []byte     // canonical l3 for the ICRC re-basing
 	shifts  shiftCache // rebaseTrailer's CRC shifts, by payload length
+
+	peers udpPeers // peers known to be goroce UDP links (GSO receivers)
+	offloadCounters
 
 	closeOnce sync.Once
 	closed    atomic.Bool
