@@ -192,9 +192,10 @@ func (s *mmsgSock) sendGSO(frames [][]byte) (int, error) {
 					return first + sentFrames, fmt.Errorf("udp: poll: %w", perr)
 				}
 			case segs > 1 && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EIO)):
-				// The route refuses segmentation (no checksum offload
-				// on an older kernel, IPsec, a path MTU below the
-				// segment size): send frame by frame from here on.
+				// The kernel refuses segmentation here (no checksum
+				// offload on older kernels, IPsec, zero IPv6 checksums;
+				// segments above the route MTU before kernels said
+				// EMSGSIZE for it): send frame by frame from here on.
 				l.gsoOn.Store(false)
 				l.gsoFallbacks.Add(1)
 				msgs = s.groupRuns(g.first[sentMsgs], k, sentMsgs)

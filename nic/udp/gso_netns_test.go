@@ -250,3 +250,43 @@ func readNBuf9000(t *testing.T, l *Link, n int) [][]byte {
 	}
 	return out
 }
+
+// A segmented datagram the kernel refuses with EINVAL (here: an IPv6
+// socket with UDP_NO_CHECK6_TX, which GSO cannot honour) is sent frame by
+// frame instead, and the link stops segmenting; one whose segments exceed
+// the route MTU is dropped and counted (EMSGSIZE), as its frames alone
+// would be.
+func TestGSOFallback(t *testing.T) {
+	p := netns.NewPair(t, netns.Options{MTU: 1500, NoDAD: true})
+	a, b := openPair(t, p, p.A.LinkLocal.WithZone(p.A.Ifname), p.B.LinkLocal.WithZone(p.B.Ifname))
+	a.mtu = 9000 // frames larger than the veth's MTU pass WriteBatch's size check
+	a.scratch, a.shifts = make([]byte, 9064), make(shiftCache, 9064)
+	learn(t, a, b)
+	var big, small [][]byte
+	for i := range 4 {
+		big = append(big, buildFrame(t, p.A.LinkLocal, p.B.LinkLocal, uint32(i), 2000))
+		small = append(small, buildFrame(t, p.A.LinkLocal, p.B.LinkLocal, uint32(10+i), 500))
+	}
+	if n, err := a.WriteBatch(big); n != 4 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	if s, o := a.Stats(), a.OffloadStats(); !o.GSO || o.GSOSends != 0 || s.TxDrops != 4 {
+		t.Fatalf("segments above the route MTU: %+v %+v", s, o)
+	}
+
+	fd := a.s.(*mmsgSock).fd
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_TX, 1); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := netip.AddrPortFrom(p.A.LinkLocal, RoCEv2Port), netip.AddrPortFrom(p.B.LinkLocal, RoCEv2Port)
+	if n, err := a.WriteBatch(small); n != 4 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	got := readNBuf(t, b, 4, 8)
+	for i := range got {
+		checkDelivered(t, got[i], small[i], src, dst)
+	}
+	if o := a.OffloadStats(); o.GSO || o.GSOFallbacks != 1 || o.GSOSends != 0 {
+		t.Fatalf("after the refused datagram: %+v", o)
+	}
+}

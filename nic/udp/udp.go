@@ -76,10 +76,12 @@
 //     datagrams of a batch still share one sendmmsg. A datagram's iovecs
 //     are its frames' payloads and trailers, so nothing is copied. The
 //     kernel (or a NIC with UDP segmentation offload) cuts it into one
-//     datagram per frame. If the kernel refuses a segmented datagram
-//     (EINVAL, EIO: no checksum offload on an old kernel, IPsec, a route
-//     MTU below the segment) its frames go one by one, and the link stops
-//     segmenting.
+//     datagram per frame. If the kernel refuses a segmented datagram with
+//     EINVAL or EIO (no checksum offload on older kernels, IPsec, zero
+//     IPv6 checksums; segments above the route MTU on kernels before
+//     EMSGSIZE was returned for that) its frames go one by one, and the
+//     link stops segmenting; EMSGSIZE drops the datagram's frames and
+//     counts them, as it would each frame alone.
 //   - Receive: the kernel may hand over several datagrams of one flow as
 //     one, with their segment size in a UDP_GRO control message. Each
 //     datagram lands in a 64 KiB slot of the link's, and its segments are
