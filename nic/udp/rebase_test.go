@@ -64,3 +64,32 @@ func TestRebaseTrailerMatchesRebase(t *testing.T) {
 		}
 	}
 }
+
+func TestGFMulFast(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 10000 {
+		a, b := r.Uint32(), r.Uint32()
+		if got, want := gfMulFast(a, b), gfMul(a, b); got != want {
+			t.Fatalf("gfMulFast(%#x, %#x) = %#x, want %#x", a, b, got, want)
+		}
+	}
+	for _, a := range []uint32{0, 1, 1 << 31, 0xFFFFFFFF} {
+		if got, want := gfMulFast(a, 0x12345678), gfMul(a, 0x12345678); got != want {
+			t.Fatalf("gfMulFast(%#x, …) = %#x, want %#x", a, got, want)
+		}
+	}
+}
+
+func BenchmarkGFMul(b *testing.B) {
+	x, y := uint32(0x9E3779B9), zeroShift(4108)
+	b.Run("bitwise", func(b *testing.B) {
+		for b.Loop() {
+			x = gfMul(x, y) | 1
+		}
+	})
+	b.Run("nibbles", func(b *testing.B) {
+		for b.Loop() {
+			x = gfMulFast(x, y) | 1
+		}
+	})
+}
