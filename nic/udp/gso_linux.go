@@ -258,7 +258,7 @@ func (s *mmsgSock) recvGRO(bufs [][]byte, sizes []int) (int, error) {
 			l.rxDrops.Add(1)
 			continue
 		}
-		l.peers.note(src.Addr(), src.Port() == l.peerPort)
+		l.noteSource(src)
 		if seg := groSize(g.ctrl[i*cmsgWords:(i+1)*cmsgWords], int(m.Hdr.Controllen)); seg > 0 && seg < md.plen {
 			md.seg = seg
 			l.groRecvs.Add(1)

@@ -63,3 +63,12 @@ func (p *udpPeers) note(a netip.Addr, isUDP bool) {
 		p.set[a] = struct{}{}
 	}
 }
+
+// noteSource tells the peer table where a datagram came from. A peer port
+// in the range rxe and the raw backends send from (0xC000 and up) could
+// not tell them apart: then nobody is learnt.
+func (l *Link) noteSource(src netip.AddrPort) {
+	if l.peerPort < 0xC000 {
+		l.peers.note(src.Addr(), src.Port() == l.peerPort)
+	}
+}

@@ -104,12 +104,13 @@
 // only to peers known to be goroce UDP links, with every trailer re-based
 // for ID 0 as ever: a peer is known once a datagram came from its address
 // and the peer port (a socket bound to the RoCE port: rxe, mlx5 and
-// goroce's raw backends send from ports 0xC000 and up), and unknown again
-// when one comes from another port. The first frames to a peer, before it
-// has answered, go one by one. IPv6 segments would carry the canonical
-// header, but the packet-socket problem stays, so IPv6 follows the same
-// rule. A capture on the wire (tcpdump, goroce dump) shows IPv4 GSO
-// segments after the first with a bad ICRC.
+// goroce's raw backends send from ports 0xC000 and up, so with a PeerPort
+// there no peer is ever known), and unknown again when one comes from
+// another port. The first frames to a peer, before it has answered, go one
+// by one. IPv6 segments would carry the canonical header, but the
+// packet-socket problem stays, so IPv6 follows the same rule. A capture on
+// the wire (tcpdump, goroce dump) shows IPv4 GSO segments after the first
+// with a bad ICRC.
 //
 // Two endpoints on one host: bind them to different loopback addresses
 // (127.0.0.1:4791 and 127.0.0.2:4791), or to different ports with PeerPort

@@ -189,7 +189,7 @@ func (s *mmsgSock) recvOnce(bufs [][]byte, sizes []int) (int, error) {
 			continue
 		}
 		if s.gsoTx != nil {
-			l.peers.note(src.Addr(), src.Port() == l.peerPort)
+			l.noteSource(src)
 		}
 		if n != i {
 			// Compact after a drop: move the payload into slot n (rare).
