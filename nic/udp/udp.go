@@ -329,7 +329,8 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 // link by polling (qp.Config.BusyPoll), returning 0 when no datagram is
 // waiting. On Linux it is one recvmmsg(2) with MSG_DONTWAIT (a UDP socket
 // has no ring to look at, so each call is one system call even when it finds
-// nothing); elsewhere it looks at the reader goroutine's ring, without a
+// nothing), or none while segments of a coalesced datagram still wait
+// (GRO); elsewhere it looks at the reader goroutine's ring, without a
 // system call. After Close it returns nic.ErrClosed.
 func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
