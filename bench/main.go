@@ -83,7 +83,8 @@
 //     system calls per round trip and the largest four.
 //
 // Files: main.go (flags, namespaces, signals), cells.go (what runs in
-// which order), raw.go, tcp.go, rdma.go (devices, bw, qps, idle), lat.go
+// which order), raw.go, udpgso.go (the udp raw pair's introduction),
+// tcp.go, rdma.go (devices, bw, qps, idle), lat.go
 // (the round trips), cpu.go (/proc/stat, getrusage, machine state),
 // syscalls.go (strace), peer.go (child processes), results.go
 // (repetitions, medians, metric names), report.go (the markdown).
