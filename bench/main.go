@@ -21,7 +21,9 @@
 //   - raw (raw.go): the backend's own links opened as qp.OpenInterface
 //     would, no device. One-way rate: batches of RDMA WRITE ONLY frames
 //     A→B through nic.Link.WriteBatch as fast as it takes them, counted at
-//     B (ReadBatch), over the time to B's last frame: with a 64 B payload
+//     B (ReadBatch), over the time to B's last frame (the udp backend's two
+//     ends first trade one frame, so that each sends the other UDP GSO
+//     datagrams as goroce's cells do: udpgso.go): with a 64 B payload
 //     (the frame of a 64-byte WRITE, 138 bytes: the issue's "122-byte
 //     frame" leaves out the RETH) for the frame rate, and with a path-MTU
 //     payload for the payload goodput. Busy ping-pong (latency MTU only):
@@ -98,8 +100,10 @@
 //     system calls per round trip and the largest four.
 //
 // Files: main.go (flags, namespaces, signals), cells.go (what runs in
-// which order), raw.go, tcp.go, rdma.go (devices, bw, qps, idle), qps.go
-// (the qps cell's rings and per-message counts), lat.go
+// which order), raw.go, rawsleep.go (the raw sleeping ping-pong),
+// udpgso.go (the udp raw pair's introduction), tcp.go, rdma.go (devices,
+// bw, qps, idle), qps.go (the qps cell's rings and per-message counts),
+// lat.go
 // (the round trips), cpu.go (/proc/stat, getrusage, machine state),
 // syscalls.go (strace), peer.go (child processes), results.go
 // (repetitions, medians, metric names), report.go (the markdown).

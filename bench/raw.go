@@ -59,6 +59,10 @@ func openRaw(pair *netns.Pair, backend string) (*rawPair, error) {
 	}
 	r.ab = rawTemplate(r.infoA.MAC, r.infoA.IP, r.infoB.MAC, r.infoB.IP)
 	r.ba = rawTemplate(r.infoB.MAC, r.infoB.IP, r.infoA.MAC, r.infoA.IP)
+	if err := introduceUDP(r, backend); err != nil {
+		r.Close()
+		return nil, err
+	}
 	return r, nil
 }
 

@@ -39,7 +39,9 @@
 // ICRC(canonical) XOR ICRC(frame as built) XOR trailer-of-the-frame. For a
 // correct frame the last two cancel and the peer gets the right ICRC for the
 // canonical header; a frame whose ICRC was already wrong stays wrong by the
-// same error bits. On receive nothing is recomputed: the synthesized header
+// same error bits. The two headers differ only in the IP and UDP headers,
+// so the correction is computed from those alone (CRC arithmetic,
+// rebase.go), without a pass over the payload. On receive nothing is recomputed: the synthesized header
 // is canonical, and the receiver's own ICRC check covers the payload as it
 // arrived. So this backend never hides corruption.
 //
@@ -59,6 +61,57 @@
 //     goroce raw backend sender interoperates if its transport uses IPv4 ID
 //     0 with DF.
 //
+// # Segmentation and receive offload (Linux)
+//
+// A 64 KiB RDMA message is 16 frames at path MTU 4096, and a datagram per
+// frame costs the kernel a trip through its stack for each; TCP on the
+// same link moves 64 KiB per trip. So on Linux, when the kernel has them
+// (UDP_SEGMENT and UDP_GRO, Linux 4.18 and 5.0; probed at Open,
+// Config.NoOffload turns them off), the link uses UDP GSO and GRO:
+//
+//   - Send: consecutive frames of one WriteBatch to one destination whose
+//     UDP payloads (BTH .. ICRC) have the same length, the last of the run
+//     possibly shorter, go out as one datagram with a UDP_SEGMENT control
+//     message (the segment size), at most 64 segments and 65507 bytes; the
+//     datagrams of a batch still share one sendmmsg. A datagram's iovecs
+//     are its frames' payloads and trailers, so nothing is copied. The
+//     kernel (or a NIC with UDP segmentation offload) cuts it into one
+//     datagram per frame. If the kernel refuses a segmented datagram with
+//     EINVAL or EIO (no checksum offload on older kernels, IPsec, zero
+//     IPv6 checksums; segments above the route MTU on kernels before
+//     EMSGSIZE was returned for that) its frames go one by one, and the
+//     link stops segmenting; EMSGSIZE drops the datagram's frames and
+//     counts them, as it would each frame alone.
+//   - Receive: the kernel may hand over several datagrams of one flow as
+//     one, with their segment size in a UDP_GRO control message. Each
+//     datagram lands in a 64 KiB slot of the link's, and its segments are
+//     copied out, each behind its own synthesized (canonical) header;
+//     segments beyond the caller's buffers wait in the slots and come with
+//     the next ReadBatch, TryReadBatch or WaitReadBatch, before anything
+//     new is received.
+//   - OffloadStats counts both.
+//
+// The segments of a GSO datagram do not all carry the canonical header:
+// inet_gso_segment numbers their IPv4 IDs from the datagram's, so they
+// carry IDs 0, 1, 2 ... (the wire test pins this). A receiver that checks
+// the ICRC over the real header (rxe, mlx5, goroce's raw backends) would
+// need each segment's trailer re-based for its own ID; a goroce UDP link
+// never sees the ID and checks every frame against ID 0, and may get the
+// segments singly, re-coalesced along other boundaries, or as the datagram
+// sent, so no other ID would work for it. And a virtual link may hand the
+// unsegmented datagram to a packet socket (a veth does unless its peer has
+// an XDP program), which a raw backend cannot take. So GSO datagrams go
+// only to peers known to be goroce UDP links, with every trailer re-based
+// for ID 0 as ever: a peer is known once a datagram came from its address
+// and the peer port (a socket bound to the RoCE port: rxe, mlx5 and
+// goroce's raw backends send from ports 0xC000 and up, so with a PeerPort
+// there no peer is ever known), and unknown again when one comes from
+// another port. The first frames to a peer, before it has answered, go one
+// by one. IPv6 segments would carry the canonical header, but the
+// packet-socket problem stays, so IPv6 follows the same rule. A capture on
+// the wire (tcpdump, goroce dump) shows IPv4 GSO segments after the first
+// with a bad ICRC.
+//
 // Two endpoints on one host: bind them to different loopback addresses
 // (127.0.0.1:4791 and 127.0.0.2:4791), or to different ports with PeerPort
 // naming the other's port; the canonical destination port stays 4791.
@@ -68,7 +121,9 @@
 // On Linux the link drives a non-blocking socket with recvmmsg/sendmmsg,
 // BatchSize datagrams per system call, no allocation per packet. ReadBatch
 // blocks in poll(2) on the socket and an eventfd, so Close wakes a blocked
-// ReadBatch (ErrClosed); TryReadBatch is one recvmmsg with MSG_DONTWAIT.
+// ReadBatch (ErrClosed); TryReadBatch is one recvmmsg with MSG_DONTWAIT
+// (none while segments of a coalesced datagram are still waiting). UDP GSO
+// and GRO are used as above.
 //
 // Elsewhere (macOS, FreeBSD, Windows, ...) it uses the standard library's
 // net.UDPConn: one datagram per system call (WriteMsgUDPAddrPort,
@@ -116,6 +171,9 @@ type Config struct {
 	// sysctl limits; others get what the kernel allows). 0 keeps the
 	// defaults.
 	SocketBuffer int
+	// NoOffload turns off UDP GSO and GRO (Linux; see the package
+	// comment), which Open otherwise turns on when the kernel has them.
+	NoOffload bool
 
 	// portable selects the net.UDPConn path on Linux too (tests: it is the
 	// only path other systems have).
@@ -163,7 +221,11 @@ type Link struct {
 	rxMu sync.Mutex
 
 	txMu    sync.Mutex
-	scratch []byte // canonical l3 for the ICRC re-basing
+	scratch []byte     // canonical l3 for the ICRC re-basing
+	shifts  shiftCache // rebaseTrailer's CRC shifts, by payload length
+
+	peers udpPeers // peers known to be goroce UDP links (GSO receivers)
+	offloadCounters
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -215,6 +277,7 @@ func Open(cfg Config) (*Link, error) {
 		batch:    cfg.BatchSize,
 		mac:      SyntheticMAC(ip),
 		scratch:  make([]byte, cfg.MTU+64),
+		shifts:   make(shiftCache, cfg.MTU+64),
 		hdrLen:   hdrLen4,
 	}
 	if l.v6 {
@@ -266,7 +329,8 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 // link by polling (qp.Config.BusyPoll), returning 0 when no datagram is
 // waiting. On Linux it is one recvmmsg(2) with MSG_DONTWAIT (a UDP socket
 // has no ring to look at, so each call is one system call even when it finds
-// nothing); elsewhere it looks at the reader goroutine's ring, without a
+// nothing), or none while segments of a coalesced datagram still wait
+// (GRO); elsewhere it looks at the reader goroutine's ring, without a
 // system call. After Close it returns nic.ErrClosed.
 func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()

@@ -28,6 +28,8 @@ type mmsgSock struct {
 
 	tx      *sockio.Batch // under l.txMu
 	trailer [][4]byte
+	gsoTx   *gsoTx // UDP GSO (gso_linux.go), nil when off; under l.txMu
+	gro     *groRx // UDP GRO, nil when off; under l.rxMu
 
 	w sockio.BatchWait // wait_linux.go
 }
@@ -61,6 +63,7 @@ func openMmsg(l *Link, cfg Config) (_ sock, err error) {
 	if err := setSocketOptions(uintptr(s.fd), l.v6); err != nil {
 		return nil, err
 	}
+	s.setupOffload(cfg)
 	if cfg.SocketBuffer > 0 {
 		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
 			if unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, o[0], cfg.SocketBuffer) != nil {
@@ -154,6 +157,9 @@ func (s *mmsgSock) recv(bufs [][]byte, sizes []int, block bool) (int, error) {
 // room) and writes the synthesized headers. Returns 0, nil when nothing is
 // waiting.
 func (s *mmsgSock) recvOnce(bufs [][]byte, sizes []int) (int, error) {
+	if s.gro != nil {
+		return s.recvGRO(bufs, sizes)
+	}
 	l := s.l
 	k := min(len(bufs), len(sizes), len(s.rx.Msgs))
 	for i := 0; i < k; i++ {
@@ -181,6 +187,9 @@ func (s *mmsgSock) recvOnce(bufs [][]byte, sizes []int) (int, error) {
 		if !ok || m.Hdr.Flags&unix.MSG_TRUNC != 0 || len(bufs[i]) < l.hdrLen+plen {
 			l.rxDrops.Add(1)
 			continue
+		}
+		if s.gsoTx != nil {
+			l.noteSource(src)
 		}
 		if n != i {
 			// Compact after a drop: move the payload into slot n (rare).
@@ -215,6 +224,9 @@ func (s *mmsgSock) source(i int) (netip.AddrPort, bool) {
 }
 
 func (s *mmsgSock) send(frames [][]byte) (int, error) {
+	if s.gsoTx != nil {
+		return s.sendGSO(frames)
+	}
 	l := s.l
 	done := 0
 	for done < len(frames) {
@@ -272,7 +284,7 @@ func (s *mmsgSock) send(frames [][]byte) (int, error) {
 // last pad byte, in the caller's frame) and the re-based ICRC trailer.
 func (s *mmsgSock) prepare(k int, f []byte) bool {
 	l := s.l
-	body, dst, trailer, _, ok := l.rebase(f)
+	body, dst, trailer, ok := l.rebaseTrailer(f)
 	if !ok {
 		return false
 	}
