@@ -414,7 +414,7 @@ func demoCmpSwap(a, b *demoEnd, i int) (int, error) {
 	if i%3 == 2 {
 		compare = before + 1 // must fail and leave the value alone
 	}
-	swap := uint64(0xABCD0000 + i)
+	swap := 0xABCD0000 + uint64(i)
 	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRAtomicCmpAndSwp, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), CompareAdd: compare, Swap: swap}
 	demoFence(a, b)

@@ -189,7 +189,7 @@ func (f *flow) request(t *flowTable, op wire.Opcode, p wire.PSN, ext *wire.Packe
 		mtu, src := t.mtu()
 		switch {
 		case length < 0: // RETH not captured
-			n, nmax = 1, ceilDiv(1<<31, 256)
+			n, nmax = 1, 1<<23 // a RETH length is at most 2^31, 256-byte packets (the smallest path MTU)
 		case src == "unknown":
 			n, nmax = max(1, ceilDiv(length, 4096)), max(1, ceilDiv(length, 256))
 		default:

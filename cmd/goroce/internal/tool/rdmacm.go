@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"strings"
@@ -37,8 +38,8 @@ func Atoi(s string) int {
 			break
 		}
 		n = n*10 + int(c-'0')
-		if n > 1<<31 {
-			n = 1 << 31 // int overflow is undefined in C; saturate
+		if n > math.MaxInt32 {
+			n = math.MaxInt32 // int overflow is undefined in C; saturate (and int may be 32 bits)
 		}
 	}
 	if neg {
