@@ -40,7 +40,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m $(PKGS)
 
 # The systems and architectures besides linux/amd64 that goroce builds for.
-CROSS   := darwin/amd64 darwin/arm64 windows/amd64 freebsd/amd64 linux/arm64
+CROSS   := darwin/amd64 darwin/arm64 windows/amd64 freebsd/amd64 linux/arm64 linux/386
 
 # Every package, with its tests (go vet type-checks the test files), and the
 # goroce binary build on each of them. The first run compiles the standard
