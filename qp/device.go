@@ -149,7 +149,6 @@ type Device struct {
 	linkWaiters   satomic.Int32
 	kickPending   satomic.Bool
 	linkFree      chan struct{} // cap 1: the link has no reader
-	resume        chan struct{} // cap 1: the driver goroutine has the link back
 	resumeT       *time.Timer
 	resumeAt      time.Time // under mu, real clock: when the driver takes the link back
 	resumeTimerAt time.Time // under mu: when resumeT fires (zero: stopped)

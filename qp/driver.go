@@ -62,6 +62,22 @@ func (d *Device) armLazy(t time.Time) {
 	d.arm(t)
 }
 
+// parked is the driver goroutine while it has given the link up: it waits
+// for the resume timer, until resumeFire gives the link back (true) or the
+// device closes (false).
+func (d *Device) parked() bool {
+	for {
+		select {
+		case <-d.resumeT.C:
+			if d.resumeFire() {
+				return true
+			}
+		case <-d.done:
+			return false
+		}
+	}
+}
+
 // driveLoop is the driver goroutine. After a pass that found waiters
 // that would read the link themselves, it gives the link up and sleeps
 // until the resume timer hands it back (selfdrive.go).
@@ -94,9 +110,7 @@ func (d *Device) driveLoop() {
 		if d.linkWaiters.Load() > 0 {
 			d.releaseLink()
 			d.unlock()
-			select {
-			case <-d.resume:
-			case <-d.done:
+			if !d.parked() {
 				return
 			}
 			continue

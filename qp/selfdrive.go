@@ -100,8 +100,11 @@ func (d *Device) selfDrives() bool { return d.waiter != nil }
 func (d *Device) initSelfDrive() {
 	d.rb = newRxBatch(d.cfg.Link)
 	d.linkFree = make(chan struct{}, 1)
-	d.resume = make(chan struct{}, 1)
-	d.resumeT = time.AfterFunc(time.Hour, d.resumeFire)
+	// A channel timer the parked driver goroutine selects on (driveLoop),
+	// not an AfterFunc: a firing then readies that goroutine instead of
+	// starting one (and a thread to run it) every resumeAfter of a
+	// ping-pong.
+	d.resumeT = time.NewTimer(time.Hour)
 	d.resumeT.Stop()
 	d.mrs.SetWaitHooks(memregHooks(d))
 }
@@ -159,14 +162,15 @@ func (d *Device) realTime(t time.Time) time.Time {
 	return time.Now().Add(t.Sub(d.now()))
 }
 
-// resumeFire is the resume timer: the driver goroutine takes the link back
-// if nobody has it by the resume time.
-func (d *Device) resumeFire() {
+// resumeFire is the resume timer's firing, run by the parked driver
+// goroutine: it reports whether the driver takes the link back (nobody has
+// it by the resume time).
+func (d *Device) resumeFire() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.resumeTimerAt = time.Time{}
 	if d.closed {
-		return
+		return false
 	}
 	if d.owner != ownerNone {
 		// A waiter reads the link. While waiters keep leaving and coming
@@ -181,22 +185,19 @@ func (d *Device) resumeFire() {
 			d.resumeTimerAt = time.Now().Add(resumeAfter)
 			d.resumeT.Reset(resumeAfter)
 		}
-		return
+		return false
 	}
 	if now := time.Now(); now.Before(d.resumeAt) {
 		d.resumeTimerAt = d.resumeAt
 		d.resumeT.Reset(d.resumeAt.Sub(now))
-		return
+		return false
 	}
 	d.owner = ownerDriver
 	// The leaving waiter did not arm the link for what is due after it
 	// (held ACKs, selfDrive): the driver's first wait ends at the earliest
 	// deadline.
 	d.arm(d.earliest())
-	select {
-	case d.resume <- struct{}{}:
-	default:
-	}
+	return true
 }
 
 // deadlineMoved is endCall's hook (d.mu held): with nobody on the link,
