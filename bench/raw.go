@@ -199,6 +199,30 @@ func rawBusyRTT(r *rawPair, lim limit) ([]time.Duration, error) {
 // kick each way (two WRITE ONLY frames here, the second standing for the
 // ACK).
 func rawBusyRTTPeer(pair *netns.Pair, backend string, frames int, lim limit) ([]time.Duration, error) {
+	child := "peer-raw"
+	if frames == 2 {
+		child = "peer-raw2"
+	}
+	e, err := openRawPeer(pair, backend, frames, child)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	return rawPingClient(e.l, e.req, lim)
+}
+
+// rawPeerEnd is A's end of a raw ping-pong whose far end is a child
+// process in namespace B: the link, the request frames, the child.
+type rawPeerEnd struct {
+	l    nic.Link
+	req  [][]byte
+	peer *peerProc
+}
+
+// openRawPeer opens A's link, builds frames 8-byte WRITE ONLY frames to B
+// and starts the child (bench -child child) on B's interface, returning
+// once it is ready.
+func openRawPeer(pair *netns.Pair, backend string, frames int, child string) (*rawPeerEnd, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	var l nic.Link
@@ -210,25 +234,28 @@ func rawBusyRTTPeer(pair *netns.Pair, backend string, frames int, lim limit) ([]
 	}); err != nil {
 		return nil, err
 	}
-	defer l.Close()
 	t := rawTemplate(info.MAC, info.IP, pair.B.MAC, pair.B.Addr)
 	req, err := buildFrames(t, frames, 8)
 	if err != nil {
+		l.Close()
 		return nil, err
-	}
-	child := "peer-raw"
-	if frames == 2 {
-		child = "peer-raw2"
 	}
 	peer, err := startPeer(pair, "-child", child, "-backends", backend, "-peer-ifname", pair.B.Ifname)
 	if err != nil {
+		l.Close()
 		return nil, err
 	}
-	defer peer.finish()
+	e := &rawPeerEnd{l: l, req: req, peer: peer}
 	if line, ok := peer.lines.next(setupTimeout + 5*time.Second); !ok || line != "ready" {
+		e.close()
 		return nil, fmt.Errorf("peer: %s", strings.TrimPrefix(line, "error "))
 	}
-	return rawPingClient(l, req, lim)
+	return e, nil
+}
+
+func (e *rawPeerEnd) close() {
+	e.peer.finish()
+	e.l.Close()
 }
 
 // rawPingClient writes the frames of req in one batch and spins on

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,34 +27,15 @@ import (
 // rawSleepRTTPeer measures the raw sleeping ping-pong between namespaces A
 // (this process) and B (a child).
 func rawSleepRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	var l nic.Link
-	var info *qp.InterfaceInfo
-	if err := pair.Do(netns.A, func() error {
-		var err error
-		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
-		return err
-	}); err != nil {
+	e, err := openRawPeer(pair, backend, 1, "peer-raw-sleep")
+	if err != nil {
 		return nil, err
 	}
-	defer l.Close()
+	defer e.close()
+	l, req := e.l, e.req
 	w, ok := waiter(l)
 	if !ok {
 		return nil, errors.New("the backend link cannot wait in the netpoller (no nic.Waiter)")
-	}
-	t := rawTemplate(info.MAC, info.IP, pair.B.MAC, pair.B.Addr)
-	req, err := buildFrames(t, 1, 8)
-	if err != nil {
-		return nil, err
-	}
-	peer, err := startPeer(pair, "-child", "peer-raw-sleep", "-backends", backend, "-peer-ifname", pair.B.Ifname)
-	if err != nil {
-		return nil, err
-	}
-	defer peer.finish()
-	if line, ok := peer.lines.next(setupTimeout + 5*time.Second); !ok || line != "ready" {
-		return nil, fmt.Errorf("peer: %s", strings.TrimPrefix(line, "error "))
 	}
 	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
 	rtts := make([]time.Duration, 0, min(lim.n, 1<<20))
