@@ -59,8 +59,7 @@ import (
 const resumeAfter = 200 * time.Microsecond
 
 // ctxSlice bounds one self-driving look at the link when the waiter's
-// context can be cancelled but has no deadline, so the cancellation is
-// seen within it.
+// context can be cancelled, so the cancellation is seen within it.
 const ctxSlice = 20 * time.Millisecond
 
 // kickedArm is d.armed after a kick: a past time no arm call asks for, so
@@ -277,17 +276,19 @@ func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
 }
 
 // ctxBound is the wait deadline of a self-driving waiter: the engines'
-// next deadline, or earlier the end of ctx (its deadline, or ctxSlice
-// from now when it can only be cancelled).
+// next deadline, or earlier the end of ctx: its deadline, and in any case
+// ctxSlice from now, since a context with a deadline can also be
+// cancelled before it (context.WithCancel of a WithTimeout), and nothing
+// wakes a waiter parked on the link when that happens.
 func (d *Device) ctxBound(ctx context.Context, next time.Time) time.Time {
 	if ctx.Done() == nil {
 		return next
 	}
-	var end time.Time
+	end := d.now().Add(ctxSlice)
 	if dl, ok := ctx.Deadline(); ok {
-		end = d.now().Add(time.Until(dl))
-	} else {
-		end = d.now().Add(ctxSlice)
+		if e := d.now().Add(time.Until(dl)); e.Before(end) {
+			end = e
+		}
 	}
 	if next.IsZero() || end.Before(next) {
 		return end

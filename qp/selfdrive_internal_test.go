@@ -254,3 +254,41 @@ func TestSelfDriveKick(t *testing.T) {
 		}
 	})
 }
+
+// TestSelfDriveCancelWithDeadline: a waiter driving the device with a
+// context that has a distant deadline and is cancelled before it (rping's
+// connection context: WithCancel of the run's WithTimeout) returns within
+// ctxSlice of the cancellation, not at the deadline.
+func TestSelfDriveCancelWithDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newSelfPair(t, ConnectOptions{})
+		for i := 0; p.a.linkOwner() != ownerNone; i++ {
+			if i == 10 {
+				t.Fatal("the driver never gave the link up to a waiter")
+			}
+			p.write(t, p.qa, p.mra, p.mrb, 1)
+			wait1(t, p.cqa)
+		}
+		run, stop := context.WithTimeout(context.Background(), time.Hour)
+		defer stop()
+		ctx, cancel := context.WithCancel(run)
+		errc := make(chan error, 1)
+		go func() {
+			var wc [1]WC
+			_, err := p.cqa.Wait(ctx, wc[:])
+			errc <- err
+		}()
+		synctest.Wait()
+		if o := p.a.linkOwner(); o != ownerWaiter {
+			t.Fatalf("A's link owner %v while a waiter waits, want the waiter", o)
+		}
+		start := time.Now()
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait after cancel: %v, want context.Canceled", err)
+		}
+		if waited := time.Since(start); waited > ctxSlice {
+			t.Fatalf("Wait returned %v after the cancellation, later than ctxSlice %v", waited, ctxSlice)
+		}
+	})
+}
