@@ -8,8 +8,8 @@ import "time"
 // A receive batch ends with one cumulative ACK per QP that owes one
 // (transport.QP.EndBatch). When the batch was read by the application's
 // own goroutine (a self-driving CQ.Wait or MR.WaitWrite that returns with
-// what it waited for, or a busy-poll Device.Poll), the application is
-// about to run, and in a request/response exchange it answers at once: an
+// what it waited for), the application is about to run, and in a
+// request/response exchange it answers at once: an
 // ACK sent at the end of the batch would leave in a transmit kick of its
 // own, and the peer would wake once for the ACK and once more for the
 // answer. Such a batch holds its owed ACKs instead (transport.QP.HoldAck),
@@ -18,12 +18,16 @@ import "time"
 //   - the application's next post (PostSend, PostSendList): the ACK goes
 //     first in the same batch as the request, one kick for both, and the
 //     peer reads both in one wake-up;
-//   - its next wait that sleeps or reads the link (tryOwn), or, in
-//     busy-poll mode, its next Device.Poll;
+//   - its next wait that sleeps or reads the link (tryOwn);
 //   - the next pass of the driver goroutine (or of anyone else's drive);
 //   - ackHold after the batch: the responder's deadline, so a timer or the
 //     resume timer of the self-driving waiters sends it even when nobody
 //     calls again.
+//
+// A busy-poll device holds nothing: it has no timer to end a hold, and an
+// application that stops polling after its last completion (perftest's
+// and rc_pingpong's loops do, before their final exchange over TCP) would
+// leave the peer retrying the request that completion answered.
 //
 // An ACK acknowledges every earlier request, so holding it changes only
 // when the peer's requests complete, by at most ackHold, far inside any

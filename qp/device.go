@@ -492,9 +492,7 @@ func newRxBatch(l nic.Link) *rxBatch {
 // and timer expiries handled and the earliest engine deadline left (zero
 // if none).
 func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Time) {
-	if !d.busy {
-		d.flushHeld() // busy-poll mode: the next Poll (poll) or post
-	}
+	d.flushHeld()
 	now := d.now()
 	for i := 0; i < n; i++ {
 		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)

@@ -39,11 +39,6 @@ func (d *Device) poll() int {
 	if d.busy && d.closed {
 		return 0
 	}
-	if d.busy {
-		d.flushHeld()
-		d.holdAcks = true
-		defer func() { d.holdAcks = false }()
-	}
 	events := 0
 	for batches := 0; ; batches++ {
 		n := 0
