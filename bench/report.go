@@ -209,7 +209,7 @@ func writeSection(w io.Writer, r *results, s section) {
 			raw: latRaw + "." + q, tcp: latTCP + "." + q, goroce: latBusy + "." + q,
 			rawU: fmtMicros, tcpU: fmtMicros, groU: fmtMicros, vsRaw: true, vsTCP: true, skipWithoutGoroce: true})
 	}
-	rows = append(rows, rowSpec{what: "8 B WRITE round trip, busy-poll, p50 · raw: busy ping-pong, 2 frames each way in one kick (write_lat's frames, the ACK held)",
+	rows = append(rows, rowSpec{what: "8 B WRITE round trip, busy-poll, p50 · raw: busy ping-pong, 2 frames each way in one kick (write_lat's frames: a WRITE and the ACK of the peer's)",
 		raw: latRaw2 + ".p50", goroce: latBusy + ".p50", rawU: fmtMicros, groU: fmtMicros, vsRaw: true, skipWithoutGoroce: true})
 	for _, q := range []string{"p50", "mean", "p99"} {
 		rows = append(rows, rowSpec{what: "8 B WRITE round trip, sleeping, " + q + " · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong",
