@@ -115,9 +115,9 @@ func runChild(name string, c config, ifname string, busy bool) int {
 		if name == "peer-raw2" {
 			frames = 2
 		}
-		err = rawPeer(ifname, c.backends[0], frames)
+		err = rawPeer(ifname, c.backends[0], frames, false)
 	case "peer-raw-sleep":
-		err = rawSleepPeer(ifname, c.backends[0])
+		err = rawPeer(ifname, c.backends[0], 1, true)
 	case "peer-tcp":
 		err = tcpPeer()
 	case "trace-goroce", "trace-tcp":

@@ -376,7 +376,7 @@ func swapAddrs(f []byte) {
 
 // rawPeer is the raw ping-pong's far end (peer-raw, peer-raw2): it echoes
 // batches of frames frames on ifname until stdin ends.
-func rawPeer(ifname, backend string, frames int) error {
+func rawPeer(ifname, backend string, frames int, sleep bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	l, _, err := qp.OpenInterfaceLink(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
 	cancel()
@@ -384,27 +384,53 @@ func rawPeer(ifname, backend string, frames int) error {
 		return err
 	}
 	defer l.Close()
+	var w nic.Waiter
+	if sleep {
+		var ok bool
+		if w, ok = waiter(l); !ok {
+			return errors.New("the backend link cannot wait in the netpoller (no nic.Waiter)")
+		}
+	}
 	var stop atomic.Bool
 	in := newLineReader(os.Stdin)
 	go func() {
 		for range in.ch {
 		}
 		stop.Store(true)
+		if w != nil {
+			w.SetWaitDeadline(time.Unix(1, 0)) // wake rawSleepEcho's wait
+		}
 	}()
 	fmt.Println("ready")
+	if sleep {
+		return rawSleepEcho(l, w, &stop)
+	}
 	return rawEcho(l, frames, &stop)
 }
 
 // poller finds the non-blocking read of l, under OpenInterfaceLink's
 // ownership wrapper (Unwrap).
 func poller(l nic.Link) (nic.Poller, bool) {
+	return unwrapTo[nic.Poller](l, nil)
+}
+
+// waiter finds the netpoller wait of l (one that works in the link's
+// configuration), under OpenInterfaceLink's ownership wrapper.
+func waiter(l nic.Link) (nic.Waiter, bool) {
+	return unwrapTo(l, func(w nic.Waiter) bool { return w.SetWaitDeadline(time.Time{}) == nil })
+}
+
+// unwrapTo finds the first of l and the links it wraps (Unwrap) that is a
+// T, and that usable accepts when it is given.
+func unwrapTo[T any](l nic.Link, usable func(T) bool) (T, bool) {
 	for {
-		if p, ok := l.(nic.Poller); ok {
-			return p, true
+		if t, ok := l.(T); ok && (usable == nil || usable(t)) {
+			return t, true
 		}
 		u, ok := l.(interface{ Unwrap() nic.Link })
 		if !ok {
-			return nil, false
+			var zero T
+			return zero, false
 		}
 		l = u.Unwrap()
 	}

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/nic"
-	"github.com/goroce/goroce/qp"
 )
 
 // The raw sleeping ping-pong: the floor of a sleeping round trip on a
@@ -60,30 +58,10 @@ func rawSleepRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Durati
 	return rtts, nil
 }
 
-// rawSleepPeer is the raw sleeping ping-pong's far end (peer-raw-sleep):
-// it parks in WaitReadBatch and sends every frame back with its addresses
-// swapped, until stdin ends.
-func rawSleepPeer(ifname, backend string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	l, _, err := qp.OpenInterfaceLink(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
-	cancel()
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	w, ok := waiter(l)
-	if !ok {
-		return errors.New("the backend link cannot wait in the netpoller (no nic.Waiter)")
-	}
-	var stop atomic.Bool
-	in := newLineReader(os.Stdin)
-	go func() {
-		for range in.ch {
-		}
-		stop.Store(true)
-		w.SetWaitDeadline(time.Unix(1, 0)) // wake the wait below
-	}()
-	fmt.Println("ready")
+// rawSleepEcho is the raw sleeping ping-pong's far end (peer-raw-sleep,
+// rawPeer): it parks in w's WaitReadBatch and sends every frame back with
+// its addresses swapped, until stop.
+func rawSleepEcho(l nic.Link, w nic.Waiter, stop *atomic.Bool) error {
 	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
 	out := make([][]byte, 1)
 	for !stop.Load() {
@@ -103,21 +81,4 @@ func rawSleepPeer(ifname, backend string) error {
 		}
 	}
 	return nil
-}
-
-// waiter finds the netpoller wait of l, under OpenInterfaceLink's
-// ownership wrapper (Unwrap).
-func waiter(l nic.Link) (nic.Waiter, bool) {
-	for {
-		if w, ok := l.(nic.Waiter); ok {
-			if err := w.SetWaitDeadline(time.Time{}); err == nil {
-				return w, true
-			}
-		}
-		u, ok := l.(interface{ Unwrap() nic.Link })
-		if !ok {
-			return nil, false
-		}
-		l = u.Unwrap()
-	}
 }

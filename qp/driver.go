@@ -49,8 +49,9 @@ func (d *Device) arm(t time.Time) {
 }
 
 // armLazy is arm for a self-driving waiter (d.mu held): a deadline still
-// ahead and no later than t is left as it is. The waiter then wakes early,
-// finds nothing due and arms again, once per ACK timeout at most; arming
+// ahead and no later than t is left as it is. The waiter then wakes at
+// that deadline, finds nothing due and arms again: one spurious wake-up per
+// kept deadline (an ACK timeout, or ctxSlice for a cancellable context); arming
 // for the new WRITE's later ACK timeout on every post of a ping-pong
 // would modify a runtime timer on every round trip, and the runtime wakes
 // a second thread for each such change when none waits in the poller
