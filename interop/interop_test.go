@@ -138,26 +138,22 @@ func TestTwoVMs(t *testing.T) {
 	})
 	t.Run("rping", func(t *testing.T) {
 		// RDMA CM: REQ/REP/RTU/DREQ/DREP are UD SENDs on QP1. The server
-		// listens through rdma_cm, not TCP, so the client retries until the
-		// server is bound (a connect before that is rejected at once).
+		// listens through rdma_cm, not TCP: the client starts once its
+		// listener is there (runPairNoWait).
 		sum := runPairNoWait(t, h, "rping",
-			"rping -s -a "+server+" -C 5 -v",
-			"for i in $(seq 20); do rping -c -a "+server+" -C 5 -v && exit 0; sleep 0.5; done; exit 1")
+			"rping -s -a "+server+" -C 5 -v", "rping -c -a "+server+" -C 5 -v")
 		wantAtLeast(t, sum, map[byte]int{0x64: 5, 0x04: 10, 0x0a: 5, 0x0c: 5, 0x10: 5})
 	})
 	// The librdmacm examples and perftest -R: like rping, the client
-	// retries until the server's rdma_cm listener is bound.
-	retry := func(cmd string) string {
-		return "for i in $(seq 20); do " + cmd + " && exit 0; sleep 0.5; done; exit 1"
-	}
+	// starts once the server's rdma_cm listener is bound.
 	t.Run("ucmatose", func(t *testing.T) {
-		sum := runPairNoWait(t, h, "ucmatose", "ucmatose -b "+server+" -c 4 -C 10", retry("ucmatose -s "+server+" -c 4 -C 10"))
+		sum := runPairNoWait(t, h, "ucmatose", "ucmatose -b "+server+" -c 4 -C 10", "ucmatose -s "+server+" -c 4 -C 10")
 		// 4 connections, each 10 SENDs each way.
 		wantAtLeast(t, sum, map[byte]int{0x64: 4 * 5, 0x04: 80})
 	})
 	t.Run("udaddy", func(t *testing.T) {
 		// SIDR_REQ/SIDR_REP on QP1, then 10 UD SEND with immediate each way.
-		sum := runPairNoWait(t, h, "udaddy", "udaddy -b "+server, retry("udaddy -s "+server))
+		sum := runPairNoWait(t, h, "udaddy", "udaddy -b "+server, "udaddy -s "+server)
 		wantAtLeast(t, sum, map[byte]int{0x64: 2, 0x65: 20})
 	})
 	t.Run("send_bw_rdma_cm", func(t *testing.T) {
@@ -165,7 +161,7 @@ func TestTwoVMs(t *testing.T) {
 		// through rdma_cm on port 18515; the exchanges are SENDs on the
 		// control QP.
 		sum := runPairNoWait(t, h, "send_bw_rdma_cm", "ib_send_bw -R -s 4096 -n 20",
-			retry("ib_send_bw -R -s 4096 -n 20 "+server))
+			"ib_send_bw -R -s 4096 -n 20 "+server)
 		wantAtLeast(t, sum, map[byte]int{0x64: 10, 0x00: 20})
 	})
 	t.Run("rping_rej", func(t *testing.T) {
@@ -206,7 +202,20 @@ func TestTwoVMs(t *testing.T) {
 	})
 }
 
-// runPairNoWait is runPair for a server that does not listen on TCP.
+// perftestCMCrash reports whether a stock perftest -R client died the way
+// perftest 4.5-0.17 does when the server rejects its data connection (REJ
+// reason 8: the server, which listens for the data connections only after
+// the handshake that precedes them, was not listening yet): its retry
+// reuses the destroyed rdma_cm IDs and crashes (perftest 3d9d8d0, "Fix
+// crashes and logical flaws in RDMA CM connection retry"). Seen between two
+// rxe VMs on a loaded machine, about one run in ten.
+func perftestCMCrash(r Result) bool {
+	return r.ExitCode == 139 && strings.Contains(r.Stderr, "RDMA_CM_EVENT_REJECTED")
+}
+
+// runPairNoWait is runPair for a server that listens through rdma_cm, not
+// on TCP: the client starts once the server's first word has an rdma_cm
+// listener.
 func runPairNoWait(t *testing.T, h *Harness, name, serverCmd, clientCmd string) PcapSummary {
 	t.Helper()
 	sum, _ := runPair(t, h, name, 0, serverCmd, clientCmd)
@@ -214,33 +223,56 @@ func runPairNoWait(t *testing.T, h *Harness, name, serverCmd, clientCmd string) 
 }
 
 // runPair captures the bridge while serverCmd runs in VM 0 and clientCmd in
-// VM 1 (once the server listens on TCP port, if port is not 0), checks that both succeed and
-// returns the capture's summary and path.
+// VM 1 (once the server listens on TCP port, or through rdma_cm if port is
+// 0), checks that both succeed and returns the capture's summary and path.
 func runPair(t *testing.T, h *Harness, name string, port int, serverCmd, clientCmd string) (PcapSummary, string) {
 	t.Helper()
 	pcap := filepath.Join(t.TempDir(), name+".pcap")
-	c, err := h.Capture(pcap, captureFilter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	srv := h.Start(0, serverCmd)
-	if port == 0 {
-		// Give the server a head start (the client retries anyway).
-		time.Sleep(time.Second)
-	} else if err := h.WaitListen(0, port, 60*time.Second); err != nil {
-		srv.Kill()
-		t.Fatalf("%v\n%s", err, srv.Wait(time.Second))
-	}
-	cli := h.Run(1, clientCmd, 120*time.Second)
-	sr := srv.Wait(60 * time.Second)
-	elapsed := time.Since(t0)
-	stats, err := c.Stop()
-	if err != nil {
-		t.Error(err)
+	var (
+		cli, sr Result
+		stats   CaptureStats
+		elapsed time.Duration
+	)
+	for attempt := 1; ; attempt++ {
+		c, err := h.Capture(pcap, captureFilter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		srv := h.Start(0, serverCmd)
+		if port == 0 {
+			// An rdma_cm server: wait for its listener.
+			if err := h.WaitCMListen(0, strings.Fields(serverCmd)[0], 60*time.Second); err != nil {
+				srv.Kill()
+				t.Fatalf("%v\n%s", err, srv.Wait(time.Second))
+			}
+		} else if err := h.WaitListen(0, port, 60*time.Second); err != nil {
+			srv.Kill()
+			t.Fatalf("%v\n%s", err, srv.Wait(time.Second))
+		}
+		cli = h.Run(1, clientCmd, 120*time.Second)
+		crashed := perftestCMCrash(cli)
+		if crashed && attempt < 3 {
+			// The server waits for a data connection that will not come.
+			srv.Kill()
+			srv.Wait(10 * time.Second)
+			c.Stop()
+			t.Logf("%s: attempt %d: the stock perftest client crashed after a REJ of its data connection "+
+				"(perftest 4.5-0.17's rdma_cm retry, fixed upstream in 3d9d8d0): running the pair again\n%s", name, attempt, cli)
+			continue
+		}
+		sr = srv.Wait(60 * time.Second)
+		elapsed = time.Since(t0)
+		stats, err = c.Stop()
+		if err != nil {
+			t.Error(err)
+		}
+		break
 	}
 	cli.Check(t)
 	sr.Check(t)
+	noteJob(t, cli)
+	noteJob(t, sr)
 	sum, err := SummarizePcap(pcap)
 	if err != nil {
 		t.Fatal(err)

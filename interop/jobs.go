@@ -229,6 +229,32 @@ func (j *Job) Signal(sig string) error {
 	return nil
 }
 
+// WaitCMListen waits until a process named comm listens through rdma_cm
+// in VM vm (a cm_id in state LISTEN, from `rdma resource show cm_id`), at
+// most timeout. An rdma_cm server has no TCP socket to wait for, and a
+// client that comes too early is rejected (REJ reason 8, or SIDR_REP "no
+// such service"); a stock perftest client then crashes in its error path,
+// and its retry has been seen to wedge the server for good (ib_send_bw -R
+// between two rxe VMs on a loaded machine).
+func (h *Harness) WaitCMListen(vm int, comm string, timeout time.Duration) error {
+	secs := int(timeout/time.Second) + 1
+	// comm is the kernel's 15-byte task name.
+	if len(comm) > 15 {
+		comm = comm[:15]
+	}
+	script := fmt.Sprintf(`end=$((SECONDS+%d))
+while [ $SECONDS -lt $end ]; do
+	rdma resource show cm_id 2>/dev/null | grep -F ' state LISTEN ' | grep -Fq %s && exit 0
+	sleep 0.1
+done
+exit 1`, secs, ShellQuote(" comm "+comm+" "))
+	r := h.Run(vm, script, timeout+10*time.Second)
+	if !r.OK() {
+		return fmt.Errorf("interop: no rdma_cm listener of %s in VM %d after %v: %v", comm, vm, timeout, r.Err)
+	}
+	return nil
+}
+
 // WaitListen waits until a TCP socket listens on port in VM vm (a server
 // started with Start is ready for its client), at most timeout.
 func (h *Harness) WaitListen(vm, port int, timeout time.Duration) error {

@@ -288,6 +288,16 @@ func (e VMEndpoint) WaitListen(port int, p Proc, timeout time.Duration) error {
 	return e.H.WaitListen(e.VM, port, timeout)
 }
 
+// cmListenWaiter is an endpoint that can tell when its rdma_cm server
+// listens.
+type cmListenWaiter interface {
+	WaitCMListen(tool Tool, timeout time.Duration) error
+}
+
+func (e VMEndpoint) WaitCMListen(tool Tool, timeout time.Duration) error {
+	return e.H.WaitCMListen(e.VM, tool.RXE, timeout)
+}
+
 type vmProc struct{ *Job }
 
 func (p vmProc) Running() bool { return p.Job.Running() }
@@ -534,8 +544,20 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 		return r
 	}
 	if c.Tool.CM != nil {
-		// No TCP listener: a head start, then the client retries.
-		time.Sleep(time.Second)
+		// No TCP listener: a stock server's rdma_cm listener is waited
+		// for (cmListenWaiter); goroce's gets a head start. The client
+		// retries a refused connection in any case.
+		if w, ok := server.(cmListenWaiter); ok {
+			if err := w.WaitCMListen(c.Tool, 90*time.Second); err != nil {
+				sp.Kill()
+				r.Server = sp.Wait(5 * time.Second)
+				capture.Stop()
+				fail("%s: %v\n%s", server.Label(), err, r.Server)
+				return r
+			}
+		} else {
+			time.Sleep(time.Second)
+		}
 		if !sp.Running() {
 			r.Server = sp.Wait(5 * time.Second)
 			capture.Stop()

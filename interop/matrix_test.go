@@ -286,6 +286,7 @@ func TestMatrix(t *testing.T) {
 						}
 						for _, p := range r.Problems {
 							t.Errorf("%s", p)
+							noteFailure(t, "%s", p)
 						}
 						if r.Status == StatusFail {
 							keepArtifacts(t, r)
