@@ -251,6 +251,14 @@ type Hooks struct {
 	// CMConnect (-R) creates the resources and connects the data QPs
 	// through rdma_cm; Setup then only describes them.
 	CMConnect func(n Negotiated) error
+	// CMListen (-R, server) is called before the handshake that precedes
+	// CMConnect, so the server can listen for the data connections before
+	// the client, which dials them right after that handshake, can send
+	// its REQ. perftest's server listens only in create_rdma_cm_connection,
+	// after the handshake: a client faster than that is rejected (REJ
+	// reason 8), and a 4.5-0.17 client then crashes in its retry
+	// (perftest 3d9d8d0 fixed that).
+	CMListen func(n Negotiated) error
 	// Prepare readies one message size before the handshake after which the
 	// peer starts sending (send tests only: post the receives).
 	Prepare func(size uint64, peer []KeyMsg) error
@@ -355,7 +363,13 @@ func Run(ctx context.Context, conn net.Conn, cfg Config, hooks Hooks) (Outcome, 
 				setDeadline(time.Now().Add(cfg.ExchangeTimeout))
 			}
 		}
-		err := runStep(s, cfg, hooks, step, &out)
+		var err error
+		if step.Kind == StepSync && cfg.Server && hooks.CMListen != nil && i+1 < len(steps) && steps[i+1].Kind == StepCMConnect {
+			err = hooks.CMListen(out.Negotiated)
+		}
+		if err == nil {
+			err = runStep(s, cfg, hooks, step, &out)
+		}
 		if err == nil && hooks.After != nil {
 			err = hooks.After(i, step, &out)
 		}

@@ -539,3 +539,57 @@ func TestStepsDuplex(t *testing.T) {
 		}
 	}
 }
+
+// TestCMListenBeforeSync: with -R the server's CMListen runs before the
+// handshake after which the client dials the data connections, so that
+// dial never finds the port without a listener; the client never calls it.
+func TestCMListenBeforeSync(t *testing.T) {
+	cconn, sconn := loopbackPair(t)
+	plan := PlanConfig{Size: 4096, RDMACM: true}
+	var srv, cli recorder
+	keys := keysFor(0x11, 1)
+	var early bool
+	hooks := func(rec *recorder, server bool) Hooks {
+		return Hooks{
+			Setup: func(Negotiated) ([]KeyMsg, error) { return keys, nil },
+			CMListen: func(Negotiated) error {
+				rec.add("cm-listen")
+				return nil
+			},
+			CMConnect: func(Negotiated) error {
+				if !server {
+					srv.mu.Lock()
+					early = !slices.Contains(srv.calls, "cm-listen")
+					srv.mu.Unlock()
+				}
+				rec.add("cm-connect")
+				return nil
+			},
+			Traffic: func(size uint64, _ []KeyMsg) (BWReport, error) { return BWReport{Size: size, Iters: 1}, nil },
+		}
+	}
+	var wg sync.WaitGroup
+	var serr, cerr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, serr = Run(context.Background(), sconn, Config{Test: WriteBW, Server: true, Plan: plan}, hooks(&srv, true))
+	}()
+	go func() {
+		defer wg.Done()
+		_, cerr = Run(context.Background(), cconn, Config{Test: WriteBW, Plan: plan}, hooks(&cli, false))
+	}()
+	wg.Wait()
+	if serr != nil || cerr != nil {
+		t.Fatalf("server: %v; client: %v", serr, cerr)
+	}
+	if early {
+		t.Error("the client dialled the data connections before the server listened for them")
+	}
+	if want := []string{"cm-listen", "cm-connect"}; !slices.Equal(srv.calls, want) {
+		t.Errorf("server hooks %q, want %q", srv.calls, want)
+	}
+	if want := []string{"cm-connect"}; !slices.Equal(cli.calls, want) {
+		t.Errorf("client hooks %q, want %q", cli.calls, want)
+	}
+}

@@ -202,6 +202,7 @@ type runner struct {
 	// -R: the rdma_cm control connection and the data connections.
 	ctrl      *msgConn
 	dataConns []*cm.Conn
+	dataLn    *cm.Listener      // -R server: the data listener, from cmListen to cmConnect
 	info      perftest.TestInfo // what FormatTestInfo printed (the JSON report repeats it)
 	// stop ends --run_infinitely's traffic (nil otherwise); inf is the
 	// reporter of its traffic phase.
@@ -238,7 +239,7 @@ func (r *runner) run() error {
 		Duplex: f.Bidir, Duration: f.Duration > 0 || f.RunInf, RunInf: f.RunInf, RDMACM: f.RDMACM},
 		MTU: r.mtu, DontExchangeVersions: f.DontXchg, ReportPerPort: f.PerPort, ExchangeTimeout: tool.ExchangeTimeout,
 		GIDIndex: int32(r.gidIndex)}
-	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, CMConnect: r.cmConnect, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
+	hooks := perftest.Hooks{Setup: r.setup, Connect: r.connectQPs, CMConnect: r.cmConnect, CMListen: r.cmListen, Prepare: r.prepare, Traffic: r.traffic, After: r.after}
 	peerMayWrite := false
 	if _, err := perftest.Run(r.ctx, conn, cfg, hooks); err != nil {
 		switch {

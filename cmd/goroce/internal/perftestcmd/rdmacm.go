@@ -89,14 +89,26 @@ func (r *runner) connectCM() (net.Conn, error) {
 	return m, nil
 }
 
-// cmConnect is create_rdma_cm_connection between its handshakes: the
-// buffer, MR and CQs (ctx_init), then NumQPs data connections through
-// rdma_cm (READ and atomic tests ask for out_reads responder resources and
-// initiator depth), their QPs sized as ctx_init sizes them.
-func (r *runner) cmConnect(n perftest.Negotiated) error {
+// cmListen (the server) makes create_rdma_cm_connection's resources and
+// listens for the data connections before the handshake that precedes it
+// (perftest.Hooks.CMListen says why); cmConnect then accepts them.
+func (r *runner) cmListen(n perftest.Negotiated) error {
 	if err := r.alloc(n); err != nil {
 		return err
 	}
+	addr := netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(r.f.Port))
+	l, err := cm.Listen(r.ctx, r.dev, addr.String(), r.dataOptions())
+	if err != nil {
+		return fmt.Errorf("Failed to bind RDMA CM address on the server: %w", err)
+	}
+	r.dataLn = l
+	return nil
+}
+
+// dataOptions are the data connections' options: QPs sized as ctx_init
+// sizes them; READ and atomic tests ask for out_reads responder resources
+// and initiator depth.
+func (r *runner) dataOptions() *cm.Options {
 	f := r.f
 	maxRecv := 1
 	if r.verb == perftest.Send {
@@ -108,6 +120,33 @@ func (r *runner) cmConnect(n perftest.Negotiated) error {
 	if r.verb == perftest.Read || r.verb == perftest.Atomic {
 		opts.ResponderResources, opts.InitiatorDepth = uint8(r.outReads), uint8(r.outReads)
 	}
+	return opts
+}
+
+// cmConnect is create_rdma_cm_connection between its handshakes: the
+// buffer, MR and CQs (ctx_init; the server made them in cmListen), then
+// NumQPs data connections through rdma_cm.
+func (r *runner) cmConnect(n perftest.Negotiated) error {
+	f := r.f
+	if r.server && r.dataLn != nil {
+		l := r.dataLn
+		r.dataLn = nil
+		defer l.Close()
+		for range f.NumQPs {
+			c, err := l.Accept(r.ctx)
+			if err != nil {
+				return fmt.Errorf("Failed to create RDMA CM connection: %w", err)
+			}
+			r.dataConns = append(r.dataConns, c)
+			r.qps = append(r.qps, c.QP())
+		}
+		r.cmConnected()
+		return nil
+	}
+	if err := r.alloc(n); err != nil {
+		return err
+	}
+	opts := r.dataOptions()
 	if r.server {
 		addr := netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(f.Port))
 		l, err := cm.Listen(r.ctx, r.dev, addr.String(), opts)
@@ -164,6 +203,10 @@ func (r *runner) cmConnected() {
 // closeCM disconnects the data connections and then the control one, in
 // the order destroy_ctx tears them down.
 func (r *runner) closeCM() {
+	if r.dataLn != nil {
+		r.dataLn.Close()
+		r.dataLn = nil
+	}
 	var wg sync.WaitGroup
 	for _, c := range r.dataConns {
 		wg.Add(1)
