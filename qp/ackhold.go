@@ -8,8 +8,8 @@ import "time"
 // A receive batch ends with one cumulative ACK per QP that owes one
 // (transport.QP.EndBatch). When the batch was read by the application's
 // own goroutine (a self-driving CQ.Wait or MR.WaitWrite that returns with
-// what it waited for), the application is about to run, and in a
-// request/response exchange it answers at once: an
+// what it waited for, or a busy-poll Device.Poll), the application is
+// about to run, and in a request/response exchange it answers at once: an
 // ACK sent at the end of the batch would leave in a transmit kick of its
 // own, and the peer would wake once for the ACK and once more for the
 // answer. Such a batch holds its owed ACKs instead (transport.QP.HoldAck),
@@ -18,16 +18,18 @@ import "time"
 //   - the application's next post (PostSend, PostSendList): the ACK goes
 //     first in the same batch as the request, one kick for both, and the
 //     peer reads both in one wake-up;
-//   - its next wait that sleeps or reads the link (tryOwn);
+//   - its next wait that sleeps or reads the link (tryOwn), or, in
+//     busy-poll mode, its next Device.Poll;
 //   - the next pass of the driver goroutine (or of anyone else's drive);
 //   - ackHold after the batch: the responder's deadline, so a timer or the
 //     resume timer of the self-driving waiters sends it even when nobody
-//     calls again.
-//
-// A busy-poll device holds nothing: it has no timer to end a hold, and an
-// application that stops polling after its last completion (perftest's
-// and rc_pingpong's loops do, before their final exchange over TCP) would
-// leave the peer retrying the request that completion answered.
+//     calls again;
+//   - in busy-poll mode, which has no timers of its own, busyHoldCheck
+//     after the hold at the latest: the device's hold timer (holdT) sends
+//     what is still held then. An application that stops polling after
+//     its last completion (perftest's and rc_pingpong's loops do, before
+//     their final exchange over TCP) must not leave the peer retrying the
+//     request that completion answered.
 //
 // An ACK acknowledges every earlier request, so holding it changes only
 // when the peer's requests complete, by at most ackHold, far inside any
@@ -38,6 +40,17 @@ import "time"
 // request: resumeAfter, so the resume timer of a ping-pong that holds its
 // ACKs is set no earlier than without them.
 const ackHold = resumeAfter
+
+// busyHoldCheck is how long after a busy-poll hold the hold timer sends
+// what is still held: a polling application sends its held ACKs within a
+// poll, so the timer only matters when polling stopped. While holds go on
+// it fires once per busyHoldCheck, and each firing runs a goroutine that
+// may wake a thread, which on a 2-CPU machine takes the peer's CPU: at
+// 1 ms (one firing per ~100 busy round trips on AF_XDP) the busy round
+// trip's p99 went from 30–36 µs to 46–58 µs; at 4 ms it stays at 33–36 µs
+// (bench -latency, interleaved runs). It stays inside the ACK timeouts
+// applications set (8 ms or more, above).
+const busyHoldCheck = 4 * time.Millisecond
 
 // holdTouched ends the receive batch of every touched QP, holding the owed
 // ACKs (d.mu held): drive's ending when d.holdAcks is set.
@@ -50,6 +63,22 @@ func (d *Device) holdTouched(now time.Time) {
 		}
 		d.touch(q)
 	}
+	if d.holdT != nil && len(d.held) > 0 && !d.holdTArmed {
+		d.holdTArmed = true
+		d.holdT.Reset(busyHoldCheck)
+	}
+}
+
+// holdFire is the busy-poll hold timer's firing: whatever is held now
+// leaves (a hold made just before leaves early, alone: harmless), and the
+// next hold arms the timer again.
+func (d *Device) holdFire() {
+	d.mu.Lock()
+	d.holdTArmed = false
+	if !d.closed {
+		d.flushHeld()
+	}
+	d.unlock()
 }
 
 // flushHeld sends every held ACK (d.mu held); they leave when the caller

@@ -302,3 +302,39 @@ func BenchmarkBusyPollWrite64(b *testing.B) {
 		step()
 	}
 }
+
+// TestBusyPollHeldAckWhenPollingStops: a busy-poll Device.Poll that takes
+// a WRITE holds its ACK for the poller's next post (ackhold.go). When the
+// poller never posts or polls again (perftest's loops stop polling after
+// their last completion), the device's hold timer still sends it: the
+// requester's WRITE completes with nothing retransmitted, long before its
+// ACK timeout (timeout 20: 4.096 µs · 2^20 ≈ 4.3 s).
+func TestBusyPollHeldAckWhenPollingStops(t *testing.T) {
+	x := newX(t, xopts{busyPoll: true, connA: qp.ConnectOptions{Timeout: 20}})
+	a, b := x.a, x.b
+	a.reset()
+	b.reset()
+	data := pattern(7, 64)
+	copy(a.buf[srcOff:], data)
+	x.post(a, &qp.SendWR{WRID: 9, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
+		SGL: []qp.SGE{a.sge(srcOff, len(data))}, RemoteAddr: b.mr.IOVA() + dstOff, RKey: b.mr.RKey()})
+	// B polls until the WRITE is placed, then never again.
+	deadline := time.Now().Add(10 * time.Second)
+	for b.mr.Writes() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("B's polls never placed A's WRITE")
+		}
+		b.dev.Poll()
+	}
+	checkBuf(t, "responder", b.buf, region{dstOff, data})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	wcs := make([]qp.WC, 1)
+	n, err := a.scq.Wait(ctx, wcs)
+	if err != nil || n != 1 || wcs[0].WRID != 9 || wcs[0].Status != transport.WCSuccess {
+		t.Fatalf("A's WRITE with B no longer polling: %d %v %v (the held ACK never left)", n, wcs[0], err)
+	}
+	if c := a.qp.Counters(); c[transport.CntRetransmittedPkts] != 0 {
+		t.Fatalf("A retransmitted %d packets", c[transport.CntRetransmittedPkts])
+	}
+}

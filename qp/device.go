@@ -171,6 +171,10 @@ type Device struct {
 	// call (ackhold.go); holdAcks makes drive hold them.
 	held     []*QP
 	holdAcks bool
+	// holdT (busy-poll mode) sends held ACKs nobody else sent
+	// (ackhold.go); holdTArmed: under mu, it is set.
+	holdT      *time.Timer
+	holdTArmed bool
 	// onAsync, when set, also receives the CQ-overrun events (with d.mu
 	// held), for tests.
 	onAsync func(asyncEvent)
@@ -254,6 +258,8 @@ func Open(cfg Config) (*Device, error) {
 		d.busy = cfg.BusyPoll
 		if d.busy {
 			d.mrs.SetWaitHooks(memreg.WaitHooks{Wait: d.spinWrite})
+			d.holdT = time.AfterFunc(time.Hour, d.holdFire)
+			d.holdT.Stop()
 		}
 		return d, nil
 	}
@@ -339,6 +345,9 @@ func (d *Device) Close() error {
 	close(d.done)
 	if d.resumeT != nil {
 		d.resumeT.Stop()
+	}
+	if d.holdT != nil {
+		d.holdT.Stop()
 	}
 	d.unlock() // held ACKs and corked posts (cork.go) leave before the link closes
 	d.mrs.Close(ErrClosed)
@@ -492,7 +501,9 @@ func newRxBatch(l nic.Link) *rxBatch {
 // and timer expiries handled and the earliest engine deadline left (zero
 // if none).
 func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Time) {
-	d.flushHeld()
+	if !d.busy {
+		d.flushHeld() // busy-poll mode: at the start of the next Poll (poll)
+	}
 	now := d.now()
 	for i := 0; i < n; i++ {
 		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)

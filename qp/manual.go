@@ -39,6 +39,14 @@ func (d *Device) poll() int {
 	if d.busy && d.closed {
 		return 0
 	}
+	if d.busy {
+		// The poller is about to run: what this poll receives holds its
+		// ACKs for the poller's next post (ackhold.go), and those of the
+		// previous poll leave first.
+		d.flushHeld()
+		d.holdAcks = true
+		defer func() { d.holdAcks = false }()
+	}
 	events := 0
 	for batches := 0; ; batches++ {
 		n := 0
