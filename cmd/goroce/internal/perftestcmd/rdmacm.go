@@ -128,7 +128,12 @@ func (r *runner) dataOptions() *cm.Options {
 // NumQPs data connections through rdma_cm.
 func (r *runner) cmConnect(n perftest.Negotiated) error {
 	f := r.f
-	if r.server && r.dataLn != nil {
+	if r.server {
+		if r.dataLn == nil { // no CMListen hook ran
+			if err := r.cmListen(n); err != nil {
+				return err
+			}
+		}
 		l := r.dataLn
 		r.dataLn = nil
 		defer l.Close()
@@ -147,24 +152,6 @@ func (r *runner) cmConnect(n perftest.Negotiated) error {
 		return err
 	}
 	opts := r.dataOptions()
-	if r.server {
-		addr := netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(f.Port))
-		l, err := cm.Listen(r.ctx, r.dev, addr.String(), opts)
-		if err != nil {
-			return fmt.Errorf("Failed to bind RDMA CM address on the server: %w", err)
-		}
-		defer l.Close()
-		for range f.NumQPs {
-			c, err := l.Accept(r.ctx)
-			if err != nil {
-				return fmt.Errorf("Failed to create RDMA CM connection: %w", err)
-			}
-			r.dataConns = append(r.dataConns, c)
-			r.qps = append(r.qps, c.QP())
-		}
-		r.cmConnected()
-		return nil
-	}
 	host, err := tool.ParseHost(f.Host)
 	if err != nil {
 		return fmt.Errorf("Failed to get RDMA CM address: %w", err)
