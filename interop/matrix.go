@@ -479,6 +479,21 @@ func (m *Matrix) add(r *CellResult) {
 	m.mu.Unlock()
 }
 
+// forget drops r, an attempt run again, from the results.
+func (m *Matrix) forget(r *CellResult) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, x := range m.results {
+		if x == r {
+			m.results = append(m.results[:i], m.results[i+1:]...)
+			return
+		}
+	}
+}
+
+// noRNRProblem is judge's problem for an RNR cell that saw no RNR NAK.
+const noRNRProblem = "no RNR NAK (the cell is built to provoke them)"
+
 // Skip records a skipped cell.
 func (m *Matrix) Skip(c Cell, d Dir, mtu int, reason string) *CellResult {
 	r := &CellResult{Cell: c.Name, Dir: d, MTU: mtu, Status: StatusSkip, Reason: reason, Note: c.Note}
@@ -737,7 +752,7 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 	}
 	switch {
 	case e.RNR && r.RNRNAKs == 0:
-		fail("no RNR NAK (the cell is built to provoke them)")
+		fail(noRNRProblem)
 	case !e.RNR && !e.Loss && r.RNRNAKs > 0:
 		fail("%d RNR NAKs (none expected)", r.RNRNAKs)
 	}

@@ -271,6 +271,19 @@ func TestMatrix(t *testing.T) {
 							skipOrFail(t, "%s", reason)
 						}
 						r := m.Run(t, h, c, d, gor, rxe)
+						for attempt := 1; attempt < rnrAttempts && c.Expect.RNR && len(r.Problems) == 1 && r.Problems[0] == noRNRProblem; attempt++ {
+							// Whether the receiver's queue runs dry depends on
+							// the sender's pace against the receiver's reposts:
+							// rxe under TCG sometimes sends slowly enough that
+							// goroce's server never runs out (1–4 RNR NAKs in
+							// passing rxe→goroce runs of send_bw --use-srq RNR,
+							// none in about one in five). An attempt that
+							// provoked none and found nothing else wrong proves
+							// nothing either way: run it again.
+							t.Logf("%s %s: attempt %d provoked no RNR NAK and showed nothing else wrong: running it again", c.Name, d, attempt)
+							m.forget(r)
+							r = m.Run(t, h, c, d, gor, rxe)
+						}
 						for _, l := range r.Summaries {
 							t.Logf("  %s", l)
 						}
@@ -319,6 +332,9 @@ func TestMatrix(t *testing.T) {
 		}
 	}
 }
+
+// rnrAttempts bounds the runs of an RNR cell that provoked no RNR NAK.
+const rnrAttempts = 4
 
 // keepArtifacts copies a failed cell's capture and both programs' output
 // out of the test's temporary directory, to $GOROCE_INTEROP_ARTIFACTS
@@ -752,5 +768,20 @@ func TestJudgeUD(t *testing.T) {
 		if !strings.Contains(strings.Join(r.Problems, "\n"), tc.want) {
 			t.Errorf("%s: problems %v, want %q", tc.name, r.Problems, tc.want)
 		}
+	}
+}
+
+// TestMatrixForget: an attempt run again leaves the results, the others stay
+// in order.
+func TestMatrixForget(t *testing.T) {
+	m := NewMatrix("", "", t.TempDir())
+	a, b, c := &CellResult{Cell: "a"}, &CellResult{Cell: "b"}, &CellResult{Cell: "c"}
+	m.add(a)
+	m.add(b)
+	m.add(c)
+	m.forget(b)
+	m.forget(&CellResult{Cell: "b"}) // not there: nothing happens
+	if len(m.results) != 2 || m.results[0] != a || m.results[1] != c {
+		t.Fatalf("results after forget: %v", m.results)
 	}
 }
