@@ -48,7 +48,8 @@ const ackHold = resumeAfter
 // may wake a thread, which on a 2-CPU machine takes the peer's CPU: at
 // 1 ms (one firing per ~100 busy round trips on AF_XDP) the busy round
 // trip's p99 went from 30–36 µs to 46–58 µs; at 4 ms it stays at 33–36 µs
-// (bench -latency, interleaved runs). It stays inside the ACK timeouts
+// (go run ./bench -latency -backends afxdp, interleaved runs of builds
+// with either value). It stays inside the ACK timeouts
 // applications set (8 ms or more, above).
 const busyHoldCheck = 4 * time.Millisecond
 

@@ -58,6 +58,20 @@ type selfPair struct {
 	bufa, bufb []byte
 }
 
+// freeLinkA WRITEs from A and waits for each, until a wait leaves A's link
+// free: the driver gives the link up after a pass that found a waiter
+// asleep (which one whose completion woke it first may not be).
+func (p *selfPair) freeLinkA(t *testing.T) {
+	t.Helper()
+	for i := 0; p.a.linkOwner() != ownerNone; i++ {
+		if i == 10 {
+			t.Fatal("the driver never gave the link up to a waiter")
+		}
+		p.write(t, p.qa, p.mra, p.mrb, 1)
+		wait1(t, p.cqa)
+	}
+}
+
 func newSelfPair(t *testing.T, connA ConnectOptions) *selfPair {
 	ma, mb := nic.NewMemPair(nic.MemConfig{Seed: 3})
 	p := &selfPair{la: &oneReader{MemLink: ma, t: t}, lb: &oneReader{MemLink: mb, t: t}}
@@ -215,16 +229,7 @@ func TestSelfDriveTimers(t *testing.T) {
 func TestSelfDriveKick(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newSelfPair(t, ConnectOptions{})
-		// WRITEs first, until a wait leaves the link free: the driver gives
-		// the link up after a pass that found a waiter asleep (which one
-		// whose completion woke it first may not be).
-		for i := 0; p.a.linkOwner() != ownerNone; i++ {
-			if i == 10 {
-				t.Fatal("the driver never gave the link up to a waiter")
-			}
-			p.write(t, p.qa, p.mra, p.mrb, 1)
-			wait1(t, p.cqa)
-		}
+		p.freeLinkA(t)
 		if err := p.qa.PostRecv(&RecvWR{WRID: 5, SGL: []SGE{{Addr: p.mra.IOVA(), Length: 8, LKey: p.mra.LKey()}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -262,13 +267,7 @@ func TestSelfDriveKick(t *testing.T) {
 func TestSelfDriveCancelWithDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newSelfPair(t, ConnectOptions{})
-		for i := 0; p.a.linkOwner() != ownerNone; i++ {
-			if i == 10 {
-				t.Fatal("the driver never gave the link up to a waiter")
-			}
-			p.write(t, p.qa, p.mra, p.mrb, 1)
-			wait1(t, p.cqa)
-		}
+		p.freeLinkA(t)
 		run, stop := context.WithTimeout(context.Background(), time.Hour)
 		defer stop()
 		ctx, cancel := context.WithCancel(run)

@@ -51,11 +51,13 @@ func sendCheck(t *testing.T, a, b *Link, frames [][]byte, nbuf int) {
 	}
 }
 
+// readNBuf reads n frames from l into nbuf buffers of a frame at l's MTU
+// each (at least 2048 bytes).
 func readNBuf(t *testing.T, l *Link, n, nbuf int) [][]byte {
 	t.Helper()
 	bufs, sizes := make([][]byte, nbuf), make([]int, nbuf)
 	for i := range bufs {
-		bufs[i] = make([]byte, 2048)
+		bufs[i] = make([]byte, max(2048, l.mtu+100))
 	}
 	var out [][]byte
 	deadline := time.Now().Add(20 * time.Second) // liveness only
