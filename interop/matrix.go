@@ -415,9 +415,13 @@ type CellResult struct {
 	NAKs     int            // NAKs other than RNR
 	NAKKinds map[string]int // NAKs by code
 	RNRNAKs  int
-	Retrans  int // retransmitted request PSNs
-	Gaps     int
-	Atomics  int // atomic operations whose original value was checked against the chain
+	// RXERNRNAKs counts the RNR NAKs rxe sent in a cell built for none:
+	// its stock tool reposted receives slower than goroce sent (tolerated,
+	// with goroce's recovery checked; see judge).
+	RXERNRNAKs int
+	Retrans    int // retransmitted request PSNs
+	Gaps       int
+	Atomics    int // atomic operations whose original value was checked against the chain
 	// RetransBy counts retransmitted PSNs by the implementation that sent them.
 	RetransBy map[string]int
 	// Warnings are tolerated oddities (timeout retransmissions in a clean cell).
@@ -634,18 +638,22 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 	if !c.Expect.Loss && !c.Expect.RNR {
 		r.Profiles = Profiles(r.Pcap, impls)
 	}
-	if c.Expect.Loss {
+	if c.Expect.Loss || r.RXERNRNAKs > 0 {
 		ex, err := RunDump(m.Bin, r.Pcap, "--explain")
 		if err != nil {
 			fail("goroce dump --explain: %v", err)
 			return r
 		}
+		causes := lossCauses
+		if !c.Expect.Loss {
+			causes = rnrRecoveryCauses
+		}
 		if c.Tool.CM != nil {
 			// rping's server is a requester too (READ, WRITE, SEND).
-			judgeExplainFlows(r, &ex.Summary)
+			judgeExplainFlows(r, &ex.Summary, causes)
 		} else {
 			// The bw tools' client is the requester of the one data QP.
-			judgeExplain(r, &ex.Summary, client.IP().String(), server.IP().String())
+			judgeExplain(r, &ex.Summary, client.IP().String(), server.IP().String(), causes)
 		}
 	}
 	if tos := c.Expect.TOS; tos != nil {
@@ -676,6 +684,7 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 	}
 	s := rep.Summary
 	r.Packets = s.RoCE
+	rxeRNR, rxeSeq := 0, 0 // sent by rxe
 	for _, f := range s.Flows {
 		line := fmt.Sprintf("%s > %s dqpn 0x%x: %d packets", f.Src, f.Dst, f.DQPN, f.Packets)
 		if f.DQPN == gsiQPN {
@@ -702,6 +711,10 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 			line += fmt.Sprintf("; requests %d psn %d..%d gaps %d retransmitted %d late %d", q.Packets, q.FirstPSN, q.LastPSN, q.Gaps, q.Retransmitted, q.Late)
 		}
 		if p := f.Responses; p != nil {
+			if a, err := netip.ParseAddr(f.Src); err == nil && impls[a] == "rxe" {
+				rxeRNR += p.RNRNAKs
+				rxeSeq += p.NAKs[seqNAK]
+			}
 			for k, n := range p.NAKs {
 				r.NAKs += n
 				if r.NAKKinds == nil {
@@ -731,9 +744,22 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 	// and the responder, which dropped the RNR'd packet, NAKs the first of
 	// them once (rxe_resp.c check_psn; seen rxe↔rxe). Other NAKs are
 	// errors in every cell.
-	seqOK := e.Loss || e.RNR
+	//
+	// An rxe responder in a cell built for no RNR NAK may still run out of
+	// receives: the stock tool reposts each one only after polling its
+	// completion, and under TCG on 2 loaded cores its process can go
+	// unscheduled while rxe's kernel side consumes a burst (seen: send_bw
+	// --use-srq -q 2 goroce-client, 2 RNR NAKs and 2 sequence NAKs, one
+	// pair per QP). That is rxe's correct answer and goroce's pace, not a
+	// fault of either, so it is a warning when every RNR NAK came from rxe
+	// and its sequence NAKs are no more than one per RNR NAK; the caller
+	// then checks goroce's recovery with --explain (rnrRecoveryCauses).
+	// RNR NAKs from goroce stay failures.
+	rxeDry := !e.RNR && !e.Loss && rxeRNR > 0 && rxeRNR == r.RNRNAKs &&
+		rxeSeq == r.NAKKinds[seqNAK] && rxeSeq <= rxeRNR
+	seqOK := e.Loss || e.RNR || rxeDry
 	for k, n := range r.NAKKinds {
-		if k != "PSN_SEQUENCE_ERROR" || !seqOK {
+		if k != seqNAK || !seqOK {
 			fail("%d NAKs %s (not expected)", n, k)
 		}
 	}
@@ -741,7 +767,7 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 		if r.Gaps > 0 {
 			fail("%d PSN gaps (none expected)", r.Gaps)
 		}
-		if r.Retrans > 0 && !e.RNR {
+		if r.Retrans > 0 && !e.RNR && !rxeDry {
 			switch {
 			case StrictRetransmissions || r.Gaps > 0:
 				fail("%d retransmitted PSNs (none expected; by %v)", r.Retrans, r.RetransBy)
@@ -753,6 +779,9 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 	switch {
 	case e.RNR && r.RNRNAKs == 0:
 		fail(noRNRProblem)
+	case rxeDry:
+		r.RXERNRNAKs = rxeRNR
+		r.Warnings = append(r.Warnings, fmt.Sprintf("rxe's receive queue ran dry: %d RNR NAKs and %d sequence NAKs from rxe", rxeRNR, rxeSeq))
 	case !e.RNR && !e.Loss && r.RNRNAKs > 0:
 		fail("%d RNR NAKs (none expected)", r.RNRNAKs)
 	}
@@ -830,14 +859,31 @@ var lossCauses = map[string]bool{
 	"sequence_nak": true, "timeout": true, "read_response_gap": true, "implicit_nak": true,
 }
 
-// lossExplained counts the retransmissions whose cause is one loss
-// explains. A READ requester that sees a gap in the responses re-requests
-// at once (read_response_gap), so a READ cell may recover every loss that
-// way without a single timeout or NAK.
-func lossExplained(by map[string]int) int {
+// rnrRecoveryCauses are the causes of the retransmissions that follow an
+// RNR NAK in a cell built for none: the RNR'd request and those behind it
+// (rnr_nak), a sequence NAK for one behind it (sequence_nak), and the
+// timeouts every clean cell tolerates (StrictRetransmissions).
+var rnrRecoveryCauses = map[string]bool{"rnr_nak": true, "sequence_nak": true, "timeout": true}
+
+// seqNAK is dump's name of the PSN sequence error NAK.
+const seqNAK = "PSN_SEQUENCE_ERROR"
+
+// causeWord names a set of causes in judgeExplain's problems.
+func causeWord(causes map[string]bool) string {
+	if causes["rnr_nak"] {
+		return "an RNR NAK"
+	}
+	return "loss"
+}
+
+// explained counts the retransmissions whose cause is in causes. A READ
+// requester that sees a gap in the responses re-requests at once
+// (read_response_gap), so a READ cell may recover every loss that way
+// without a single timeout or NAK.
+func explained(by map[string]int, causes map[string]bool) int {
 	n := 0
 	for cause, k := range by {
-		if lossCauses[cause] {
+		if causes[cause] {
 			n += k
 		}
 	}
@@ -845,28 +891,32 @@ func lossExplained(by map[string]int) int {
 }
 
 // judgeExplain checks the --explain analysis of a loss cell's capture
-// after judge (r.Retrans): when the capture holds retransmitted PSNs the
-// anomalies include retransmissions explained by loss (lossCauses);
-// every retransmission is explained by loss and lies in the data flow (src,
-// the requester, to dst); and that flow's verdict has every operation
-// completed. A capture may hold no retransmission at all: when the dropping
-// side is the responder of a WRITE stream, it loses only coalesced ACKs,
-// which the next ACK covers, and the capture point (after the drop) sees
-// nothing to explain.
-func judgeExplain(r *CellResult, s *dumpjson.Summary, src, dst string) {
+// after judge (r.Retrans), or of a clean cell whose rxe side ran out of
+// receives: when the capture holds retransmitted PSNs the anomalies
+// include retransmissions explained by causes (lossCauses, or
+// rnrRecoveryCauses); every retransmission is so explained and lies in a
+// data flow (a verdict with operations from src, the requester, to dst:
+// one per QP, send_bw -q 2 has two); and every data flow's operations
+// completed. A capture may hold no retransmission at all: when the
+// dropping side is the responder of a WRITE stream, it loses only
+// coalesced ACKs, which the next ACK covers, and the capture point (after
+// the drop) sees nothing to explain.
+func judgeExplain(r *CellResult, s *dumpjson.Summary, src, dst string, causes map[string]bool) {
 	fail := func(format string, a ...any) {
 		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
 	}
 	r.Explained = len(s.Anomalies)
 	r.ExplainedBy = map[string]int{}
-	var flow *dumpjson.Verdict
-	for i := range s.Verdicts {
-		v := &s.Verdicts[i]
-		if v.Src == src && v.Dst == dst && (flow == nil || v.Operations > flow.Operations) {
-			flow = v
+	isData := func(v dumpjson.Verdict) bool {
+		return v.Src == src && v.Dst == dst && v.DQPN != gsiQPN && v.Operations > 0
+	}
+	data := map[uint32]bool{} // by DQPN
+	for _, v := range s.Verdicts {
+		if isData(v) {
+			data[v.DQPN] = true
 		}
 	}
-	if flow == nil {
+	if len(data) == 0 {
 		fail("explain: no verdict for the data flow %s > %s", src, dst)
 		return
 	}
@@ -875,25 +925,31 @@ func judgeExplain(r *CellResult, s *dumpjson.Summary, src, dst string) {
 			continue
 		}
 		r.ExplainedBy[a.Cause]++
-		if a.Src != flow.Src || a.Dst != flow.Dst || a.DQPN != flow.DQPN {
-			fail("explain: retransmission in %s > %s dqpn %#x, outside the data flow %s > %s dqpn %#x: %s",
-				a.Src, a.Dst, a.DQPN, flow.Src, flow.Dst, flow.DQPN, a.Text)
+		if a.Src != src || a.Dst != dst || !data[a.DQPN] {
+			fail("explain: retransmission in %s > %s dqpn %#x, outside the data flows %s > %s: %s",
+				a.Src, a.Dst, a.DQPN, src, dst, a.Text)
 		}
-		if !lossCauses[a.Cause] {
-			fail("explain: retransmission with cause %q, not one loss explains: %s", a.Cause, a.Text)
+		if !causes[a.Cause] {
+			fail("explain: retransmission with cause %q, not one %s explains: %s", a.Cause, causeWord(causes), a.Text)
 		}
 	}
-	switch n := lossExplained(r.ExplainedBy); {
+	switch n := explained(r.ExplainedBy, causes); {
 	case r.Retrans > 0 && n == 0:
-		fail("explain: %d retransmitted PSNs but no retransmission explained by loss (a sequence NAK, a timeout, a READ response gap or an implicit NAK; %d anomalies, retransmissions by cause: %s)",
-			r.Retrans, r.Explained, byString(r.ExplainedBy))
+		fail("explain: %d retransmitted PSNs but no retransmission explained by %s (causes %s; %d anomalies, retransmissions by cause: %s)",
+			r.Retrans, causeWord(causes), setString(causes, func(c string) string { return c }), r.Explained, byString(r.ExplainedBy))
 	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
 		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))
 	}
-	r.Completed = flow.Completed
-	if flow.Unanswered != 0 || flow.Failed != 0 || flow.Completed != flow.Operations {
-		fail("explain: data flow %s > %s dqpn %#x: %d operations, %d completed, %d failed, %d unanswered: %s",
-			flow.Src, flow.Dst, flow.DQPN, flow.Operations, flow.Completed, flow.Failed, flow.Unanswered, flow.Text)
+	r.Completed = 0
+	for _, v := range s.Verdicts {
+		if !isData(v) {
+			continue
+		}
+		r.Completed += v.Completed
+		if v.Unanswered != 0 || v.Failed != 0 || v.Completed != v.Operations {
+			fail("explain: data flow %s > %s dqpn %#x: %d operations, %d completed, %d failed, %d unanswered: %s",
+				v.Src, v.Dst, v.DQPN, v.Operations, v.Completed, v.Failed, v.Unanswered, v.Text)
+		}
 	}
 }
 
@@ -928,7 +984,7 @@ func dreqSenders(s *dumpjson.Summary) map[string]bool {
 // requesters (rping): every retransmission is explained by loss and lies in
 // an RC flow, not in the CM's traffic on QP1 (which retries by sending
 // anew), and every RC flow's operations completed.
-func judgeExplainFlows(r *CellResult, s *dumpjson.Summary) {
+func judgeExplainFlows(r *CellResult, s *dumpjson.Summary, causes map[string]bool) {
 	fail := func(format string, a ...any) {
 		r.Problems = append(r.Problems, fmt.Sprintf(format, a...))
 	}
@@ -963,14 +1019,14 @@ func judgeExplainFlows(r *CellResult, s *dumpjson.Summary) {
 		if a.DQPN == gsiQPN {
 			fail("explain: retransmission on QP1: %s", a.Text)
 		}
-		if !lossCauses[a.Cause] {
-			fail("explain: retransmission with cause %q, not one loss explains: %s", a.Cause, a.Text)
+		if !causes[a.Cause] {
+			fail("explain: retransmission with cause %q, not one %s explains: %s", a.Cause, causeWord(causes), a.Text)
 		}
 	}
-	switch n := lossExplained(r.ExplainedBy); {
+	switch n := explained(r.ExplainedBy, causes); {
 	case r.Retrans > 0 && n == 0:
-		fail("explain: %d retransmitted PSNs but no retransmission explained by loss (a sequence NAK, a timeout, a READ response gap or an implicit NAK; %d anomalies, retransmissions by cause: %s)",
-			r.Retrans, r.Explained, byString(r.ExplainedBy))
+		fail("explain: %d retransmitted PSNs but no retransmission explained by %s (causes %s; %d anomalies, retransmissions by cause: %s)",
+			r.Retrans, causeWord(causes), setString(causes, func(c string) string { return c }), r.Explained, byString(r.ExplainedBy))
 	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
 		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))
 	}
