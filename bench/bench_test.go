@@ -4,7 +4,10 @@ package main
 
 import (
 	"errors"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +191,10 @@ func sampleResults() *results {
 	add("afxdp", 1500, "lat.sleep.p99", 90)
 	add("tcp", 1500, "tcp.rtt.mean", 50)
 	add("tcp", 1500, "tcp.rtt.p99", 100)
+	add("afxdp", 1500, "lat.sleep@split.mean", 60)
+	add("afxdp", 1500, "lat.sleep@split.p99", 120)
+	add("tcp", 1500, "tcp.rtt@split.mean", 80)
+	add("tcp", 1500, "tcp.rtt@split.p99", 110)
 	add("afxdp", 1500, mQPsAgg, 0.4e6)
 	add("afxdp", 1500, mQPsOne, 0.45e6)
 	add("afxdp", 1500, mQPsHeap, 10240)
@@ -204,21 +211,23 @@ func sampleResults() *results {
 }
 
 func TestTargets(t *testing.T) {
+	samplePlacements(t)
 	got := map[string]target{}
 	for _, tg := range targets(sampleResults()) {
 		got[tg.n+" "+tg.what] = tg
 	}
 	want := map[string][2]string{ // number and what → measured, met
-		"1 sleeping 8 B WRITE RTT vs Go TCP ping-pong":              {"mean 0.80×, p99 0.90×", "yes"},
-		"2 busy-poll RTT p50 vs raw busy ping-pong":                 {"2.00×", "no"},
-		"3 64 B WRITE msg rate vs raw frame rate":                   {"0.38×", "no"},
-		"4 64 KiB WRITE and READ goodput vs raw payload goodput":    {"WRITE 0.67×, READ 1.00×", "no"},
-		"5 goodput per busy CPU-s (sleeping) vs raw's":              {"0.90×", "yes"},
-		"6 AF_XDP path MTU at MTU 9000":                             {"2048", "no"},
-		"6 MTU 9000, 64 KiB WRITE vs one TCP stream (best backend)": {"0.55×", "no"},
-		"7 many-QP aggregate msg rate vs one QP (MTU 1500)":         {"0.89×", "yes"},
-		"8 idle pair of devices, CPU-s per s":                       {"0.0020", "yes"},
-		"9 syscalls per sleeping round trip vs Go TCP's":            {"2.89×", "no"},
+		"1 sleeping 8 B WRITE RTT vs Go TCP ping-pong, free placement":  {"mean 0.80×, p99 0.90×", "yes"},
+		"1 sleeping 8 B WRITE RTT vs Go TCP ping-pong, split placement": {"mean 0.75×, p99 1.09×", "no"},
+		"2 busy-poll RTT p50 vs raw busy ping-pong":                     {"2.00×", "no"},
+		"3 64 B WRITE msg rate vs raw frame rate":                       {"0.38×", "no"},
+		"4 64 KiB WRITE and READ goodput vs raw payload goodput":        {"WRITE 0.67×, READ 1.00×", "no"},
+		"5 goodput per busy CPU-s (sleeping) vs raw's":                  {"0.90×", "yes"},
+		"6 AF_XDP path MTU at MTU 9000":                                 {"2048", "no"},
+		"6 MTU 9000, 64 KiB WRITE vs one TCP stream (best backend)":     {"0.55×", "no"},
+		"7 many-QP aggregate msg rate vs one QP (MTU 1500)":             {"0.89×", "yes"},
+		"8 idle pair of devices, CPU-s per s":                           {"0.0020", "yes"},
+		"9 syscalls per sleeping round trip vs Go TCP's":                {"2.89×", "no"},
 	}
 	for k, w := range want {
 		tg, ok := got[k]
@@ -235,7 +244,16 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// samplePlacements sets the report's placements to free and split (CPUs
+// 0 and 1) for the test.
+func samplePlacements(t *testing.T) {
+	old := latPlacements
+	latPlacements = []placement{{"free", -1, -1}, {"split", 0, 1}}
+	t.Cleanup(func() { latPlacements = old })
+}
+
 func TestWriteReport(t *testing.T) {
+	samplePlacements(t)
 	var b strings.Builder
 	writeReport(&b, sampleResults(), runInfo{command: "go run ./bench -reps 3", start: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC),
 		elapsed: 200 * time.Second, load0: "1.00 2.00 3.00", load1: "1.50 2.00 3.00",
@@ -250,7 +268,8 @@ func TestWriteReport(t *testing.T) {
 		"## afxdp (native), MTU 1500, path MTU 1024",
 		"| 64 B WRITE, msg/s · raw: one-way 64 B WRITE frames/s | 1.20 (1.00–1.40) M | – | 450.0 (420.0–470.0) k | 0.38× | – |",
 		"| 64 KiB WRITE goodput · raw: path-MTU frames' payload | 9.00 (8.00–10.00) Gbit/s | 18.00 Gbit/s | 6.00 Gbit/s | 0.67× | 0.33× |",
-		"| 8 B WRITE round trip, sleeping, mean · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong | – | 50.0 µs | 40.0 µs | – | 0.80× |",
+		"| 8 B WRITE round trip, sleeping, free (the scheduler's choice), mean · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong | – | 50.0 µs | 40.0 µs | – | 0.80× |",
+		"| 8 B WRITE round trip, sleeping, split (A's process on CPU 0, B's on CPU 1), p99 · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong | – | 110 µs | 120 µs | – | 1.09× |",
 		"Raw frames: 138 bytes (a 64 B WRITE ONLY) and 1098 bytes",
 		"## afxdp (native), MTU 9000, path MTU 2048",
 		"| 64 KiB READ goodput · raw: path-MTU frames' payload | – | 20.00 Gbit/s | error: post on QP 0: boom / pipe | – | – |",
@@ -340,5 +359,52 @@ func TestQPsRings(t *testing.T) {
 	if o.AFXDP.NumFrames != 16384 || o.AFXDP.FrameSize != 2048 || o.AFPacket.NumBlocks != 16 ||
 		o.AFPacket.BlockSize != 1<<20 || o.UDPSocketBuffer != 8000*4096 {
 		t.Errorf("tuned options %+v %+v %d", o.AFXDP, o.AFPacket, o.UDPSocketBuffer)
+	}
+}
+
+// TestPlacements: -placements parses against this process's CPUs, and
+// pinProcess pins every thread (threads made later too) and undoes it.
+func TestPlacements(t *testing.T) {
+	if _, err := placements("free,bogus"); err == nil {
+		t.Error("placement bogus accepted")
+	}
+	pl, err := placements("free,shared")
+	if err != nil || len(pl) != 2 || pl[0].a != -1 || pl[1].a != pl[1].b || pl[1].a < 0 {
+		t.Fatalf("free,shared: %v, %v", pl, err)
+	}
+	allowed := func() map[string]bool {
+		seen := map[string]bool{}
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, tk := range tasks {
+			b, err := os.ReadFile("/proc/self/task/" + tk.Name() + "/status")
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+					seen[strings.TrimSpace(v)] = true
+				}
+			}
+		}
+		return seen
+	}
+	before := allowed()
+	restore, err := pinProcess(pl[1].a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { // likely on a thread made now
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		close(done)
+	}()
+	<-done
+	if got, want := allowed(), strconv.Itoa(pl[1].a); len(got) != 1 || !got[want] {
+		t.Errorf("pinned: threads allowed %v, want only %s", got, want)
+	}
+	restore()
+	if got := allowed(); len(got) != len(before) {
+		t.Errorf("restored: threads allowed %v, before %v", got, before)
 	}
 }

@@ -32,9 +32,15 @@ func measureRep(pair *netns.Pair, mtu, rep int, c *config, res *results) {
 			if c.latPeer == "goroutine" {
 				ping = tcpPingPong
 			}
-			rtts, err := ping(pair, lim(maxRTTs), nil)
-			recordLat(res, key{"tcp", mtu, latTCP}, rtts, err)
-			progress("%s: TCP ping-pong %s (%v)", tag, latLine(rtts), err)
+			for _, pl := range c.placements {
+				var rtts []time.Duration
+				var err error
+				if perr := withPlacement(pl, func() { rtts, err = ping(pair, lim(maxRTTs), nil) }); perr != nil {
+					err = perr
+				}
+				recordLat(res, key{"tcp", mtu, latTCP + pl.suffix()}, rtts, err)
+				progress("%s: TCP ping-pong (%s) %s (%v)", tag, pl.name, latLine(rtts), err)
+			}
 		}
 	}
 	for _, b := range c.backends {
@@ -65,15 +71,21 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 		measureQPs(pair, mtu, b, tag, c, res)
 	}
 	if lat && c.cells["lat"] {
-		var info section
-		rtts, err := roundTrips(pair, b, false, lim(maxRTTs), c.latPeer, &info)
-		if err == nil {
-			info.backend, info.mtu = b, mtu
-			res.addSection(info)
+		for i, pl := range c.placements {
+			var info section
+			var rtts []time.Duration
+			var err error
+			if perr := withPlacement(pl, func() { rtts, err = roundTrips(pair, b, false, lim(maxRTTs), c.latPeer, &info) }); perr != nil {
+				err = perr
+			}
+			if err == nil && i == 0 {
+				info.backend, info.mtu = b, mtu
+				res.addSection(info)
+			}
+			recordLat(res, key{b, mtu, latSleep + pl.suffix()}, rtts, err)
+			progress("%s: goroce sleeping 8 B WRITE RTT (%s) %s (%v)", tag, pl.name, latLine(rtts), err)
 		}
-		recordLat(res, key{b, mtu, latSleep}, rtts, err)
-		progress("%s: goroce sleeping 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
-		rtts, err = roundTrips(pair, b, true, lim(maxRTTs), c.latPeer, nil)
+		rtts, err := roundTrips(pair, b, true, lim(maxRTTs), c.latPeer, nil)
 		recordLat(res, key{b, mtu, latBusy}, rtts, err)
 		progress("%s: goroce busy-poll 8 B WRITE RTT %s (%v)", tag, latLine(rtts), err)
 	}
@@ -126,10 +138,14 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag st
 		progress("%s: raw busy 2-frame ping-pong %s (%v)", tag, latLine(rtts), err)
 	}
 	if c.latPeer == "process" {
-		runtime.GC()
-		rtts, err = rawSleepRTTPeer(pair, b, lim(maxRTTs))
-		recordLat(res, key{b, mtu, latRawSleep}, rtts, err)
-		progress("%s: raw sleeping ping-pong %s (%v)", tag, latLine(rtts), err)
+		for _, pl := range c.placements {
+			runtime.GC()
+			if perr := withPlacement(pl, func() { rtts, err = rawSleepRTTPeer(pair, b, lim(maxRTTs)) }); perr != nil {
+				err = perr
+			}
+			recordLat(res, key{b, mtu, latRawSleep + pl.suffix()}, rtts, err)
+			progress("%s: raw sleeping ping-pong (%s) %s (%v)", tag, pl.name, latLine(rtts), err)
+		}
 	}
 }
 

@@ -172,6 +172,8 @@ type config struct {
 	iperf3   string
 	latPeer  string // process or goroutine
 	rttOnly  bool   // -latency: only the round trips
+	// placements are where the sleeping round trips' ends run (pin.go).
+	placements []placement
 }
 
 func (c *config) latMTU() int {
@@ -197,7 +199,9 @@ func main() {
 	flag.IntVar(&c.sysN, "syscall-n", 2000, "round trips of the syscalls cell")
 	flag.BoolVar(&verbose, "v", false, "log backend warnings to stderr")
 	flag.StringVar(&c.latPeer, "lat-peer", "process", "where the round trips' far end runs: process (its own, as write_lat's server) or goroutine (this process)")
+	places := flag.String("placements", "free,split,shared", "where the sleeping round trips' two processes run, each measured: free (the scheduler's choice), split (pinned to two CPUs), shared (pinned to one)")
 	child := flag.String("child", "", "")            // internal: a child process (peer.go)
+	childCPU := flag.Int("cpu", -1, "")              // internal: the CPU a child pins itself to
 	peerIfname := flag.String("peer-ifname", "", "") // internal: peer-goroce's interface
 	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -248,8 +252,23 @@ func main() {
 		c.cells = map[string]bool{"raw": true, "tcp": true, "lat": true, "syscalls": c.cells["syscalls"]}
 	}
 	if *child != "" {
+		if *childCPU >= 0 {
+			if _, err := pinProcess(*childCPU); err != nil {
+				fmt.Printf("error pinning to CPU %d: %v\n", *childCPU, err)
+				os.Exit(1)
+			}
+		}
 		os.Exit(runChild(*child, c, *peerIfname, *peerBusy))
 	}
+	if c.latPeer == "goroutine" {
+		*places = "free" // one process: nothing to place apart
+	}
+	pl, err := placements(*places)
+	if err != nil {
+		fatalf(2, "-placements: %v", err)
+	}
+	c.placements = pl
+	latPlacements = pl
 	if *memprofile != "" {
 		runtime.MemProfileRate = 1
 		defer func() {

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -52,6 +53,9 @@ func startPeer(pair *netns.Pair, args ...string) (*peerProc, error) {
 	}
 	if verbose {
 		args = append(args, "-v")
+	}
+	if peerCPU >= 0 {
+		args = append(args, "-cpu", strconv.Itoa(peerCPU))
 	}
 	cmd := pair.Command(netns.B, exe, args...)
 	cmd.Stderr = os.Stderr

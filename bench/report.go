@@ -211,10 +211,12 @@ func writeSection(w io.Writer, r *results, s section) {
 	}
 	rows = append(rows, rowSpec{what: "8 B WRITE round trip, busy-poll, p50 · raw: busy ping-pong, 2 frames each way in one kick (write_lat's frames: a WRITE and the ACK of the peer's)",
 		raw: latRaw2 + ".p50", goroce: latBusy + ".p50", rawU: fmtMicros, groU: fmtMicros, vsRaw: true, skipWithoutGoroce: true})
-	for _, q := range []string{"p50", "mean", "p99"} {
-		rows = append(rows, rowSpec{what: "8 B WRITE round trip, sleeping, " + q + " · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong",
-			raw: latRawSleep + "." + q, tcp: latTCP + "." + q, goroce: latSleep + "." + q,
-			rawU: fmtMicros, tcpU: fmtMicros, groU: fmtMicros, vsRaw: true, vsTCP: true, skipWithoutGoroce: true})
+	for _, pl := range latPlacements {
+		for _, q := range []string{"p50", "mean", "p99"} {
+			rows = append(rows, rowSpec{what: "8 B WRITE round trip, sleeping, " + pl.name + " (" + pl.describe() + "), " + q + " · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong",
+				raw: latRawSleep + pl.suffix() + "." + q, tcp: latTCP + pl.suffix() + "." + q, goroce: latSleep + pl.suffix() + "." + q,
+				rawU: fmtMicros, tcpU: fmtMicros, groU: fmtMicros, vsRaw: true, vsTCP: true, skipWithoutGoroce: true})
+		}
 	}
 
 	var lines []string
@@ -379,13 +381,16 @@ func targets(r *results) []target {
 			continue
 		}
 		b, m := s.backend, s.mtu
-		if mean, ok1 := r.ratio(latKey(b, m, latSleep, "mean"), latKey("tcp", m, latTCP, "mean")); ok1 {
-			p99, ok2 := r.ratio(latKey(b, m, latSleep, "p99"), latKey("tcp", m, latTCP, "p99"))
-			meas := "mean " + x(mean)
-			if ok2 {
-				meas += ", p99 " + x(p99)
+		for _, pl := range latPlacements {
+			g, t := latSleep+pl.suffix(), latTCP+pl.suffix()
+			if mean, ok1 := r.ratio(latKey(b, m, g, "mean"), latKey("tcp", m, t, "mean")); ok1 {
+				p99, ok2 := r.ratio(latKey(b, m, g, "p99"), latKey("tcp", m, t, "p99"))
+				meas := "mean " + x(mean)
+				if ok2 {
+					meas += ", p99 " + x(p99)
+				}
+				out = append(out, target{"1", "sleeping 8 B WRITE RTT vs Go TCP ping-pong, " + pl.name + " placement", b, meas, "mean, p99 ≤ 1.0×", verdict(mean <= 1 && p99 <= 1, ok2)})
 			}
-			out = append(out, target{"1", "sleeping 8 B WRITE RTT vs Go TCP ping-pong", b, meas, "mean, p99 ≤ 1.0×", verdict(mean <= 1 && p99 <= 1, ok2)})
 		}
 		if v, ok := r.ratio(latKey(b, m, latBusy, "p50"), latKey(b, m, latRaw, "p50")); ok {
 			out = append(out, target{"2", "busy-poll RTT p50 vs raw busy ping-pong", b, x(v), "≤ 1.5×", verdict(v <= 1.5, true)})
