@@ -140,11 +140,17 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag st
 	if c.latPeer == "process" {
 		for _, pl := range c.placements {
 			runtime.GC()
-			if perr := withPlacement(pl, func() { rtts, err = rawSleepRTTPeer(pair, b, lim(maxRTTs)) }); perr != nil {
+			if perr := withPlacement(pl, func() { rtts, err = rawSleepRTTPeer(pair, b, 1, lim(maxRTTs)) }); perr != nil {
 				err = perr
 			}
 			recordLat(res, key{b, mtu, latRawSleep + pl.suffix()}, rtts, err)
 			progress("%s: raw sleeping ping-pong (%s) %s (%v)", tag, pl.name, latLine(rtts), err)
+			runtime.GC()
+			if perr := withPlacement(pl, func() { rtts, err = rawSleepRTTPeer(pair, b, 2, lim(maxRTTs)) }); perr != nil {
+				err = perr
+			}
+			recordLat(res, key{b, mtu, latRawSleep2 + pl.suffix()}, rtts, err)
+			progress("%s: raw sleeping 2-frame ping-pong (%s) %s (%v)", tag, pl.name, latLine(rtts), err)
 		}
 	}
 }

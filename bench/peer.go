@@ -120,8 +120,12 @@ func runChild(name string, c config, ifname string, busy bool) int {
 			frames = 2
 		}
 		err = rawPeer(ifname, c.backends[0], frames, false)
-	case "peer-raw-sleep":
-		err = rawPeer(ifname, c.backends[0], 1, true)
+	case "peer-raw-sleep", "peer-raw-sleep2":
+		frames := 1
+		if name == "peer-raw-sleep2" {
+			frames = 2
+		}
+		err = rawPeer(ifname, c.backends[0], frames, true)
 	case "peer-tcp":
 		err = tcpPeer()
 	case "trace-goroce", "trace-tcp":

@@ -403,7 +403,7 @@ func rawPeer(ifname, backend string, frames int, sleep bool) error {
 	}()
 	fmt.Println("ready")
 	if sleep {
-		return rawSleepEcho(l, w, &stop)
+		return rawSleepEcho(l, w, frames, &stop)
 	}
 	return rawEcho(l, frames, &stop)
 }

@@ -22,10 +22,21 @@ import (
 // trip and the Go TCP ping-pong, it separates what the backend's wake-up
 // path costs from what goroce adds.
 
-// rawSleepRTTPeer measures the raw sleeping ping-pong between namespaces A
-// (this process) and B (a child).
-func rawSleepRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duration, error) {
-	e, err := openRawPeer(pair, backend, 1, "peer-raw-sleep")
+//
+// With frames 2 each end sends two frames in one WriteBatch, as write_lat's
+// hop carries the WRITE and the ACK of the peer's, and answers once it
+// has both: the floor of that hop, whose receiver may be woken by the
+// first frame before the second is sent (in the shared placement the
+// woken end preempts the sender between the two).
+
+// rawSleepRTTPeer measures the raw sleeping ping-pong of frames frames
+// each way between namespaces A (this process) and B (a child).
+func rawSleepRTTPeer(pair *netns.Pair, backend string, frames int, lim limit) ([]time.Duration, error) {
+	child := "peer-raw-sleep"
+	if frames == 2 {
+		child = "peer-raw-sleep2"
+	}
+	e, err := openRawPeer(pair, backend, frames, child)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +46,7 @@ func rawSleepRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Durati
 	if !ok {
 		return nil, errors.New("the backend link cannot wait in the netpoller (no nic.Waiter)")
 	}
-	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
+	bufs, sizes := [][]byte{make([]byte, l.MTU()+64), make([]byte, l.MTU()+64)}, []int{0, 0}
 	rtts := make([]time.Duration, 0, min(lim.n, 1<<20))
 	start := time.Now()
 	for len(rtts) < lim.n && time.Since(start) < lim.d {
@@ -47,38 +58,48 @@ func rawSleepRTTPeer(pair *netns.Pair, backend string, lim limit) ([]time.Durati
 		if err := w.SetWaitDeadline(t0.Add(stallTime)); err != nil {
 			return nil, err
 		}
-		n, err := w.WaitReadBatch(bufs, sizes)
-		if err != nil {
-			return nil, fmt.Errorf("no response: %w", err)
+		for got := 0; got < len(req); {
+			n, err := w.WaitReadBatch(bufs[:len(req)-got], sizes)
+			if err != nil {
+				return nil, fmt.Errorf("no response: %w", err)
+			}
+			got += n
 		}
-		if n > 0 {
-			rtts = append(rtts, time.Since(t0))
-		}
+		rtts = append(rtts, time.Since(t0))
 	}
 	return rtts, nil
 }
 
 // rawSleepEcho is the raw sleeping ping-pong's far end (peer-raw-sleep,
-// rawPeer): it parks in w's WaitReadBatch and sends every frame back with
-// its addresses swapped, until stop.
-func rawSleepEcho(l nic.Link, w nic.Waiter, stop *atomic.Bool) error {
-	bufs, sizes := [][]byte{make([]byte, l.MTU()+64)}, []int{0}
-	out := make([][]byte, 1)
+// peer-raw-sleep2; rawPeer): it parks in w's WaitReadBatch until it holds
+// frames frames and sends them back with their addresses swapped in one
+// WriteBatch, until stop.
+func rawSleepEcho(l nic.Link, w nic.Waiter, frames int, stop *atomic.Bool) error {
+	bufs, sizes := make([][]byte, frames), make([]int, frames)
+	for i := range bufs {
+		bufs[i] = make([]byte, l.MTU()+64)
+	}
+	out := make([][]byte, frames)
+	got := 0
 	for !stop.Load() {
-		n, err := w.WaitReadBatch(bufs, sizes)
+		n, err := w.WaitReadBatch(bufs[got:], sizes[got:])
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
 			}
 			return err
 		}
-		for i := range n {
-			out[0] = bufs[i][:sizes[i]]
-			swapAddrs(out[0])
-			if _, err := l.WriteBatch(out); err != nil {
-				return err
-			}
+		if got += n; got < frames {
+			continue
 		}
+		for i := range frames {
+			out[i] = bufs[i][:sizes[i]]
+			swapAddrs(out[i])
+		}
+		if _, err := l.WriteBatch(out); err != nil {
+			return err
+		}
+		got = 0
 	}
 	return nil
 }

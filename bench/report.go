@@ -217,6 +217,8 @@ func writeSection(w io.Writer, r *results, s section) {
 				raw: latRawSleep + pl.suffix() + "." + q, tcp: latTCP + pl.suffix() + "." + q, goroce: latSleep + pl.suffix() + "." + q,
 				rawU: fmtMicros, tcpU: fmtMicros, groU: fmtMicros, vsRaw: true, vsTCP: true, skipWithoutGoroce: true})
 		}
+		rows = append(rows, rowSpec{what: "8 B WRITE round trip, sleeping, " + pl.name + ", p50 · raw: sleeping ping-pong, 2 frames each way in one batch, answered once both are in",
+			raw: latRawSleep2 + pl.suffix() + ".p50", goroce: latSleep + pl.suffix() + ".p50", rawU: fmtMicros, groU: fmtMicros, vsRaw: true, skipWithoutGoroce: true})
 	}
 
 	var lines []string

@@ -164,6 +164,7 @@ const (
 	latRaw       = "raw.rtt"
 	latRaw2      = "raw.rtt2" // the busy ping-pong with 2 frames each way in one kick
 	latRawSleep  = "raw.rtt.sleep"
+	latRawSleep2 = "raw.rtt2.sleep" // the sleeping ping-pong with 2 frames each way in one batch
 	latTCP       = "tcp.rtt"
 	bwPrefix     = "bw."
 	sizeSmall    = 64
