@@ -16,8 +16,8 @@ import (
 // ping-pong whose ends share a vCPU hands over without waking one (the
 // sync wake-up of the reader runs it where the writer is about to sleep),
 // and one whose ends sit on different vCPUs wakes an idle vCPU at every
-// hop: a Go UDP or TCP ping-pong measured 20–27 µs p50 pinned to one CPU
-// and 74–92 µs pinned to two, on the same veth. Left to the scheduler
+// hop: the Go TCP ping-pong cell took 26.4 µs p50 pinned to one CPU and
+// 75.2 µs pinned to two (docs/performance.md). Left to the scheduler
 // (free) a run lands in either mode, which is what made the Go TCP
 // ping-pong bimodal (20 or 55 µs) between runs. The sleeping round trips
 // are therefore measured in each placement of -placements, every side
