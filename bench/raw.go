@@ -324,11 +324,7 @@ func rawEcho(l nic.Link, frames int, stop *atomic.Bool) error {
 		if got += n; got < frames {
 			continue
 		}
-		for i := range out {
-			out[i] = bufs[i][:sizes[i]]
-			swapAddrs(out[i])
-		}
-		if _, err := l.WriteBatch(out); err != nil {
+		if err := echoBack(l, bufs, sizes, out); err != nil {
 			return err
 		}
 		got = 0
@@ -372,6 +368,17 @@ func swapAddrs(f []byte) {
 	for i := range 4 {
 		f[26+i], f[30+i] = f[30+i], f[26+i]
 	}
+}
+
+// echoBack sends the frames in bufs (their sizes) back to where they came
+// from in one WriteBatch, through out (as many as bufs).
+func echoBack(l nic.Link, bufs [][]byte, sizes []int, out [][]byte) error {
+	for i := range out {
+		out[i] = bufs[i][:sizes[i]]
+		swapAddrs(out[i])
+	}
+	_, err := l.WriteBatch(out)
+	return err
 }
 
 // rawPeer is the raw ping-pong's far end (peer-raw, peer-raw2): it echoes

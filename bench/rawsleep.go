@@ -92,11 +92,7 @@ func rawSleepEcho(l nic.Link, w nic.Waiter, frames int, stop *atomic.Bool) error
 		if got += n; got < frames {
 			continue
 		}
-		for i := range frames {
-			out[i] = bufs[i][:sizes[i]]
-			swapAddrs(out[i])
-		}
-		if _, err := l.WriteBatch(out); err != nil {
+		if err := echoBack(l, bufs, sizes, out); err != nil {
 			return err
 		}
 		got = 0
