@@ -168,6 +168,7 @@ func TestFmtStat(t *testing.T) {
 // filled in, three repetitions where it matters.
 func sampleResults() *results {
 	r := newResults()
+	r.placements = []placement{{"free", -1, -1}, {"split", 0, 1}}
 	r.addSection(section{backend: "afxdp", mtu: 1500, mode: "native", pmtu: 1024})
 	r.addSection(section{backend: "afxdp", mtu: 9000, mode: "native", pmtu: 2048})
 	add := func(b string, mtu int, m string, v ...float64) {
@@ -211,7 +212,6 @@ func sampleResults() *results {
 }
 
 func TestTargets(t *testing.T) {
-	samplePlacements(t)
 	got := map[string]target{}
 	for _, tg := range targets(sampleResults()) {
 		got[tg.n+" "+tg.what] = tg
@@ -244,16 +244,7 @@ func TestTargets(t *testing.T) {
 	}
 }
 
-// samplePlacements sets the report's placements to free and split (CPUs
-// 0 and 1) for the test.
-func samplePlacements(t *testing.T) {
-	old := latPlacements
-	latPlacements = []placement{{"free", -1, -1}, {"split", 0, 1}}
-	t.Cleanup(func() { latPlacements = old })
-}
-
 func TestWriteReport(t *testing.T) {
-	samplePlacements(t)
 	var b strings.Builder
 	writeReport(&b, sampleResults(), runInfo{command: "go run ./bench -reps 3", start: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC),
 		elapsed: 200 * time.Second, load0: "1.00 2.00 3.00", load1: "1.50 2.00 3.00",

@@ -33,11 +33,7 @@ func measureRep(pair *netns.Pair, mtu, rep int, c *config, res *results) {
 				ping = tcpPingPong
 			}
 			for _, pl := range c.placements {
-				var rtts []time.Duration
-				var err error
-				if perr := withPlacement(pl, func() { rtts, err = ping(pair, lim(maxRTTs), nil) }); perr != nil {
-					err = perr
-				}
+				rtts, err := placedRTTs(pl, func() ([]time.Duration, error) { return ping(pair, lim(maxRTTs), nil) })
 				recordLat(res, key{"tcp", mtu, latTCP + pl.suffix()}, rtts, err)
 				progress("%s: TCP ping-pong (%s) %s (%v)", tag, pl.name, latLine(rtts), err)
 			}
@@ -73,11 +69,9 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 	if lat && c.cells["lat"] {
 		for i, pl := range c.placements {
 			var info section
-			var rtts []time.Duration
-			var err error
-			if perr := withPlacement(pl, func() { rtts, err = roundTrips(pair, b, false, lim(maxRTTs), c.latPeer, &info) }); perr != nil {
-				err = perr
-			}
+			rtts, err := placedRTTs(pl, func() ([]time.Duration, error) {
+				return roundTrips(pair, b, false, lim(maxRTTs), c.latPeer, &info)
+			})
 			if err == nil && i == 0 {
 				info.backend, info.mtu = b, mtu
 				res.addSection(info)
@@ -139,18 +133,16 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag st
 	}
 	if c.latPeer == "process" {
 		for _, pl := range c.placements {
-			runtime.GC()
-			if perr := withPlacement(pl, func() { rtts, err = rawSleepRTTPeer(pair, b, 1, lim(maxRTTs)) }); perr != nil {
-				err = perr
+			for _, frames := range []int{1, 2} {
+				runtime.GC()
+				rtts, err := placedRTTs(pl, func() ([]time.Duration, error) { return rawSleepRTTPeer(pair, b, frames, lim(maxRTTs)) })
+				metric, what := latRawSleep, "raw sleeping ping-pong"
+				if frames == 2 {
+					metric, what = latRawSleep2, "raw sleeping 2-frame ping-pong"
+				}
+				recordLat(res, key{b, mtu, metric + pl.suffix()}, rtts, err)
+				progress("%s: %s (%s) %s (%v)", tag, what, pl.name, latLine(rtts), err)
 			}
-			recordLat(res, key{b, mtu, latRawSleep + pl.suffix()}, rtts, err)
-			progress("%s: raw sleeping ping-pong (%s) %s (%v)", tag, pl.name, latLine(rtts), err)
-			runtime.GC()
-			if perr := withPlacement(pl, func() { rtts, err = rawSleepRTTPeer(pair, b, 2, lim(maxRTTs)) }); perr != nil {
-				err = perr
-			}
-			recordLat(res, key{b, mtu, latRawSleep2 + pl.suffix()}, rtts, err)
-			progress("%s: raw sleeping 2-frame ping-pong (%s) %s (%v)", tag, pl.name, latLine(rtts), err)
 		}
 	}
 }

@@ -268,7 +268,6 @@ func main() {
 		fatalf(2, "-placements: %v", err)
 	}
 	c.placements = pl
-	latPlacements = pl
 	if *memprofile != "" {
 		runtime.MemProfileRate = 1
 		defer func() {
@@ -296,6 +295,7 @@ func main() {
 		qpsN: c.qpsN, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle, latPeer: c.latPeer}
 	in.command = strings.TrimSpace(in.command)
 	res := newResults()
+	res.placements = c.placements
 	for _, mtu := range c.mtus {
 		pair, err := newPair(mtu, "goroce-bench")
 		if err != nil {

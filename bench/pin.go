@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,31 +78,27 @@ func placements(list string) ([]placement, error) {
 	return out, nil
 }
 
-// latPlacements are the run's placements (main), for the report.
-var latPlacements = []placement{{"free", -1, -1}}
-
 // peerCPU is the CPU startPeer pins its child to (-cpu), -1 for none; set
-// by withPlacement around a cell (cells run one at a time).
+// by placedRTTs around a cell (cells run one at a time).
 var peerCPU = -1
 
-// withPlacement runs f with this process pinned to p.a and the children
-// startPeer starts meanwhile pinned to p.b, then unpins.
-func withPlacement(p placement, f func()) error {
+// placedRTTs runs the round trips f measures with this process pinned to
+// p.a and the children startPeer starts meanwhile pinned to p.b, then
+// unpins.
+func placedRTTs(p placement, f func() ([]time.Duration, error)) ([]time.Duration, error) {
 	if p.a < 0 {
-		f()
-		return nil
+		return f()
 	}
 	restore, err := pinProcess(p.a)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	peerCPU = p.b
 	defer func() {
 		peerCPU = -1
 		restore()
 	}()
-	f()
-	return nil
+	return f()
 }
 
 // pinProcess pins every thread of this process to cpu (threads made later

@@ -211,7 +211,7 @@ func writeSection(w io.Writer, r *results, s section) {
 	}
 	rows = append(rows, rowSpec{what: "8 B WRITE round trip, busy-poll, p50 · raw: busy ping-pong, 2 frames each way in one kick (write_lat's frames: a WRITE and the ACK of the peer's)",
 		raw: latRaw2 + ".p50", goroce: latBusy + ".p50", rawU: fmtMicros, groU: fmtMicros, vsRaw: true, skipWithoutGoroce: true})
-	for _, pl := range latPlacements {
+	for _, pl := range r.placements {
 		for _, q := range []string{"p50", "mean", "p99"} {
 			rows = append(rows, rowSpec{what: "8 B WRITE round trip, sleeping, " + pl.name + " (" + pl.describe() + "), " + q + " · raw: sleeping 1-frame ping-pong; TCP: sleeping 64 B ping-pong",
 				raw: latRawSleep + pl.suffix() + "." + q, tcp: latTCP + pl.suffix() + "." + q, goroce: latSleep + pl.suffix() + "." + q,
@@ -383,7 +383,7 @@ func targets(r *results) []target {
 			continue
 		}
 		b, m := s.backend, s.mtu
-		for _, pl := range latPlacements {
+		for _, pl := range r.placements {
 			g, t := latSleep+pl.suffix(), latTCP+pl.suffix()
 			if mean, ok1 := r.ratio(latKey(b, m, g, "mean"), latKey("tcp", m, t, "mean")); ok1 {
 				p99, ok2 := r.ratio(latKey(b, m, g, "p99"), latKey("tcp", m, t, "p99"))

@@ -57,10 +57,14 @@ type results struct {
 	errs     map[key]error
 	notes    map[key]string
 	sections []section
+	// placements are the run's placements of the sleeping round trips
+	// (-placements), in the order the report lists them.
+	placements []placement
 }
 
 func newResults() *results {
-	return &results{vals: map[key][]float64{}, errs: map[key]error{}, notes: map[key]string{}}
+	return &results{vals: map[key][]float64{}, errs: map[key]error{}, notes: map[key]string{},
+		placements: []placement{{"free", -1, -1}}}
 }
 
 func (r *results) add(k key, v float64) {

@@ -40,6 +40,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -487,12 +488,7 @@ func (m *Matrix) add(r *CellResult) {
 func (m *Matrix) forget(r *CellResult) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for i, x := range m.results {
-		if x == r {
-			m.results = append(m.results[:i], m.results[i+1:]...)
-			return
-		}
-	}
+	m.results = slices.DeleteFunc(m.results, func(x *CellResult) bool { return x == r })
 }
 
 // noRNRProblem is judge's problem for an RNR cell that saw no RNR NAK.
