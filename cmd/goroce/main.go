@@ -56,6 +56,7 @@ var commands = []command{
 	{"ucmatose", ucmatosecmd.Summary, ucmatosecmd.Run},
 	{"ud_pingpong", udpingpongcmd.Summary, udpingpongcmd.Run},
 	{"udaddy", udaddycmd.Summary, udaddycmd.Run},
+	{"version", versionSummary, runVersion},
 	perftestCommand(perftest.WriteBW),
 	perftestCommand(perftest.WriteLat),
 }
