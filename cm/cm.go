@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/goroce/goroce/mad"
@@ -116,8 +117,10 @@ type Request struct {
 	// LocalAddr is the address the peer dialled, RemoteAddr its source
 	// (from the cma_hdr).
 	LocalAddr, RemoteAddr netip.AddrPort
-	// PrivateData is the peer's user private data (after the cma_hdr),
-	// trailing zero bytes removed.
+	// PrivateData is the peer's user private data area (after the
+	// cma_hdr), whole as rdma_cm delivers it: 56 bytes for a REQ, 180 for
+	// a SIDR_REQ. The CM carries no length: the peer's bytes come first,
+	// zeros pad the rest.
 	PrivateData []byte
 	// ServiceID is the REQ's (or SIDR_REQ's) service ID.
 	ServiceID uint64
@@ -143,6 +146,9 @@ const (
 // RejectError is a REJ from the peer (or the REJ Options.Accept asks to
 // send). errors.Is(err, ErrRejected) holds for every RejectError, and
 // errors.Is(err, ErrConnRefused) for reason RejectInvalidServiceID.
+//
+// PrivateData of a received REJ is the whole 148-byte area (see
+// Conn.PrivateData); of the REJ Accept asks for, what Reject was given.
 type RejectError struct {
 	Reason      RejectReason
 	PrivateData []byte
@@ -156,8 +162,8 @@ func Reject(private []byte) error {
 
 func (e *RejectError) Error() string {
 	s := fmt.Sprintf("cm: connection rejected: REJ reason %d (%v)", uint16(e.Reason), e.Reason)
-	if len(e.PrivateData) > 0 {
-		s += fmt.Sprintf(" with %d bytes of private data", len(e.PrivateData))
+	if slices.ContainsFunc(e.PrivateData, func(b byte) bool { return b != 0 }) {
+		s += " with private data"
 	}
 	return s
 }
@@ -249,9 +255,13 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.c.local }
 // RemoteAddr is the peer's IP address and port.
 func (c *Conn) RemoteAddr() netip.AddrPort { return c.c.remote }
 
-// PrivateData is the peer's private data: the REP's on the active side,
-// the REQ's user data (after the cma_hdr) on the passive side. The CM
-// carries no length, so trailing zero bytes are removed.
+// PrivateData is the peer's private data area, whole, as rdma_cm delivers
+// it (event->param.conn.private_data_len is the area's size): on the
+// active side the REP's 196 bytes, on the passive side the REQ's 56 bytes
+// of user data after the cma_hdr. The CM carries no length, so what the
+// peer sent comes first and zeros pad the rest: a protocol that knows its
+// message's length reads that many bytes (trailing zero bytes of binary
+// data are kept).
 func (c *Conn) PrivateData() []byte { return c.c.peerPrivate }
 
 // Done is closed when the connection ends: the peer's DREQ (or REJ), or
@@ -299,7 +309,8 @@ func (e *UDEndpoint) RemoteAddr() netip.AddrPort { return e.u.remote }
 // LocalAddr is the source address of the SIDR_REQ.
 func (e *UDEndpoint) LocalAddr() netip.AddrPort { return e.u.local }
 
-// PrivateData is the SIDR_REP's private data.
+// PrivateData is the SIDR_REP's private data area, whole (136 bytes; see
+// Conn.PrivateData).
 func (e *UDEndpoint) PrivateData() []byte { return e.u.peerPrivate }
 
 // Close destroys the QP (and the PD and CQs it allocated itself).

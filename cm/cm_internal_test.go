@@ -166,10 +166,10 @@ func TestDialAcceptClose(t *testing.T) {
 		e := connect(t, ctx, a, b,
 			&Options{PrivateData: []byte("rep-data")},
 			&Options{PrivateData: []byte("req-data")})
-		if got := string(e.client.PrivateData()); got != "rep-data" {
+		if got := e.client.PrivateData(); !bytes.Equal(got, padded("rep-data", mad.REPPrivateDataLen)) {
 			t.Errorf("client sees private data %q", got)
 		}
-		if got := string(e.server.PrivateData()); got != "req-data" {
+		if got := e.server.PrivateData(); !bytes.Equal(got, padded("req-data", mad.REQPrivateDataLen-mad.CMAHeaderLen)) {
 			t.Errorf("server sees private data %q", got)
 		}
 		if err := e.client.Close(); err != nil {

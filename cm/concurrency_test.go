@@ -1,6 +1,7 @@
 package cm_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -58,10 +59,10 @@ func dialMany(t *testing.T, a, b *qp.Device, n int, lossy bool) {
 		if s == nil || s.QP().Query().DestQPN != c.QP().QPN() {
 			t.Fatalf("client %d (QP %#x) has no server QP pointing back", i, c.QP().QPN())
 		}
-		if got := string(s.PrivateData()); got != fmt.Sprint(i) || seen[got] {
+		if got := string(bytes.TrimRight(s.PrivateData(), "\x00")); got != fmt.Sprint(i) || seen[got] {
 			t.Fatalf("client %d's server side saw private data %q", i, got)
 		}
-		seen[string(s.PrivateData())] = true
+		seen[string(bytes.TrimRight(s.PrivateData(), "\x00"))] = true
 		if s.RemoteAddr() != c.LocalAddr() {
 			t.Fatalf("client %d at %v, server sees %v", i, c.LocalAddr(), s.RemoteAddr())
 		}

@@ -408,7 +408,7 @@ func (c *conn) established(ctx context.Context, id *cmID, rep *mad.REP, rqPSN ui
 	a.mu.Lock()
 	ackTimeout := id.avTimeout // cm_rep_handler: cm_ack_timeout(target_ack_delay, packet life time)
 	a.mu.Unlock()
-	c.peerPrivate = trimPrivate(rep.PrivateData[:])
+	c.peerPrivate = wholePrivate(rep.PrivateData[:])
 	err := c.connect(ctx, path{
 		dgid: c.remote.Addr(), flowLabel: roceFlowLabel(c.local.Port(), c.remote.Port()), mtu: mtu,
 		hopLimit: hopLimit, destQPN: rep.LocalQPN,
@@ -440,16 +440,19 @@ func (c *conn) established(ctx context.Context, id *cmID, rep *mad.REP, rqPSN ui
 
 // trimPrivate returns private data without its zero padding: the CM
 // carries no length, and rdma_cm consumers pass fixed-size structs.
-func trimPrivate(b []byte) []byte {
-	n := len(b)
-	for n > 0 && b[n-1] == 0 {
-		n--
-	}
-	return append([]byte(nil), b[:n]...)
+// wholePrivate copies a received private data area whole, as rdma_cm hands
+// it to the consumer (cma.c sets private_data_len to the area's size: REQ
+// 92 − 36-byte cma_hdr = 56, REP 196, REJ 148, SIDR_REQ 216 − 36 = 180,
+// SIDR_REP 136). The CM carries no length, so the bytes after what the peer
+// wrote are the zeros it padded with; a consumer that knows its format
+// reads its length from the front. Trimming trailing zeros would cut
+// binary data that ends in a zero byte.
+func wholePrivate(b []byte) []byte {
+	return append([]byte(nil), b...)
 }
 
 func rejectError(m *mad.REJ) error {
-	return &RejectError{Reason: m.Reason, PrivateData: trimPrivate(m.PrivateData[:])}
+	return &RejectError{Reason: m.Reason, PrivateData: wholePrivate(m.PrivateData[:])}
 }
 
 // startWatch hands the ID's events to a goroutine for the connection's

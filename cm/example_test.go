@@ -48,7 +48,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("connected %v → %v, the server got %q in the REQ\n", c.LocalAddr().Addr(), c.RemoteAddr(), s.PrivateData())
+	// The REQ's private data area is 56 bytes, whole as rdma_cm delivers
+	// it: the client's 2 bytes, then zero padding.
+	fmt.Printf("connected %v → %v, the server got %q in the REQ\n", c.LocalAddr().Addr(), c.RemoteAddr(), s.PrivateData()[:2])
 
 	msg := []byte("hello over rdma_cm")
 	mrA, err := c.PD().RegMR(msg, qp.LocalWrite)

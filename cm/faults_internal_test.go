@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -252,10 +253,10 @@ func TestConsumerReject(t *testing.T) {
 		_, err = Dial(ctx, a, addrB, &Options{PrivateData: []byte("let me in")})
 		var re *RejectError
 		if !errors.Is(err, ErrRejected) || errors.Is(err, ErrConnRefused) || !errors.As(err, &re) ||
-			re.Reason != mad.RejConsumerDefined || string(re.PrivateData) != "go away" {
+			re.Reason != mad.RejConsumerDefined || !bytes.Equal(re.PrivateData, padded("go away", mad.REJPrivateDataLen)) {
 			t.Fatalf("Dial: %v", err)
 		}
-		if got == nil || string(got.PrivateData) != "let me in" || got.RemoteAddr.Addr() != ipA ||
+		if got == nil || !bytes.Equal(got.PrivateData, padded("let me in", mad.REQPrivateDataLen-mad.CMAHeaderLen)) || got.RemoteAddr.Addr() != ipA ||
 			got.LocalAddr.String() != addrB || got.ServiceID != 0x0000000001061C06 {
 			t.Fatalf("Accept saw %+v", got)
 		}

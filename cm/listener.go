@@ -154,7 +154,7 @@ func (l *listener) serve(id *cmID, req *mad.REQ, hdr mad.CMAHeader, from madAddr
 	r := &Request{
 		LocalAddr:   netip.AddrPortFrom(hdr.Dst.Unmap(), l.addr.Port()),
 		RemoteAddr:  netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
-		PrivateData: trimPrivate(req.PrivateData[mad.CMAHeaderLen:]),
+		PrivateData: wholePrivate(req.PrivateData[mad.CMAHeaderLen:]),
 		ServiceID:   req.ServiceID, RemoteQPN: req.LocalQPN,
 		ResponderResources: req.ResponderResources, InitiatorDepth: req.InitiatorDepth,
 	}

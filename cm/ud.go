@@ -15,6 +15,8 @@ import (
 // SIDRError is a SIDR_REP with a status other than success. It matches
 // ErrRejected, and ErrConnRefused for "service ID not supported" (nobody
 // listens on the port: cm_sidr_req_handler's IB_SIDR_UNSUPPORTED).
+//
+// PrivateData is the SIDR_REP's whole 136-byte area (see Conn.PrivateData).
 type SIDRError struct {
 	Status      mad.SIDRStatus
 	PrivateData []byte
@@ -180,10 +182,10 @@ func dialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*U
 				rep := e.sidr
 				if rep.Status != mad.SIDRSuccess {
 					u.close()
-					return nil, &SIDRError{Status: rep.Status, PrivateData: trimPrivate(rep.PrivateData[:])}
+					return nil, &SIDRError{Status: rep.Status, PrivateData: wholePrivate(rep.PrivateData[:])}
 				}
 				u.remoteQPN, u.remoteQKey = rep.QPN, rep.QKey
-				u.peerPrivate = trimPrivate(rep.PrivateData[:])
+				u.peerPrivate = wholePrivate(rep.PrivateData[:])
 				ah, err := u.pd.CreateAH(ctx, qp.AHAttr{GID: raddr.Addr(), SGIDIndex: gidIndex(dev, lip), HopLimit: 64,
 					FlowLabel: roceFlowLabel(lport, raddr.Port())})
 				if err != nil {
@@ -307,7 +309,7 @@ func (l *udListener) serve(req *mad.SIDRREQ, hdr mad.CMAHeader, tid uint64, from
 		r := &Request{
 			LocalAddr:   netip.AddrPortFrom(hdr.Dst.Unmap(), l.addr.Port()),
 			RemoteAddr:  netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort),
-			PrivateData: trimPrivate(req.PrivateData[mad.CMAHeaderLen:]),
+			PrivateData: wholePrivate(req.PrivateData[mad.CMAHeaderLen:]),
 			ServiceID:   req.ServiceID,
 		}
 		p, err := l.o.Accept(r)

@@ -1,6 +1,7 @@
 package cm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -32,11 +33,11 @@ func TestSIDR(t *testing.T) {
 		}
 		defer e.Close()
 		if e.RemoteQPN() != l.QP().QPN() || e.RemoteQKey() != 0x01234567 || l.QKey() != 0x01234567 ||
-			string(e.PrivateData()) != "welcome" {
+			!bytes.Equal(e.PrivateData(), padded("welcome", mad.SIDRREPPrivateDataLen)) {
 			t.Fatalf("resolved QPN %#x Q_Key %#x private %q; listener QPN %#x", e.RemoteQPN(), e.RemoteQKey(),
 				e.PrivateData(), l.QP().QPN())
 		}
-		if got == nil || string(got.PrivateData) != "udaddy" || got.RemoteAddr != e.LocalAddr() ||
+		if got == nil || !bytes.Equal(got.PrivateData, padded("udaddy", mad.SIDRREQPrivateDataLen-mad.CMAHeaderLen)) || got.RemoteAddr != e.LocalAddr() ||
 			got.ServiceID != mad.ServiceID(mad.PortSpaceUDP, 7000) {
 			t.Fatalf("Accept saw %+v", got)
 		}
@@ -89,7 +90,7 @@ func TestSIDRRefusedAndRejected(t *testing.T) {
 		}
 		_, err = DialUD(ctx, a, "198.18.0.2:7000", nil)
 		if !errors.Is(err, ErrRejected) || errors.Is(err, ErrConnRefused) || !errors.As(err, &se) ||
-			se.Status != mad.SIDRReject || string(se.PrivateData) != "full" {
+			se.Status != mad.SIDRReject || !bytes.Equal(se.PrivateData, padded("full", mad.SIDRREPPrivateDataLen)) {
 			t.Fatalf("DialUD rejected by Accept: %v", err)
 		}
 		// The RC port space is another one: a UD listener does not take REQs.
