@@ -184,8 +184,6 @@ type agent struct {
 	udListeners map[uint64]*udListener
 	sidrPending map[sidrKey]bool
 	ports       map[uint16]bool // local ports Dial and DialUD use now
-	nextID      uint32
-	idXor       uint32 // cm.random_id_operand
 	stats       Stats
 }
 
@@ -223,7 +221,6 @@ func acquireAgent(dev *qp.Device, log *slog.Logger) (*agent, error) {
 		byRemote: map[remoteKey]*cmID{}, byRemoteQP: map[remoteKey]*cmID{},
 		listeners: map[uint64]*listener{}, udListeners: map[uint64]*udListener{},
 		sidrPending: map[sidrKey]bool{}, ports: map[uint16]bool{},
-		nextID: rand.Uint32(), idXor: rand.Uint32(),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
@@ -322,13 +319,16 @@ func marshal(tid uint64, m mad.Message) []byte {
 // REQ, DREQ and SIDR_REQ of an ID share it).
 func (a *agent) formTID(id *cmID) uint64 { return uint64(a.hiTID)<<32 | uint64(id.localID) }
 
-// newID allocates a communication ID (cm_alloc_id_priv: cyclic, XORed with
-// a random operand so IDs are not guessable) holding an agent reference.
-// Called with a.mu held.
+// newID allocates a communication ID holding an agent reference. Its local
+// comm ID is random, never 0 and unique among the live IDs (those in
+// timewait included). Linux's cm_alloc_id_priv XORs a cyclic counter with
+// one random operand, so an attacker who saw one ID finds the next ones
+// among a few dozen guesses (n ^ (n+1) is a run of low ones); a fresh
+// random value each time leaves him 2^32. The REQ's, DREQ's and SIDR_REQ's
+// TIDs carry it too (cm_form_tid). Called with a.mu held.
 func (a *agent) newID() *cmID {
 	for {
-		a.nextID++
-		v := a.nextID ^ a.idXor
+		v := rand.Uint32()
 		if v == 0 || a.ids[v] != nil {
 			continue
 		}
@@ -488,21 +488,21 @@ func (a *agent) receive(from madAddr, b []byte) {
 	case *mad.REQ:
 		a.onREQ(&o, from, h, m)
 	case *mad.MRA:
-		a.onMRA(m)
+		a.onMRA(from, m)
 	case *mad.REJ:
-		a.onREJ(&o, m)
+		a.onREJ(&o, from, m)
 	case *mad.REP:
 		a.onREP(&o, from, m)
 	case *mad.RTU:
-		a.onRTU(m)
+		a.onRTU(from, m)
 	case *mad.DREQ:
 		a.onDREQ(&o, from, h, m)
 	case *mad.DREP:
-		a.onDREP(m)
+		a.onDREP(from, m)
 	case *mad.SIDRREQ:
 		a.onSIDRREQ(&o, from, h, m)
 	case *mad.SIDRREP:
-		a.onSIDRREP(&o, m)
+		a.onSIDRREP(&o, from, m)
 	default:
 		a.stats.Dropped++
 	}
@@ -510,15 +510,27 @@ func (a *agent) receive(from madAddr, b []byte) {
 	a.flush(&o)
 }
 
-// acquire is cm_acquire_id: the ID with this local comm ID whose remote comm
-// ID is remote (any when anyRemote).
-func (a *agent) acquire(local, remote uint32, anyRemote bool) *cmID {
+// acquire is cm_acquire_id: the ID with this local comm ID whose remote
+// comm ID is remote. Remote 0 is how the replies to a REQ or SIDR_REQ (REP,
+// REJ and MRA of the REQ, SIDR_REP) find their ID, which matches only while
+// it has no remote ID yet: an established connection's ID is found only
+// with both comm IDs.
+//
+// from must be the ID's peer: a message with the right IDs from another
+// address is an attacker's who saw or guessed them (Linux relies on the
+// IDs alone; an L2 neighbour can forge any GID, but then he must also
+// guess two random 32-bit IDs).
+func (a *agent) acquire(from madAddr, local, remote uint32) *cmID {
 	id := a.ids[local]
-	if id == nil || (!anyRemote && id.remoteID != remote) {
+	if id == nil || id.remoteID != remote || !samePeer(id.peer, from) {
 		return nil
 	}
 	return id
 }
+
+// samePeer: a MAD from "from" comes from the peer of an ID whose MADs go to
+// peer.
+func samePeer(peer, from madAddr) bool { return peer.GID.Unmap() == from.GID.Unmap() }
 
 // issueREJ is cm_issue_rej: a REJ answering a message that matched no ID.
 func (a *agent) issueREJ(o *outbox, to madAddr, tid uint64, local, remote uint32,
@@ -570,9 +582,12 @@ func (a *agent) onREQ(o *outbox, from madAddr, h mad.Header, m *mad.REQ) {
 	}
 	if stale := a.byRemoteQP[remoteKey{m.LocalQPN, m.LocalCAGUID}]; stale != nil {
 		// The remote QP is still connected to (or in timewait with) an
-		// earlier ID: REJ stale connection, and disconnect that one.
+		// earlier ID: REJ stale connection, and disconnect that one —
+		// only when the REQ comes from that connection's peer. Anyone
+		// can put a victim's QPN and CA GUID (both in its REQ or REP) into
+		// a REQ; from elsewhere it is refused and the victim kept.
 		a.issueREJ(o, from, h.TID, 0, m.LocalCommID, mad.RejStaleConn, mad.MsgTypeREQ)
-		if stale.state == stEstablished {
+		if stale.state == stEstablished && samePeer(stale.peer, from) {
 			a.sendDREQ(o, stale)
 		}
 		return
@@ -622,13 +637,14 @@ func (a *agent) onREQ(o *outbox, from madAddr, h mad.Header, m *mad.REQ) {
 	go l.serve(id, &req, hdr, from)
 }
 
-func (a *agent) onMRA(m *mad.MRA) {
+func (a *agent) onMRA(from madAddr, m *mad.MRA) {
+	// cm_acquire_mraed_id.
 	var id *cmID
 	switch m.MsgMRAed {
 	case mad.MsgTypeREQ:
-		id = a.acquire(m.RemoteCommID, 0, true)
+		id = a.acquire(from, m.RemoteCommID, 0)
 	case mad.MsgTypeREP, mad.MsgTypeOther:
-		id = a.acquire(m.RemoteCommID, m.LocalCommID, false)
+		id = a.acquire(from, m.RemoteCommID, m.LocalCommID)
 	}
 	if id == nil {
 		a.stats.Dropped++
@@ -653,8 +669,10 @@ func (a *agent) onMRA(m *mad.MRA) {
 	id.arm(a, timeout)
 }
 
-func (a *agent) onREJ(o *outbox, m *mad.REJ) {
-	// cm_acquire_rejected_id.
+func (a *agent) onREJ(o *outbox, from madAddr, m *mad.REJ) {
+	// cm_acquire_rejected_id: REJ timeout names the sender's comm ID and
+	// CA GUID (its ARI), a REJ of a REQ our ID alone (it has no remote ID
+	// yet), any other both IDs.
 	var id *cmID
 	switch {
 	case m.Reason == mad.RejTimeout:
@@ -664,12 +682,12 @@ func (a *agent) onREJ(o *outbox, m *mad.REJ) {
 				uint64(info[4])<<24 | uint64(info[5])<<16 | uint64(info[6])<<8 | uint64(info[7])
 		}
 		if tw := a.byRemote[remoteKey{m.LocalCommID, guid}]; tw != nil {
-			id = tw
+			id = a.acquire(from, tw.localID, m.LocalCommID)
 		}
 	case m.MsgRejected == mad.MsgTypeREQ:
-		id = a.acquire(m.RemoteCommID, 0, true)
+		id = a.acquire(from, m.RemoteCommID, 0)
 	default:
-		id = a.acquire(m.RemoteCommID, m.LocalCommID, false)
+		id = a.acquire(from, m.RemoteCommID, m.LocalCommID)
 	}
 	if id == nil {
 		a.stats.Dropped++
@@ -694,19 +712,22 @@ func (a *agent) onREJ(o *outbox, m *mad.REJ) {
 }
 
 func (a *agent) onREP(o *outbox, from madAddr, m *mad.REP) {
-	id := a.acquire(m.RemoteCommID, 0, true)
-	if id == nil || id.remoteID != 0 && id.remoteID != m.LocalCommID {
-		a.stats.Dropped++
+	id := a.acquire(from, m.RemoteCommID, 0)
+	if id == nil {
+		// cm_dup_rep_handler: a REP for an ID that has its remote ID
+		// already; the RTU again once established.
+		if id = a.acquire(from, m.RemoteCommID, m.LocalCommID); id == nil {
+			a.stats.Dropped++
+			return
+		}
+		a.stats.Duplicates++
+		if id.state == stEstablished && id.rtu != nil {
+			o.add(from, id.rtu)
+		}
 		return
 	}
 	if id.state != stReqSent && id.state != stMRAReqRcvd {
-		// cm_dup_rep_handler: the RTU again once established.
-		if id.remoteID == m.LocalCommID {
-			a.stats.Duplicates++
-			if id.state == stEstablished && id.rtu != nil {
-				o.add(from, id.rtu)
-			}
-		}
+		a.stats.Dropped++ // a SIDR ID, or a passive one
 		return
 	}
 	key := remoteKey{m.LocalCommID, m.LocalCAGUID}
@@ -734,8 +755,8 @@ func (a *agent) onREP(o *outbox, from madAddr, m *mad.REP) {
 	id.notify(cmEvent{kind: evREP, rep: &rep})
 }
 
-func (a *agent) onRTU(m *mad.RTU) {
-	id := a.acquire(m.RemoteCommID, m.LocalCommID, false)
+func (a *agent) onRTU(from madAddr, m *mad.RTU) {
+	id := a.acquire(from, m.RemoteCommID, m.LocalCommID)
 	if id == nil {
 		a.stats.Dropped++
 		return
@@ -765,7 +786,7 @@ func (a *agent) drep(id *cmID) []byte {
 }
 
 func (a *agent) onDREQ(o *outbox, from madAddr, h mad.Header, m *mad.DREQ) {
-	id := a.acquire(m.RemoteCommID, m.LocalCommID, false)
+	id := a.acquire(from, m.RemoteCommID, m.LocalCommID)
 	if id == nil {
 		// cm_issue_drep: whatever it was, it is gone.
 		a.stats.Duplicates++
@@ -798,8 +819,8 @@ func (a *agent) onDREQ(o *outbox, from madAddr, h mad.Header, m *mad.DREQ) {
 	o.events = append(o.events, outEvent{id, cmEvent{kind: evDREQ}})
 }
 
-func (a *agent) onDREP(m *mad.DREP) {
-	id := a.acquire(m.RemoteCommID, m.LocalCommID, false)
+func (a *agent) onDREP(from madAddr, m *mad.DREP) {
+	id := a.acquire(from, m.RemoteCommID, m.LocalCommID)
 	if id == nil {
 		a.stats.Dropped++
 		return
@@ -837,8 +858,8 @@ func (a *agent) onSIDRREQ(o *outbox, from madAddr, h mad.Header, m *mad.SIDRREQ)
 	go l.serve(&req, hdr, h.TID, from, key)
 }
 
-func (a *agent) onSIDRREP(o *outbox, m *mad.SIDRREP) {
-	id := a.acquire(m.RequestID, 0, true)
+func (a *agent) onSIDRREP(o *outbox, from madAddr, m *mad.SIDRREP) {
+	id := a.acquire(from, m.RequestID, 0)
 	if id == nil || !id.sidr || id.state != stSIDRReqSent {
 		a.stats.Dropped++
 		return

@@ -1,0 +1,211 @@
+package cm
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/goroce/goroce/mad"
+)
+
+// The hostile-peer tests (issue 20): an attacker on the same L2 forges CM
+// MADs with any source address. Each test states the attack and what must
+// survive it. ipC is an address nobody has: the attacker's spoofed source.
+
+var ipC = netip.MustParseAddr("198.18.0.3")
+
+// forge marshals m as a CM MAD.
+func forge(tid uint64, m mad.Message) []byte { return marshal(tid, m) }
+
+// ids returns a connection's local and remote comm IDs and state.
+func ids(c *Conn) (local, remote uint32, st cmState) {
+	a := c.c.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return c.c.id.localID, c.c.id.remoteID, c.c.id.state
+}
+
+// stillUp checks that a connection survived: no Done, still ESTABLISHED, and
+// a SEND still goes through.
+func stillUp(t *testing.T, ctx context.Context, e endpoints) {
+	t.Helper()
+	synctest.Wait()
+	for _, c := range []*Conn{e.client, e.server} {
+		select {
+		case <-c.Done():
+			t.Fatalf("the connection was torn down: %v", c.Err())
+		default:
+		}
+		if _, _, st := ids(c); st != stEstablished {
+			t.Fatalf("state %v after the attack", st)
+		}
+	}
+	sendOne(t, ctx, e.client, e.server)
+}
+
+// A REJ naming the server's comm ID as "the REQ's" (any remote, as for a
+// rejected REQ) must not end an ESTABLISHED connection: Linux matches "any
+// remote" only while the ID waits for its REP (remote ID 0).
+func TestForgedREJAnyRemote(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, a, b := setup(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		defer e.client.Close()
+		defer e.server.Close()
+		sl, _, _ := ids(e.server)
+		cl, _, _ := ids(e.client)
+		// Both sides' IDs, right local, wrong remote, every REJ flavour.
+		for _, m := range []*mad.REJ{
+			{LocalCommID: 0, RemoteCommID: sl, MsgRejected: mad.MsgTypeREQ, Reason: mad.RejConsumerDefined},
+			{LocalCommID: 12345, RemoteCommID: sl, MsgRejected: mad.MsgTypeREQ, Reason: mad.RejConsumerDefined},
+			{LocalCommID: 12345, RemoteCommID: sl, MsgRejected: mad.MsgTypeOther, Reason: mad.RejConsumerDefined},
+		} {
+			n.inject(ipA, ipB, forge(1, m))
+		}
+		for _, m := range []*mad.REJ{
+			{LocalCommID: 0, RemoteCommID: cl, MsgRejected: mad.MsgTypeREQ, Reason: mad.RejConsumerDefined},
+			{LocalCommID: 12345, RemoteCommID: cl, MsgRejected: mad.MsgTypeREP, Reason: mad.RejConsumerDefined},
+		} {
+			n.inject(ipB, ipA, forge(1, m))
+		}
+		stillUp(t, ctx, e)
+	})
+}
+
+// Messages with both comm IDs right but from another address than the
+// peer's are dropped: REJ, DREQ (with the right QPN), DREP, MRA, LAP-less
+// replies. The attacker saw the IDs (or guessed them) but is not the peer.
+func TestForgedFromWrongSource(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, a, b := setup(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		defer e.client.Close()
+		defer e.server.Close()
+		sl, sr, _ := ids(e.server)
+		cl, cr, _ := ids(e.client)
+		for _, m := range []mad.Message{
+			&mad.REJ{LocalCommID: sr, RemoteCommID: sl, MsgRejected: mad.MsgTypeOther, Reason: mad.RejConsumerDefined},
+			&mad.DREQ{LocalCommID: sr, RemoteCommID: sl, RemoteQPN: e.server.QP().QPN()},
+			&mad.MRA{LocalCommID: sr, RemoteCommID: sl, MsgMRAed: mad.MsgTypeOther, ServiceTimeout: 31},
+			&mad.DREP{LocalCommID: sr, RemoteCommID: sl},
+		} {
+			n.inject(ipC, ipB, forge(1, m))
+		}
+		for _, m := range []mad.Message{
+			&mad.REJ{LocalCommID: cr, RemoteCommID: cl, MsgRejected: mad.MsgTypeOther, Reason: mad.RejConsumerDefined},
+			&mad.DREQ{LocalCommID: cr, RemoteCommID: cl, RemoteQPN: e.client.QP().QPN()},
+		} {
+			n.inject(ipC, ipA, forge(1, m))
+		}
+		stillUp(t, ctx, e)
+		// The DREQ matched nothing, so it is answered with a DREP as any
+		// DREQ for a gone connection is (cm_issue_drep), and counted a
+		// duplicate; the others are dropped.
+		if s := AgentStats(b); s.Dropped != 3 || s.Duplicates != 1 {
+			t.Errorf("server stats %+v: the forged messages were not dropped", s)
+		}
+		// The real peer's DREQ still works.
+		if err := e.client.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-e.server.Done()
+	})
+}
+
+// Local comm IDs are not guessable: after seeing one of a client's IDs, an
+// attacker who spoofs the server's address sends 4096 REJs "for the REQ"
+// to IDs near it (the neighbours a counter, or a counter XORed with a
+// constant, would give next) while the client's second Dial waits for its
+// REP. None hits; the Dial completes.
+func TestSequentialGuessREJ(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var reqIDs []uint32
+		var n *fakeNet
+		repSeen := 0
+		n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch m := m.(type) {
+			case *mad.REQ:
+				reqIDs = append(reqIDs, m.LocalCommID)
+				if len(reqIDs) == 2 {
+					v0 := reqIDs[0]
+					go func() {
+						k := 0
+						send := func(g uint32) {
+							k++
+							n.inject(ipB, ipA, forge(uint64(k), &mad.REJ{RemoteCommID: g, MsgRejected: mad.MsgTypeREQ,
+								Reason: mad.RejConsumerDefined}))
+						}
+						for j := 1; j <= 32; j++ {
+							send(v0 ^ (1<<j - 1))
+						}
+						for d := uint32(1); k < 4096; d++ {
+							send(v0 + d)
+							send(v0 - d)
+							send(v0 ^ d)
+						}
+					}()
+				}
+			case *mad.REP:
+				repSeen++
+				return repSeen == 2, false // the second Dial waits a REP timeout: the attacker's window
+			}
+			return false, false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		e.client.Close()
+		e.server.Close()
+		c, err := Dial(ctx, a, addrB, nil)
+		if err != nil {
+			t.Fatalf("the second Dial, under 4096 guessed REJs: %v", err)
+		}
+		c.Close()
+		if s := AgentStats(a); s.Dropped < 4000 {
+			t.Errorf("client stats %+v", s)
+		}
+	})
+}
+
+// The stale-connection rule (cm_match_req): a REQ reusing a connected
+// peer's (QPN, CA GUID) makes the server DREQ the old connection. From the
+// peer's own address that is the rule (TestStaleREQ); from anyone else it
+// is an attack: the REQ is refused, the connection stays.
+func TestStaleREQFromElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var req mad.REQ
+		n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
+			if r, ok := m.(*mad.REQ); ok {
+				mu.Lock()
+				req = *r
+				mu.Unlock()
+			}
+			return false, false
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		defer e.client.Close()
+		defer e.server.Close()
+		mu.Lock()
+		m := req
+		mu.Unlock()
+		m.LocalCommID ^= 0x5A5A5A5A
+		n.inject(ipC, ipB, forge(77, &m))
+		stillUp(t, ctx, e)
+		if k := n.count("DREQ"); k != 0 {
+			t.Fatalf("%d DREQs after a stale REQ from %v", k, ipC)
+		}
+	})
+}
