@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,34 @@ const (
 	udpQKey           = 0x01234567
 	permissiveLID     = 0xFFFF
 	defaultPKey       = 0xFFFF
+)
+
+// Bounds on what a peer's messages may make us hold (issue 20: a half-open
+// flood). Linux takes the REP's timeout and retries from the REQ uncapped;
+// 128 REQs asking for 2^23 ms × 15 retries locked a Listener for hours.
+// These are the SYN-flood defences of a TCP stack: a capped retransmission
+// schedule, a capped half-open lifetime, and a half-open budget apart from
+// the accept backlog, per source too, whose oldest entry gives way.
+const (
+	// maxPeerCMTimeout caps a timeout taken from a peer's field (the
+	// REQ's local CM response timeout for our REP): cm_convert_to_ms(21).
+	// rdma_cm asks for 20 (4096 ms), which stays as it is.
+	maxPeerCMTimeout = 8192 * time.Millisecond
+	// maxHalfOpenLife bounds a passive ID from its REQ to its RTU: the REP
+	// is resent until then at most, then the ID ends as if the retries ran
+	// out. rdma_cm's own 4096 ms × 16 sends would take 65.5 s.
+	maxHalfOpenLife = 60 * time.Second
+	// maxWait caps every other wait a peer's field sets: timewait (the
+	// path's timeout from the REQ or REP) and an MRA's service timeout.
+	maxWait = 60 * time.Second
+	// halfOpenMax is the device's budget of half-open passive IDs (REQ
+	// received, RTU not yet), each with a QP and a goroutine; halfOpenPerSource
+	// the share of one source GID (enough for a host dialling a queue per
+	// CPU at once, as an NVMe-oF host does). A REQ beyond either evicts the
+	// oldest half-open ID (of that source, or of all), which gets REJ "no
+	// resources".
+	halfOpenMax       = 1024
+	halfOpenPerSource = 128
 )
 
 // cmMS is cm_convert_to_ms: the kernel's approximation of 4.096 µs × 2^t,
@@ -149,6 +178,13 @@ type cmID struct {
 
 	avTimeout uint8 // cm_av.timeout: the path's packet life time + 1; after a REP, the ACK timeout
 
+	// A passive ID from its REQ to its RTU is half-open: counted in
+	// agent.halfOpen, ended at deadline (maxHalfOpenLife after the REQ),
+	// its setup's QP transitions cancelled by abort when it is evicted.
+	halfOpen bool
+	deadline time.Time
+	abort    context.CancelFunc
+
 	rtu []byte // ESTABLISHED on the active side: the RTU, resent for a duplicate REP
 
 	inRemote, inRemoteQP bool // in agent.byRemote / agent.byRemoteQP
@@ -184,6 +220,8 @@ type agent struct {
 	udListeners map[uint64]*udListener
 	sidrPending map[sidrKey]bool
 	ports       map[uint16]bool // local ports Dial and DialUD use now
+	halfOpen    []*cmID         // the half-open passive IDs, oldest first
+	halfOpenBy  map[netip.Addr]int
 	stats       Stats
 }
 
@@ -220,7 +258,7 @@ func acquireAgent(dev *qp.Device, log *slog.Logger) (*agent, error) {
 		refs: 1, ids: map[uint32]*cmID{},
 		byRemote: map[remoteKey]*cmID{}, byRemoteQP: map[remoteKey]*cmID{},
 		listeners: map[uint64]*listener{}, udListeners: map[uint64]*udListener{},
-		sidrPending: map[sidrKey]bool{}, ports: map[uint16]bool{},
+		sidrPending: map[sidrKey]bool{}, ports: map[uint16]bool{}, halfOpenBy: map[netip.Addr]int{},
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
@@ -344,6 +382,7 @@ func (a *agent) newID() *cmID {
 func (a *agent) drop(o *outbox, id *cmID) {
 	id.cancel()
 	a.forgetRemote(id)
+	a.leaveHalfOpen(id)
 	if a.ids[id.localID] == id {
 		delete(a.ids, id.localID)
 		o.releases++
@@ -373,9 +412,62 @@ func (a *agent) forgetRemote(id *cmID) {
 func (a *agent) enterTimewait(id *cmID) {
 	id.cancel()
 	a.forgetRemote(id)
+	a.leaveHalfOpen(id)
 	id.state = stTimewait
 	id.msg = nil
-	id.arm(a, cmMS(id.avTimeout))
+	id.arm(a, min(cmMS(id.avTimeout), maxWait))
+}
+
+// enterHalfOpen counts a new passive ID against the half-open budget,
+// evicting the oldest half-open ID of the same source when that source has
+// its share, else the oldest of all when the budget is full. Called with
+// a.mu held.
+func (a *agent) enterHalfOpen(o *outbox, id *cmID) {
+	src := id.peer.GID.Unmap()
+	if a.halfOpenBy[src] >= halfOpenPerSource {
+		for _, old := range a.halfOpen {
+			if old.peer.GID.Unmap() == src {
+				a.evict(o, old)
+				break
+			}
+		}
+	} else if len(a.halfOpen) >= halfOpenMax {
+		a.evict(o, a.halfOpen[0])
+	}
+	id.halfOpen = true
+	id.deadline = time.Now().Add(maxHalfOpenLife)
+	a.halfOpen = append(a.halfOpen, id)
+	a.halfOpenBy[src]++
+}
+
+// leaveHalfOpen takes an ID out of the half-open budget (established,
+// rejected, timed out, dropped). Called with a.mu held.
+func (a *agent) leaveHalfOpen(id *cmID) {
+	if !id.halfOpen {
+		return
+	}
+	id.halfOpen = false
+	id.deadline = time.Time{}
+	if i := slices.Index(a.halfOpen, id); i >= 0 {
+		a.halfOpen = slices.Delete(a.halfOpen, i, i+1)
+	}
+	src := id.peer.GID.Unmap()
+	if a.halfOpenBy[src]--; a.halfOpenBy[src] <= 0 {
+		delete(a.halfOpenBy, src)
+	}
+}
+
+// evict ends a half-open ID for a newer request, as a SYN cache drops its
+// oldest entry: REJ "no resources" to its peer, its setup cancelled.
+// Called with a.mu held.
+func (a *agent) evict(o *outbox, id *cmID) {
+	a.stats.Evicted++
+	if id.abort != nil {
+		id.abort()
+	}
+	a.leaveHalfOpen(id)
+	a.sendREJ(o, id, mad.RejNoResources, nil, nil)
+	id.notify(cmEvent{kind: evTimeout})
 }
 
 // notify hands an event to the ID's owner; the buffer is larger than the
@@ -394,7 +486,17 @@ func (id *cmID) send(a *agent, o *outbox, b []byte, retries int) {
 	id.retries = retries
 	id.msgTime = id.timeout
 	o.add(id.peer, b)
-	id.arm(a, id.msgTime)
+	id.armMsg(a)
+}
+
+// armMsg arms the outstanding message's retransmission, no later than a
+// half-open ID's deadline.
+func (id *cmID) armMsg(a *agent) {
+	d := id.msgTime
+	if !id.deadline.IsZero() {
+		d = max(0, min(d, time.Until(id.deadline)))
+	}
+	id.arm(a, d)
 }
 
 func (id *cmID) arm(a *agent, d time.Duration) {
@@ -424,11 +526,11 @@ func (a *agent) expire(id *cmID, gen uint64) {
 	switch {
 	case id.state == stTimewait:
 		a.drop(&o, id)
-	case id.msg != nil && id.retries > 0:
+	case id.msg != nil && id.retries > 0 && (id.deadline.IsZero() || time.Now().Before(id.deadline)):
 		id.retries--
 		a.stats.Retransmits++
 		o.add(id.peer, id.msg)
-		id.arm(a, id.msgTime)
+		id.armMsg(a)
 	default:
 		a.sendError(&o, id)
 	}
@@ -457,6 +559,10 @@ type Stats struct {
 	Duplicates  uint64 // duplicate REQ, REP, RTU, DREQ, SIDR_REQ, MRA
 	Retransmits uint64 // REQ, REP, DREQ, SIDR_REQ resent on their timeout
 	Rejects     uint64 // REJs sent
+	// Evicted are the half-open connection requests (REQ received, no
+	// RTU yet) ended for newer ones because the device's half-open budget
+	// (1024), or one source's share of it (128), was full.
+	Evicted uint64
 }
 
 // AgentStats returns the counters of dev's CM agent (zero when the device
@@ -608,7 +714,9 @@ func (a *agent) onREQ(o *outbox, from madAddr, h mad.Header, m *mad.REQ) {
 		a.issueREJ(o, from, h.TID, 0, m.LocalCommID, mad.RejInvalidServiceID, mad.MsgTypeREQ)
 		return
 	}
-	if l.pending+len(l.backlog) >= cap(l.backlog) {
+	if len(l.backlog) >= l.o.Backlog {
+		// The accept queue is full (half-open requests do not count:
+		// they have their own budget, enterHalfOpen).
 		a.issueREJ(o, from, h.TID, 0, m.LocalCommID, mad.RejNoResources, mad.MsgTypeREQ)
 		return
 	}
@@ -620,8 +728,8 @@ func (a *agent) onREQ(o *outbox, from madAddr, h mad.Header, m *mad.REQ) {
 	id.remoteQPN = m.LocalQPN
 	id.tid = h.TID
 	id.peer = from
-	id.timeout = cmMS(m.LocalCMResponseTimeout)
-	id.maxRet = int(m.MaxCMRetries)
+	id.timeout = min(cmMS(m.LocalCMResponseTimeout), maxPeerCMTimeout)
+	id.maxRet = int(m.MaxCMRetries) // 4 bits: ≤ 15, CMA_MAX_CM_RETRIES
 	pkt := m.Primary.LocalAckTimeout
 	if pkt > 0 {
 		pkt-- // cm_format_paths_from_req
@@ -631,6 +739,7 @@ func (a *agent) onREQ(o *outbox, from madAddr, h mad.Header, m *mad.REQ) {
 	id.inRemote = true
 	a.byRemoteQP[remoteKey{id.remoteQPN, id.remoteGUID}] = id
 	id.inRemoteQP = true
+	a.enterHalfOpen(o, id)
 	l.pending++
 	req := *m
 	l.wg.Add(1)
@@ -653,7 +762,7 @@ func (a *agent) onMRA(from madAddr, m *mad.MRA) {
 	// cm_mra_handler: the answer will take the service timeout longer;
 	// ib_modify_mad gives the outstanding message that timeout from now
 	// on and leaves its retries.
-	timeout := cmMS(m.ServiceTimeout) + cmMS(id.avTimeout)
+	timeout := min(cmMS(m.ServiceTimeout)+cmMS(id.avTimeout), maxWait)
 	switch {
 	case id.state == stReqSent && m.MsgMRAed == mad.MsgTypeREQ:
 		id.state = stMRAReqRcvd
@@ -666,7 +775,7 @@ func (a *agent) onMRA(from madAddr, m *mad.MRA) {
 		return
 	}
 	id.msgTime = timeout
-	id.arm(a, timeout)
+	id.armMsg(a)
 }
 
 func (a *agent) onREJ(o *outbox, from madAddr, m *mad.REJ) {
@@ -767,6 +876,7 @@ func (a *agent) onRTU(from madAddr, m *mad.RTU) {
 	}
 	id.cancel()
 	id.msg = nil
+	a.leaveHalfOpen(id)
 	id.state = stEstablished
 	id.notify(cmEvent{kind: evRTU})
 }

@@ -101,6 +101,9 @@ type Options struct {
 
 	// Backlog bounds the established connections a Listener holds for
 	// Accept (default 128); requests beyond it get REJ "no resources".
+	// Requests still being set up (REQ received, no RTU yet) do not count:
+	// they have the device's half-open budget (1024, 128 per source
+	// address, the oldest evicted when full, each at most 60 s).
 	Backlog int
 
 	// Local is the source address of Dial and DialUD (zero: the device's

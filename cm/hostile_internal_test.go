@@ -2,6 +2,7 @@ package cm
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/mad"
+	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 )
 
 // The hostile-peer tests (issue 20): an attacker on the same L2 forges CM
@@ -206,6 +209,121 @@ func TestStaleREQFromElsewhere(t *testing.T) {
 		stillUp(t, ctx, e)
 		if k := n.count("DREQ"); k != 0 {
 			t.Fatalf("%d DREQs after a stale REQ from %v", k, ipC)
+		}
+	})
+}
+
+// devPairResolving is devPair whose server (b) resolves every address to
+// the client's MAC, as a host on a LAN where every spoofed source answers
+// ARP (or the MAC is taken from the request): a forged REQ from any
+// address then becomes a half-open connection.
+func devPairResolving(t *testing.T) (a, b *qp.Device) {
+	t.Helper()
+	la, lb := nic.NewMemPair(nic.MemConfig{})
+	a, err := qp.Open(qp.Config{Name: "goroce-a", Link: la, IP: ipA,
+		Neighbors: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = qp.Open(qp.Config{Name: "goroce-b", Link: lb, IP: ipB,
+		Resolve: func(context.Context, netip.Addr) (net.HardwareAddr, error) { return la.HardwareAddr(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+	})
+	return a, b
+}
+
+// floodREQ is an attacker's REQ for addrB from src: its own comm ID, QPN
+// and CA GUID (i), and the longest timeouts and most retries the fields
+// hold: local CM response timeout 31 (2^23 ms), 15 CM retries, the path's
+// ACK timeout 31 (timewait 2^23 ms).
+func floodREQ(i int, src netip.Addr) []byte {
+	var priv [mad.REQPrivateDataLen]byte
+	h := mad.CMAHeader{IPVersion: 4, SrcPort: uint16(1024 + i), Src: src, Dst: ipB}
+	h.Marshal(priv[:])
+	req := &mad.REQ{
+		LocalCommID: uint32(0x10000 + i), ServiceID: mad.ServiceID(mad.PortSpaceTCP, 7174),
+		LocalCAGUID: uint64(0xA77AC4 + i), LocalQPN: uint32(0x100 + i),
+		ResponderResources: 1, InitiatorDepth: 1, RemoteCMResponseTimeout: 31, TransportType: mad.TransportRC,
+		StartingPSN: 1, LocalCMResponseTimeout: 31, RetryCount: 7, PKey: defaultPKey, PathMTU: uint8(qp.MTU1024),
+		RNRRetryCount: 7, MaxCMRetries: 15,
+		Primary: mad.Path{LocalLID: permissiveLID, RemoteLID: permissiveLID, LocalGID: gid16(src),
+			RemoteGID: gid16(ipB), HopLimit: 64, LocalAckTimeout: 31},
+		PrivateData: priv,
+	}
+	return forge(uint64(i), req)
+}
+
+// The half-open flood: 200 REQs from one source (the client's own
+// address), then 1100 from as many spoofed ones, none ever sending its
+// RTU. A legitimate Dial from the flooded source still completes at once
+// (no REQ resend), the flood's state is bounded by the budgets while it
+// lasts, and a simulated 10 hours later nothing of it is left.
+func TestHalfOpenFlood(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &fakeNet{}
+		t.Cleanup(func() { time.Sleep(time.Minute) })
+		n.install(t)
+		a, b := devPairResolving(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Hour)
+		defer cancel()
+		l, err := Listen(ctx, b, addrB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ag := l.l.a
+		check := func(what string) {
+			t.Helper()
+			synctest.Wait()
+			start := time.Now()
+			dctx, dcancel := context.WithTimeout(ctx, time.Minute)
+			defer dcancel()
+			c, err := Dial(dctx, a, addrB, nil)
+			if err != nil {
+				t.Fatalf("after %s: Dial: %v", what, err)
+			}
+			if d := time.Since(start); d >= reqTimeout {
+				t.Errorf("after %s: Dial took %v (the REQ was resent)", what, d)
+			}
+			s, err := l.Accept(dctx)
+			if err != nil {
+				t.Fatalf("after %s: Accept: %v", what, err)
+			}
+			sendOne(t, ctx, c, s)
+			c.Close()
+			s.Close()
+			ag.mu.Lock()
+			h, hA := len(ag.halfOpen), ag.halfOpenBy[ipA]
+			ag.mu.Unlock()
+			if h > halfOpenMax || hA > halfOpenPerSource {
+				t.Errorf("after %s: %d half-open, %d from %v", what, h, hA, ipA)
+			}
+		}
+		for i := range 200 {
+			n.inject(ipA, ipB, floodREQ(i, ipA))
+		}
+		check("200 REQs from the client's address")
+		for i := range 1100 {
+			src := netip.AddrFrom4([4]byte{198, 18, 1 + byte(i/250), 1 + byte(i%250)})
+			n.inject(src, ipB, floodREQ(1000+i, src))
+		}
+		check("1100 REQs from spoofed addresses")
+		s := AgentStats(b)
+		t.Logf("server agent after the floods: %+v", s)
+		if s.Evicted == 0 {
+			t.Errorf("nothing evicted")
+		}
+		time.Sleep(10 * time.Hour)
+		ag.mu.Lock()
+		left, h, pending := len(ag.ids), len(ag.halfOpen), l.l.pending
+		ag.mu.Unlock()
+		if left != 0 || h != 0 || pending != 0 {
+			t.Fatalf("10 h after the flood: %d IDs, %d half-open, %d pending", left, h, pending)
 		}
 	})
 }

@@ -74,7 +74,9 @@ func listen(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*L
 	if err != nil {
 		return nil, err
 	}
-	l := &listener{a: a, dev: dev, o: o, backlog: make(chan *Conn, o.Backlog)}
+	// Room for the backlog and every half-open request that may complete
+	// after the check of the backlog in onREQ.
+	l := &listener{a: a, dev: dev, o: o, backlog: make(chan *Conn, o.Backlog+halfOpenMax)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	a.mu.Lock()
 	port, sid := a.listenPort(mad.PortSpaceTCP, ap.Port(), func(sid uint64) bool { return a.listeners[sid] != nil })
@@ -203,6 +205,9 @@ func (l *listener) serve(id *cmID, req *mad.REQ, hdr mad.CMAHeader, from madAddr
 	rqPSN := randPSN()
 	mtu := min(qp.MTU(req.PathMTU), l.dev.ActiveMTU())
 	ctx, cancel := context.WithTimeout(l.ctx, id.timeout)
+	a.mu.Lock()
+	id.abort = cancel // eviction cancels the QP's path resolution
+	a.mu.Unlock()
 	err = c.connect(ctx, path{
 		dgid: from.GID.Unmap(), flowLabel: req.Primary.FlowLabel, mtu: mtu, hopLimit: req.Primary.HopLimit, trafficClass: req.Primary.TrafficClass,
 		destQPN: req.LocalQPN, rqPSN: rqPSN, sqPSN: req.StartingPSN,
@@ -253,7 +258,7 @@ func (l *listener) serve(id *cmID, req *mad.REQ, hdr mad.CMAHeader, from madAddr
 				select {
 				case l.backlog <- cn:
 				default:
-					cn.Close() // cannot happen: REQs beyond the backlog are rejected
+					cn.Close() // cannot happen: the channel has room for every half-open request
 				}
 				return
 			case evREJ, evTimeout, evDREQ, evFinished:
