@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -85,11 +86,15 @@ func cmAckTimeout(caAckDelay, packetLifeTime uint8) uint8 {
 	return uint8(min(31, t))
 }
 
-// madAddr is where a MAD comes from or goes to: a peer's GSI.
+// madAddr is where a MAD comes from or goes to: a peer's GSI. MAC is a
+// received MAD's Ethernet source: answers go there without resolving GID,
+// so a spoofed source nobody answers ARP for costs the agent nothing (nil
+// for our own Dial's peer, which is resolved).
 type madAddr struct {
 	GID                    netip.Addr
 	QPN, QKey              uint32
 	HopLimit, TrafficClass uint8
+	MAC                    net.HardwareAddr
 }
 
 // gsiPort is the MAD I/O the agent needs from the device's GSI (QP1).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -51,7 +52,8 @@ func (n *fakeNet) inject(from, to netip.Addr, b []byte) {
 	dst := n.ports[to]
 	n.mu.Unlock()
 	if dst != nil {
-		dst.q <- fakeMAD{madAddr{GID: from, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64}, append([]byte(nil), b...)}
+		dst.q <- fakeMAD{madAddr{GID: from, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64, MAC: fakeMAC(from)},
+			append([]byte(nil), b...)}
 	}
 }
 
@@ -146,12 +148,18 @@ func (p *fakePort) send(ctx context.Context, to madAddr, b []byte) error {
 	n.at = append(n.at, fakeEvent{m.Name(), time.Now(), drop})
 	n.mu.Unlock()
 	if dst == nil {
+		if to.MAC == nil {
+			// Nobody answers ARP for the address: the resolution takes
+			// all the time ctx gives it, as qp.GSI.Send's does.
+			<-ctx.Done()
+			return ctx.Err()
+		}
 		return nil // nobody there: lost, as on a real network
 	}
 	if drop {
 		return nil
 	}
-	from := madAddr{GID: p.gid, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64}
+	from := madAddr{GID: p.gid, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64, MAC: fakeMAC(p.gid)}
 	for range 1 + btoi(dup) {
 		select {
 		case dst.q <- fakeMAD{from, append([]byte(nil), b...)}:
@@ -187,4 +195,10 @@ func (n *fakeNet) count(name string) int {
 		}
 	}
 	return k
+}
+
+// fakeMAC is the Ethernet source the fake network gives a MAD from ip.
+func fakeMAC(ip netip.Addr) net.HardwareAddr {
+	b := ip.Unmap().As16()
+	return net.HardwareAddr{0x02, 0, b[12], b[13], b[14], b[15]}
 }

@@ -21,11 +21,11 @@ func gsiOf(dev *qp.Device) (gsiPort, error) {
 func (p qpGSI) handle(h func(from madAddr, mad []byte)) (func(), error) {
 	return p.g.Handle(mad.ClassCM, func(m qp.MAD) {
 		h(madAddr{GID: m.From.GID, QPN: m.From.QPN, QKey: m.From.QKey,
-			HopLimit: m.From.HopLimit, TrafficClass: m.From.TrafficClass}, m.Data)
+			HopLimit: m.From.HopLimit, TrafficClass: m.From.TrafficClass, MAC: m.From.MAC}, m.Data)
 	})
 }
 
 func (p qpGSI) send(ctx context.Context, to madAddr, b []byte) error {
 	return p.g.Send(ctx, qp.MADAddr{GID: to.GID, QPN: to.QPN, QKey: to.QKey,
-		HopLimit: to.HopLimit, TrafficClass: to.TrafficClass}, b)
+		HopLimit: to.HopLimit, TrafficClass: to.TrafficClass, MAC: to.MAC}, b)
 }

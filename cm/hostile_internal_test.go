@@ -327,3 +327,51 @@ func TestHalfOpenFlood(t *testing.T) {
 		}
 	})
 }
+
+// Spoofed sources cost the dispatch nothing: ten MADs from an address
+// nobody answers ARP for (REQs for the listener and for a port nobody
+// listens on, DREQs for gone connections), each needing an answer, then a
+// legitimate Dial: it completes without waiting at all on the fake clock.
+// The answers go to the MADs' Ethernet source (madAddr.MAC), which needs
+// no resolution; resolving ipC would take each one a second on the single
+// dispatch goroutine.
+func TestSpoofedSourcesDoNotStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, a, b := setup(t, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		l, err := Listen(ctx, b, addrB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		for i := range 4 {
+			n.inject(ipC, ipB, floodREQ(i, ipC))
+		}
+		for i := range 3 {
+			r := forge(uint64(i), &mad.REQ{LocalCommID: uint32(100 + i), ServiceID: mad.ServiceID(mad.PortSpaceTCP, 9),
+				TransportType: mad.TransportRC})
+			n.inject(ipC, ipB, r)
+		}
+		for i := range 3 {
+			n.inject(ipC, ipB, forge(uint64(i), &mad.DREQ{LocalCommID: uint32(200 + i), RemoteCommID: uint32(300 + i)}))
+		}
+		start := time.Now()
+		c, err := Dial(ctx, a, addrB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("Dial took %v on the fake clock after ten MADs from %v", d, ipC)
+		}
+		s, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		s.Close()
+		if k := n.count("REJ") + n.count("DREP"); k < 10 {
+			t.Errorf("%d answers to the ten MADs", k)
+		}
+	})
+}

@@ -167,6 +167,7 @@ const (
 	WCWithImm   = transport.WCWithImm   // WC.Imm is valid
 	WCWithInv   = transport.WCWithInv   // WC.InvRKey is valid (the peer invalidated it)
 	WCSolicited = transport.WCSolicited // the message had the SE bit (solicited-only notification)
+	WCWithSMAC  = transport.WCWithSMAC  // WC.SMAC is the Ethernet source of a UD receive
 )
 
 // QP states (State), with libibverbs' values.

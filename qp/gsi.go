@@ -3,10 +3,14 @@ package qp
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"sync"
 	satomic "sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/wire"
 )
@@ -41,9 +45,10 @@ const (
 // gsiRecvSlots is how many receives QP1 keeps posted; each is reposted as
 // soon as its MAD was handled. ib_mad posts 512 (IB_MAD_QP_RECV_SIZE).
 const (
-	gsiRecvSlots = 256
-	gsiSlotLen   = GRHLen + MADLen
-	gsiSendWR    = 64
+	gsiNegativeMax = 4096 // entries of the negative cache
+	gsiRecvSlots   = 256
+	gsiSlotLen     = GRHLen + MADLen
+	gsiSendWR      = 64
 )
 
 // MADAddr is where a MAD comes from or goes to. For the CM: QPN 1 and
@@ -53,7 +58,18 @@ type MADAddr struct {
 	QPN                    uint32
 	QKey                   uint32
 	HopLimit, TrafficClass uint8
+	// MAC is the Ethernet address to send to. A received MAD's From has
+	// the frame's source here, so that an answer goes back where the
+	// request came from without resolving GID (as a NIC answers a MAD):
+	// a source nobody answers ARP for cannot stall the sender. Nil: Send
+	// resolves GID through the device's neighbour resolver.
+	MAC net.HardwareAddr
 }
+
+// gsiNegativeTTL is how long a failed resolution of a MAD's destination is
+// remembered: Sends to that GID meanwhile fail at once instead of waiting
+// for the resolver again.
+const gsiNegativeTTL = time.Second
 
 // MAD is one received MAD. Data is the 256 bytes, valid only during the
 // handler's call (the receive buffer is reposted after it returns); From
@@ -99,10 +115,18 @@ type GSI struct {
 
 	cancel context.CancelFunc // normal mode: stops the dispatch goroutine
 
+	negMu    sync.Mutex
+	negative map[netip.Addr]negEntry // failed resolutions, for gsiNegativeTTL
+
 	received, sent, noHandler, badLength, badVersion, invalid, answered, sendErrors satomic.Uint64
 }
 
 type gsiHandler struct{ fn func(MAD) }
+
+type negEntry struct {
+	until time.Time
+	err   error
+}
 
 // GSI returns the device's QP1, creating it on the first call: a UD QP
 // with Q_Key GSIQKey, its receives posted. Handlers run on one dispatch
@@ -202,7 +226,9 @@ func (g *GSI) Handle(class uint8, h func(m MAD)) (unregister func(), err error) 
 // Send sends one MAD (exactly MADLen bytes) from QP1 to to.QPN as a UD
 // SEND_ONLY. The DETH carries GSIQKey, as every datagram from QP1 does on
 // rxe; to.QKey is checked but only matters to non-GSI peers. ctx bounds
-// the resolution of the peer's MAC.
+// the resolution of the peer's MAC, which is skipped when to.MAC is set
+// (an answer to a received MAD's From). A failed resolution is remembered
+// for a second: Sends to that GID meanwhile fail at once.
 func (g *GSI) Send(ctx context.Context, to MADAddr, mad []byte) error {
 	if len(mad) != MADLen {
 		return fmt.Errorf("qp: GSI send: a MAD is %d bytes, not %d: %w", MADLen, len(mad), ErrInvalidArgument)
@@ -210,8 +236,38 @@ func (g *GSI) Send(ctx context.Context, to MADAddr, mad []byte) error {
 	if to.QPN == 0 || to.QPN > 0xFFFFFF {
 		return fmt.Errorf("qp: GSI send: QPN %#x out of range: %w", to.QPN, ErrInvalidArgument)
 	}
-	ah, err := g.pd.CreateAH(ctx, AHAttr{GID: to.GID, SGIDIndex: 1, HopLimit: to.HopLimit, TrafficClass: to.TrafficClass})
+	if to.MAC != nil && len(to.MAC) != 6 {
+		return fmt.Errorf("qp: GSI send: MAC %v is not 6 bytes: %w", to.MAC, ErrInvalidArgument)
+	}
+	gid := to.GID.Unmap()
+	if to.MAC == nil {
+		g.negMu.Lock()
+		e, ok := g.negative[gid]
+		if ok && time.Now().After(e.until) {
+			delete(g.negative, gid)
+			ok = false
+		}
+		g.negMu.Unlock()
+		if ok {
+			return fmt.Errorf("qp: GSI send: %w (cached)", e.err)
+		}
+	}
+	ah, err := g.pd.createAH(ctx, AHAttr{GID: to.GID, SGIDIndex: 1, HopLimit: to.HopLimit, TrafficClass: to.TrafficClass}, to.MAC)
 	if err != nil {
+		// A resolution that failed (not the caller's cancellation, a
+		// closed device or a bad address) is remembered.
+		if to.MAC == nil && !errors.Is(ctx.Err(), context.Canceled) &&
+			!errors.Is(err, ErrClosed) && !errors.Is(err, ErrInvalidArgument) {
+			g.negMu.Lock()
+			if g.negative == nil {
+				g.negative = map[netip.Addr]negEntry{}
+			}
+			if len(g.negative) >= gsiNegativeMax {
+				clear(g.negative) // a flood of spoofed addresses: start over rather than grow
+			}
+			g.negative[gid] = negEntry{time.Now().Add(gsiNegativeTTL), err}
+			g.negMu.Unlock()
+		}
 		return fmt.Errorf("qp: GSI send: %w", err)
 	}
 	defer ah.Destroy()
@@ -339,6 +395,9 @@ func (g *GSI) deliver(wc *WC, buf []byte) {
 		return
 	}
 	from := MADAddr{GID: ah.GID, QPN: wc.SrcQP, QKey: GSIQKey, HopLimit: ah.HopLimit, TrafficClass: ah.TrafficClass}
+	if wc.Flags&WCWithSMAC != 0 {
+		from.MAC = net.HardwareAddr(append([]byte(nil), wc.SMAC[:]...))
+	}
 	g.hmu.Lock()
 	h := g.handlers[class]
 	g.hmu.Unlock()
@@ -351,12 +410,15 @@ func (g *GSI) deliver(wc *WC, buf []byte) {
 		return
 	}
 	// generate_unmatched_resp: the request comes back as a GetResp with
-	// status "unsupported method/attribute", sent to where it came from.
+	// status "unsupported method/attribute", sent to where it came from
+	// (its Ethernet source: nothing to resolve, nothing to wait for).
 	r := g.resp[:]
 	copy(r, mad)
 	r[3] = madMethodGetResp
 	binary.BigEndian.PutUint16(r[4:], madStatusUnsupportedAtt)
-	if err := g.Send(context.Background(), from, r); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), gsiNegativeTTL)
+	defer cancel()
+	if err := g.Send(ctx, from, r); err != nil {
 		g.sendErrors.Add(1)
 		return
 	}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/sim"
 )
@@ -178,5 +182,87 @@ func TestGSIRealTime(t *testing.T) {
 	}
 	if err := ga.Send(ctx, qp.MADAddr{GID: gidB, QPN: 1}, mad(7, 3, 0x10, 1)); !errors.Is(err, qp.ErrClosed) {
 		t.Fatalf("Send after Close: %v", err)
+	}
+}
+
+// A MAD is answered at its Ethernet source: B has no neighbour entry for A
+// (a spoofed source nobody answers ARP for looks the same to it), yet its
+// "unsupported" GetResp reaches A without resolving anything, and the
+// received MAD's From carries the MAC. A Send without a MAC to an address
+// that does not resolve fails, and within a second fails again at once
+// (negative cache) without asking the resolver.
+func TestGSIAnswersL2Source(t *testing.T) {
+	la, lb := nic.NewMemPair(nic.MemConfig{})
+	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+	a, err := qp.Open(qp.Config{Name: "a", Link: la, IP: ipA,
+		Neighbors: map[netip.Addr]net.HardwareAddr{ipB: lb.HardwareAddr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var resolves atomic.Int32
+	b, err := qp.Open(qp.Config{Name: "b", Link: lb, IP: ipB,
+		Resolve: func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+			resolves.Add(1)
+			return nil, errors.New("no ARP answer")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ga, err := a.GSI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := b.GSI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan qp.MAD, 2)
+	if _, err := ga.Handle(0x0A, func(m qp.MAD) { got <- qp.MAD{From: m.From, Data: append([]byte(nil), m.Data...)} }); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan qp.MADAddr, 1)
+	if _, err := gb.Handle(0x07, func(m qp.MAD) { seen <- m.From }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	gidB, _ := b.GID(1)
+	toB := qp.MADAddr{GID: gidB, QPN: 1, QKey: qp.GSIQKey}
+	if err := ga.Send(ctx, toB, mad(0x0A, 0x01, 0x20, 70)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ga.Send(ctx, toB, mad(0x07, 0x03, 0x10, 71)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m.Data[3] != 0x81 || binary.BigEndian.Uint64(m.Data[8:]) != 70 {
+			t.Fatalf("answer % x", m.Data[:24])
+		}
+	case <-ctx.Done():
+		t.Fatalf("no answer from B (B's GSI stats %+v)", gb.Stats())
+	}
+	select {
+	case f := <-seen:
+		if f.MAC.String() != la.HardwareAddr().String() {
+			t.Fatalf("From.MAC %v, want A's %v", f.MAC, la.HardwareAddr())
+		}
+	case <-ctx.Done():
+		t.Fatal("B's CM handler saw nothing")
+	}
+	if n := resolves.Load(); n != 0 {
+		t.Fatalf("B resolved %d times to answer", n)
+	}
+	gidA, _ := a.GID(1)
+	for i := range 3 {
+		err := gb.Send(ctx, qp.MADAddr{GID: gidA, QPN: 1, QKey: qp.GSIQKey}, mad(7, 3, 0x10, 80))
+		if err == nil {
+			t.Fatalf("Send %d to an unresolvable address succeeded", i)
+		}
+	}
+	if n := resolves.Load(); n != 1 {
+		t.Fatalf("%d resolutions for 3 Sends within the negative cache's second", n)
 	}
 }

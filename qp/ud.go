@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/goroce/goroce/transport"
@@ -66,6 +67,12 @@ type AHAttr struct {
 // is resolved now, through the device's resolver within ctx, as QP.Modify
 // does for an RC path.
 func (pd *PD) CreateAH(ctx context.Context, a AHAttr) (*AH, error) {
+	return pd.createAH(ctx, a, nil)
+}
+
+// createAH is CreateAH with the destination MAC known (mac non-nil: no
+// resolution), as for an answer to the frame's source.
+func (pd *PD) createAH(ctx context.Context, a AHAttr, mac net.HardwareAddr) (*AH, error) {
 	d := pd.dev
 	if d.isClosed() {
 		return nil, ErrClosed
@@ -96,9 +103,11 @@ func (pd *PD) CreateAH(ctx context.Context, a AHAttr) (*AH, error) {
 	if d.cfg.RouteHopLimit != 0 {
 		av.HopLimit = d.cfg.RouteHopLimit
 	}
-	mac, err := d.resolve(ctx, a.GID)
-	if err != nil {
-		return nil, fmt.Errorf("qp: create AH: %w", err)
+	if mac == nil {
+		var err error
+		if mac, err = d.resolve(ctx, a.GID); err != nil {
+			return nil, fmt.Errorf("qp: create AH: %w", err)
+		}
 	}
 	copy(av.DMAC[:], mac)
 	av.SMAC = d.mac

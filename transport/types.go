@@ -142,6 +142,10 @@ const (
 	WCGRH     WCFlags = 1
 	WCWithImm WCFlags = 2
 	WCWithInv WCFlags = 8
+	// WCWithSMAC: SMAC holds the Ethernet source of a UD receive (the
+	// kernel's IB_WC_WITH_SMAC; not in ibv_wc_flags). QP1 answers a MAD
+	// there, as a NIC does, instead of resolving the sender's address.
+	WCWithSMAC WCFlags = 1 << 8
 	// WCSolicited marks a receive completion of a message that had the SE
 	// bit set (drives solicited-only CQ notification).
 	WCSolicited WCFlags = 1 << 16
@@ -157,7 +161,8 @@ type WC struct {
 	InvRKey uint32 // valid with WCWithInv
 	QPNum   uint32
 	Flags   WCFlags
-	SrcQP   uint32 // UD receives: the sender's QP number (DETH)
+	SrcQP   uint32  // UD receives: the sender's QP number (DETH)
+	SMAC    [6]byte // UD receives with WCWithSMAC: the frame's Ethernet source
 }
 
 func (wc WC) String() string {

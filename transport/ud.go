@@ -286,6 +286,10 @@ func (q *QP) udReceive(p *wire.Packet) {
 	}
 	wc := WC{WRID: w.wrID, Status: WCSuccess, Opcode: WCRecv, ByteLen: GRHLen + n, QPNum: q.cfg.QPN,
 		SrcQP: p.DETH.SrcQP(), Flags: WCGRH}
+	if p.Eth != nil {
+		wc.Flags |= WCWithSMAC
+		wc.SMAC = p.Eth.Src()
+	}
 	r.rqHead++
 	if err != nil {
 		// A bad lkey or access in the RECV WQE: RESPST_ERR_MALFORMED_WQE,
