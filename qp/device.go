@@ -120,6 +120,10 @@ type Config struct {
 	// and DCQCN with these parameters (cc.go; DefaultCCParams). Off by
 	// default, as rxe has none.
 	CC *CCParams
+	// Pcap, when set, records every frame the device receives or sends
+	// (pcap.go; Device.SetPcap attaches one later). The device does not
+	// close it.
+	Pcap *PcapWriter
 }
 
 // Device is one RoCE device bound to a link.
@@ -199,8 +203,9 @@ type Device struct {
 	wg     sync.WaitGroup
 	closed bool
 
-	gsi   satomic.Pointer[GSI] // QP1, once Device.GSI made it (gsi.go)
-	gsiMu sync.Mutex           // serialises its creation
+	gsi   satomic.Pointer[GSI]        // QP1, once Device.GSI made it (gsi.go)
+	pcap  satomic.Pointer[PcapWriter] // the device's capture (pcap.go); nil: off
+	gsiMu sync.Mutex                  // serialises its creation
 }
 
 // RxStats count frames the device dropped before any QP saw them.
@@ -243,6 +248,10 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.maxMTU = PathMTU(cfg.Link.MTU())
 	d.tx.init(cfg.Link, &d.txMu, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	d.tx.pcap, d.tx.now = &d.pcap, d.now
+	if cfg.Pcap != nil {
+		d.pcap.Store(cfg.Pcap)
+	}
 	if err := d.ccSetup(); err != nil {
 		return nil, fmt.Errorf("qp: open device: %w", err)
 	}
@@ -355,6 +364,9 @@ func (d *Device) Close() error {
 		g.stop()
 	}
 	if d.poller != nil && !d.busy {
+		if p := d.pcap.Load(); p != nil {
+			p.Flush()
+		}
 		return nil // the simulator owns the links
 	}
 	// Frames handed off before closed was set (the ACK of what a waiter
@@ -362,6 +374,9 @@ func (d *Device) Close() error {
 	// leave before the link closes, as a NIC's last frames do.
 	d.txMu.Lock()
 	d.txMu.Unlock() // empty: only waits for the writer
+	if p := d.pcap.Load(); p != nil {
+		p.Flush()
+	}
 	err := d.cfg.Link.Close()
 	d.wg.Wait()
 	return err
@@ -505,6 +520,9 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 		d.flushHeld() // busy-poll mode: at the start of the next Poll (poll)
 	}
 	now := d.now()
+	if p := d.pcap.Load(); p != nil && n > 0 {
+		p.writeRx(d.now, b, n)
+	}
 	for i := 0; i < n; i++ {
 		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
 	}
@@ -646,6 +664,9 @@ type txBatch struct {
 	// The other set, written by the holder of mu.
 	spareBufs   [][]byte
 	spareFrames [][]byte
+	// The device's capture and clock (pcap.go).
+	pcap *satomic.Pointer[PcapWriter]
+	now  func() time.Time
 }
 
 func (b *txBatch) init(link nic.Link, mu *sync.Mutex, frameLen int) {
@@ -712,6 +733,11 @@ func (b *txBatch) flushLocked() {
 func (b *txBatch) write(frames [][]byte) {
 	for off := 0; off < len(frames); {
 		n, err := b.link.WriteBatch(frames[off:])
+		if n > 0 && b.pcap != nil {
+			if p := b.pcap.Load(); p != nil {
+				p.write(b.now, frames[off:off+n])
+			}
+		}
 		if err != nil || n == 0 {
 			break // the link counted the loss; RC recovers by retransmission
 		}

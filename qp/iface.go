@@ -100,6 +100,10 @@ type InterfaceOptions struct {
 	// in native mode, some kernels deliver redirected frames only when this
 	// end has an XDP program too (nic/afxdp's package comment).
 	PassProgram bool
+	// Pcap, when set, records every frame the device receives or sends
+	// (Config.Pcap): the way to capture an AF_XDP device's traffic, which
+	// tcpdump on the interface does not see.
+	Pcap *PcapWriter
 	// WrapLink, when set, wraps the backend link before the device uses it
 	// (fault injection, taps). The wrapper's Close must close the link it
 	// wraps. With BusyPoll the wrapper must have TryReadBatch too.

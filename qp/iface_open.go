@@ -76,6 +76,7 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 	// everything else OpenInterface took.
 	owned := &ownedLink{Link: dlink, closers: pr.closers}
 	pr.cfg.Link = owned
+	pr.cfg.Pcap = o.Pcap
 	if o.BusyPoll {
 		pl, err := newPolledLink(owned)
 		if err != nil {

@@ -52,9 +52,23 @@ func runDemoNetns(env tool.Env, c demoNetnsConfig) int {
 		fmt.Fprintf(stderr, "goroce demo: --link %s needs --netns (the demo only sends between namespaces it creates)\n", c.link)
 		return 2
 	}
-	if c.pcap != "" || c.dup > 0 || c.reorder > 0 || c.corrupt > 0 {
-		fmt.Fprintln(stderr, "goroce demo: --pcap, --dup, --reorder and --corrupt need the in-memory link (use --loss, or capture with tcpdump in a namespace)")
+	if c.dup > 0 || c.reorder > 0 || c.corrupt > 0 {
+		fmt.Fprintln(stderr, "goroce demo: --dup, --reorder and --corrupt need the in-memory link (use --loss)")
 		return 2
+	}
+	// --pcap: side A's own capture (qp.PcapWriter), both directions; with
+	// AF_XDP tcpdump on the veth would see none of it.
+	var pw *qp.PcapWriter
+	if c.pcap != "" {
+		f, err := os.Create(c.pcap)
+		if err != nil {
+			return fail("%v", err)
+		}
+		defer f.Close()
+		if pw, err = qp.NewPcapWriter(f); err != nil {
+			return fail("--pcap: %v", err)
+		}
+		defer pw.Close() // after the devices closed (done below)
 	}
 
 	pair, err := netns.New(netns.Options{MTU: c.mtu, Prefix: "goroce-demo"})
@@ -82,6 +96,9 @@ func runDemoNetns(env tool.Env, c demoNetnsConfig) int {
 		if s, ok := <-sig; ok {
 			fmt.Fprintf(stderr, "\ngoroce demo: %v: removing namespaces %s, %s\n", s, pair.A.NS, pair.B.NS)
 			done()
+			if pw != nil {
+				pw.Close()
+			}
 			os.Exit(130)
 		}
 	}()
@@ -94,6 +111,9 @@ func runDemoNetns(env tool.Env, c demoNetnsConfig) int {
 	var drops [2]*nic.DropLink
 	open := func(side netns.Side, name string) (*qp.Device, *qp.InterfaceInfo, error) {
 		o := qp.InterfaceOptions{Backend: c.link, Name: "goroce-" + name, Logger: logger}
+		if side == netns.A {
+			o.Pcap = pw
+		}
 		if c.loss > 0 {
 			o.WrapLink = func(l nic.Link) nic.Link {
 				w, d := nic.WithDrops(l, c.loss, uint64(c.seed), uint64(side), nil)

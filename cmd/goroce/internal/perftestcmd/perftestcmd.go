@@ -87,6 +87,8 @@ goroce options:
   --timeout=<seconds>       give up (exit 1) after this long, waiting for the peer included;
                             a client then retries a refused connection until the timeout
   --metrics=<host:port>     serve /metrics (Prometheus) and /debug/vars (expvar) during the run
+  --pcap=<file>             write the frames the device sends and receives to this pcap file
+                            (AF_XDP traffic included, which tcpdump on the interface does not see)
 Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device
 in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_TX_DROP=P
 (drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
@@ -216,7 +218,7 @@ func (r *runner) out(s string) { fmt.Fprint(r.env.Stdout, s) }
 
 func (r *runner) run() error {
 	f := r.f
-	dev, err := r.env.Open(r.ctx, f.IBDev)
+	dev, err := tool.Open(r.ctx, r.env, f.IBDev)
 	if err != nil {
 		return fmt.Errorf("Unable to find the Infiniband/RoCE device %q: %w", f.IBDev, err)
 	}

@@ -30,6 +30,8 @@ const GoroceUsage = `goroce options:
   --timeout=<seconds>    give up (exit 1) after this long, waiting for the peer included;
                          a client then retries a refused connection until the timeout
   --metrics=<host:port>  serve /metrics (Prometheus) and /debug/vars (expvar) during the run
+  --pcap=<file>          write the frames the device sends and receives to this pcap file
+                         (AF_XDP traffic included, which tcpdump on the interface does not see)
 Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device
 in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_TX_DROP=P
 (drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
@@ -71,7 +73,7 @@ type Session struct {
 func Open(env tool.Env, opts tool.Options, name string) (*Session, error) {
 	ctx, cancel := tool.RunContext(env, opts)
 	s := &Session{Ctx: ctx, Env: env, stop: []func(){cancel}}
-	dev, err := env.Open(ctx, name)
+	dev, err := tool.Open(ctx, env, name)
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("IB device %s not found: %v", name, err)

@@ -60,6 +60,7 @@ const goroceUsage = `goroce options:
 	--dev=IFACE	network interface of the RoCE device (default: the one holding -a/-I, else the first up with IPv4)
 	--timeout=SEC	give up (exit 1) after this long; a client then retries a refused connection until the timeout
 	--metrics=HOST:PORT	serve /metrics (Prometheus) and /debug/vars (expvar) during the run
+	--pcap=FILE	write the frames the device sends and receives to this pcap file (AF_XDP traffic included)
 `
 
 // Flags is rping's command line (getopt "a:I:Pp:C:S:t:scvVdq").

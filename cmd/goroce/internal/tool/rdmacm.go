@@ -140,7 +140,7 @@ func OpenCMDevice(ctx context.Context, env Env, dev string, addrs ...netip.Addr)
 			}
 		}
 	}
-	return env.Open(ctx, dev)
+	return Open(ctx, env, dev)
 }
 
 // ParseHost is getaddrinfo for the tools' -a/-s/-b: a numeric IPv4 or IPv6

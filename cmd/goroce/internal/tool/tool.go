@@ -160,6 +160,9 @@ type Options struct {
 	// Metrics is the address --metrics ADDR serves the device's counters
 	// on for the duration of the run (StartMetrics).
 	Metrics string
+	// Pcap is the file --pcap FILE records the run's devices' frames in
+	// (RunContext, Open; pcap.go).
+	Pcap string
 }
 
 // WantsHelp reports whether args ask for the usage (-h, --help, before
@@ -177,8 +180,8 @@ func WantsHelp(args []string) bool {
 }
 
 // SplitOptions removes goroce's own options from args: --timeout=DUR /
-// --timeout DUR (seconds, or a Go duration such as 1m30s) and
-// --metrics=ADDR / --metrics ADDR.
+// --timeout DUR (seconds, or a Go duration such as 1m30s),
+// --metrics=ADDR / --metrics ADDR and --pcap=FILE / --pcap FILE.
 func SplitOptions(args []string) ([]string, Options, error) {
 	var o Options
 	rest := make([]string, 0, len(args))
@@ -187,6 +190,21 @@ func SplitOptions(args []string) ([]string, Options, error) {
 		if a == "--" {
 			rest = append(rest, args[i:]...)
 			break
+		}
+		if a == "--pcap" || strings.HasPrefix(a, "--pcap=") {
+			v, ok := strings.CutPrefix(a, "--pcap=")
+			if !ok {
+				if i+1 == len(args) {
+					return nil, o, errors.New("option --pcap requires an argument")
+				}
+				i++
+				v = args[i]
+			}
+			if v == "" {
+				return nil, o, errors.New("option --pcap requires a file name")
+			}
+			o.Pcap = v
+			continue
 		}
 		if a == "--metrics" || strings.HasPrefix(a, "--metrics=") {
 			v, ok := strings.CutPrefix(a, "--metrics=")
@@ -241,13 +259,31 @@ func parseSeconds(s string) (time.Duration, error) {
 }
 
 // RunContext derives the run's context from env and the options; the
-// cancel function must be called.
+// cancel function must be called. With --pcap the context carries the
+// capture that Open attaches each device to, and cancel flushes and closes
+// the file (a failed capture is reported on env.Stderr).
 func RunContext(env Env, o Options) (context.Context, context.CancelFunc) {
 	ctx := env.Context()
-	if o.Timeout > 0 {
-		return context.WithTimeoutCause(ctx, o.Timeout, fmt.Errorf("timed out after %v (--timeout)", o.Timeout))
+	var stop func()
+	if o.Pcap != "" {
+		c := &capture{path: o.Pcap}
+		ctx = context.WithValue(ctx, captureKey{}, c)
+		stop = func() {
+			if err := c.close(); err != nil {
+				fmt.Fprintf(env.Stderr, "goroce: %v\n", err)
+			}
+		}
 	}
-	return context.WithCancel(ctx)
+	var cancel context.CancelFunc
+	if o.Timeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(ctx, o.Timeout, fmt.Errorf("timed out after %v (--timeout)", o.Timeout))
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	if stop == nil {
+		return ctx, cancel
+	}
+	return ctx, func() { cancel(); stop() }
 }
 
 // AcceptOne accepts a single connection on ln and closes ln, giving up when

@@ -65,6 +65,7 @@ const usageText = `usage: ucmatose
 goroce options:
 	[--dev=IFACE]	network interface of the RoCE device (default: the one holding -b/-s)
 	[--timeout=SEC]	give up after this long; a client then retries a refused connection until the timeout
+	[--pcap=FILE]	write the frames the devices send and receive to this pcap file (AF_XDP traffic included)
 `
 
 // ParseFlags parses cmatose's options; ok is false after a usage error

@@ -63,6 +63,7 @@ const usageText = `usage: udaddy
 goroce options:
 	[--dev=IFACE]	network interface of the RoCE device (default: the one holding -b/-s)
 	[--timeout=SEC]	give up after this long; a client then retries a refused resolution until the timeout
+	[--pcap=FILE]	write the frames the devices send and receive to this pcap file (AF_XDP traffic included)
 `
 
 // ParseFlags parses udaddy's options; ok is false after a usage error

@@ -39,6 +39,8 @@ goroce options:
   --timeout=<seconds>    give up (exit 1) after this long, waiting for the peer included;
                          a client then retries a refused connection until the timeout
   --metrics=<host:port>  serve /metrics (Prometheus) and /debug/vars (expvar) during the run
+  --pcap=<file>          write the frames the device sends and receives to this pcap file
+                         (AF_XDP traffic included, which tcpdump on the interface does not see)
 Environment: as goroce pingpong (GOROCE_BACKEND, GOROCE_BUSYPOLL, GOROCE_TX_DROP, GOROCE_VERBOSE).
 `
 
