@@ -70,11 +70,11 @@ func TestNetns(t *testing.T) {
 
 func TestNetnsFlags(t *testing.T) {
 	for _, c := range []demoNetnsConfig{
-		{link: "afxdp"},                            // real link without --netns
-		{link: "mem", netns: true},                 // --netns with the in-memory link
-		{link: "dpdk", netns: true},                // unknown
-		{link: "udp", netns: true, dup: 0.1},       // in-memory-only fault
-		{link: "udp", netns: true, reorder: 0.1},   // in-memory-only fault
+		{link: "afxdp"},                          // real link without --netns
+		{link: "mem", netns: true},               // --netns with the in-memory link
+		{link: "dpdk", netns: true},              // unknown
+		{link: "udp", netns: true, dup: 0.1},     // in-memory-only fault
+		{link: "udp", netns: true, reorder: 0.1}, // in-memory-only fault
 	} {
 		if rc := runDemoNetns(tool.Env{Stdout: io.Discard, Stderr: io.Discard}, c); rc != 2 {
 			t.Errorf("%+v: exit code %d, want 2", c, rc)
