@@ -33,6 +33,12 @@ skipped and counted. The file format (pcap or pcapng) is detected from its
 first bytes; "-" reads standard input. Live capture (-i) uses an AF_PACKET
 socket and needs root; Ctrl-C or SIGTERM ends it with the summary.
 
+Live capture (and tcpdump) on an interface that a goroce device holds with
+the default AF_XDP backend sees none of that device's traffic: XDP redirects
+its frames to the socket before the kernel's packet taps. Capture on the
+peer, or let goroce write its own: --pcap FILE on every goroce tool that
+opens a device (qp.PcapWriter in a program), then goroce dump FILE.
+
 flags:
 `
 
