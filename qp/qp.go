@@ -27,13 +27,14 @@ type InitAttr struct {
 	// takes its receive WRs from (srq.go): Cap.MaxRecvWR and MaxRecvSGE
 	// are ignored and QP.PostRecv fails.
 	SRQ *SRQ
-	// Type is the transport service: QPTypeRC (the zero value) or
-	// QPTypeUD (ud.go).
+	// Type is the transport service: QPTypeRC (the zero value),
+	// QPTypeUC (uc.go) or QPTypeUD (ud.go).
 	Type QPType
 }
 
-// QP is a queue pair: reliable connected (RC) or, with InitAttr.Type
-// QPTypeUD, unreliable datagram (ud.go).
+// QP is a queue pair: reliable connected (RC) or, with InitAttr.Type,
+// unreliable connected (QPTypeUC, uc.go) or unreliable datagram
+// (QPTypeUD, ud.go).
 type QP struct {
 	dev            *Device
 	pd             *PD
@@ -156,6 +157,9 @@ func (q *QP) usable() error {
 
 // QPN returns the QP number.
 func (q *QP) QPN() uint32 { return q.eng.QPN() }
+
+// Type returns the QP's transport service (InitAttr.Type).
+func (q *QP) Type() QPType { return q.eng.Type() }
 
 // State returns the current state.
 func (q *QP) State() State {
@@ -387,7 +391,9 @@ type ConnectOptions struct {
 }
 
 // Connect moves the QP from RESET (or INIT) through INIT and RTR to RTS,
-// the way rc_pingpong and perftest do with explicit ibv_modify_qp calls.
+// the way rc_pingpong and perftest do with explicit ibv_modify_qp calls. A
+// UC QP gets UC's attributes only (no ACK timeout, retry counts, READ
+// depths or RNR timer), as uc_pingpong and perftest -c UC give it.
 // ctx bounds the resolution of the peer's MAC (see Modify).
 func (q *QP) Connect(ctx context.Context, r Remote, o ConnectOptions) error {
 	if o.Access == 0 {
@@ -427,6 +433,15 @@ func (q *QP) Connect(ctx context.Context, r Remote, o ConnectOptions) error {
 			AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
 			return err
 		}
+	}
+	if q.eng.Type() == QPTypeUC {
+		// UC takes no reliability attributes (ibv_uc_pingpong's calls).
+		if err := q.Modify(ctx, &Attr{State: StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
+			AV: AV{DGID: r.GID, SGIDIndex: o.SGIDIndex, HopLimit: o.HopLimit, TrafficClass: o.TrafficClass}},
+			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN); err != nil {
+			return err
+		}
+		return q.Modify(ctx, &Attr{State: StateRTS, SQPSN: wire.PSN(o.SQPSN)}, AttrState|AttrSQPSN)
 	}
 	if err := q.Modify(ctx, &Attr{State: StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
 		MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer,

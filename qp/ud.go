@@ -33,6 +33,7 @@ type (
 const (
 	QPTypeRC = transport.QPTypeRC // reliable connected (the zero value)
 	QPTypeUD = transport.QPTypeUD // unreliable datagram
+	QPTypeUC = transport.QPTypeUC // unreliable connected (uc.go)
 )
 
 // GRHLen is the size of the GRH area at the start of every UD receive

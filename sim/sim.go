@@ -525,6 +525,9 @@ type QPOptions struct {
 	// PathMTU is the MTU this side sends with (0: the smaller of the two
 	// devices' ActiveMTU).
 	PathMTU qp.MTU
+	// Type is the QP's transport service: qp.QPTypeRC (the zero value) or
+	// qp.QPTypeUC, connected alike (qp.QP.Connect gives UC its attributes).
+	Type qp.QPType
 }
 
 // QPEnd is one side of a connected RC QP pair: the QP, its PD and CQs, and
@@ -613,7 +616,7 @@ func newQPEnd(d *qp.Device, o QPOptions) (*QPEnd, error) {
 			return nil, err
 		}
 	}
-	if e.QP, err = e.PD.CreateQP(qp.InitAttr{SendCQ: e.SendCQ, RecvCQ: e.RecvCQ, Cap: o.Caps, SQSigAll: o.SQSigAll}); err != nil {
+	if e.QP, err = e.PD.CreateQP(qp.InitAttr{SendCQ: e.SendCQ, RecvCQ: e.RecvCQ, Cap: o.Caps, SQSigAll: o.SQSigAll, Type: o.Type}); err != nil {
 		return nil, err
 	}
 	if e.MR, err = e.PD.RegMR(e.Buf, o.Access); err != nil {

@@ -80,6 +80,12 @@ const (
 	// UD sends longer than the port MTU, completed without a packet
 	// (C10-93.1.1).
 	CntUDSendOverMTU // ud_send_over_mtu
+	// UC drops (uc.go): each time the responder abandons a message it
+	// lost part of (a PSN gap, a missing FIRST, a new FIRST/ONLY before
+	// the LAST) or refuses one (no receive posted, bad length, R_Key or
+	// access), silently. A stray or duplicated packet that ends in such a
+	// drop counts too; messages lost whole never reach the responder.
+	CntUCMsgDropped // uc_msg_dropped
 
 	// Requests by type (reqcounters.go). The three rx_* that mlx5 has
 	// carry mlx5's names (drivers/infiniband/hw/mlx5/counters.c

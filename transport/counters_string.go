@@ -40,24 +40,25 @@ func _() {
 	_ = x[CntUDNoRecv-29]
 	_ = x[CntUDRecvTooShort-30]
 	_ = x[CntUDSendOverMTU-31]
-	_ = x[CntRxWriteRequests-32]
-	_ = x[CntRxReadRequests-33]
-	_ = x[CntRxAtomicRequests-34]
-	_ = x[CntRxSendRequests-35]
-	_ = x[CntTxSendRequests-36]
-	_ = x[CntTxWriteRequests-37]
-	_ = x[CntTxReadRequests-38]
-	_ = x[CntTxAtomicRequests-39]
-	_ = x[CntNPECNMarkedRoCEPackets-40]
-	_ = x[CntNPCNPSent-41]
-	_ = x[CntRPCNPHandled-42]
-	_ = x[CntRPCNPIgnored-43]
-	_ = x[NumCounters-44]
+	_ = x[CntUCMsgDropped-32]
+	_ = x[CntRxWriteRequests-33]
+	_ = x[CntRxReadRequests-34]
+	_ = x[CntRxAtomicRequests-35]
+	_ = x[CntRxSendRequests-36]
+	_ = x[CntTxSendRequests-37]
+	_ = x[CntTxWriteRequests-38]
+	_ = x[CntTxReadRequests-39]
+	_ = x[CntTxAtomicRequests-40]
+	_ = x[CntNPECNMarkedRoCEPackets-41]
+	_ = x[CntNPCNPSent-42]
+	_ = x[CntRPCNPHandled-43]
+	_ = x[CntRPCNPIgnored-44]
+	_ = x[NumCounters-45]
 }
 
-const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errsend_errlink_downedrdma_sendsrdma_recvsretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsack_coalescedread_restartedrcvd_bad_qkeyud_no_recvud_recv_too_shortud_send_over_mturx_write_requestsrx_read_requestsrx_atomic_requestsrx_send_requeststx_send_requeststx_write_requeststx_read_requeststx_atomic_requestsnp_ecn_marked_roce_packetsnp_cnp_sentrp_cnp_handledrp_cnp_ignoredNumCounters"
+const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errsend_errlink_downedrdma_sendsrdma_recvsretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsack_coalescedread_restartedrcvd_bad_qkeyud_no_recvud_recv_too_shortud_send_over_mtuuc_msg_droppedrx_write_requestsrx_read_requestsrx_atomic_requestsrx_send_requeststx_send_requeststx_write_requeststx_read_requeststx_atomic_requestsnp_ecn_marked_roce_packetsnp_cnp_sentrp_cnp_handledrp_cnp_ignoredNumCounters"
 
-var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 189, 200, 210, 220, 238, 254, 273, 286, 299, 314, 330, 339, 348, 359, 372, 386, 399, 409, 426, 442, 459, 475, 493, 509, 525, 542, 558, 576, 602, 613, 627, 641, 652}
+var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 189, 200, 210, 220, 238, 254, 273, 286, 299, 314, 330, 339, 348, 359, 372, 386, 399, 409, 426, 442, 456, 473, 489, 507, 523, 539, 556, 572, 590, 616, 627, 641, 655, 666}
 
 func (i Counter) String() string {
 	idx := int(i) - 0

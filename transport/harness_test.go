@@ -123,6 +123,7 @@ type eopts struct {
 	frameSize   int            // bytes per ring buffer (frameCap if 0); must hold a frame of the path MTU
 	zeroDestRd  bool           // B accepts no READ/atomic (max_dest_rd_atomic 0)
 	srqB        *transport.SRQ // B takes its receives from this SRQ
+	uc          bool           // both QPs are UC (uc_test.go): UC's modify attributes
 }
 
 func newEPair(t testing.TB, o eopts) *epair {
@@ -151,6 +152,10 @@ func newEPair(t testing.TB, o eopts) *epair {
 		o.frameSize = frameCap
 	}
 	e := &epair{t: t, now: time.Unix(1_700_000_000, 0)}
+	typ := transport.QPTypeRC
+	if o.uc {
+		typ = transport.QPTypeUC
+	}
 	mk := func(name string, qpn uint32, ip string, mac byte, psn wire.PSN, access memreg.Access, srq *transport.SRQ) *side {
 		s := &side{name: name, out: newRing(o.ringFrames, o.frameSize), scq: &cq{}, rcq: &cq{}, mrs: memreg.NewTable(int64(qpn)),
 			ip: netip.MustParseAddr(ip), mac: [6]byte{2, 0, 0, 0, 0, mac}, sqPSN: psn, access: access}
@@ -161,7 +166,7 @@ func newEPair(t testing.TB, o eopts) *epair {
 			t.Fatal(err)
 		}
 		s.q, err = transport.New(transport.Config{QPN: qpn, PD: s.pd, MRs: s.mrs, Out: s.out, SendCQ: s.scq, RecvCQ: s.rcq,
-			Caps: transport.Caps{MaxSendWR: o.sqWR, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}, SRQ: srq})
+			Caps: transport.Caps{MaxSendWR: o.sqWR, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}, SRQ: srq, Type: typ})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,6 +180,20 @@ func newEPair(t testing.TB, o eopts) *epair {
 			return 0
 		}
 		return o.maxRdAtomic
+	}
+	if o.uc {
+		for _, s := range []*side{e.a, e.b} {
+			must(t, s.q.Modify(&transport.Attr{State: transport.StateInit, Port: 1, AccessFlags: s.access},
+				transport.AttrState|transport.AttrPKeyIndex|transport.AttrPort|transport.AttrAccessFlags, e.now))
+			must(t, s.q.Modify(&transport.Attr{State: transport.StateRTR, PathMTU: o.mtu, DestQPN: s.peer.q.QPN(),
+				RQPSN: s.peer.sqPSN, AV: transport.AV{DGID: s.peer.ip, SGID: s.ip, HopLimit: 64, DMAC: s.peer.mac, SMAC: s.mac}},
+				transport.AttrState|transport.AttrAV|transport.AttrPathMTU|transport.AttrDestQPN|transport.AttrRQPSN, e.now))
+		}
+		for _, s := range []*side{e.a, e.b} {
+			must(t, s.q.Modify(&transport.Attr{State: transport.StateRTS, SQPSN: s.sqPSN},
+				transport.AttrState|transport.AttrSQPSN, e.now))
+		}
+		return e
 	}
 	for _, s := range []*side{e.a, e.b} {
 		must(t, s.q.Modify(&transport.Attr{State: transport.StateInit, Port: 1, AccessFlags: s.access},

@@ -68,7 +68,8 @@ type Config struct {
 	// receive WQEs from; the QP has no receive queue of its own (Caps'
 	// MaxRecvWR and MaxRecvSGE are ignored) and PostRecv fails.
 	SRQ *SRQ
-	// Type is the transport service: RC (the zero value) or UD (ud.go).
+	// Type is the transport service: RC (the zero value), UC (uc.go) or
+	// UD (ud.go).
 	Type QPType
 	// CC, when set, turns congestion control on for an RC QP (cc.go):
 	// ECT(0) on every frame, DCQCN pacing of the requester. The QP only
@@ -197,8 +198,11 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 		next = a.State
 	}
 	check := checkTransition
-	if q.cfg.Type == QPTypeUD {
+	switch q.cfg.Type {
+	case QPTypeUD:
 		check = checkUDTransition
+	case QPTypeUC:
+		check = checkUCTransition
 	}
 	if err := check(cur, next, mask); err != nil {
 		return err
@@ -483,6 +487,20 @@ func (q *QP) Receive(p *wire.Packet, now time.Time) {
 	}
 	op := p.Opcode()
 	info := op.Info()
+	if q.cfg.Type == QPTypeUC {
+		// A UC QP takes UC requests only; nothing answers them (uc.go).
+		if op.Transport() != wire.TransportUC || !info.Valid || !info.Request {
+			q.inc(CntRcvdBadOpcode)
+			return
+		}
+		if q.attr.State < StateRTR || q.attr.State == StateErr {
+			q.inc(CntRcvdWrongState)
+			return
+		}
+		q.inc(CntRcvdPkts)
+		q.resp.ucReceive(p, now)
+		return
+	}
 	if op.Transport() != wire.TransportRC || !info.Valid {
 		q.inc(CntRcvdBadOpcode)
 		return

@@ -78,6 +78,17 @@ func (r *requester) post(wr *SendWR) error {
 	if length > MaxMessageLen {
 		return fmt.Errorf("post send: message of %d bytes > 2^31: %w", length, ErrInvalidArgument)
 	}
+	if cfg.Type == QPTypeUC {
+		// UC has SEND and RDMA WRITE (with immediate) only: no READ,
+		// atomics or SEND_WITH_INV exist on it (IBTA table 38; rxe's
+		// rxe_wr_opcode_info has no UC mask for them). Local operations
+		// are the QP's own and work as on RC.
+		switch wr.Opcode {
+		case WRSend, WRSendWithImm, WRRDMAWrite, WRRDMAWriteWithImm, WRLocalInv, WRBindMW:
+		default:
+			return fmt.Errorf("post send: opcode %v not supported on UC: %w", wr.Opcode, ErrInvalidArgument)
+		}
+	}
 	switch wr.Opcode {
 	case WRSend, WRSendWithImm, WRSendWithInv, WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRLocalInv:
 	case WRBindMW:
@@ -175,8 +186,9 @@ func (r *requester) pump(now time.Time) {
 		}
 		// rxe_requester stalls when psn_compare(req.psn, comp.psn +
 		// RXE_MAX_UNACKED_PSNS) > 0: comp.psn+128 itself is still sent, so
-		// 129 PSNs may be outstanding.
-		if r.nextPSN.Diff(r.comp.compPSN) > MaxUnackedPSNs {
+		// 129 PSNs may be outstanding. UC has no window (nothing is ever
+		// acknowledged; rxe checks it for RC only).
+		if q.cfg.Type != QPTypeUC && r.nextPSN.Diff(r.comp.compPSN) > MaxUnackedPSNs {
 			break // window full
 		}
 		if r.paceBlocked(now) {
@@ -189,9 +201,14 @@ func (r *requester) pump(now time.Time) {
 		sent = true
 		if r.nextPSN.After(w.lastPSN) {
 			sq.req++
+			if q.cfg.Type == QPTypeUC {
+				// A UC send completes once its last packet is sent
+				// (rxe_xmit_packet: END of a non-RC QP → wqe_state_done).
+				r.ucSent(w)
+			}
 		}
 	}
-	if sent {
+	if sent && q.cfg.Type != QPTypeUC {
 		r.comp.startAckTimer(now)
 	}
 	// A LOCAL_INV completes here, in the requester; the completer delivers
@@ -262,8 +279,15 @@ func (r *requester) sendNext(w *sendWQE) bool {
 	n := min(w.length-off, mtu)
 	first, last := idx == 0, off+n == w.length
 	op := requestOpcode(w.wr.Opcode, first, last)
+	uc := r.qp.cfg.Type == QPTypeUC
+	reth := first && (op == wire.RCRDMAWriteFirst || op == wire.RCRDMAWriteOnly || op == wire.RCRDMAWriteOnlyWithImm)
+	if uc {
+		// UC's SEND and WRITE opcodes are RC's with the transport bits 001
+		// (0x20-0x2B), the same headers in the same places.
+		op |= wire.TransportUC
+	}
 	f := r.out.frame(op, psn)
-	if first && (op == wire.RCRDMAWriteFirst || op == wire.RCRDMAWriteOnly || op == wire.RCRDMAWriteOnlyWithImm) {
+	if reth {
 		f.RETH = wire.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
 	}
 	if last {
@@ -277,7 +301,10 @@ func (r *requester) sendNext(w *sendWQE) bool {
 	// The comparison sees the count before the increment, and an END packet
 	// short-circuits it, so inside a long message AckReq falls on the 66th
 	// packet after the previous one, not the 65th.
-	if last || r.noackPkts > MaxPktPerAck || r.paceAckReq() {
+	if uc {
+		// No AckReq on UC: nothing acknowledges it (rxe's init_req_packet
+		// sets ack_req for RC only).
+	} else if last || r.noackPkts > MaxPktPerAck || r.paceAckReq() {
 		f.BTH.AckReq = true
 		r.noackPkts = 0
 		r.paceAcked()

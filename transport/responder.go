@@ -43,6 +43,7 @@ type responder struct {
 	wrRKey     uint32
 	wrLen      uint32
 	wrOff      uint32          // bytes of the current WRITE placed so far
+	ucDrop     bool            // UC: the rest of the current message is dropped (rxe resp.drop_msg)
 	res        []resource      // READ replay records (rxe resp_res)
 	resNext    int             // next res entry to reuse
 	atomicHist *atomic.History // executed atomics, for duplicate replay
@@ -151,6 +152,7 @@ func (r *responder) reset() {
 	r.rqHead, r.rqTail = 0, 0
 	r.srqHeld = false
 	r.msn, r.nakSent, r.respOpcode, r.recvActive = 0, false, -1, false
+	r.ucDrop = false
 	clear(r.res)
 	if r.atomicHist != nil {
 		r.atomicHist.Reset()
@@ -485,6 +487,9 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 func (r *responder) acceptPacket(p *wire.Packet, psn wire.PSN) {
 	r.expPSN = psn.Add(1)
 	r.ackPSN = r.expPSN
+	if r.qp.cfg.Type == QPTypeUC {
+		return // nothing is acknowledged on UC, whatever AckReq says
+	}
 	if p.BTH.AckReq() {
 		r.owe(psn, r.msn)
 	} else {
@@ -797,6 +802,11 @@ func (r *responder) sendNAK(psn wire.PSN, code wire.NAKCode) {
 }
 
 func (r *responder) sendRNR(psn wire.PSN) {
+	if r.qp.cfg.Type == QPTypeUC {
+		// No receive posted: UC drops the message (class D), no RNR NAK.
+		r.ucFail(wire.NAKInvalidRequest, WCRemInvReqErr)
+		return
+	}
 	r.qp.inc(CntSendRNRErr)
 	r.qp.inc(CntSentNAKs)
 	r.settleAck()
@@ -807,6 +817,10 @@ func (r *responder) sendRNR(psn wire.PSN) {
 // do_class_ac_error): NAK the packet, complete the RECV WQE in progress (if
 // any) with status, and move the QP to ERR.
 func (r *responder) classC(code wire.NAKCode, status WCStatus, psn wire.PSN) {
+	if r.qp.cfg.Type == QPTypeUC {
+		r.ucFail(code, status)
+		return
+	}
 	// The QP sends nothing in ERR: what is owed before the NAK goes first.
 	r.finish()
 	if r.qp.attr.State == StateErr {

@@ -91,6 +91,40 @@ var rcTransitions = func() (t [7][7]transition) {
 	return t
 }()
 
+// ucTransitions is qp_state_table's UC column: RC's transitions without
+// the attributes of reliability (ACK timeout, retry and RNR counts,
+// READ/atomic depths, the RNR timer).
+var ucTransitions = func() (t [7][7]transition) {
+	for from := range t {
+		t[from][StateReset] = transition{ok: true}
+		t[from][StateErr] = transition{ok: true}
+	}
+	t[StateReset][StateErr] = transition{}
+	t[StateReset][StateInit] = transition{ok: true, req: AttrPKeyIndex | AttrPort | AttrAccessFlags}
+	t[StateInit][StateInit] = transition{ok: true, optional: AttrPKeyIndex | AttrPort | AttrAccessFlags}
+	t[StateInit][StateRTR] = transition{ok: true,
+		req:      AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN,
+		optional: AttrAltPath | AttrAccessFlags | AttrPKeyIndex}
+	t[StateRTR][StateRTS] = transition{ok: true,
+		req:      AttrSQPSN,
+		optional: AttrCurState | AttrAltPath | AttrAccessFlags | AttrPathMigState}
+	t[StateRTS][StateRTS] = transition{ok: true,
+		optional: AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState}
+	t[StateRTS][StateSQD] = transition{ok: true, optional: AttrEnSQDAsyncNotify}
+	t[StateSQD][StateRTS] = transition{ok: true,
+		optional: AttrCurState | AttrAltPath | AttrAccessFlags | AttrPathMigState}
+	t[StateSQD][StateSQD] = transition{ok: true,
+		optional: AttrPort | AttrAV | AttrAltPath | AttrAccessFlags | AttrPKeyIndex | AttrPathMigState}
+	return t
+}()
+
+// checkUCTransition validates mask for cur→next of a UC QP like
+// ib_modify_qp_is_ok. IBTA's SQE state (a UC send error) is not used: a
+// local error moves a goroce UC QP to ERR, as on RC.
+func checkUCTransition(cur, next State, mask AttrMask) error {
+	return checkTransitionIn(&ucTransitions, "UC", cur, next, mask)
+}
+
 // checkTransition validates mask for cur→next of an RC QP like
 // ib_modify_qp_is_ok.
 func checkTransition(cur, next State, mask AttrMask) error {

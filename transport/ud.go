@@ -24,7 +24,7 @@ import (
 //     than 40 + payload, a wrong Q_Key, the QP not in RTR/RTS) is dropped
 //     and counted; nothing is sent back.
 
-// QPType is a QP's transport service (enum ibv_qp_type's RC and UD).
+// QPType is a QP's transport service (enum ibv_qp_type's RC, UC and UD).
 type QPType uint8
 
 const (
@@ -32,6 +32,8 @@ const (
 	QPTypeRC QPType = 0
 	// QPTypeUD is the unreliable-datagram service.
 	QPTypeUD QPType = 1
+	// QPTypeUC is the unreliable-connected service (uc.go).
+	QPTypeUC QPType = 2
 )
 
 func (t QPType) String() string {
@@ -40,6 +42,8 @@ func (t QPType) String() string {
 		return "RC"
 	case QPTypeUD:
 		return "UD"
+	case QPTypeUC:
+		return "UC"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
 }

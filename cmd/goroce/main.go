@@ -28,6 +28,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/srqpingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/cmd/goroce/internal/ucmatosecmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/ucpingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/udaddycmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/udpingpongcmd"
 )
@@ -53,6 +54,7 @@ var commands = []command{
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
 	{"srq_pingpong", srqpingpongcmd.Summary, srqpingpongcmd.Run},
+	{"uc_pingpong", ucpingpongcmd.Summary, ucpingpongcmd.Run},
 	{"ucmatose", ucmatosecmd.Summary, ucmatosecmd.Run},
 	{"ud_pingpong", udpingpongcmd.Summary, udpingpongcmd.Run},
 	{"udaddy", udaddycmd.Summary, udaddycmd.Run},

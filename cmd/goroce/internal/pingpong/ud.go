@@ -40,3 +40,17 @@ func FormatLocalUD(d Dest) string {
 	return fmt.Sprintf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x: GID %s\n",
 		d.LID, d.QPN, d.PSN, FormatGID(d.GID))
 }
+
+// ibv_uc_pingpong (libibverbs/examples/uc_pingpong.c) is rc_pingpong on a
+// UC QP: the same exchange, records, first line and timing lines; its
+// command line has the common options only (getopt_long string
+// "p:d:i:s:m:r:n:l:eg:": no -c, no ODP, timestamp, DM or new-send).
+
+// ParseUCFlags parses args like ibv_uc_pingpong, with ParseCommon's rules.
+func ParseUCFlags(args []string) (Flags, error) {
+	f := DefaultFlags()
+	if err := ParseCommon(&f.Common, args, nil); err != nil {
+		return Flags{}, err
+	}
+	return f, nil
+}

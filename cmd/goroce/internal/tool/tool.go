@@ -546,6 +546,13 @@ func ModifyToRTS(ctx context.Context, q *qp.QP, a ConnectAttrs) error {
 		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: 12, AV: qp.AV{SL: a.SL}}
 	mask := qp.AttrState | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN |
 		qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+	uc := q.Type() == qp.QPTypeUC
+	if uc {
+		// uc_pingpong's pp_connect_ctx and perftest's
+		// ctx_modify_qp_to_rtr/rts with -c UC: no READ depths, RNR timer,
+		// ACK timeout or retry counts.
+		mask &^= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+	}
 	if a.Global {
 		if a.SGIDIndex < 0 || a.SGIDIndex > 255 {
 			return fmt.Errorf("%w: GID index %d", ErrRTR, a.SGIDIndex)
@@ -565,8 +572,11 @@ func ModifyToRTS(ctx context.Context, q *qp.QP, a ConnectAttrs) error {
 	}
 	attr = qp.Attr{State: qp.StateRTS, Timeout: a.Timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: wire.PSN(a.SQPSN),
 		MaxRdAtomic: a.MaxRdAtomic}
-	if err := q.Modify(ctx, &attr, qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
-		qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
+	mask = qp.AttrState | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrSQPSN | qp.AttrMaxQPRdAtomic
+	if uc {
+		mask = qp.AttrState | qp.AttrSQPSN
+	}
+	if err := q.Modify(ctx, &attr, mask); err != nil {
 		return fmt.Errorf("%w: %w", ErrRTS, err)
 	}
 	return nil
