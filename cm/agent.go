@@ -56,6 +56,10 @@ const (
 	// resources".
 	halfOpenMax       = 1024
 	halfOpenPerSource = 128
+	// maxSIDRPending bounds the SIDR_REQs being answered at once (each on
+	// a goroutine of its own, running the listener's Accept); more are
+	// dropped, and their senders retry.
+	maxSIDRPending = 64
 )
 
 // cmMS is cm_convert_to_ms: the kernel's approximation of 4.096 µs × 2^t,
@@ -965,6 +969,10 @@ func (a *agent) onSIDRREQ(o *outbox, from madAddr, h mad.Header, m *mad.SIDRREQ)
 	if err != nil || (l.addr.Addr().IsValid() && !l.addr.Addr().IsUnspecified() && hdr.Dst.Unmap() != l.addr.Addr()) {
 		o.add(from, marshal(h.TID, &mad.SIDRREP{RequestID: m.RequestID, Status: mad.SIDRReject,
 			ServiceID: m.ServiceID}))
+		return
+	}
+	if len(a.sidrPending) >= maxSIDRPending {
+		a.stats.Dropped++
 		return
 	}
 	a.sidrPending[key] = true

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -178,6 +179,7 @@ func (c *conn) free() {
 // path is what both sides need to move the QP to RTR and RTS.
 type path struct {
 	dgid         netip.Addr
+	dmac         net.HardwareAddr // the passive side: the REQ's Ethernet source (nil: resolve dgid)
 	flowLabel    uint32
 	mtu          qp.MTU
 	hopLimit     uint8
@@ -193,10 +195,16 @@ type path struct {
 
 // connect is cm_init_qp_rtr_attr and cm_init_qp_rts_attr applied.
 func (c *conn) connect(ctx context.Context, p path) error {
+	av := qp.AV{DGID: p.dgid, SGIDIndex: c.sgidIndex(), HopLimit: p.hopLimit, TrafficClass: p.trafficClass,
+		FlowLabel: p.flowLabel}
+	if len(p.dmac) == 6 {
+		// As cm_req_handler: the path's MAC is the REQ's source, so a
+		// REQ costs no neighbour resolution (which a spoofed source
+		// would make wait for as long as the setup may take).
+		av.DMAC = [6]byte(p.dmac)
+	}
 	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
-		RQPSN: wire.PSN(p.rqPSN), MaxDestRdAtomic: p.maxDestRd, MinRNRTimer: 0,
-		AV: qp.AV{DGID: p.dgid, SGIDIndex: c.sgidIndex(), HopLimit: p.hopLimit, TrafficClass: p.trafficClass,
-			FlowLabel: p.flowLabel}},
+		RQPSN: wire.PSN(p.rqPSN), MaxDestRdAtomic: p.maxDestRd, MinRNRTimer: 0, AV: av},
 		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|
 			qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
 		return fmt.Errorf("cm: QP to RTR: %w", err)

@@ -50,9 +50,14 @@ func (n *fakeNet) times(name string) []time.Time {
 func (n *fakeNet) inject(from, to netip.Addr, b []byte) {
 	n.mu.Lock()
 	dst := n.ports[to]
+	src := n.ports[from]
 	n.mu.Unlock()
+	mac := fakeMAC(from)
+	if src != nil {
+		mac = src.mac // a replay from a real device's address: its MAC
+	}
 	if dst != nil {
-		dst.q <- fakeMAD{madAddr{GID: from, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64, MAC: fakeMAC(from)},
+		dst.q <- fakeMAD{madAddr{GID: from, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64, MAC: mac},
 			append([]byte(nil), b...)}
 	}
 }
@@ -60,6 +65,7 @@ func (n *fakeNet) inject(from, to netip.Addr, b []byte) {
 type fakePort struct {
 	n   *fakeNet
 	gid netip.Addr
+	mac net.HardwareAddr // the device's: the source of its MADs
 	mu  sync.Mutex
 	h   func(from madAddr, mad []byte)
 	q   chan fakeMAD
@@ -85,7 +91,8 @@ func (n *fakeNet) install(t testing.TB) {
 		if n.ports == nil {
 			n.ports = map[netip.Addr]*fakePort{}
 		}
-		p := &fakePort{n: n, gid: ip, q: make(chan fakeMAD, 1024)}
+		mac := dev.MAC()
+		p := &fakePort{n: n, gid: ip, mac: mac[:], q: make(chan fakeMAD, 1024)}
 		n.ports[ip] = p
 		return p, nil
 	}
@@ -159,7 +166,7 @@ func (p *fakePort) send(ctx context.Context, to madAddr, b []byte) error {
 	if drop {
 		return nil
 	}
-	from := madAddr{GID: p.gid, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64, MAC: fakeMAC(p.gid)}
+	from := madAddr{GID: p.gid, QPN: mad.GSIQPN, QKey: mad.GSIQKey, HopLimit: 64, MAC: p.mac}
 	for range 1 + btoi(dup) {
 		select {
 		case dst.q <- fakeMAD{from, append([]byte(nil), b...)}:
@@ -197,7 +204,8 @@ func (n *fakeNet) count(name string) int {
 	return k
 }
 
-// fakeMAC is the Ethernet source the fake network gives a MAD from ip.
+// fakeMAC is the Ethernet source the fake network gives a MAD from an
+// address no device has (a spoofed one).
 func fakeMAC(ip netip.Addr) net.HardwareAddr {
 	b := ip.Unmap().As16()
 	return net.HardwareAddr{0x02, 0, b[12], b[13], b[14], b[15]}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -370,8 +372,73 @@ func TestSpoofedSourcesDoNotStall(t *testing.T) {
 		}
 		c.Close()
 		s.Close()
-		if k := n.count("REJ") + n.count("DREP"); k < 10 {
+		// Each got its answer: REP for the listener's (its path's MAC is
+		// the REQ's source too, nothing resolved), REJ, DREP.
+		synctest.Wait()
+		k := 0
+		for _, l := range n.trace() {
+			if strings.HasPrefix(l, "198.18.0.2>198.18.0.3 ") {
+				k++
+			}
+		}
+		if k < 10 {
 			t.Errorf("%d answers to the ten MADs", k)
+		}
+	})
+}
+
+// Floods do not grow goroutines without bound: 2000 SIDR_REQs for a UD
+// listener whose Accept is slow (it blocks until released) and 3000 REQs
+// from spoofed sources for an RC listener. At most maxSIDRPending SIDR
+// handlers and halfOpenMax REQ handlers run at once; the rest is dropped
+// or evicted. Counted with runtime.NumGoroutine during the floods.
+func TestFloodGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &fakeNet{}
+		t.Cleanup(func() { time.Sleep(time.Minute) })
+		n.install(t)
+		_, b := devPairResolving(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		release := make(chan struct{})
+		ul, err := ListenUD(ctx, b, "198.18.0.2:7000", &Options{Accept: func(*Request) ([]byte, error) {
+			<-release
+			return nil, nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ul.Close()
+		l, err := Listen(ctx, b, addrB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		synctest.Wait()
+		base := runtime.NumGoroutine()
+		var hdr [mad.SIDRREQPrivateDataLen]byte
+		for i := range 2000 {
+			src := netip.AddrFrom4([4]byte{198, 18, 2 + byte(i/250), 1 + byte(i%250)})
+			h := mad.CMAHeader{IPVersion: 4, SrcPort: 1, Src: src, Dst: ipB}
+			h.Marshal(hdr[:])
+			n.inject(src, ipB, forge(uint64(i), &mad.SIDRREQ{RequestID: uint32(i + 1), PKey: defaultPKey,
+				ServiceID: mad.ServiceID(mad.PortSpaceUDP, 7000), PrivateData: hdr}))
+		}
+		synctest.Wait()
+		sidr := runtime.NumGoroutine() - base
+		for i := range 3000 {
+			src := netip.AddrFrom4([4]byte{198, 18, 20 + byte(i/250), 1 + byte(i%250)})
+			n.inject(src, ipB, floodREQ(i, src))
+		}
+		synctest.Wait()
+		all := runtime.NumGoroutine() - base
+		close(release)
+		t.Logf("goroutines: %d more under 2000 SIDR_REQs, %d more with 3000 REQs too", sidr, all)
+		if sidr > maxSIDRPending+8 {
+			t.Errorf("%d goroutines for 2000 SIDR_REQs (bound %d)", sidr, maxSIDRPending)
+		}
+		if all > maxSIDRPending+halfOpenMax+16 {
+			t.Errorf("%d goroutines for the floods (bound %d + %d)", all, maxSIDRPending, halfOpenMax)
 		}
 	})
 }

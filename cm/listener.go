@@ -209,7 +209,7 @@ func (l *listener) serve(id *cmID, req *mad.REQ, hdr mad.CMAHeader, from madAddr
 	id.abort = cancel // eviction cancels the QP's path resolution
 	a.mu.Unlock()
 	err = c.connect(ctx, path{
-		dgid: from.GID.Unmap(), flowLabel: req.Primary.FlowLabel, mtu: mtu, hopLimit: req.Primary.HopLimit, trafficClass: req.Primary.TrafficClass,
+		dgid: from.GID.Unmap(), dmac: from.MAC, flowLabel: req.Primary.FlowLabel, mtu: mtu, hopLimit: req.Primary.HopLimit, trafficClass: req.Primary.TrafficClass,
 		destQPN: req.LocalQPN, rqPSN: rqPSN, sqPSN: req.StartingPSN,
 		maxDestRd: o.ResponderResources, maxRd: o.InitiatorDepth,
 		timeout: ackTimeout, retry: req.RetryCount, rnr: req.RNRRetryCount,

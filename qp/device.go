@@ -206,6 +206,9 @@ type Device struct {
 	gsi   satomic.Pointer[GSI]        // QP1, once Device.GSI made it (gsi.go)
 	pcap  satomic.Pointer[PcapWriter] // the device's capture (pcap.go); nil: off
 	gsiMu sync.Mutex                  // serialises its creation
+
+	resolveMu sync.Mutex
+	resolving map[GID]*resolveCall // Config.Resolve calls in progress, one per IP (qp.go)
 }
 
 // RxStats count frames the device dropped before any QP saw them.

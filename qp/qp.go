@@ -186,7 +186,10 @@ func (q *QP) Counters() Counters {
 // source GID is taken from the device's table at AV.SGIDIndex and the
 // destination MAC is resolved from AV.DGID (the device's neighbour
 // resolver, Config.Resolve) within ctx; when ctx has no deadline,
-// Config.ResolveTimeout (default DefaultResolveTimeout) bounds it.
+// Config.ResolveTimeout (default DefaultResolveTimeout) bounds it. An
+// AV.DMAC that is not all zeros is used as given, without resolving: the
+// Ethernet source of the peer's connection request, which the kernel's CM
+// puts into the passive side's path the same way (cm_req_handler).
 func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	d := q.dev
 	d.mu.Lock()
@@ -208,11 +211,13 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 		if d.cfg.RouteHopLimit != 0 {
 			a.AV.HopLimit = d.cfg.RouteHopLimit
 		}
-		mac, err := d.resolve(ctx, a.AV.DGID)
-		if err != nil {
-			return err
+		if a.AV.DMAC == ([6]byte{}) {
+			mac, err := d.resolve(ctx, a.AV.DGID)
+			if err != nil {
+				return err
+			}
+			copy(a.AV.DMAC[:], mac)
 		}
-		copy(a.AV.DMAC[:], mac)
 		a.AV.SMAC = d.mac
 	}
 	d.mu.Lock()
@@ -232,28 +237,81 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	return err
 }
 
+// resolveCall is one Config.Resolve call that every concurrent resolution
+// of its IP waits for.
+type resolveCall struct {
+	done     chan struct{}
+	deadline time.Time
+	mac      net.HardwareAddr
+	err      error
+}
+
+// resolve finds ip's MAC through Config.Resolve (or Config.Neighbors). One
+// call per IP runs at a time: concurrent resolutions of the same IP (a
+// burst of connections to one peer) wait for it instead of each polling
+// the neighbour table. The call runs until the deadline of the context
+// that started it (or ResolveTimeout), not its cancellation; a caller
+// whose ctx ends first stops waiting, and one with a later deadline whose
+// call ran out of time starts the next.
 func (d *Device) resolve(ctx context.Context, ip GID) (net.HardwareAddr, error) {
 	ip = ip.Unmap()
 	if d.cfg.Resolve != nil {
-		if _, ok := ctx.Deadline(); !ok {
+		deadline, ok := ctx.Deadline()
+		if !ok {
 			timeout := d.cfg.ResolveTimeout
 			if timeout <= 0 {
 				timeout = DefaultResolveTimeout
 			}
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, timeout)
-			defer cancel()
+			deadline = time.Now().Add(timeout)
 		}
-		mac, err := d.cfg.Resolve(ctx, ip)
-		if err != nil {
-			return nil, fmt.Errorf("qp: resolving the MAC of %v: %w", ip, err)
+		for {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("qp: resolving the MAC of %v: %w", ip, err)
+			}
+			c := d.resolveCall(ctx, ip, deadline)
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("qp: resolving the MAC of %v: %w", ip, ctx.Err())
+			}
+			if c.err != nil && deadline.After(c.deadline) && time.Now().Before(deadline) {
+				continue // the call's time was shorter than ours
+			}
+			if c.err != nil {
+				return nil, fmt.Errorf("qp: resolving the MAC of %v: %w", ip, c.err)
+			}
+			return c.mac, nil
 		}
-		return mac, nil
 	}
 	if mac, ok := d.cfg.Neighbors[ip]; ok {
 		return mac, nil
 	}
 	return nil, fmt.Errorf("qp: no neighbour entry for %v (wrong GID or peer address?)", ip)
+}
+
+// resolveCall returns the Config.Resolve call in progress for ip, starting
+// one that runs until deadline when there is none.
+func (d *Device) resolveCall(ctx context.Context, ip GID, deadline time.Time) *resolveCall {
+	d.resolveMu.Lock()
+	defer d.resolveMu.Unlock()
+	if c := d.resolving[ip]; c != nil {
+		return c
+	}
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	c := &resolveCall{done: make(chan struct{}), deadline: deadline}
+	if d.resolving == nil {
+		d.resolving = map[GID]*resolveCall{}
+	}
+	d.resolving[ip] = c
+	go func() {
+		defer cancel()
+		c.mac, c.err = d.cfg.Resolve(cctx, ip)
+		d.resolveMu.Lock()
+		delete(d.resolving, ip)
+		d.resolveMu.Unlock()
+		close(c.done)
+	}()
+	return c
 }
 
 // PostSend posts a send work request (ibv_post_send). It fails with

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/nic"
@@ -59,9 +61,75 @@ func TestConnectResolveContext(t *testing.T) {
 		if err := q.Connect(context.Background(), peer, qp.ConnectOptions{}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Connect without a deadline: %v, want DeadlineExceeded after ResolveTimeout", err)
 		}
-		want := []time.Duration{200 * time.Millisecond, 5 * time.Second, 5 * time.Second}
-		if len(deadlines) != len(want) || deadlines[0] != want[0] || deadlines[1] != want[1] || deadlines[2] != want[2] {
+		// A canceled context starts no resolution.
+		want := []time.Duration{200 * time.Millisecond, 5 * time.Second}
+		if len(deadlines) != len(want) || deadlines[0] != want[0] || deadlines[1] != want[1] {
 			t.Fatalf("Resolve saw context deadlines %v from its start, want %v", deadlines, want)
+		}
+	})
+}
+
+// TestResolveSingleflight: concurrent resolutions of one IP (100 QPs
+// connecting to one peer at once, or 100 requests claiming one source) make
+// one Config.Resolve call, which all of them wait for; another IP gets its
+// own. A caller whose context ends stops waiting without ending the call.
+func TestResolveSingleflight(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		la, lb := nic.NewMemPair(nic.MemConfig{})
+		defer lb.Close()
+		var mu sync.Mutex
+		calls := map[netip.Addr]int{}
+		release := make(chan struct{})
+		d, err := qp.Open(qp.Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"),
+			Resolve: func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+				mu.Lock()
+				calls[ip]++
+				mu.Unlock()
+				select {
+				case <-release:
+					return lb.HardwareAddr(), nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		pd := d.AllocPD()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, 101)
+		for i := range 101 {
+			gid := netip.MustParseAddr("198.18.0.2")
+			if i == 100 {
+				gid = netip.MustParseAddr("198.18.0.3")
+			}
+			wg.Go(func() {
+				ah, err := pd.CreateAH(ctx, qp.AHAttr{GID: gid})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ah.Destroy()
+			})
+		}
+		synctest.Wait()
+		// One more, whose context ends while it waits for the call.
+		sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
+		defer scancel()
+		if _, err := pd.CreateAH(sctx, qp.AHAttr{GID: netip.MustParseAddr("198.18.0.2")}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("the caller whose context ended: %v", err)
+		}
+		close(release)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if calls[netip.MustParseAddr("198.18.0.2")] != 1 || calls[netip.MustParseAddr("198.18.0.3")] != 1 {
+			t.Fatalf("Resolve calls %v, want one per IP", calls)
 		}
 	})
 }
