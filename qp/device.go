@@ -136,7 +136,8 @@ type Device struct {
 	mrs     *memreg.Table
 	atomics *atomic.Executor
 	qps     map[uint32]*QP
-	qpList  []*QP // creation order
+	qpList  []*QP  // creation order
+	srqs    []*SRQ // not destroyed, creation order
 	nextQPN uint32
 	qpSeq   uint64       // creation counter: QP.seq
 	heap    deadlineHeap // QPs with an engine deadline (deadline.go)

@@ -31,10 +31,25 @@ package qp
 //     its armed limit remain (rxe get_srq_wqe raises
 //     IB_EVENT_SRQ_LIMIT_REACHED and sets the limit to 0); once per arming.
 //
+//   - EventQPLastWQEReached: a QP created on an SRQ entered ERR, however
+//     it got there (an error, ibv_modify_qp to ERR, its CQ overrun, its
+//     SRQ failing), after the WQE it held from the SRQ completed with
+//     WR_FLUSH_ERR: it takes no more WQEs from the SRQ, so the application
+//     may destroy it without losing any (IBTA 11.6.3, o11-5.2.5). Once per
+//     entry into ERR. rxe raises it when its responder runs in ERR on a QP
+//     with an SRQ (rxe_resp.c flush_recv_queue, since Linux 6.4); so do
+//     mlx5, cxgb4 and rdmavt.
+//   - EventSRQErr: an SRQ failed (IBTA's SRQ catastrophic error; mlx5,
+//     hns and qedr raise it from a hardware SRQ_CATAS_ERROR, rxe never).
+//     The only way a goroce SRQ fails is its device failing: when the
+//     link's receive path ends (DEVICE_FATAL), every SRQ not destroyed
+//     raises SRQ_ERR, the QPs on it go to ERR (each raising LAST_WQE_REACHED,
+//     IBTA 10.2.9.5: no QP receives from an SRQ in error) and PostRecv on it
+//     fails with ErrSRQFailed.
+//
 // EventPathMig and EventPathMigErr do not apply (goroce has no alternate
 // path: APM is not implemented, like rxe, whose IB_DEVICE_AUTO_PATH_MIG
-// flag is set but which has no migration logic). EventQPLastWQEReached is
-// not raised yet.
+// flag is set but which has no migration logic).
 
 import (
 	"context"
@@ -80,12 +95,12 @@ const (
 type AsyncEvent struct {
 	Type AsyncEventType
 	// QP is the queue pair of the QP events (QP_FATAL, QP_REQ_ERR,
-	// QP_ACCESS_ERR, COMM_EST).
+	// QP_ACCESS_ERR, COMM_EST, SQ_DRAINED, QP_LAST_WQE_REACHED).
 	QP *QP
 	// CQ is the completion queue of CQ_ERR, and the overrun CQ that made a
 	// QP fatal (QP_FATAL after CQ_ERR).
 	CQ *CQ
-	// SRQ is the shared receive queue of SRQ_LIMIT_REACHED.
+	// SRQ is the shared receive queue of SRQ_LIMIT_REACHED and SRQ_ERR.
 	SRQ *SRQ
 	// Port is the port number of PORT_ACTIVE and PORT_ERR (always 1).
 	Port int
@@ -365,6 +380,14 @@ func (h *qpHooks) sentNAK(frame []byte) {
 	h.d.raise(AsyncEvent{Type: t, QP: h.d.qps[h.eng.QPN()], Syndrome: syn})
 }
 
+// lastWQE raises QP_LAST_WQE_REACHED (transport.Config.OnLastWQE: the
+// engine of a QP on an SRQ entered ERR; d.mu held).
+func (h *qpHooks) lastWQE() {
+	if q := h.d.qps[h.eng.QPN()]; q != nil && !q.destroyed {
+		h.d.raise(AsyncEvent{Type: EventQPLastWQEReached, QP: q})
+	}
+}
+
 // Complete implements transport.CompletionQueue for the receive side.
 func (h *qpHooks) Complete(wc *WC) {
 	if wc.Status == WCSuccess {
@@ -392,8 +415,30 @@ func (q *QP) countSend(wr *SendWR) {
 func (d *Device) linkFailed(err error) {
 	d.mu.Lock()
 	closed := d.closed
-	d.mu.Unlock()
 	if !closed {
 		d.raise(AsyncEvent{Type: EventDeviceFatal, Err: err})
+		d.failSRQs()
 	}
+	d.unlock()
+}
+
+// failSRQs puts every SRQ of the failed device into the error state
+// (d.mu held): SRQ_ERR, then its QPs to ERR, each raising
+// QP_LAST_WQE_REACHED.
+func (d *Device) failSRQs() {
+	now := d.now()
+	for _, s := range d.srqs {
+		if s.destroyed || s.failed {
+			continue
+		}
+		s.failed = true
+		d.raise(AsyncEvent{Type: EventSRQErr, SRQ: s})
+		for _, q := range d.qpList {
+			if q.srq == s && q.eng.State() != StateErr && q.eng.State() != StateReset {
+				q.eng.Modify(&Attr{State: StateErr}, AttrState, now)
+				d.touch(q)
+			}
+		}
+	}
+	d.endCall(now)
 }

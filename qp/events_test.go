@@ -276,3 +276,59 @@ func TestAsyncEventTypeString(t *testing.T) {
 		}
 	}
 }
+
+// TestAsyncEventSRQErr: when the device fails (its link's receive path
+// ends), every SRQ not destroyed raises SRQ_ERR after DEVICE_FATAL, the
+// QPs on it go to ERR with QP_LAST_WQE_REACHED, and the SRQ takes no more
+// receives (ErrSRQFailed). A destroyed SRQ raises nothing.
+func TestAsyncEventSRQErr(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		la, _ := nic.NewMemPair(nic.MemConfig{})
+		l := &failingLink{Link: la, fail: make(chan struct{})}
+		d, err := qp.Open(qp.Config{Link: l, IP: ipA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		pd := d.AllocPD()
+		cq, err := d.CreateCQ(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srq, err := pd.CreateSRQ(qp.SRQInitAttr{MaxWR: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone, err := pd.CreateSRQ(qp.SRQInitAttr{MaxWR: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gone.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		q, err := pd.CreateQP(qp.InitAttr{SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: 4}, SRQ: srq, Type: qp.QPTypeUD})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Modify(context.Background(), &qp.Attr{State: qp.StateInit, Port: 1, QKey: 7}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
+			t.Fatal(err)
+		}
+		close(l.fail)
+		if ev := nextEvent(t, d); ev.Type != qp.EventDeviceFatal {
+			t.Fatalf("first event %v, want DEVICE_FATAL", ev.Type)
+		}
+		if ev := nextEvent(t, d); ev.Type != qp.EventSRQErr || ev.SRQ != srq {
+			t.Fatalf("second event %v SRQ %p, want SRQ_ERR for %p", ev.Type, ev.SRQ, srq)
+		}
+		if ev := nextEvent(t, d); ev.Type != qp.EventQPLastWQEReached || ev.QP != q {
+			t.Fatalf("third event %v QP %p, want QP_LAST_WQE_REACHED for %p", ev.Type, ev.QP, q)
+		}
+		noEvent(t, d)
+		if st := q.State(); st != qp.StateErr {
+			t.Fatalf("QP on the failed SRQ in %v, want ERR", st)
+		}
+		if err := srq.PostRecv(&qp.RecvWR{WRID: 1}); !errors.Is(err, qp.ErrSRQFailed) {
+			t.Fatalf("PostRecv on the failed SRQ: %v, want ErrSRQFailed", err)
+		}
+	})
+}

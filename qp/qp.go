@@ -104,7 +104,7 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
 		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, IPID: &d.ipID, SRQ: srq, Type: ia.Type,
-		CC: d.cc,
+		CC: d.cc, OnLastWQE: hooks.lastWQE,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)

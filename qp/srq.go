@@ -3,6 +3,7 @@ package qp
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/goroce/goroce/transport"
 )
@@ -39,11 +40,20 @@ var ErrSRQBusy = transport.ErrSRQBusy
 // ErrSRQDestroyed is returned by the calls on an SRQ after SRQ.Destroy.
 var ErrSRQDestroyed = errors.New("qp: SRQ destroyed")
 
+// ErrSRQFailed is returned by PostRecv, Modify and Query on an SRQ in the error
+// state (after EventSRQErr: its device failed).
+var ErrSRQFailed = errors.New("qp: SRQ in the error state")
+
 // SRQ is a shared receive queue (ibv_srq): the QPs created with it in
 // InitAttr.SRQ take their receive WRs from it, in posting order, whichever
 // QP the message arrives on; the completion goes to that QP's receive CQ
 // and names it in WC.QPNum. An empty SRQ answers a SEND with an RNR NAK,
 // as an empty receive queue does.
+//
+// RC and UD QPs can share it. A UD datagram takes one WR; one that an
+// empty SRQ cannot take is dropped, and one longer than the WR's buffer
+// (the 40-byte GRH area included) completes that WR with
+// WCRemInvReqErr, the QP going on (rxe's class E for UD on an SRQ).
 //
 // When a message takes a WR and fewer than the armed limit remain, the
 // device raises EventSRQLimitReached (AsyncEvent.SRQ) and disarms the
@@ -59,6 +69,7 @@ type SRQ struct {
 	eng       *transport.SRQ
 	users     int  // QPs created on it and not destroyed, under dev.mu
 	destroyed bool // under dev.mu
+	failed    bool // in the error state (EventSRQErr), under dev.mu
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -75,6 +86,7 @@ func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
 		return nil, fmt.Errorf("qp: %w", err)
 	}
 	s.eng = eng
+	d.srqs = append(d.srqs, s)
 	return s, nil
 }
 
@@ -93,6 +105,9 @@ func (s *SRQ) usable() error {
 	}
 	if s.destroyed {
 		return ErrSRQDestroyed
+	}
+	if s.failed {
+		return ErrSRQFailed
 	}
 	return nil
 }
@@ -167,6 +182,7 @@ func (s *SRQ) Destroy() error {
 		return fmt.Errorf("qp: destroy SRQ: %d QPs use it: %w", s.users, ErrSRQBusy)
 	}
 	s.destroyed = true
+	d.srqs = slices.DeleteFunc(d.srqs, func(x *SRQ) bool { return x == s })
 	return nil
 }
 

@@ -385,3 +385,75 @@ func TestSRQUnderLoss(t *testing.T) {
 		t.Fatalf("seed %d: %d frames dropped, %d retransmitted: the loss did not happen", r.n.Seed(), d, retrans)
 	}
 }
+
+// TestSRQLastWQEReached: a QP on an SRQ that enters ERR raises
+// QP_LAST_WQE_REACHED (IBTA o11-5.2.5), after its own affiliated error,
+// once per entry into ERR, whether a responder error or the application
+// moved it there; the SRQ's WRs stay for its other QPs, and a QP without
+// an SRQ raises nothing.
+func TestSRQLastWQEReached(t *testing.T) {
+	r := newSRQRig(t, 2, qp.SRQInitAttr{MaxWR: 16})
+	ctx := context.Background()
+	r.post(0)
+	r.post(1)
+	// An RDMA WRITE with a bad rkey: B's QP 0 NAKs and goes to ERR.
+	if err := r.aq[0].PostSend(&qp.SendWR{WRID: 9, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
+		SGL: []qp.SGE{{Addr: r.amr.IOVA(), Length: 8, LKey: r.amr.LKey()}}, RemoteAddr: r.bmr.IOVA(), RKey: r.bmr.RKey() ^ 0x80}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := r.wait(r.acq); wc.Status != qp.WCRemAccessErr {
+		t.Fatalf("WRITE with a bad rkey: %v, want REM_ACCESS_ERR", wc)
+	}
+	if ev, ok := event(r.n.B.Dev); !ok || ev.Type != qp.EventQPAccessErr || ev.QP != r.bq[0] {
+		t.Fatalf("first event %v QP %p (queued %v), want QP_ACCESS_ERR for %p", ev.Type, ev.QP, ok, r.bq[0])
+	}
+	if ev, ok := event(r.n.B.Dev); !ok || ev.Type != qp.EventQPLastWQEReached || ev.QP != r.bq[0] {
+		t.Fatalf("second event %v QP %p (queued %v), want QP_LAST_WQE_REACHED for %p", ev.Type, ev.QP, ok, r.bq[0])
+	}
+	if ev, ok := event(r.n.B.Dev); ok {
+		t.Fatalf("extra event %v", ev.Type)
+	}
+	// ERR to ERR is no new entry: no second event.
+	if err := r.bq[0].Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := event(r.n.B.Dev); ok {
+		t.Fatalf("ERR to ERR raised %v", ev.Type)
+	}
+	// The two WRs are still in the SRQ, for QP 1.
+	r.send(1, 0, []byte("to QP 1"))
+	if wc := r.wait(r.bcq); wc.Status != qp.WCSuccess || wc.WRID != 0 || wc.QPNum != r.bq[1].QPN() {
+		t.Fatalf("QP 1 after QP 0 failed: %v, want WR 0 on QP %#x", wc, r.bq[1].QPN())
+	}
+	r.wait(r.acq)
+	// The application moves QP 1 to ERR: the event again.
+	if err := r.bq[1].Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := event(r.n.B.Dev); !ok || ev.Type != qp.EventQPLastWQEReached || ev.QP != r.bq[1] {
+		t.Fatalf("modify to ERR: event %v QP %p (queued %v), want QP_LAST_WQE_REACHED for %p", ev.Type, ev.QP, ok, r.bq[1])
+	}
+	// RESET, INIT, ERR again is a new entry.
+	for _, st := range []qp.State{qp.StateReset, qp.StateInit, qp.StateErr} {
+		mask := qp.AttrState
+		if st == qp.StateInit {
+			mask |= qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags
+		}
+		if err := r.bq[1].Modify(ctx, &qp.Attr{State: st, Port: 1}, mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ev, ok := event(r.n.B.Dev); !ok || ev.Type != qp.EventQPLastWQEReached || ev.QP != r.bq[1] {
+		t.Fatalf("second entry into ERR: event %v (queued %v), want QP_LAST_WQE_REACHED", ev.Type, ok)
+	}
+	// A's QPs have no SRQ: ERR raises nothing there.
+	if err := r.aq[1].Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	if ev, ok := event(r.n.A.Dev); ok {
+		t.Fatalf("QP without an SRQ raised %v", ev.Type)
+	}
+	if n := r.srq.PostRecv(&qp.RecvWR{WRID: 5, SGL: []qp.SGE{{Addr: r.bmr.IOVA(), Length: 8, LKey: r.bmr.LKey()}}}); n != nil {
+		t.Fatalf("SRQ after its QPs failed: %v", n)
+	}
+}

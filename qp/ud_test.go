@@ -398,3 +398,100 @@ func TestUDLossy(t *testing.T) {
 		t.Fatalf("seed %d: the receiver sent %d packets", seed, sent)
 	}
 }
+
+// TestUDOnSRQ: two UD QPs on B take their receives from one SRQ: datagrams
+// from A to either land in the SRQ's WRs in posting order, each completion
+// names the QP it arrived on and the sender's QPN, with the 40-byte GRH
+// area in front of the payload; a datagram longer than the SRQ's next
+// buffer consumes that WR with REM_INV_REQ_ERR (rxe's class E for UD on an
+// SRQ) and the QP goes on; an empty SRQ drops the datagram; PostRecv on
+// the QPs themselves fails.
+func TestUDOnSRQ(t *testing.T) {
+	n, a, b := udPair(t, 1, nil)
+	srq, err := b.pd.CreateSRQ(qp.SRQInitAttr{MaxWR: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qs [2]*qp.QP
+	ctx := context.Background()
+	for i := range qs {
+		q, err := b.pd.CreateQP(qp.InitAttr{SendCQ: b.cq, RecvCQ: b.cq, Type: qp.QPTypeUD, Cap: qp.Caps{MaxSendWR: 8}, SRQ: srq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, QKey: udQKey}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Modify(ctx, &qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
+			t.Fatal(err)
+		}
+		qs[i] = q
+	}
+	if err := qs[0].PostRecv(&qp.RecvWR{WRID: 1}); !errors.Is(err, qp.ErrInvalidArgument) {
+		t.Fatalf("PostRecv on a QP with an SRQ: %v, want ErrInvalidArgument", err)
+	}
+	post := func(slot int, n uint32) {
+		t.Helper()
+		if err := srq.PostRecv(&qp.RecvWR{WRID: uint64(100 + slot), SGL: []qp.SGE{{Addr: b.mr.IOVA() + uint64(udRecvOff+slot*udSlot), Length: n, LKey: b.mr.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ah := a.ah(t, n.B)
+	sendTo := func(q *qp.QP, size int, fill byte) {
+		t.Helper()
+		for i := range size {
+			a.buf[i] = fill + byte(i)
+		}
+		a.send(t, ah, q.QPN(), udQKey, size, qp.WRSend, 0)
+		if wc := wait1(t, n, a.cq); wc.Status != qp.WCSuccess {
+			t.Fatalf("send: %v", wc)
+		}
+	}
+	for slot := range 4 {
+		post(slot, udSlot)
+	}
+	// Alternate the QPs: the SRQ's WRs are taken in posting order.
+	for k := range 4 {
+		q := qs[k%2]
+		size := 100 + 50*k
+		sendTo(q, size, byte(16*k))
+		wc := wait1(t, n, b.cq)
+		if wc.Status != qp.WCSuccess || wc.WRID != uint64(100+k) || wc.QPNum != q.QPN() || wc.SrcQP != a.q.QPN() ||
+			wc.ByteLen != uint32(qp.GRHLen+size) || wc.Flags&qp.WCGRH == 0 {
+			t.Fatalf("datagram %d: %v; want WR %d on QP %#x from %#x, %d bytes with GRH", k, wc, 100+k, q.QPN(), a.q.QPN(), qp.GRHLen+size)
+		}
+		got := b.buf[udRecvOff+k*udSlot+qp.GRHLen:][:size]
+		for i := range got {
+			if got[i] != byte(16*k)+byte(i) {
+				t.Fatalf("datagram %d: byte %d is %#x, want %#x", k, i, got[i], byte(16*k)+byte(i))
+			}
+		}
+	}
+	// A buffer too short for GRH + payload: that WR completes with an
+	// error, the next one takes the next datagram.
+	post(4, qp.GRHLen+10)
+	post(5, udSlot)
+	sendTo(qs[1], 200, 1)
+	if wc := wait1(t, n, b.cq); wc.Status != qp.WCRemInvReqErr || wc.WRID != 104 || wc.QPNum != qs[1].QPN() {
+		t.Fatalf("short buffer: %v, want WR 104 with REM_INV_REQ_ERR", wc)
+	}
+	sendTo(qs[1], 200, 1)
+	if wc := wait1(t, n, b.cq); wc.Status != qp.WCSuccess || wc.WRID != 105 {
+		t.Fatalf("after the short buffer: %v, want WR 105", wc)
+	}
+	if st := qs[1].State(); st != qp.StateRTR {
+		t.Fatalf("QP after class E: %v, want RTR", st)
+	}
+	// The SRQ is empty: the datagram is dropped, nothing completes; the
+	// next WR posted takes the next datagram.
+	sendTo(qs[0], 10, 3)
+	var wcs [1]qp.WC
+	if k, _ := n.Wait(b.cq, wcs[:], 10*time.Millisecond); k != 0 {
+		t.Fatalf("empty SRQ: completion %v", wcs[0])
+	}
+	post(6, udSlot)
+	sendTo(qs[0], 10, 3)
+	if wc := wait1(t, n, b.cq); wc.Status != qp.WCSuccess || wc.WRID != 106 || wc.ByteLen != qp.GRHLen+10 {
+		t.Fatalf("after the drop: %v, want WR 106", wc)
+	}
+}

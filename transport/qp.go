@@ -68,6 +68,12 @@ type Config struct {
 	// receive WQEs from; the QP has no receive queue of its own (Caps'
 	// MaxRecvWR and MaxRecvSGE are ignored) and PostRecv fails.
 	SRQ *SRQ
+	// OnLastWQE, when set on a QP with an SRQ, is called (by whoever
+	// serialises the engine) each time the QP enters ERR, after the WQE it
+	// held from the SRQ was flushed: the QP will take no more WQEs from it
+	// (IBTA 11.6.3 o11-5.2.5, the Last WQE Reached event; rxe raises it
+	// when its responder runs in ERR with an SRQ, flush_recv_queue).
+	OnLastWQE func()
 	// Type is the transport service: RC (the zero value), UC (uc.go) or
 	// UD (ud.go).
 	Type QPType
@@ -336,6 +342,7 @@ func (q *QP) enter(next State, now time.Time) {
 	case StateErr:
 		if prev != StateErr {
 			q.flushAll()
+			q.lastWQE()
 		}
 	case StateRTS:
 		if prev == StateSQD {
@@ -365,8 +372,12 @@ func (q *QP) resetQueues() {
 
 // toErr moves the QP to ERR after a failure in one of its roles.
 func (q *QP) toErr() {
+	prev := q.attr.State
 	q.attr.State = StateErr
 	q.flushAll()
+	if prev != StateErr {
+		q.lastWQE()
+	}
 }
 
 // flushAll completes every outstanding send and receive WQE with
@@ -378,6 +389,14 @@ func (q *QP) flushAll() {
 	q.comp.retryDeadline, q.req.rnrDeadline = time.Time{}, time.Time{}
 	if q.pace != nil {
 		q.pace.wait = false
+	}
+}
+
+// lastWQE reports, on a QP with an SRQ that just entered ERR, that it
+// takes no more WQEs from the SRQ (Config.OnLastWQE).
+func (q *QP) lastWQE() {
+	if q.cfg.SRQ != nil && q.cfg.OnLastWQE != nil {
+		q.cfg.OnLastWQE()
 	}
 }
 

@@ -262,18 +262,26 @@ func (q *QP) udReceive(p *wire.Packet) {
 	}
 	q.inc(CntRcvdPkts)
 	r := &q.resp
-	if r.rqHead == r.rqTail {
-		// rxe RESPST_ERR_RNR on UD: class D, the datagram is dropped.
+	if !r.recvReady() {
+		// rxe RESPST_ERR_RNR on UD: class D, the datagram is dropped
+		// (from an empty SRQ too).
 		q.inc(CntUDNoRecv)
 		return
 	}
-	w := &r.rq[r.rqHead%uint64(len(r.rq))]
+	w := r.recvHead()
 	n := uint32(len(p.Payload))
 	if GRHLen+n > w.length {
 		// rxe_resp_check_length: a buffer shorter than GRH + payload is
-		// RESPST_ERR_LENGTH, for UD without SRQ a silent drop (IBTA: an
-		// invalid UD request is dropped; the WQE stays for the next).
+		// RESPST_ERR_LENGTH. Without an SRQ that is class D, a silent
+		// drop (IBTA: an invalid UD request is dropped; the WQE stays for
+		// the next). On an SRQ it is class E: the WQE, already taken from
+		// the SRQ, completes with REM_INV_REQ_ERR and the QP goes on.
 		q.inc(CntUDRecvTooShort)
+		if q.cfg.SRQ != nil {
+			wc := WC{WRID: w.wrID, Status: WCRemInvReqErr, Opcode: WCRecv, QPNum: q.cfg.QPN}
+			r.recvPop()
+			q.completion(q.cfg.RecvCQ, &wc)
+		}
 		return
 	}
 	g := q.ud.grh[:]
@@ -294,7 +302,7 @@ func (q *QP) udReceive(p *wire.Packet) {
 		wc.Flags |= WCWithSMAC
 		wc.SMAC = p.Eth.Src()
 	}
-	r.rqHead++
+	r.recvPop()
 	if err != nil {
 		// A bad lkey or access in the RECV WQE: RESPST_ERR_MALFORMED_WQE,
 		// class A for every QP type; the QP goes to ERR.

@@ -42,6 +42,9 @@ type Flags struct {
 	Check       bool // -c, --chk validate the received buffer
 	DM          bool // -j, --dm device memory
 	NewSend     bool // -N, --new_send
+	// SRQ is goroce ud_pingpong's --srq (no letter; ibv_ud_pingpong has
+	// none): the UD QP takes its receives from a shared receive queue.
+	SRQ bool
 }
 
 // DefaultFlags returns the defaults of rc_pingpong.c main.

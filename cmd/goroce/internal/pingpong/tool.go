@@ -24,8 +24,11 @@ const (
 // CQ serves both queues, the one receive and the one send work request the
 // tools post again and again.
 type PingPong struct {
-	QP      *qp.QP
-	CQ      *qp.CQ
+	QP *qp.QP
+	CQ *qp.CQ
+	// SRQ, when set, is the shared receive queue the QP takes its
+	// receives from: PostRecv posts there.
+	SRQ     *qp.SRQ
 	SendWR  qp.SendWR
 	RecvWR  qp.RecvWR
 	RxDepth int
@@ -166,8 +169,12 @@ func (t *Tool) run(env tool.Env, opts tool.Options, f Flags) int {
 
 // PostRecv is pp_post_recv: it returns how many receives it posted.
 func (pp *PingPong) PostRecv(n int) int {
+	post := pp.QP.PostRecv
+	if pp.SRQ != nil {
+		post = pp.SRQ.PostRecv
+	}
 	for i := range n {
-		if pp.QP.PostRecv(&pp.RecvWR) != nil {
+		if post(&pp.RecvWR) != nil {
 			return i
 		}
 	}

@@ -20,11 +20,13 @@ func DefaultUDFlags() Flags {
 
 // ParseUDFlags parses args like ibv_ud_pingpong (getopt_long string
 // "p:d:i:s:r:n:l:eg:c" plus one optional host: no -m, none of the ODP,
-// timestamp, DM and new-send switches), with ParseCommon's rules.
+// timestamp, DM and new-send switches), with ParseCommon's rules, and
+// goroce's --srq.
 func ParseUDFlags(args []string) (Flags, error) {
 	f := DefaultUDFlags()
 	err := parseCommon(&f.Common, args, false, func(fs *flag.FlagSet, both Both) {
 		both("c", "chk", func(n string) { fs.BoolVar(&f.Check, n, false, "validate received buffer") })
+		fs.BoolVar(&f.SRQ, "srq", false, "receive through a shared receive queue")
 	})
 	if err != nil {
 		return Flags{}, err

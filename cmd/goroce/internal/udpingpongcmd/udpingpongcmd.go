@@ -38,6 +38,8 @@ Options (those of ibv_ud_pingpong):
 goroce options:
   --timeout=<seconds>    give up (exit 1) after this long, waiting for the peer included;
                          a client then retries a refused connection until the timeout
+  --srq                  receive through a shared receive queue of rx-depth WRs (the UD QP
+                         has no receive queue of its own; the peer cannot tell)
   --metrics=<host:port>  serve /metrics (Prometheus) and /debug/vars (expvar) during the run
   --pcap=<file>          write the frames the device sends and receives to this pcap file
                          (AF_XDP traffic included, which tcpdump on the interface does not see)
@@ -96,8 +98,16 @@ func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*endpo
 	if pp.CQ, err = dev.CreateCQ(int(f.RxDepth) + 1); err != nil {
 		return nil, fmt.Errorf("Couldn't create CQ: %w", err)
 	}
-	pp.QP, err = pp.pd.CreateQP(qp.InitAttr{SendCQ: pp.CQ, RecvCQ: pp.CQ, Type: qp.QPTypeUD,
-		Cap: qp.Caps{MaxSendWR: 1, MaxRecvWR: int(f.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	ia := qp.InitAttr{SendCQ: pp.CQ, RecvCQ: pp.CQ, Type: qp.QPTypeUD,
+		Cap: qp.Caps{MaxSendWR: 1, MaxRecvWR: int(f.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if f.SRQ {
+		// --srq: srq_pingpong's ibv_create_srq (max_wr rx_depth, max_sge 1).
+		if pp.SRQ, err = pp.pd.CreateSRQ(qp.SRQInitAttr{MaxWR: int(f.RxDepth), MaxSGE: 1}); err != nil {
+			return nil, fmt.Errorf("Couldn't create SRQ: %w", err)
+		}
+		ia.SRQ = pp.SRQ
+	}
+	pp.QP, err = pp.pd.CreateQP(ia)
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't create QP: %w", err)
 	}

@@ -29,6 +29,10 @@ func TestUDPingpongMem(t *testing.T) {
 		{"events-check-inline", []string{"-g", "1", "-n", "30", "-e", "-c", "-s", "300"}, 300, 30},
 		{"small-rx-depth", []string{"--gid-idx=1", "-n", "25", "-r", "3", "-s", "512"}, 512, 25},
 		{"one-byte", []string{"-g1", "-n", "10", "-s", "1", "-e", "-c"}, 1, 10},
+		// --srq: both ends receive through an SRQ (the interop cell runs a
+		// goroce --srq server against the stock client).
+		{"srq", []string{"-g", "1", "-n", "40", "-r", "4", "--srq", "-c"}, 1024, 40},
+		{"srq-events", []string{"-g", "1", "-n", "20", "--srq", "-e", "-s", "64"}, 64, 20},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
