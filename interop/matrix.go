@@ -159,6 +159,10 @@ type Cell struct {
 	VMSetup, VMTeardown string
 	// GoroceEnv is added to the goroce process's environment.
 	GoroceEnv []string
+	// GoroceArgs are added to the goroce side's arguments, in either role
+	// (goroce's own options, e.g. ud_pingpong --srq; such a cell is
+	// GoroceSpecific, the stock tool would refuse them).
+	GoroceArgs []string
 	// Skip gives a planned skip per direction, with the reason.
 	Skip map[Dir]string
 	// Note goes to the doc's table.
@@ -551,8 +555,15 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 		}
 		return nil
 	}
+	args := func(e Endpoint, role []string) []string {
+		a := append(append([]string(nil), c.Args...), role...)
+		if e.Impl() == "goroce" {
+			a = append(a, c.GoroceArgs...)
+		}
+		return a
+	}
 	t0 := time.Now()
-	sp, err := server.Start(c.Tool, append(append([]string(nil), c.Args...), c.Server...), netip.Addr{}, env(server))
+	sp, err := server.Start(c.Tool, args(server, c.Server), netip.Addr{}, env(server))
 	if err != nil {
 		capture.Stop()
 		fail("server: %v", err)
@@ -586,7 +597,7 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 		fail("%s: %v\n%s", server.Label(), err, r.Server)
 		return r
 	}
-	cp, err := client.Start(c.Tool, append(append([]string(nil), c.Args...), c.Client...), server.IP(), env(client))
+	cp, err := client.Start(c.Tool, args(client, c.Client), server.IP(), env(client))
 	if err != nil {
 		sp.Kill()
 		r.Server = sp.Wait(5 * time.Second)

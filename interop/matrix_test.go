@@ -134,6 +134,11 @@ func matrixCells(mtu int) []Cell {
 		// area); -c checks the payload behind it.
 		{Name: "ud_pingpong 1024 B", Tool: ToolUDPingpong, Args: []string{"-n", "20", "-s", "1024", "-c"},
 			Expect: Expect{UDQKey: 0x11111111, PathMTU: 1024}, Note: "UD SEND_ONLY, Q_Key 0x11111111, no ACKs"},
+		// goroce's UD QP takes its receives from an SRQ (ud_pingpong
+		// --srq); the stock tool cannot tell.
+		{Name: "ud_pingpong on an SRQ", Tool: ToolUDPingpong, Args: []string{"-n", "20", "-s", "1024", "-c", "-r", "8"},
+			GoroceArgs: []string{"--srq"}, GoroceSpecific: true,
+			Expect: Expect{UDQKey: 0x11111111, PathMTU: 1024}, Note: "goroce --srq: its UD QP receives through an SRQ of 8 WRs"},
 		{Name: "send_bw RNR", Tool: ToolSendBW, Args: []string{"-F", "-s", "4096", "-n", "20"}, Server: []string{"-r", "1"},
 			Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server rx depth 1"},
 		// Connected through the connection manager (REQ/REP/RTU and
