@@ -13,6 +13,13 @@
 //
 // With -C the client disconnects (DREQ) after count pings and the server,
 // which waits for the next start buffer, sees the DISCONNECTED event.
+//
+// A persistent server (-s -P) accepts one connection after another, and
+// several at once, as rping's rping_run_persistent_server does: each
+// connection gets its own PD, CQ, buffers and goroutine (rping's detached
+// thread per connection), and the server goes on after each one ends. It
+// runs until --timeout or a signal ends it (exit 0: the stock tool runs
+// until it is killed).
 package rpingcmd
 
 import (
@@ -205,10 +212,6 @@ func Run(env tool.Env, args []string) int {
 	if code != 0 {
 		return code
 	}
-	if f.Persistent {
-		fmt.Fprintln(env.Stderr, "goroce rping: -P (persistent server) is not supported")
-		return exitEINVAL
-	}
 	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
 	cb := &controlBlock{env: env, f: f, ctx: ctx, server: f.Server == 1}
@@ -225,6 +228,9 @@ func Run(env tool.Env, args []string) int {
 	cb.prog.Start()
 	defer cb.prog.Stop()
 	cb.debugf("created cm_id %p\n", cb)
+	if cb.server && f.Persistent {
+		return cb.runPersistent() & 0xff
+	}
 	if cb.server {
 		return cb.runServer() & 0xff
 	}

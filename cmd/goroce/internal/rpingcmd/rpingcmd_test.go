@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
@@ -114,8 +118,77 @@ func TestRpingOptions(t *testing.T) {
 	if code := Run(env, []string{"-s", "--dev"}); code != 22 || !strings.Contains(errb.String(), "--dev requires") {
 		t.Errorf("--dev without a value: %d %q", code, errb.String())
 	}
-	errb.Reset()
-	if code := Run(env, []string{"-s", "-P"}); code != 22 || !strings.Contains(errb.String(), "-P") {
-		t.Errorf("-P: %d %q", code, errb.String())
+}
+
+// TestRpingPersistent: a persistent server (-s -P) serves three clients
+// one after another, then two at once, each over its own connection
+// (its own PD, CQ and buffers), printing every ping of every client, and
+// ends when its run does, with exit 0. The clients are rping clients on
+// one device that stays open between them (the tool would close it).
+func TestRpingPersistent(t *testing.T) {
+	open := tooltest.MemDevices(t, nic.MemConfig{Seed: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srvCtx, stopSrv := context.WithCancel(ctx)
+	listening := make(chan struct{})
+	var sout, serr bytes.Buffer
+	code := make(chan int, 1)
+	go func() {
+		env := tool.Env{Ctx: srvCtx, Stdout: &sout, Stderr: &serr, Open: open, Listening: func(net.Addr) { close(listening) }}
+		code <- Run(env, []string{"--dev", "a", "-s", "-P", "-a", "198.18.0.1", "-v"})
+	}()
+	select {
+	case <-listening:
+	case c := <-code:
+		t.Fatalf("server ended before listening: %d %s", c, serr.String())
+	}
+	b, err := open(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := func(count int) (string, int) {
+		var out, errb bytes.Buffer
+		f := Flags{Server: 0, Addr: netip.MustParseAddr("198.18.0.1"), Port: DefaultPort, Count: count, Size: 64, Verbose: true, Validate: true}
+		cb := &controlBlock{env: tool.Env{Stdout: &out, Stderr: &errb}, f: f, ctx: ctx, dev: b}
+		ret := cb.runClient()
+		if ret != 0 {
+			t.Errorf("client of %d pings: exit %d, %s", count, ret, errb.String())
+		}
+		return out.String(), ret
+	}
+	var want strings.Builder
+	for _, n := range []int{3, 5, 2} {
+		if out, _ := client(n); out != wantPings("ping data: ", n, 64) {
+			t.Errorf("sequential client of %d pings printed\n%s", n, out)
+		}
+		want.WriteString(wantPings("server ping data: ", n, 64))
+	}
+	var wg sync.WaitGroup
+	for _, n := range []int{4, 6} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, _ := client(n); out != wantPings("ping data: ", n, 64) {
+				t.Errorf("concurrent client of %d pings printed\n%s", n, out)
+			}
+		}()
+	}
+	wg.Wait()
+	stopSrv()
+	if c := <-code; c != 0 {
+		t.Errorf("persistent server exit %d, want 0 (its run ended)\n%s", c, serr.String())
+	}
+	// The sequential clients' pings in order; the concurrent ones'
+	// interleaved, each client's in its own order.
+	got := sout.String()
+	if !strings.HasPrefix(got, want.String()) {
+		t.Fatalf("server printed\n%s\nwant first\n%s", got, want.String())
+	}
+	rest := strings.Split(strings.TrimSuffix(strings.TrimPrefix(got, want.String()), "\n"), "\n")
+	if len(rest) != 10 {
+		t.Fatalf("server printed %d lines for the concurrent clients, want 10:\n%s", len(rest), got)
+	}
+	if n := strings.Count(serr.String(), "server DISCONNECT EVENT...\n"); n != 5 {
+		t.Errorf("server saw %d disconnects, want 5:\n%s", n, serr.String())
 	}
 }
