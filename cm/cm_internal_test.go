@@ -210,3 +210,66 @@ func TestRealGSI(t *testing.T) {
 		}
 	})
 }
+
+// TestGSIRecoveryKeepsCM: both devices' QP1s are forced into ERR (as a
+// receive or send error would move them) between connections; the GSI
+// brings them back and the connection manager keeps working: a second
+// connection is made and closed over the recovered QP1s.
+func TestGSIRecoveryKeepsCM(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(func() { time.Sleep(time.Minute) })
+		a, b := devPair(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		e := connect(t, ctx, a, b, nil, nil)
+		e.client.Close()
+		<-e.server.Done()
+		e.server.Close()
+		for _, d := range []*qp.Device{a, b} {
+			g, err := d.GSI()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.QP().Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const addr2 = "198.18.0.2:7175"
+		l, err := Listen(ctx, b, addr2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		accepted := make(chan *Conn, 1)
+		go func() {
+			c, err := l.Accept(ctx)
+			if err != nil {
+				t.Errorf("Accept after the recovery: %v", err)
+			}
+			accepted <- c
+		}()
+		c, err := Dial(ctx, a, addr2, nil)
+		if err != nil {
+			t.Fatalf("Dial after the recovery: %v", err)
+		}
+		srv := <-accepted
+		if srv == nil {
+			t.FailNow()
+		}
+		sendOne(t, ctx, c, srv)
+		if err := srv.Close(); err != nil {
+			t.Fatalf("Close after the recovery: %v", err)
+		}
+		<-c.Done()
+		c.Close()
+		for name, d := range map[string]*qp.Device{"client": a, "server": b} {
+			g, _ := d.GSI()
+			if s := g.Stats(); s.Recovered != 1 {
+				t.Errorf("%s's GSI stats %+v, want 1 recovery", name, s)
+			}
+			if st := g.QP().State(); st != qp.StateRTS {
+				t.Errorf("%s's QP1 in %v", name, st)
+			}
+		}
+	})
+}

@@ -93,6 +93,9 @@ type GSIStats struct {
 	// answered with GetResp and status "unsupported method/attribute".
 	AnsweredUnsupported uint64
 	SendErrors          uint64 // failed send completions
+	// Recovered counts the times QP1 was found in ERR and brought back
+	// to RTS with its receives posted again (GSI.recover).
+	Recovered uint64
 }
 
 // GSI is a device's QP1 (Device.GSI).
@@ -104,7 +107,7 @@ type GSI struct {
 	recvMR *MR
 	sendMR *MR
 
-	sendMu sync.Mutex // the one send buffer (a UD send is copied out during PostSend)
+	sendMu sync.Mutex // the one send buffer (a UD send is copied out during PostSend); held by recover
 
 	hmu      sync.Mutex
 	handlers [256]*gsiHandler
@@ -118,7 +121,7 @@ type GSI struct {
 	negMu    sync.Mutex
 	negative map[netip.Addr]negEntry // failed resolutions, for gsiNegativeTTL
 
-	received, sent, noHandler, badLength, badVersion, invalid, answered, sendErrors satomic.Uint64
+	received, sent, noHandler, badLength, badVersion, invalid, answered, sendErrors, recovered satomic.Uint64
 }
 
 type gsiHandler struct{ fn func(MAD) }
@@ -158,14 +161,7 @@ func (d *Device) GSI() (*GSI, error) {
 		g.qp.Destroy()
 		return nil, fmt.Errorf("qp: GSI: %w", err)
 	}
-	ctx := context.Background()
-	if err := g.qp.Modify(ctx, &Attr{State: StateInit, Port: 1, QKey: GSIQKey}, AttrState|AttrPKeyIndex|AttrPort|AttrQKey); err != nil {
-		return fail(err)
-	}
-	if err := g.qp.Modify(ctx, &Attr{State: StateRTR}, AttrState); err != nil {
-		return fail(err)
-	}
-	if err := g.qp.Modify(ctx, &Attr{State: StateRTS}, AttrState|AttrSQPSN); err != nil {
+	if err := g.bringUp(); err != nil {
 		return fail(err)
 	}
 	if g.recvMR, err = g.pd.RegMR(make([]byte, gsiRecvSlots*gsiSlotLen), LocalWrite); err != nil {
@@ -174,10 +170,8 @@ func (d *Device) GSI() (*GSI, error) {
 	if g.sendMR, err = g.pd.RegMR(make([]byte, MADLen), 0); err != nil {
 		return fail(err)
 	}
-	for i := range gsiRecvSlots {
-		if err := g.repost(uint64(i)); err != nil {
-			return fail(err)
-		}
+	if err := g.postAll(); err != nil {
+		return fail(err)
 	}
 	d.mu.Lock()
 	if d.closed {
@@ -193,6 +187,64 @@ func (d *Device) GSI() (*GSI, error) {
 	d.gsi.Store(g)
 	d.mu.Unlock()
 	return g, nil
+}
+
+// bringUp moves QP1 from RESET to RTS, as ib_mad_port_start does: INIT
+// with the GSI Q_Key, RTR, RTS.
+func (g *GSI) bringUp() error {
+	ctx := context.Background()
+	if err := g.qp.Modify(ctx, &Attr{State: StateInit, Port: 1, QKey: GSIQKey}, AttrState|AttrPKeyIndex|AttrPort|AttrQKey); err != nil {
+		return err
+	}
+	if err := g.qp.Modify(ctx, &Attr{State: StateRTR}, AttrState); err != nil {
+		return err
+	}
+	return g.qp.Modify(ctx, &Attr{State: StateRTS}, AttrState|AttrSQPSN)
+}
+
+// postAll posts every receive slot.
+func (g *GSI) postAll() error {
+	for i := range gsiRecvSlots {
+		if err := g.repost(uint64(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recover brings QP1 back when it is in ERR (a receive or send error
+// moved it there, or something else did): RESET, then INIT, RTR and RTS
+// again and every receive posted anew, so that the connection manager
+// and every other class keep working. The kernel's MAD layer recovers
+// its QP1 from send errors (ib_mad_send_error: SQE back to RTS, the
+// flushed sends posted again); goroce's UD QPs have no SQE state (an
+// error moves them to ERR, as rxe's do), so recovery starts from ERR and
+// reposts the receives too. The MADs flushed by the error are lost: their
+// senders' retries (the CM's timeouts) send them again. The flush
+// completions still queued are ignored (the QP is no longer in ERR when
+// they are handled). It returns whether it recovered QP1.
+func (g *GSI) recover() bool {
+	g.sendMu.Lock()
+	defer g.sendMu.Unlock()
+	if g.qp.State() != StateErr || g.d.isClosed() {
+		return false
+	}
+	err := g.qp.Modify(context.Background(), &Attr{State: StateReset}, AttrState)
+	if err == nil {
+		err = g.bringUp()
+	}
+	if err == nil {
+		err = g.postAll()
+	}
+	if err != nil {
+		if !g.d.isClosed() {
+			slog.Error("goroce: GSI cannot recover QP1 from ERR", "device", g.d.Name(), "err", err)
+		}
+		return false
+	}
+	g.recovered.Add(1)
+	slog.Warn("goroce: GSI QP1 was in ERR: reset, moved to RTS, receives reposted", "device", g.d.Name())
+	return true
 }
 
 // transportGSIQPN is QP1's number.
@@ -271,6 +323,9 @@ func (g *GSI) Send(ctx context.Context, to MADAddr, mad []byte) error {
 		return fmt.Errorf("qp: GSI send: %w", err)
 	}
 	defer ah.Destroy()
+	if g.qp.State() == StateErr {
+		g.recover() // QP1 failed since the last completion was handled
+	}
 	g.sendMu.Lock()
 	defer g.sendMu.Unlock()
 	copy(g.sendMR.Bytes(), mad)
@@ -289,7 +344,7 @@ func (g *GSI) Stats() GSIStats {
 		Received: g.received.Load(), Sent: g.sent.Load(),
 		DroppedNoHandler: g.noHandler.Load(), DroppedBadLength: g.badLength.Load(),
 		DroppedBadVersion: g.badVersion.Load(), DroppedInvalid: g.invalid.Load(),
-		AnsweredUnsupported: g.answered.Load(), SendErrors: g.sendErrors.Load(),
+		AnsweredUnsupported: g.answered.Load(), SendErrors: g.sendErrors.Load(), Recovered: g.recovered.Load(),
 	}
 	s.Dropped = s.DroppedNoHandler + s.DroppedBadLength + s.DroppedBadVersion + s.DroppedInvalid
 	return s
@@ -357,11 +412,16 @@ func (g *GSI) handle(wc *WC) {
 		if wc.Status != WCSuccess {
 			g.sendErrors.Add(1)
 			slog.Warn("goroce: GSI send failed", "device", g.d.Name(), "err", wc.Err())
+			g.recover()
 		}
 		return
 	}
 	if wc.Status != WCSuccess {
-		return // flushed: QP1 went to ERR (the device is closing)
+		// QP1 went to ERR (a receive error, or the device is closing),
+		// or this is a flush from before a recovery: recover does
+		// nothing then.
+		g.recover()
+		return
 	}
 	g.received.Add(1)
 	i := wc.WRID

@@ -266,3 +266,68 @@ func TestGSIAnswersL2Source(t *testing.T) {
 		t.Fatalf("%d resolutions for 3 Sends within the negative cache's second", n)
 	}
 }
+
+// TestGSIRecovery: QP1 forced into ERR (as a receive or send error would
+// move it) is reset, brought back to RTS and its receives reposted: by
+// the dispatcher, which finds the flushed receives, or by the next Send,
+// whichever comes first. MADs flow again both ways; the flushed
+// completions are not counted as MADs.
+func TestGSIRecovery(t *testing.T) {
+	n, err := sim.NewPair(sim.Config{Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ga, err := n.A.Dev.GSI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := n.B.Dev.GSI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var atA, atB []uint64
+	if _, err := ga.Handle(0x07, func(m qp.MAD) { atA = append(atA, binary.BigEndian.Uint64(m.Data[8:])) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gb.Handle(0x07, func(m qp.MAD) { atB = append(atB, binary.BigEndian.Uint64(m.Data[8:])) }); err != nil {
+		t.Fatal(err)
+	}
+	toA := qp.MADAddr{GID: n.A.GID(), QPN: 1, QKey: qp.GSIQKey}
+	toB := qp.MADAddr{GID: n.B.GID(), QPN: 1, QKey: qp.GSIQKey}
+	exchange := func(tid uint64) {
+		t.Helper()
+		if err := gb.Send(ctx, toA, mad(0x07, 0x03, 0x0010, tid)); err != nil {
+			t.Fatal(err)
+		}
+		if err := ga.Send(ctx, toB, mad(0x07, 0x03, 0x0010, tid+1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.RunUntil(func() bool { return len(atA) > 0 && atA[len(atA)-1] == tid && len(atB) > 0 && atB[len(atB)-1] == tid+1 }, time.Second); err != nil {
+			t.Fatalf("seed %d: MADs %d/%d: %v (at A %v, at B %v)", n.Seed(), tid, tid+1, err, atA, atB)
+		}
+	}
+	exchange(10)
+	// A's QP1 to ERR: its dispatcher finds the 256 flushed receives.
+	if err := ga.QP().Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RunUntil(func() bool { return ga.QP().State() == qp.StateRTS }, time.Second); err != nil {
+		t.Fatalf("A's QP1 stayed in %v: %v", ga.QP().State(), err)
+	}
+	exchange(20)
+	// B's QP1 to ERR, and B sends at once: Send recovers first.
+	if err := gb.QP().Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	exchange(30)
+	for name, g := range map[string]*qp.GSI{"A": ga, "B": gb} {
+		if s := g.Stats(); s.Recovered != 1 || s.Received != 3 || s.Dropped != 0 {
+			t.Errorf("%s's stats %+v, want 1 recovery and 3 MADs received", name, s)
+		}
+	}
+	if len(atA) != 3 || len(atB) != 3 {
+		t.Errorf("MADs at A %v, at B %v", atA, atB)
+	}
+}
