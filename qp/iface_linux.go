@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -63,12 +62,14 @@ func openRawLink(ifname string, o *InterfaceOptions, info *InterfaceInfo) (nic.L
 	return l, nil
 }
 
-// resolver runs netaddr.ResolveMAC in the namespace the device was opened
-// in: QP.Connect may be called from any goroutine, whose thread may be in
-// another namespace.
+// resolver resolves neighbours in the namespace the device was opened in
+// (QP.Connect may be called from any goroutine, whose thread may be in
+// another namespace) through a netaddr.Resolver: its netlink sockets live
+// in that namespace, so no resolution locks or switches an OS thread, and
+// it waits for the kernel's neighbour events instead of polling.
 type resolver struct {
-	ifname string
-	ns     netns.NsHandle
+	ns netns.NsHandle
+	r  *netaddr.Resolver
 }
 
 func newResolver(ifname string) (*resolver, error) {
@@ -76,46 +77,21 @@ func newResolver(ifname string) (*resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qp: open interface: network namespace handle: %w", err)
 	}
-	return &resolver{ifname: ifname, ns: h}, nil
+	r, err := netaddr.NewResolver(ifname, h)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("qp: open interface: %w", err)
+	}
+	return &resolver{ns: h, r: r}, nil
 }
 
-func (r *resolver) Close() error { return r.ns.Close() }
+func (r *resolver) Close() error {
+	r.r.Close()
+	return r.ns.Close()
+}
 
 func (r *resolver) resolve(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
-	var mac net.HardwareAddr
-	err := inNamespace(r.ns, func() error {
-		var err error
-		mac, err = netaddr.ResolveMAC(ctx, r.ifname, ip)
-		return err
-	})
-	return mac, err
-}
-
-// inNamespace runs fn on this goroutine's thread, locked and switched into
-// ns when it is elsewhere. If switching back fails the thread stays locked,
-// so the runtime discards it when the goroutine ends.
-func inNamespace(ns netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	cur, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("qp: current namespace: %w", err)
-	}
-	defer cur.Close()
-	if cur.Equal(ns) {
-		defer runtime.UnlockOSThread()
-		return fn()
-	}
-	if err := netns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("qp: entering the device's namespace: %w", err)
-	}
-	ferr := fn()
-	if err := netns.Set(cur); err != nil {
-		return fmt.Errorf("qp: leaving the device's namespace: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
+	return r.r.Resolve(ctx, ip)
 }
 
 // routeHopLimit is the hop limit the kernel would put in a RoCE address

@@ -5,14 +5,19 @@ package netaddr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
 )
 
 func TestLookupLoopback(t *testing.T) {
@@ -176,5 +181,108 @@ func TestLookupNetMatchesNetlink(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// threads is the process's OS thread count.
+func threads(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no Threads line")
+	return 0
+}
+
+// A Resolver works in its namespace from a thread that stays in another,
+// waits for the kernel's neighbour events instead of polling (an entry
+// added while a resolution waits ends it after a handful of table reads),
+// and 64 resolutions of addresses nobody answers for hold no OS thread
+// each (issue 20: a SIDR flood grew a server from 7 to 592 threads, each
+// resolution polling every 5 ms on a locked thread).
+func TestResolverEventsAndThreads(t *testing.T) {
+	p := netns.NewPair(t, netns.Options{})
+	nsA, err := vnetns.GetFromName(p.A.NS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsA.Close()
+	r, err := NewResolver(p.A.Ifname, nsA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	mac, err := r.Resolve(ctx, p.B.Addr)
+	if err != nil || mac.String() != p.B.MAC.String() {
+		t.Fatalf("Resolve(%v) = %v, %v; want %v", p.B.Addr, mac, err, p.B.MAC)
+	}
+
+	// An entry that appears while a resolution waits (as an ARP reply
+	// would make it).
+	late := p.A.Prefix.Addr().Next().Next().Next().Next() // .4: nobody
+	lateMAC := net.HardwareAddr{0x02, 0, 0, 0, 0x12, 0x34}
+	r2, err := NewResolver(p.A.Ifname, nsA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	got := make(chan error, 1)
+	go func() {
+		m, err := r2.Resolve(ctx, late)
+		if err == nil && m.String() != lateMAC.String() {
+			err = fmt.Errorf("MAC %v", m)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	h, err := p.Handle(netns.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.NeighSet(&netlink.Neigh{LinkIndex: p.A.Ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: late.AsSlice(), HardwareAddr: lateMAC}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("late entry: %v", err)
+	}
+	// Polling every 5 ms would have read the table about 40 times.
+	if n := r2.lookups.Load(); n > 10 {
+		t.Errorf("%d neighbour table reads for one resolution woken by its event", n)
+	}
+
+	before := threads(t)
+	var wg sync.WaitGroup
+	peak := 0
+	sctx, scancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer scancel()
+	base := p.A.Prefix.Addr()
+	for i := range 64 {
+		ip := base
+		for range 10 + i {
+			ip = ip.Next()
+		}
+		wg.Go(func() {
+			if _, err := r.Resolve(sctx, ip); !errors.Is(err, ErrUnresolved) {
+				t.Errorf("Resolve(%v): %v", ip, err)
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	peak = threads(t)
+	wg.Wait()
+	t.Logf("threads: %d before 64 unanswered resolutions, %d during; %d table reads, %d triggers",
+		before, peak, r.lookups.Load(), r.triggers.Load())
+	if peak-before > 8 {
+		t.Errorf("64 resolutions took %d more OS threads", peak-before)
 	}
 }
