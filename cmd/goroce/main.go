@@ -24,7 +24,9 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/probecmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/rcopycmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/rpingcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/rstreamcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/srqpingpongcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/cmd/goroce/internal/ucmatosecmd"
@@ -48,9 +50,12 @@ var commands = []command{
 	{"dump", dumpcmd.Summary, dumpcmd.Run},
 	{"pingpong", pingpongcmd.Summary, pingpongcmd.Run},
 	{"probe", probecmd.Summary, probecmd.Run},
+	{"rcopy", rcopycmd.Summary, rcopycmd.Run},
 	perftestCommand(perftest.ReadBW),
 	perftestCommand(perftest.ReadLat),
+	{"riostream", rstreamcmd.IOSummary, rstreamcmd.RunIO},
 	{"rping", rpingcmd.Summary, rpingcmd.Run},
+	{"rstream", rstreamcmd.Summary, rstreamcmd.Run},
 	perftestCommand(perftest.SendBW),
 	perftestCommand(perftest.SendLat),
 	{"srq_pingpong", srqpingpongcmd.Summary, srqpingpongcmd.Run},
