@@ -118,8 +118,8 @@ func (d *Device) sendCNP(q *QP, pkt *wire.Packet) bool {
 		f.HasVLAN = true
 		f.VLAN = uint16(d.cc.NPCNPPrio)<<13 | pkt.VLAN&0x0FFF
 	}
-	d.cnpID++
-	f.IPID = d.cnpID
+	// IPv4 ID 0 with DF, as every frame the transport sends (the UDP
+	// backend's receivers rebuild the header with ID 0).
 	buf := d.tx.Frame()
 	n, err := wire.Build(buf, &f, 0)
 	if err != nil {

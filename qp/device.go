@@ -188,11 +188,9 @@ type Device struct {
 
 	counters transport.Counters
 	corked   uint64 // posts whose frames waited for a later write (cork.go)
-	ipID     uint16 // IPv4 identification, shared by the QPs (transport.Config.IPID)
 	rxStats  RxStats
 
-	cc    *CCParams // congestion control (cc.go); nil: off
-	cnpID uint16    // IPv4 ID of the CNPs the device sends
+	cc *CCParams // congestion control (cc.go); nil: off
 
 	poller nic.Poller     // manual and busy-poll modes: the link's non-blocking read
 	rx     *rxBatch       // manual and busy-poll modes: Poll's buffers

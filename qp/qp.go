@@ -103,7 +103,7 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
-		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, IPID: &d.ipID, SRQ: srq, Type: ia.Type,
+		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, SRQ: srq, Type: ia.Type,
 		CC: d.cc, OnLastWQE: hooks.lastWQE,
 	})
 	if err != nil {

@@ -8,13 +8,16 @@ import "github.com/goroce/goroce/wire"
 // and the extension headers of one packet, with the payload the caller has
 // already copied into place behind the headers.
 type emitter struct {
-	qp   *QP // counters
-	out  Output
-	tmpl wire.Frame // outer headers for every frame this QP sends
-	// ipID is the IPv4 identification counter: the device's, shared by
-	// its QPs (Config.IPID), as rxe's IDs come from the kernel's counter
-	// per host pair (__ip_select_ident), not from one per QP.
-	ipID    *uint16
+	qp  *QP // counters
+	out Output
+	// tmpl holds the outer headers for every frame this QP sends. Its IPv4
+	// identification stays 0 (with DF, which wire.Build sets): every
+	// RoCEv2 packet is an atomic datagram, whose ID RFC 6864 lets the
+	// source set to any value, and 0 is the one a goroce UDP-backend
+	// receiver can know — a UDP socket never shows the IP header, so it
+	// rebuilds the header the ICRC covers with ID 0 (docs/backends.md).
+	// rxe uses the kernel's counter (__ip_select_ident) instead.
+	tmpl    wire.Frame
 	destQPN uint32
 	lastLen int // length of the last frame sent (the pacer charges it)
 }
@@ -43,15 +46,8 @@ func (e *emitter) buffer() []byte { return e.out.Frame() }
 // the packet's flags and extension headers.
 func (e *emitter) frame(op wire.Opcode, psn wire.PSN) *wire.Frame {
 	f := &e.tmpl
-	f.IPID = e.nextIPID()
 	f.BTH = wire.BTHFields{Opcode: op, PKey: wire.DefaultPKey, DestQP: e.destQPN, PSN: psn}
 	return f
-}
-
-// nextIPID returns the next IPv4 identification.
-func (e *emitter) nextIPID() uint16 {
-	*e.ipID++
-	return *e.ipID
 }
 
 // emit builds the frame whose payload (payloadLen bytes) the caller already

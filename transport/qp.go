@@ -60,10 +60,6 @@ type Config struct {
 	RetryCnt7Infinite bool
 	// DeviceCounters, when set, is incremented along with the QP's own counters.
 	DeviceCounters *Counters
-	// IPID, when set, is the IPv4 identification counter the QP shares
-	// with the device's other QPs (all calls on them serialised by the
-	// caller, like DeviceCounters); nil gives the QP its own.
-	IPID *uint16
 	// SRQ, when set, is the shared receive queue the responder takes its
 	// receive WQEs from; the QP has no receive queue of its own (Caps'
 	// MaxRecvWR and MaxRecvSGE are ignored) and PostRecv fails.
@@ -160,10 +156,7 @@ func New(cfg Config) (*QP, error) {
 		q.pace = &pacer{cc: newDCQCN(cfg.CC)}
 	}
 	q.sq.ring = make([]sendWQE, c.MaxSendWR)
-	q.out = emitter{qp: q, out: cfg.Out, ipID: cfg.IPID}
-	if q.out.ipID == nil {
-		q.out.ipID = new(uint16)
-	}
+	q.out = emitter{qp: q, out: cfg.Out}
 	q.req = requester{qp: q, sq: &q.sq, out: &q.out, comp: &q.comp}
 	q.comp = completer{qp: q, sq: &q.sq, req: &q.req}
 	rqLen := c.MaxRecvWR

@@ -205,7 +205,8 @@ func (q *QP) udSend(wr *SendWR, ah *AH, psn wire.PSN, n int) error {
 	*f = wire.Frame{
 		DstMAC: av.DMAC, SrcMAC: av.SMAC, HasVLAN: av.HasVLAN, VLAN: av.VLAN,
 		SrcIP: av.SGID.Unmap(), DstIP: av.DGID.Unmap(),
-		TrafficClass: av.TrafficClass, HopLimit: av.HopLimit, IPID: q.out.nextIPID(),
+		// IPv4 ID 0 with DF, as RC (emitter.tmpl).
+		TrafficClass: av.TrafficClass, HopLimit: av.HopLimit,
 		// rxe: a UD QP keeps the port rxe_qp_init_req chose from its QPN
 		// (no AV is ever set on it); IPv6 flow label 0 as for RC.
 		SrcPort: wire.UDSourcePort(q.cfg.QPN),

@@ -57,9 +57,11 @@
 //     accepts rxe's zero IPv6 UDP checksum, UDP_NO_CHECK6_RX; other systems
 //     drop such datagrams in the kernel). rxe puts a kernel chosen IPv4 ID
 //     in every packet, which a UDP socket cannot see, so IPv4 packets from
-//     rxe fail the ICRC check (the transport drops and counts them). A
-//     goroce raw backend sender interoperates if its transport uses IPv4 ID
-//     0 with DF.
+//     rxe fail the ICRC check (the transport drops and counts them).
+//   - goroce(afpacket/afxdp) → goroce(udp): IPv4 and IPv6. goroce's
+//     transport sends every frame with IPv4 ID 0 and DF, the canonical
+//     header's, so the trailer verifies against the synthesized header
+//     (qp/netnstest's udp-afxdp and afpacket-udp pairs).
 //
 // # Segmentation and receive offload (Linux)
 //
