@@ -30,7 +30,9 @@
 // reason and private data), ErrConnRefused (nobody listens: REJ invalid
 // service ID, as rdma_cm's ECONNREFUSED), ErrTimeout (the peer never
 // answered, after the retries the messages' timeouts allow), and the
-// context's error when ctx ends first.
+// context's error when ctx (or Options.Timeout) ends first. Dial, DialUD,
+// Listen, ListenUD and Accept return them wrapped in an *OpError naming
+// the operation and the address.
 package cm
 
 import (
@@ -41,6 +43,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/qp"
@@ -105,6 +108,14 @@ type Options struct {
 	// they have the device's half-open budget (1024, 128 per source
 	// address, the oldest evicted when full, each at most 60 s).
 	Backlog int
+
+	// Timeout bounds Dial and DialUD as a whole (address resolution, the
+	// REQ or SIDR_REQ and its retries, the QP transitions), as
+	// net.Dialer.Timeout: when it passes, the error matches
+	// context.DeadlineExceeded. Zero: only ctx, and the CM's own retries
+	// (rdma_cm's 16 REQs 6.4 s apart: about 100 s against a host that never
+	// answers).
+	Timeout time.Duration
 
 	// Local is the source address of Dial and DialUD (zero: the device's
 	// first address of the peer's family and an ephemeral port).
@@ -195,27 +206,60 @@ func Register(dev *qp.Device) (unregister func(), err error) {
 // unspecified IP listens on every address of the device): the service ID
 // of the TCP port space for port, as rdma_listen. ctx bounds the setup.
 func Listen(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Listener, error) {
-	return listen(ctx, dev, addr, opts)
+	l, err := listen(ctx, dev, addr, opts)
+	if err != nil {
+		return nil, opError("listen", addr, err)
+	}
+	return l, nil
 }
 
 // Dial connects an RC QP to the listener at addr ("ip:port"), as
 // rdma_connect: REQ, wait for the REP (retrying the REQ on the timeout the
 // REQ's fields imply, extended by an MRA), QP to RTR and RTS, RTU. ctx
-// bounds the whole exchange.
+// bounds the whole exchange, and so does Options.Timeout. Before the REQ
+// the peer's MAC is resolved, as rdma_resolve_addr does (bounded by ctx,
+// or by the device's resolve timeout when ctx has no deadline): an
+// unreachable address fails there instead of after the REQ's retries.
+// Errors are *OpError.
 func Dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Conn, error) {
-	return dial(ctx, dev, addr, opts)
+	ctx, cancel := withTimeout(ctx, opts)
+	defer cancel()
+	c, err := dial(ctx, dev, addr, opts)
+	if err != nil {
+		return nil, opError("dial", addr, err)
+	}
+	return c, nil
+}
+
+// withTimeout bounds ctx by opts.Timeout when it is set.
+func withTimeout(ctx context.Context, opts *Options) (context.Context, context.CancelFunc) {
+	if opts != nil && opts.Timeout > 0 {
+		return context.WithTimeout(ctx, opts.Timeout)
+	}
+	return ctx, func() {}
 }
 
 // DialUD resolves the UD service at addr through SIDR (SIDR_REQ →
 // SIDR_REP): the peer's QPN and Q_Key, and a local UD QP to send to it.
+// ctx and Options.Timeout bound it; errors are *OpError.
 func DialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDEndpoint, error) {
-	return dialUD(ctx, dev, addr, opts)
+	ctx, cancel := withTimeout(ctx, opts)
+	defer cancel()
+	e, err := dialUD(ctx, dev, addr, opts)
+	if err != nil {
+		return nil, opError("dial ud", addr, err)
+	}
+	return e, nil
 }
 
 // ListenUD answers SIDR_REQs for addr's port (the UDP port space) with its
 // UD QP's QPN and Q_Key (rdma_cm's RDMA_UDP_QKEY 0x01234567).
 func ListenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDListener, error) {
-	return listenUD(ctx, dev, addr, opts)
+	l, err := listenUD(ctx, dev, addr, opts)
+	if err != nil {
+		return nil, opError("listen ud", addr, err)
+	}
+	return l, nil
 }
 
 // Listener accepts RC connections for one service ID.
@@ -224,8 +268,15 @@ type Listener struct {
 }
 
 // Accept returns the next established connection (REQ → REP → RTU done,
-// its QP in RTS), waiting for one until ctx ends or the Listener closes.
-func (l *Listener) Accept(ctx context.Context) (*Conn, error) { return l.l.accept(ctx) }
+// its QP in RTS), waiting for one until ctx ends or the Listener closes
+// (an *OpError wrapping ctx's error or ErrClosed).
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	c, err := l.l.accept(ctx)
+	if err != nil {
+		return nil, opError("accept", l.l.addr.String(), err)
+	}
+	return c, nil
+}
 
 // Close stops listening: later REQs for the port get REJ "invalid service
 // ID"; connections not yet accepted are closed.

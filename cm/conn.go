@@ -221,6 +221,21 @@ func (c *conn) connect(ctx context.Context, p path) error {
 // sgidIndex is the GID index of the connection's local address.
 func (c *conn) sgidIndex() uint8 { return gidIndex(c.dev, c.local.Addr()) }
 
+// resolvePeer resolves the peer's MAC before the first MAD, as
+// rdma_resolve_addr does before rdma_connect: an address nobody answers
+// ARP or NDP for fails here, bounded by ctx (or the device's resolve
+// timeout when ctx has no deadline), instead of after every retry of a REQ
+// that can never be sent. The result stays in the device's neighbour
+// cache for the MADs and the QP.
+func resolvePeer(ctx context.Context, pd *qp.PD, lip, peer netip.Addr) error {
+	ah, err := pd.CreateAH(ctx, qp.AHAttr{GID: peer, SGIDIndex: gidIndex(pd.Device(), lip)})
+	if err != nil {
+		return fmt.Errorf("cm: address resolution: %w", err)
+	}
+	ah.Destroy()
+	return nil
+}
+
 func gidIndex(dev *qp.Device, ip netip.Addr) uint8 {
 	for i, g := range dev.GIDs() {
 		if g.Unmap() == ip.Unmap() {
@@ -308,6 +323,10 @@ func dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Con
 	defer a.release()
 	c, err := newConn(a, dev, &o)
 	if err != nil {
+		return nil, err
+	}
+	if err := resolvePeer(ctx, c.pd, lip, raddr.Addr()); err != nil {
+		c.free()
 		return nil, err
 	}
 	a.mu.Lock()

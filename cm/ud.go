@@ -127,6 +127,10 @@ func dialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*U
 	if u.qp, u.pd, u.ownPD, u.sendCQ, u.recvCQ, err = newUDQP(dev, &o, udpQKey); err != nil {
 		return nil, err
 	}
+	if err := resolvePeer(ctx, u.pd, lip, raddr.Addr()); err != nil {
+		u.close()
+		return nil, err
+	}
 	a.mu.Lock()
 	lport := o.Local.Port()
 	if lport == 0 {
