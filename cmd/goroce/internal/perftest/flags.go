@@ -33,7 +33,7 @@ type Flags struct {
 	CPUFreqWarn bool       // -F, --CPU-freq: do not fail on a CPU frequency warning
 	AtomicType  AtomicType // -A, --atomic_type (FETCH_AND_ADD)
 	ReportGbits bool       // --report_gbits
-	Connection  string     // -c, --connection (RC, the only one supported)
+	Connection  string     // -c, --connection: RC or UC (UC for the SEND and WRITE tests)
 	InlineSize  int        // -I, --inline_size (-1: device default)
 	QPTimeout   int        // -u, --qp-timeout (14)
 	Unsorted    bool       // -U, --report-unsorted (latency)
@@ -63,6 +63,12 @@ type Flags struct {
 // DefaultReportPeriod is DEF_DURATION: the seconds between two reports of
 // --run_infinitely when -D is not given.
 const DefaultReportPeriod = 5
+
+// ucMaxRx is perftest's UC_MAX_RX.
+const ucMaxRx = 16000
+
+// UC reports -c UC.
+func (f Flags) UC() bool { return f.Connection == "UC" }
 
 // DefaultJSONFile is DEFAULT_JSON_FILE_NAME.
 const DefaultJSONFile = "perftest_out.json"
@@ -263,8 +269,20 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 	if f.PostList < 1 {
 		return Flags{}, fmt.Errorf("%w: post list size %d out of range", ErrUsage, f.PostList)
 	}
-	if f.Connection != "RC" {
-		return Flags{}, fmt.Errorf("%w: connection type %q (only RC)", ErrUnsupported, f.Connection)
+	switch f.Connection {
+	case "RC":
+	case "UC":
+		// perftest_parameters.c change_conn_type and force_dependecies.
+		if v := t.Verb(); v == Read || v == Atomic {
+			return Flags{}, fmt.Errorf("%w: UC connection not possible in READ/ATOMIC verbs", ErrUsage)
+		}
+		if f.RDMACM {
+			return Flags{}, fmt.Errorf("%w: UC is not supported in librdmacm", ErrUsage)
+		}
+	case "UD", "XRC", "DC", "SRD", "RawEth":
+		return Flags{}, fmt.Errorf("%w: connection type %q (RC and UC only)", ErrUnsupported, f.Connection)
+	default:
+		return Flags{}, fmt.Errorf("%w: Invalid Connection type. Please choose from {RC,UC,UD,XRC,DC,SRD}", ErrUsage)
 	}
 	switch atomicType {
 	case "FETCH_AND_ADD":
@@ -308,6 +326,12 @@ func ParseFlags(t Test, args []string) (Flags, error) {
 		}
 		if uint64(f.RxDepth) > f.Iters {
 			f.RxDepth = int(f.Iters)
+		}
+		// force_dependecies: a UC (or UD) receiver posts a receive for
+		// every message up front when rx_depth is still DEF_RX_SEND after
+		// the cap, since a message without one is lost (UC_MAX_RX 16000).
+		if f.UC() && f.RxDepth == 512 {
+			f.RxDepth = int(min(f.Iters, ucMaxRx))
 		}
 	}
 	// force_dependecies' SRQ checks, after the rx_depth cap.

@@ -21,7 +21,7 @@ func FormatJSONTestInfo(ti TestInfo) string {
 	b.WriteString("\"test\": \"" + testTitle(ti, "_") + "\",\n")
 	fmt.Fprintf(&b, "\"Dual_port\": \"%s\",\n\"Device\": \"%s\",\n", "OFF", ti.Device)
 	fmt.Fprintf(&b, "\"Number_of_qps\": %d,\n\"Transport_type\": \"%s\",\n", ti.NumQPs, ti.Transport)
-	fmt.Fprintf(&b, "\"Connection_type\": \"%s\",\n\"Using_SRQ\": \"%s\",\n", "RC", onOff(ti.UseSRQ))
+	fmt.Fprintf(&b, "\"Connection_type\": \"%s\",\n\"Using_SRQ\": \"%s\",\n", ti.connection(), onOff(ti.UseSRQ))
 	fmt.Fprintf(&b, "\"PCIe_relax_order\": \"%s\",\n", onOff(ti.PCIeRelax))
 	fmt.Fprintf(&b, "\"ibv_wr_API\": \"%s\",\n", "OFF")
 	if !ti.Server || ti.Duplex {

@@ -58,6 +58,7 @@ type TestInfo struct {
 	InlineSize int    // "Max inline data" (send, write)
 	OutReads   int    // "Outstand reads" (read, atomic)
 	Duplex     bool   // -b: "Bidirectional" in the title, both depths on both sides
+	Connection string // -c: "RC" (also when empty) or "UC"
 	UseSRQ     bool   // --use-srq: "Using SRQ : ON"
 	PostList   int    // -l: "Post List" in the title and its line when > 1
 	RDMACM     bool   // -R: "rdma_cm QPs : ON", the exchange over rdma_cm
@@ -97,6 +98,14 @@ func testTitle(ti TestInfo, sep string) string {
 	return strings.Join(append(w, "Test"), sep)
 }
 
+// connection is the "Connection type" value.
+func (ti TestInfo) connection() string {
+	if ti.Connection == "" {
+		return "RC"
+	}
+	return ti.Connection
+}
+
 func FormatTestInfo(ti TestInfo) string {
 	var b strings.Builder
 	verb := ti.Test.Verb()
@@ -105,7 +114,7 @@ func FormatTestInfo(ti TestInfo) string {
 	b.WriteString(testTitle(ti, " ") + "\n")
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", ti.Device)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", ti.NumQPs, ti.Transport)
-	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", onOff(ti.UseSRQ))
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", ti.connection(), onOff(ti.UseSRQ))
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", onOff(ti.PCIeRelax))
 	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", "OFF")
 	if !ti.Server || ti.Duplex {

@@ -23,7 +23,9 @@ func TestUsage(t *testing.T) {
 		args string
 	}{
 		{perftest.WriteBW, "-R -T 16"},
-		{perftest.WriteBW, "-c UC"},
+		{perftest.ReadBW, "-c UC"},
+		{perftest.SendBW, "-c UC -R"},
+		{perftest.WriteBW, "-c UD"},
 		{perftest.AtomicBW, "-A ADD"},
 		{perftest.WriteLat, "-D 5"},
 		{perftest.WriteBW, "-U"},

@@ -66,7 +66,7 @@ perftest options goroce implements (the values and defaults of perftest 4.5):
   -o, --outs=<num>          outstanding READs/atomics offered to the peer (16)
   -u, --qp-timeout=<t>      local ACK timeout exponent (14)
   -e, --events              sleep on CQ events instead of polling
-  -c, --connection=RC       the only connection type
+  -c, --connection=RC|UC    connection type (UC: SEND and WRITE tests; no -R)
   -R, --rdma_cm             connect the QPs through rdma_cm (goroce's cm) and exchange over SEND/RECV
   --report_gbits            report Gb/s instead of MB/s
   --dont_xchg_versions      do not exchange versions
@@ -362,7 +362,8 @@ func (r *runner) setup(n perftest.Negotiated) ([]perftest.KeyMsg, error) {
 	r.info = perftest.TestInfo{Test: r.test, Server: r.server, AtomicType: f.AtomicType,
 		Device: r.dev.Name(), NumQPs: f.NumQPs, Transport: "IB", PCIeRelax: r.test.BW(), TxDepth: f.TxDepth,
 		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: n.MTU, LinkType: "Ethernet", GIDIndex: r.gidIndex,
-		InlineSize: int(r.inline), OutReads: r.outReads, Duplex: f.Bidir, PostList: f.PostList, UseSRQ: f.UseSRQ, RDMACM: f.RDMACM}
+		InlineSize: int(r.inline), OutReads: r.outReads, Duplex: f.Bidir, PostList: f.PostList, UseSRQ: f.UseSRQ, RDMACM: f.RDMACM,
+		Connection: f.Connection}
 	r.out(perftest.FormatTestInfo(r.info))
 	if r.env.Buffers != nil {
 		r.env.Buffers("init", append([]byte(nil), r.buf...))
@@ -439,7 +440,11 @@ func (r *runner) createQPs() error {
 		return fmt.Errorf("Couldn't create SRQ: %w", err)
 	}
 	for range f.NumQPs {
-		q, err := r.pd.CreateQP(qp.InitAttr{SendCQ: r.scq, RecvCQ: r.rcq, SRQ: r.srq,
+		typ := qp.QPTypeRC
+		if f.UC() {
+			typ = qp.QPTypeUC
+		}
+		q, err := r.pd.CreateQP(qp.InitAttr{SendCQ: r.scq, RecvCQ: r.rcq, SRQ: r.srq, Type: typ,
 			Cap: qp.Caps{MaxSendWR: f.TxDepth, MaxRecvWR: maxRecv, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return fmt.Errorf("Unable to create QP: %w", err)

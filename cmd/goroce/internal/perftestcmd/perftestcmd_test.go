@@ -55,7 +55,7 @@ func checkPerftestOutput(t *testing.T, c perftestCase, server bool, stdout strin
 	info := perftest.FormatTestInfo(perftest.TestInfo{Test: c.test, Server: server, AtomicType: f.AtomicType,
 		Device: infoDev[server], NumQPs: c.qps, Transport: "IB", PCIeRelax: c.test.BW(), TxDepth: f.TxDepth,
 		RxDepth: f.RxDepth, CQMod: f.CQMod, MTU: perftest.MTU1024, LinkType: "Ethernet", GIDIndex: 1, OutReads: outReads,
-		UseSRQ: f.UseSRQ, RDMACM: f.RDMACM})
+		UseSRQ: f.UseSRQ, RDMACM: f.RDMACM, Connection: f.Connection})
 	if !strings.HasPrefix(out, info) {
 		t.Fatalf("server=%v: test information:\n%s\nwant\n%s", server, out, info)
 	}
@@ -203,6 +203,26 @@ func TestPerftestMem(t *testing.T) {
 		{perftestCase{perftest.AtomicBW, []string{"-n", "50", "-A", "CMP_AND_SWAP", "-q", "2"}, 8, 50, 2, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			sameBytes(t, "server buffer after", s.Final, "before", s.Initial)
 		}},
+		// -c UC: the same data movement on UC QPs (SEND and WRITE only).
+		{perftestCase{perftest.WriteBW, []string{"-s", "64", "-n", "20", "-c", "UC"}, 64, 20, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "server target", s.Final[page:page+20*64], "client source", c.Initial[:20*64])
+			ucHeader(t, s, c)
+		}},
+		{perftestCase{perftest.SendBW, []string{"-s", "2100", "-n", "50", "-c", "UC"}, 2100, 50, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "server receive area", s.Final[page:page+2100], "client source", c.Initial[:2100])
+			ucHeader(t, s, c)
+		}},
+		{perftestCase{perftest.WriteLat, []string{"-n", "20", "-s", "3000", "-c", "UC"}, 3000, 20, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			if s.Final[page+2999] != 20 || c.Final[page+2999] != 20 {
+				t.Errorf("last counts %d %d", s.Final[page+2999], c.Final[page+2999])
+			}
+			ucHeader(t, s, c)
+		}},
+		{perftestCase{perftest.SendLat, []string{"-n", "12", "-s", "32", "-c", "UC"}, 32, 12, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
+			sameBytes(t, "server receive area", s.Final[page:page+32], "client source", c.Initial[:32])
+			sameBytes(t, "client receive area", c.Final[page:page+32], "server source", s.Initial[:32])
+			ucHeader(t, s, c)
+		}},
 		{perftestCase{perftest.WriteLat, []string{"-n", "20"}, 2, 20, 1, 1}, func(t *testing.T, s, c tooltest.Outcome) {
 			for _, r := range []tooltest.Outcome{s, c} {
 				if r.Final[page+1] != 20 || r.Final[1] != 20 {
@@ -257,6 +277,13 @@ func TestPerftestMem(t *testing.T) {
 			}
 			tc.check(t, s, c)
 		})
+	}
+}
+
+func ucHeader(t *testing.T, s, c tooltest.Outcome) {
+	t.Helper()
+	if !strings.Contains(s.Stdout, " Connection type : UC") || !strings.Contains(c.Stdout, " Connection type : UC") {
+		t.Error("no \"Connection type : UC\"")
 	}
 }
 
