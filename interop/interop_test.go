@@ -190,6 +190,21 @@ func TestTwoVMs(t *testing.T) {
 			record(t, h, dir, "rping_rej", pcap, srv, cli)
 		}
 	})
+	t.Run("uc_pingpong", func(t *testing.T) {
+		// UC: 20 iterations each way of a 4096-byte SEND at path MTU
+		// 1024, UC SEND FIRST, MIDDLE, MIDDLE, LAST; nothing answers them.
+		sum, _ := runPair(t, h, "uc_pingpong", 18515,
+			"ibv_uc_pingpong -g 1 -n 20", "ibv_uc_pingpong -g 1 -n 20 "+server)
+		wantAtLeast(t, sum, map[byte]int{0x20: 40, 0x21: 80, 0x22: 40})
+		if n := sum.Opcodes[0x11] + sum.Opcodes[0x12]; n != 0 {
+			t.Errorf("%d ACKs in a UC capture", n)
+		}
+	})
+	t.Run("write_bw_uc", func(t *testing.T) {
+		sum, _ := runPair(t, h, "write_bw_uc", 18515,
+			"ib_write_bw -c UC -F -x 1 -s 4096 -n 20", "ib_write_bw -c UC -F -x 1 -s 4096 -n 20 "+server)
+		wantAtLeast(t, sum, map[byte]int{0x26: 20, 0x27: 40, 0x28: 20})
+	})
 	t.Run("write_bw", func(t *testing.T) {
 		sum, _ := runPair(t, h, "write_bw_4k", 18515,
 			"ib_write_bw -F -x 1 -s 4096 -n 20", "ib_write_bw -F -x 1 -s 4096 -n 20 "+server)

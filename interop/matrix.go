@@ -114,6 +114,9 @@ var (
 	ToolUDPingpong = Tool{"ibv_ud_pingpong", "ud_pingpong", "-g", "iters in", false, nil}
 )
 
+// ToolUCPingpong is ibv_uc_pingpong: rc_pingpong's exchange over a UC QP.
+var ToolUCPingpong = Tool{"ibv_uc_pingpong", "uc_pingpong", "-g", "iters in", false, nil}
+
 // ToolSRQPingpong is ibv_srq_pingpong: several RC QPs per side sharing
 // one SRQ.
 var ToolSRQPingpong = Tool{"ibv_srq_pingpong", "srq_pingpong", "-g", "iters in", false, nil}
@@ -144,6 +147,11 @@ type Expect struct {
 	// nothing answers it (no ACK, no NAK); PSNs still rise by one per send
 	// and per sender, which the gap check sees (UD never retransmits).
 	UDQKey uint32
+	// UC makes the cell a UC one: every RoCEv2 packet (outside QP1) must be
+	// a UC SEND or RDMA WRITE request (opcodes 0x20-0x2B) and nothing
+	// answers them (no ACK, no NAK). A PSN gap is a lost message: UC never
+	// retransmits, so the gap check counts it as it stands.
+	UC bool
 }
 
 // Cell is one line of the matrix (both directions unless Skip says).
@@ -795,6 +803,9 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 	if e.UDQKey != 0 {
 		judgeUD(r, rep, e.UDQKey)
 	}
+	if e.UC {
+		judgeUC(r, rep)
+	}
 	if e.PathMTU > 0 {
 		largest := 0
 		for _, p := range rep.Packets {
@@ -839,6 +850,38 @@ func judgeUD(r *CellResult, rep *dumpjson.Report, qkey uint32) {
 		if f.Responses != nil && f.Responses.Packets > 0 {
 			r.Problems = append(r.Problems, fmt.Sprintf("UD cell: %s > %s: %d responses (UD has none)", f.Src, f.Dst, f.Responses.Packets))
 		}
+	}
+}
+
+// judgeUC checks a UC cell's packets: UC SEND/WRITE requests only (QP1's
+// CM MADs aside) and no responses at all. AckReq is not judged: IBTA lets
+// a UC requester set it and the responder ignores it (rxe sent it on UC
+// until its requester learnt otherwise, ack_req for RC only); how many
+// packets carried it is noted.
+func judgeUC(r *CellResult, rep *dumpjson.Report) {
+	bad := map[string]int{}
+	ackReq := 0
+	for _, p := range rep.Packets {
+		if p.DQPN != nil && *p.DQPN == gsiQPN {
+			continue
+		}
+		if !strings.HasPrefix(p.Opcode, "UC_SEND_") && !strings.HasPrefix(p.Opcode, "UC_RDMA_WRITE_") {
+			bad[p.Opcode]++
+		}
+		if p.AckReq != nil && *p.AckReq {
+			ackReq++
+		}
+	}
+	for op, n := range bad {
+		r.Problems = append(r.Problems, fmt.Sprintf("UC cell: %d packets %s (want UC SEND/WRITE requests only)", n, op))
+	}
+	for _, f := range rep.Summary.Flows {
+		if f.DQPN != gsiQPN && f.Responses != nil && f.Responses.Packets > 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("UC cell: %s > %s: %d responses (UC has none)", f.Src, f.Dst, f.Responses.Packets))
+		}
+	}
+	if ackReq > 0 {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("UC cell: %d packets with AckReq set (ignored by UC responders)", ackReq))
 	}
 }
 

@@ -139,6 +139,14 @@ func matrixCells(mtu int) []Cell {
 		{Name: "ud_pingpong on an SRQ", Tool: ToolUDPingpong, Args: []string{"-n", "20", "-s", "1024", "-c", "-r", "8"},
 			GoroceArgs: []string{"--srq"}, GoroceSpecific: true,
 			Expect: Expect{UDQKey: 0x11111111, PathMTU: 1024}, Note: "goroce --srq: its UD QP receives through an SRQ of 8 WRs"},
+		// UC: ibv_uc_pingpong (rc_pingpong's exchange on a UC QP) and
+		// perftest -c UC; nothing is acknowledged, nothing retransmitted.
+		{Name: "uc_pingpong 4096 B", Tool: ToolUCPingpong, Args: []string{"-n", "20", "-s", "4096", "-m", "1024"},
+			Expect: Expect{UC: true, PathMTU: 1024}, Note: "UC SEND FIRST/MIDDLE/LAST, no ACKs"},
+		{Name: "write_bw -c UC", Tool: ToolWriteBW, Args: append([]string{"-c", "UC"}, bw...), Expect: Expect{UC: true}, Note: "UC RDMA WRITE"},
+		{Name: "send_bw -c UC", Tool: ToolSendBW, Args: append([]string{"-c", "UC"}, bw...), Expect: Expect{UC: true}, Note: "UC SEND, a receive posted per message"},
+		{Name: "write_lat -c UC", Tool: ToolWriteLat, Args: append([]string{"-c", "UC"}, lat...), Expect: Expect{UC: true}, Note: "UC RDMA WRITE both ways"},
+		{Name: "send_lat -c UC", Tool: ToolSendLat, Args: append([]string{"-c", "UC"}, lat...), Expect: Expect{UC: true}, Note: "UC SEND both ways"},
 		{Name: "send_bw RNR", Tool: ToolSendBW, Args: []string{"-F", "-s", "4096", "-n", "20"}, Server: []string{"-r", "1"},
 			Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server rx depth 1"},
 		// Connected through the connection manager (REQ/REP/RTU and
