@@ -853,6 +853,27 @@ func TestJudgeUD(t *testing.T) {
 	}
 }
 
+// TestJudgeUC: rxe's own UC captures pass the UC cells' checks; an RC
+// capture, or an ACK in a UC one, does not.
+func TestJudgeUC(t *testing.T) {
+	m := NewMatrix(buildGoroce(t), "goroce", t.TempDir())
+	for _, f := range []struct {
+		name    string
+		packets int
+	}{{"uc_pingpong.pcap", 160}, {"write_bw_uc.pcap", 80}} {
+		r := &CellResult{}
+		m.judge(r, dumpFixture(t, f.name), Expect{UC: true, PathMTU: 1024}, nil)
+		if len(r.Problems) > 0 || len(r.Warnings) > 0 || r.Packets != f.packets {
+			t.Fatalf("rxe's %s: %d packets, problems %v, warnings %v", f.name, r.Packets, r.Problems, r.Warnings)
+		}
+	}
+	r := &CellResult{}
+	m.judge(r, dumpFixture(t, "write_bw_4k.pcap"), Expect{UC: true}, nil)
+	if got := strings.Join(r.Problems, "\n"); !strings.Contains(got, "UC cell: 20 packets RC_RDMA_WRITE_FIRST") || !strings.Contains(got, "responses (UC has none)") {
+		t.Errorf("an RC capture judged as UC: %v", r.Problems)
+	}
+}
+
 // TestMatrixForget: an attempt run again leaves the results, the others stay
 // in order.
 func TestMatrixForget(t *testing.T) {

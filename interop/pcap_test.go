@@ -20,6 +20,8 @@ func TestSummarizePcapFixtures(t *testing.T) {
 		{"write_bw_4k.pcap", 100, map[byte]int{0x06: 20, 0x07: 40, 0x08: 20, 0x11: 20}},
 		{"read_bw_4k.pcap", 100, map[byte]int{0x0c: 20, 0x0d: 20, 0x0e: 40, 0x0f: 20}},
 		{"ud_pingpong.pcap", 100, map[byte]int{0x64: 100}},
+		{"uc_pingpong.pcap", 160, map[byte]int{0x20: 40, 0x21: 80, 0x22: 40}},
+		{"write_bw_uc.pcap", 80, map[byte]int{0x26: 20, 0x27: 40, 0x28: 20}},
 	} {
 		s, err := SummarizePcap(filepath.Join("..", "testdata", "rxe", tc.file))
 		if err != nil {
