@@ -1,0 +1,289 @@
+package nvmeof
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/qp"
+)
+
+// hqueue is one host queue: an RC connection, depth command slots, each
+// with its SQE buffer, a data buffer in one registered MR and a type 2
+// memory window over it that is bound afresh (a new rkey) for every
+// command and invalidated by the target's SEND_WITH_INV or a LOCAL_INV.
+type hqueue struct {
+	conn   *cm.Conn
+	pd     *qp.PD
+	qid    uint16
+	depth  int
+	slotSz int
+	sqeMR  *qp.MR
+	cqeMR  *qp.MR
+	dataMR *qp.MR
+	slots  []hslot
+	free   chan int
+	mu     sync.Mutex
+	dead   chan struct{}
+	errv   error
+	once   sync.Once
+	log    *slog.Logger
+}
+
+type hslot struct {
+	ch    chan Completion
+	mw    *qp.MW
+	rkey  uint32 // the window's current rkey
+	bound bool   // bound and not yet invalidated
+}
+
+const (
+	hkRecv = 1
+	hkSend = 2
+	hkNone = 3
+)
+
+func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, depth, slotSz int, log *slog.Logger) (*hqueue, error) {
+	pd := dev.AllocPD()
+	q := &hqueue{pd: pd, qid: qid, depth: depth, slotSz: slotSz, free: make(chan int, depth),
+		dead: make(chan struct{}), slots: make([]hslot, depth), log: log}
+	var err error
+	cleanup := func() {
+		for _, s := range q.slots {
+			if s.mw != nil {
+				s.mw.Dealloc()
+			}
+		}
+		for _, mr := range []*qp.MR{q.sqeMR, q.cqeMR, q.dataMR} {
+			if mr != nil {
+				mr.Deregister()
+			}
+		}
+		pd.Dealloc()
+	}
+	if q.sqeMR, err = pd.RegMR(make([]byte, depth*SQESize), qp.LocalWrite); err == nil {
+		if q.cqeMR, err = pd.RegMR(make([]byte, depth*CQESize), qp.LocalWrite); err == nil {
+			q.dataMR, err = pd.RegMR(make([]byte, depth*slotSz), qp.LocalWrite|qp.RemoteRead|qp.RemoteWrite|qp.MWBind)
+		}
+	}
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	for i := range q.slots {
+		mw, err := pd.AllocMW(qp.MWType2)
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		q.slots[i] = hslot{ch: make(chan Completion, 1), mw: mw, rkey: mw.RKey()}
+		q.free <- i
+	}
+	req := CMRequest{QID: qid, HRQSize: uint16(depth), HSQSize: uint16(depth - 1)}
+	conn, err := cm.Dial(ctx, dev, addr, &cm.Options{
+		PD:                 pd,
+		Cap:                qp.Caps{MaxSendWR: 3*depth + 4, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1},
+		PrivateData:        req.Encode(),
+		ResponderResources: 16,
+		InitiatorDepth:     1,
+		Logger:             nil,
+		Prepare: func(p *qp.QP) error {
+			for i := 0; i < depth; i++ {
+				if err := p.PostRecv(q.recvWR(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		cleanup()
+		var rej *cm.RejectError
+		if errors.As(err, &rej) && rej.Reason == cm.RejectConsumerDefined && len(rej.PrivateData) > 0 {
+			return nil, &RejectError{Sts: DecodeCMReject(rej.PrivateData), Err: err}
+		}
+		return nil, fmt.Errorf("nvmeof: connect queue %d: %w", qid, err)
+	}
+	q.conn = conn
+	go q.poll()
+	return q, nil
+}
+
+func (q *hqueue) recvWR(i int) *qp.RecvWR {
+	return &qp.RecvWR{WRID: uint64(hkRecv)<<56 | uint64(i), SGL: []qp.SGE{{
+		Addr: q.cqeMR.IOVA() + uint64(i*CQESize), Length: CQESize, LKey: q.cqeMR.LKey()}}}
+}
+
+func (q *hqueue) err() error {
+	select {
+	case <-q.dead:
+		return q.errv
+	default:
+		return nil
+	}
+}
+
+func (q *hqueue) fail(err error) {
+	q.once.Do(func() {
+		q.errv = err
+		close(q.dead)
+		q.conn.Close()
+	})
+}
+
+func (q *hqueue) close() {
+	q.fail(ErrClosed)
+	for _, s := range q.slots {
+		s.mw.Dealloc()
+	}
+	q.sqeMR.Deregister()
+	q.cqeMR.Deregister()
+	q.dataMR.Deregister()
+	q.pd.Dealloc()
+}
+
+func (q *hqueue) poll() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-q.conn.Done():
+			q.fail(fmt.Errorf("%w: queue %d disconnected: %v", ErrClosed, q.qid, q.conn.Err()))
+		case <-q.dead:
+		}
+		cancel()
+	}()
+	cq := q.conn.RecvCQ()
+	wcs := make([]qp.WC, 32)
+	for {
+		n, err := cq.Wait(ctx, wcs)
+		if err != nil {
+			return
+		}
+		for i := range wcs[:n] {
+			wc := &wcs[i]
+			kind, idx := int(wc.WRID>>56), int(wc.WRID&0xffffffff)
+			if wc.Status != qp.WCSuccess {
+				q.fail(fmt.Errorf("%w: queue %d: work completion %v", ErrClosed, q.qid, wc.Status))
+				return
+			}
+			if kind != hkRecv {
+				continue
+			}
+			cqe, err := DecodeCompletion(q.cqeMR.Bytes()[idx*CQESize : idx*CQESize+int(wc.ByteLen)])
+			if err == nil && int(cqe.CID) >= q.depth {
+				err = fmt.Errorf("%w: completion for unknown command %d", ErrProtocol, cqe.CID)
+			}
+			if err != nil {
+				q.fail(err)
+				return
+			}
+			s := &q.slots[cqe.CID]
+			if wc.Flags&qp.WCWithInv != 0 {
+				if !s.bound || wc.InvRKey != s.rkey {
+					q.fail(fmt.Errorf("%w: bogus remote invalidation of rkey %#x", ErrProtocol, wc.InvRKey))
+					return
+				}
+				s.bound = false
+			}
+			q.mu.Lock()
+			err = q.conn.QP().PostRecv(q.recvWR(idx))
+			q.mu.Unlock()
+			if err != nil {
+				q.fail(err)
+				return
+			}
+			select {
+			case s.ch <- cqe:
+			default:
+				q.fail(fmt.Errorf("%w: duplicate completion for command %d", ErrProtocol, cqe.CID))
+				return
+			}
+		}
+	}
+}
+
+// submit sends cmd (its CID and SGL are set here) with data: host-to-
+// controller data is copied into the slot's buffer, controller-to-host data
+// (toHost) copied out of it after the completion.
+func (q *hqueue) submit(ctx context.Context, cmd *Command, data []byte, toHost bool) (Completion, error) {
+	if len(data) > q.slotSz {
+		return Completion{}, fmt.Errorf("nvmeof: %d bytes in one command (at most %d)", len(data), q.slotSz)
+	}
+	var idx int
+	select {
+	case idx = <-q.free:
+	case <-q.dead:
+		return Completion{}, q.errv
+	case <-ctx.Done():
+		return Completion{}, ctx.Err()
+	}
+	s := &q.slots[idx]
+	le.PutUint16(cmd[2:], uint16(idx))
+	cmd[1] = cmd[1]&^cmdFlagsPSDTMask | cmdFlagsSGLMetabuf
+	var wrs [3]qp.SendWR
+	nwr := 0
+	if s.bound {
+		// The target did not invalidate the last command's window.
+		wrs[nwr] = qp.SendWR{WRID: uint64(hkNone) << 56, Opcode: qp.WRLocalInv, InvRKey: s.rkey}
+		nwr++
+		s.bound = false
+	}
+	if len(data) > 0 {
+		addr := q.dataMR.IOVA() + uint64(idx*q.slotSz)
+		buf := q.dataMR.Bytes()[idx*q.slotSz : idx*q.slotSz+len(data)]
+		if !toHost {
+			copy(buf, data)
+		}
+		next := qp.IncRKey(s.rkey)
+		wrs[nwr] = qp.SendWR{WRID: uint64(hkNone) << 56, Opcode: qp.WRBindMW, BindMW: qp.BindInfo{
+			MWRKey: s.rkey, RKey: next, MRLKey: q.dataMR.LKey(), Addr: addr, Length: uint64(len(data)),
+			Access: qp.RemoteRead | qp.RemoteWrite}}
+		nwr++
+		s.rkey = next
+		s.bound = true
+		cmd.SetSGL(SGL{Addr: addr, Length: uint32(len(data)), Key: next, Type: SGLTypeKeyedInval})
+	} else {
+		cmd.SetSGL(SGL{Type: SGLTypeKeyed})
+	}
+	sqe := q.sqeMR.Bytes()[idx*SQESize : (idx+1)*SQESize]
+	copy(sqe, cmd[:])
+	wrs[nwr] = qp.SendWR{WRID: uint64(hkSend)<<56 | uint64(idx), Opcode: qp.WRSend, Flags: qp.SendSignaled,
+		SGL: []qp.SGE{{Addr: q.sqeMR.IOVA() + uint64(idx*SQESize), Length: SQESize, LKey: q.sqeMR.LKey()}}}
+	nwr++
+	q.mu.Lock()
+	_, err := q.conn.QP().PostSendList(wrs[:nwr])
+	q.mu.Unlock()
+	if err != nil {
+		q.fail(fmt.Errorf("nvmeof: post command: %w", err))
+		return Completion{}, err
+	}
+	var cqe Completion
+	select {
+	case cqe = <-s.ch:
+	case <-q.dead:
+		return Completion{}, q.errv
+	case <-ctx.Done():
+		// The slot stays taken until the target answers: its buffer and
+		// window must not serve another command before that.
+		go func() {
+			select {
+			case <-s.ch:
+				q.free <- idx
+			case <-q.dead:
+			}
+		}()
+		return Completion{}, ctx.Err()
+	}
+	if toHost && len(data) > 0 && cqe.Status == 0 {
+		copy(data, q.dataMR.Bytes()[idx*q.slotSz:idx*q.slotSz+len(data)])
+	}
+	q.free <- idx
+	if cqe.Status != 0 {
+		return cqe, &StatusError{Opcode: cmd.Opcode(), Status: cqe.Status, Result: cqe.Result}
+	}
+	return cqe, nil
+}
