@@ -20,6 +20,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/democmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/devinfocmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/dumpcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/nvmecmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
 	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/pingpongcmd"
@@ -48,6 +49,8 @@ var commands = []command{
 	{"demo", democmd.Summary, democmd.Run},
 	{"devinfo", devinfocmd.Summary, devinfocmd.Run},
 	{"dump", dumpcmd.Summary, dumpcmd.Run},
+	{"nvme", nvmecmd.HostSummary, nvmecmd.RunHost},
+	{"nvmet", nvmecmd.TargetSummary, nvmecmd.RunTarget},
 	{"pingpong", pingpongcmd.Summary, pingpongcmd.Run},
 	{"probe", probecmd.Summary, probecmd.Run},
 	{"rcopy", rcopycmd.Summary, rcopycmd.Run},
