@@ -295,10 +295,9 @@ func (r CMRequest) Encode() []byte {
 	return b
 }
 
-// DecodeCMRequest decodes the REQ's private data. Bytes missing at the end
-// are taken as zero (the CM carries no length and goroce's cm strips
-// trailing zeros); nothing at all is CMInvalidLen, as nvmet-rdma's
-// private_data_len == 0 check.
+// DecodeCMRequest decodes the REQ's private data (cm delivers the whole
+// 56-byte area; bytes missing at the end are taken as zero). Nothing at all
+// is an error (nvmet-rdma's private_data_len == 0 check: CMInvalidLen).
 func DecodeCMRequest(b []byte) (CMRequest, error) {
 	if len(b) == 0 {
 		return CMRequest{}, fmt.Errorf("%w: empty CM private data", ErrMalformed)
