@@ -21,12 +21,7 @@ import (
 // takes (`goroce pingpong -d IFACE -g 1`, GOROCE_BACKEND). It logs the
 // result lines, which are the goroce↔goroce figures on veth. Needs root.
 func TestToolsNetns(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to create network namespaces, and CI=true forbids skipping")
-		}
-		t.Skip("needs root to create network namespaces")
-	}
+	netns.RequireRoot(t)
 	bin := filepath.Join(t.TempDir(), "goroce")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
