@@ -53,7 +53,7 @@ type docBlock struct {
 // docBlocks returns the Go blocks of the tracked Markdown files.
 func docBlocks(t *testing.T) []docBlock {
 	t.Helper()
-	out, err := exec.Command("git", "ls-files", "*.md").Output()
+	out, err := exec.Command("git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md").Output()
 	var files []string
 	if err == nil {
 		files = strings.Fields(string(out))
