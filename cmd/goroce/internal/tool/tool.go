@@ -309,11 +309,17 @@ func AcceptOne(ctx context.Context, ln net.Listener) (net.Conn, error) {
 func DialPeer(ctx context.Context, network, host string, port int) (net.Conn, error) {
 	d := net.Dialer{Timeout: dialTimeout, KeepAliveConfig: keepAlive}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	_, retry := ctx.Deadline()
+	deadline, retry := ctx.Deadline()
 	for {
 		c, err := d.DialContext(ctx, network, addr)
 		if err == nil {
 			return c, nil
+		}
+		if retry && ctx.Err() == nil && !time.Now().Before(deadline) {
+			// The dialer's socket deadline (ctx's) can fire just before
+			// ctx's own timer marks it done: wait for that, so that the
+			// error says the deadline ended the attempt.
+			<-ctx.Done()
 		}
 		if retry && ctx.Err() != nil {
 			// The deadline ended the attempt (an i/o timeout): say so.
