@@ -51,6 +51,18 @@ const defaultHopLimit = 64
 // outside Linux).
 var ErrNotSupported = errors.New("not supported on this system")
 
+// ErrNoInterface is wrapped by OpenInterface's error when the calling
+// thread's network namespace has no interface of that name.
+var ErrNoInterface = errors.New("no such network interface")
+
+// ErrPermission is wrapped by OpenInterface's error when the process lacks
+// a privilege the backend needs (the errno, EPERM or EACCES, is wrapped
+// too, so errors.Is(err, os.ErrPermission) holds as well). The message
+// names the capabilities: AF_XDP needs CAP_NET_RAW for its socket and
+// CAP_BPF and CAP_NET_ADMIN to load and attach its XDP program, AF_PACKET
+// needs CAP_NET_RAW; the udp backend needs none.
+var ErrPermission = errors.New("permission denied")
+
 // InterfaceOptions configure OpenInterface. The zero value opens the auto
 // backend on the interface's first IPv4 address.
 type InterfaceOptions struct {

@@ -23,7 +23,7 @@ import (
 type AFPacketOptions = afpacket.Options
 
 // openRawLink opens AF_XDP (auto, afxdp) or AF_PACKET (afpacket, and auto
-// when AF_XDP is not supported here).
+// when AF_XDP cannot run here or another process holds the interface).
 func openRawLink(ifname string, o *InterfaceOptions, info *InterfaceInfo) (nic.Link, error) {
 	backend := o.Backend
 	if backend == BackendAuto || backend == BackendAFXDP {
@@ -37,14 +37,15 @@ func openRawLink(ifname string, o *InterfaceOptions, info *InterfaceInfo) (nic.L
 			info.MultiBuffer = l.MultiBuffer()
 			return l, nil
 		}
-		if backend == BackendAFXDP || !errors.Is(err, errors.ErrUnsupported) {
-			return nil, fmt.Errorf("qp: open interface: %w", err)
+		// auto falls back to AF_PACKET when AF_XDP cannot run here (this
+		// kernel, driver or process's privileges) or another process holds
+		// the interface's XDP hook.
+		if backend == BackendAFXDP || !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, afxdp.ErrBusy) {
+			return nil, rawOpenError(ifname, backend, err)
 		}
 		info.Fallback = err.Error()
-		o.Logger.Warn("qp: AF_XDP not supported here; falling back to AF_PACKET", "ifname", ifname, "err", err)
-		backend = BackendAFPacket
-	}
-	if backend != BackendAFPacket {
+		o.Logger.Warn("qp: AF_XDP not usable here; falling back to AF_PACKET", "ifname", ifname, "err", err)
+	} else if backend != BackendAFPacket {
 		return nil, fmt.Errorf("qp: open interface: unknown backend %q", backend)
 	}
 	po := o.AFPacket
@@ -53,7 +54,7 @@ func openRawLink(ifname string, o *InterfaceOptions, info *InterfaceInfo) (nic.L
 	}
 	l, err := afpacket.Open(ifname, po)
 	if err != nil {
-		return nil, fmt.Errorf("qp: open interface: %w", err)
+		return nil, rawOpenError(ifname, backend, err)
 	}
 	info.Backend, info.Mode = BackendAFPacket, "tpacket_v3"
 	if po.LowLatency {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"syscall"
 	"time"
@@ -144,6 +145,9 @@ func prepare(ctx context.Context, ifname string, o *InterfaceOptions) (_ *prepar
 	}
 	ifc, err := netaddr.Lookup(ifname)
 	if err != nil {
+		if errors.Is(err, netaddr.ErrNoInterface) {
+			return nil, fmt.Errorf("qp: open interface %s: %w", ifname, ErrNoInterface)
+		}
 		return nil, fmt.Errorf("qp: open interface: %w", err)
 	}
 	ip, err := chooseIP(ifc, o.IP)
@@ -255,6 +259,26 @@ func openLink(ifname string, ip netip.Addr, ifc *netaddr.Interface, o *Interface
 	}
 	info.Backend, info.Mode = BackendUDP, "socket"
 	return l, nil
+}
+
+// backendNeeds is the privilege each backend needs that an ordinary user
+// lacks.
+var backendNeeds = map[string]string{
+	BackendAFXDP:    "CAP_NET_RAW (the AF_XDP socket), CAP_BPF and CAP_NET_ADMIN (loading and attaching its XDP program; CAP_SYS_ADMIN before Linux 5.8) and CAP_IPC_LOCK or a RLIMIT_MEMLOCK above its UMEM",
+	BackendAFPacket: "CAP_NET_RAW (the packet socket)",
+	BackendAuto:     "AF_XDP's CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN, or at least AF_PACKET's CAP_NET_RAW",
+}
+
+// rawOpenError is the error of opening the raw backend: ErrPermission
+// with the capabilities it needs and the unprivileged alternative when
+// the cause is EPERM or EACCES.
+func rawOpenError(ifname, backend string, err error) error {
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("qp: open interface %s: %w: the %s backend needs %s (root has them); "+
+			"the udp backend works unprivileged (GOROCE_BACKEND=udp, InterfaceOptions.Backend: qp.BackendUDP): %w",
+			ifname, ErrPermission, backend, backendNeeds[backend], err)
+	}
+	return fmt.Errorf("qp: open interface: %w", err)
 }
 
 // withoutRawBackends is openRawLink on systems without AF_XDP and

@@ -33,9 +33,10 @@ const (
 	MWType2 = memreg.MWType2 // type 2B: bound by a WRBindMW on a QP of its PD, invalidated by LOCAL_INV or SEND_WITH_INV
 )
 
-// ErrPermission is wrapped by a bind of a window to an MR of another PD
-// (ibv_bind_mw returns EPERM).
-var ErrPermission = errors.New("qp: operation not permitted")
+// ErrMWBind is wrapped by a bind of a window to an MR of another PD
+// (ibv_bind_mw returns EPERM). (Before issue 20 it was ErrMWBind, which
+// now means a lack of privilege opening an interface.)
+var ErrMWBind = errors.New("qp: memory window bind not permitted")
 
 // IncRKey returns rkey with its key byte incremented (ibv_inc_rkey): the
 // rkey a window gets from its next bind.
@@ -78,7 +79,7 @@ type MWBindAttr struct {
 //
 // It fails with ErrInvalidArgument for a type 2 window, a window of another
 // device, a ZERO_BASED bind, or Addr/Length without an MR, and with
-// ErrPermission for an MR of another PD than the window's.
+// ErrMWBind for an MR of another PD than the window's.
 func (q *QP) BindMW(mw *MW, b MWBindAttr) (uint32, error) {
 	d := q.dev
 	switch {
@@ -89,7 +90,7 @@ func (q *QP) BindMW(mw *MW, b MWBindAttr) (uint32, error) {
 	case b.MR == nil && (b.Addr != 0 || b.Length != 0):
 		return 0, fmt.Errorf("qp: bind MW: a range without an MR: %w", ErrInvalidArgument)
 	case b.MR != nil && b.MR.PD() != mw.PD():
-		return 0, fmt.Errorf("qp: bind MW: the MR is in another PD than the window: %w", ErrPermission)
+		return 0, fmt.Errorf("qp: bind MW: the MR is in another PD than the window: %w", ErrMWBind)
 	case b.Access&memreg.ZeroBased != 0:
 		return 0, fmt.Errorf("qp: bind MW: a type 1 window cannot be zero-based: %w", ErrInvalidArgument)
 	}

@@ -127,7 +127,7 @@ func TestBindMWCallErrors(t *testing.T) {
 	}{
 		{"type 2 window", m2, qp.MWBindAttr{MR: mr, Addr: mr.IOVA(), Length: 8, Access: qp.RemoteRead}, qp.ErrInvalidArgument},
 		{"range without MR", m1, qp.MWBindAttr{Length: 8}, qp.ErrInvalidArgument},
-		{"MR of another PD", m1, qp.MWBindAttr{MR: other, Addr: other.IOVA(), Length: 8}, qp.ErrPermission},
+		{"MR of another PD", m1, qp.MWBindAttr{MR: other, Addr: other.IOVA(), Length: 8}, qp.ErrMWBind},
 		{"zero based", m1, qp.MWBindAttr{MR: mr, Length: 8, Access: qp.RemoteRead | qp.ZeroBased}, qp.ErrInvalidArgument},
 		{"window of another device", aw, qp.MWBindAttr{}, qp.ErrInvalidArgument},
 		{"nil window", nil, qp.MWBindAttr{}, qp.ErrInvalidArgument},

@@ -257,8 +257,8 @@ func removeStaleProgram(attrs *netlink.LinkAttrs) error {
 		p.Close()
 	}
 	if name != redirectProgName && name != passProgName {
-		return opError("attach XDP", fmt.Errorf("%s already has XDP program %q (id %d); remove it first (ip link set dev %s xdp off)",
-			attrs.Name, name, x.ProgId, attrs.Name))
+		return busy("attach XDP", fmt.Sprintf("%s already has XDP program %q (id %d), not goroce's (if nothing uses it: ip link set dev %s xdp off)",
+			attrs.Name, name, x.ProgId, attrs.Name), nil)
 	}
 	// XDP_ATTACHED_DRV = 1, XDP_ATTACHED_SKB = 2 (include/uapi/linux/if_link.h).
 	var flags int
@@ -274,8 +274,8 @@ func removeStaleProgram(attrs *netlink.LinkAttrs) error {
 	}
 	if err != nil {
 		if errors.Is(err, unix.EBUSY) {
-			return opError("attach XDP", fmt.Errorf("%s: goroce XDP program %q (id %d) is held by a live bpf_link: another process is using this interface",
-				attrs.Name, name, x.ProgId))
+			return busy("attach XDP", fmt.Sprintf("%s: goroce XDP program %q (id %d) is held by a live bpf_link: another process is using this interface",
+				attrs.Name, name, x.ProgId), nil)
 		}
 		return opError("remove stale XDP program", err)
 	}
@@ -427,7 +427,7 @@ func (l *Link) bindFlags(flags uint16) error {
 		case flags&unix.XDP_ZEROCOPY != 0 && errors.Is(err, unix.EOPNOTSUPP):
 			return notSupported("AF_XDP zero copy", "a driver with AF_XDP zero-copy support", err)
 		case errors.Is(err, unix.EBUSY):
-			return opError("bind", fmt.Errorf("%s queue %d already has an AF_XDP socket: %w", l.ifname, l.queue, err))
+			return busy("bind", fmt.Sprintf("%s queue %d already has an AF_XDP socket", l.ifname, l.queue), err)
 		case errors.Is(err, unix.EINVAL):
 			return opError("bind", fmt.Errorf("%s queue %d (does the queue exist? need_wakeup needs kernel >= 5.4): %w", l.ifname, l.queue, err))
 		}

@@ -11,6 +11,23 @@ import (
 // errors.ErrUnsupported.
 var ErrNotSupported = fmt.Errorf("afxdp: AF_XDP not supported: %w", errors.ErrUnsupported)
 
+// ErrBusy is matched by Open's error when another program holds the
+// interface: a foreign XDP program, goroce's own held by a live bpf_link
+// (another running goroce), or an AF_XDP socket already bound to the
+// queue. AF_XDP gives one XDP program per interface; the message says what
+// to do (stop the other process, or use AF_PACKET or another interface).
+var ErrBusy = errors.New("afxdp: the interface is in use by another XDP program or AF_XDP socket")
+
+// busy wraps a busy interface's detail and ErrBusy, with what to do.
+func busy(step, detail string, err error) error {
+	if err != nil {
+		return fmt.Errorf("afxdp: %s: %s (%w): %w; stop the process that holds it, or use the afpacket backend (GOROCE_BACKEND=afpacket) or another interface",
+			step, detail, err, ErrBusy)
+	}
+	return fmt.Errorf("afxdp: %s: %s: %w; stop the process that holds it, or use the afpacket backend (GOROCE_BACKEND=afpacket) or another interface",
+		step, detail, ErrBusy)
+}
+
 // NotSupportedError says that this system, kernel, configuration or process
 // cannot run the AF_XDP backend, and what it would need. It matches
 // ErrNotSupported and errors.ErrUnsupported, and unwraps to the underlying

@@ -259,7 +259,7 @@ func attachXDP(prog *ebpf.Program, ifindex int, mode Mode) (link.Link, string, e
 			return nil, "", nil, notSupported("XDP bpf_link", "kernel >= 5.9", err)
 		}
 		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
-			return nil, "", nil, opError("attach XDP", fmt.Errorf("interface already has an XDP program (another process?): %w", err))
+			return nil, "", nil, busy("attach XDP", "the interface already has an XDP program (another process?)", err)
 		}
 		if nativeErr != nil {
 			return nil, "", nil, opError("attach XDP", fmt.Errorf("native: %v; generic: %w", nativeErr, err))

@@ -42,6 +42,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -102,6 +103,9 @@ type Interface struct {
 func lookupNet(ifname string) (*Interface, error) {
 	ni, err := net.InterfaceByName(ifname)
 	if err != nil {
+		if all, lerr := net.Interfaces(); lerr == nil && !slices.ContainsFunc(all, func(i net.Interface) bool { return i.Name == ifname }) {
+			err = ErrNoInterface
+		}
 		return nil, fmt.Errorf("netaddr: interface %q: %w", ifname, err)
 	}
 	ifc := &Interface{Name: ni.Name, Index: ni.Index, MAC: ni.HardwareAddr, MTU: ni.MTU}
@@ -246,6 +250,10 @@ var ErrNotSupported = fmt.Errorf("netaddr: not supported on %s: %w", runtime.GOO
 // ErrUnresolved is wrapped by ResolveMAC's error when the neighbour could
 // not be resolved in time.
 var ErrUnresolved = errors.New("neighbour unresolved")
+
+// ErrNoInterface is wrapped by Lookup's error when no interface of this
+// network namespace has the name.
+var ErrNoInterface = errors.New("no such network interface")
 
 // NeighbourError is returned by ResolveMAC.
 type NeighbourError struct {

@@ -22,6 +22,9 @@ import (
 func Lookup(ifname string) (*Interface, error) {
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
+		if _, ok := err.(netlink.LinkNotFoundError); ok {
+			err = ErrNoInterface
+		}
 		return nil, fmt.Errorf("netaddr: interface %q: %w", ifname, err)
 	}
 	a := l.Attrs()
