@@ -50,6 +50,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -87,6 +88,9 @@ type Config struct {
 	// Neighbors is consulted.
 	Resolve   func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
 	Neighbors map[netip.Addr]net.HardwareAddr
+	// Logger receives the device's warnings (the GSI's QP1 recovery and
+	// send errors). Nil: nothing is logged.
+	Logger *slog.Logger
 	// ResolveTimeout bounds one Resolve call whose context has no deadline
 	// (0: DefaultResolveTimeout). A context with a deadline is used as it is.
 	ResolveTimeout time.Duration
@@ -129,7 +133,8 @@ type Config struct {
 // Device is one RoCE device bound to a link.
 type Device struct {
 	cfg     Config
-	mu      sync.Mutex // serialises every engine call
+	log     *slog.Logger // cfg.Logger, or a discarding one
+	mu      sync.Mutex   // serialises every engine call
 	mac     [6]byte
 	gids    []GID
 	maxMTU  transport.MTU
@@ -235,7 +240,11 @@ func Open(cfg Config) (*Device, error) {
 	if cfg.Name == "" {
 		cfg.Name = "goroce0"
 	}
-	d := &Device{
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Device{log: log,
 		cfg: cfg, mrs: memreg.NewTable(cfg.Seed), atomics: atomic.NewExecutor(),
 		qps: map[uint32]*QP{}, nextQPN: minQPN, qpnLimit: maxQPN, now: cfg.Now,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), customClock: custom,

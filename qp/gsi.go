@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -238,12 +237,12 @@ func (g *GSI) recover() bool {
 	}
 	if err != nil {
 		if !g.d.isClosed() {
-			slog.Error("goroce: GSI cannot recover QP1 from ERR", "device", g.d.Name(), "err", err)
+			g.d.log.Error("goroce: GSI cannot recover QP1 from ERR", "device", g.d.Name(), "err", err)
 		}
 		return false
 	}
 	g.recovered.Add(1)
-	slog.Warn("goroce: GSI QP1 was in ERR: reset, moved to RTS, receives reposted", "device", g.d.Name())
+	g.d.log.Warn("goroce: GSI QP1 was in ERR: reset, moved to RTS, receives reposted", "device", g.d.Name())
 	return true
 }
 
@@ -365,7 +364,7 @@ func (g *GSI) dispatchLoop(ctx context.Context) {
 		n, err := g.cq.Wait(ctx, g.wcs[:])
 		if err != nil {
 			if ctx.Err() == nil {
-				slog.Error("goroce: GSI completion queue failed", "device", g.d.Name(), "err", err)
+				g.d.log.Error("goroce: GSI completion queue failed", "device", g.d.Name(), "err", err)
 			}
 			return
 		}
@@ -411,7 +410,7 @@ func (g *GSI) handle(wc *WC) {
 	if wc.Opcode == WCSend {
 		if wc.Status != WCSuccess {
 			g.sendErrors.Add(1)
-			slog.Warn("goroce: GSI send failed", "device", g.d.Name(), "err", wc.Err())
+			g.d.log.Warn("goroce: GSI send failed", "device", g.d.Name(), "err", wc.Err())
 			g.recover()
 		}
 		return
@@ -427,7 +426,7 @@ func (g *GSI) handle(wc *WC) {
 	i := wc.WRID
 	g.deliver(wc, g.slot(i))
 	if err := g.repost(i); err != nil && !g.d.isClosed() {
-		slog.Error("goroce: GSI cannot repost a receive", "device", g.d.Name(), "err", err)
+		g.d.log.Error("goroce: GSI cannot repost a receive", "device", g.d.Name(), "err", err)
 	}
 }
 

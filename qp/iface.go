@@ -75,8 +75,10 @@ type InterfaceOptions struct {
 	IP netip.Addr
 	// Name is the device name (default "goroce_" + ifname).
 	Name string
-	// Logger receives the backend choice, fallbacks and warnings (default
-	// slog.Default()).
+	// Logger receives the backend choice, fallbacks and warnings, and is
+	// the device's Config.Logger. Nil: nothing is logged (the library
+	// never writes to slog.Default on its own; InterfaceInfo.Fallback says
+	// why auto chose its backend).
 	Logger *slog.Logger
 	// RetryCnt7Infinite selects rxe's retry_cnt == 7 semantics.
 	RetryCnt7Infinite bool
@@ -203,7 +205,7 @@ func nodeGUID(mac net.HardwareAddr) string {
 // defaults fills in the zero fields of o.
 func (o *InterfaceOptions) defaults(ifname string) error {
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Backend == "" {
 		o.Backend = BackendAuto

@@ -3,8 +3,10 @@
 package qp_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -116,5 +118,31 @@ func TestOpenInterfaceBusy(t *testing.T) {
 	defer dev2.Close()
 	if info2.Backend != qp.BackendAFPacket || !strings.Contains(info2.Fallback, "in use") {
 		t.Fatalf("auto on a held interface: backend %s, fallback %q; want afpacket after AF_XDP's busy error", info2.Backend, info2.Fallback)
+	}
+}
+
+// TestOpenInterfaceQuietByDefault: with a nil Logger, opening (and
+// closing) a device on every backend writes nothing to slog.Default — the
+// library logs only to the logger it is given.
+func TestOpenInterfaceQuietByDefault(t *testing.T) {
+	p := netns.NewPair(t, netns.Options{})
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(old)
+	for _, b := range []string{qp.BackendAuto, qp.BackendAFXDP, qp.BackendAFPacket, qp.BackendUDP} {
+		err := p.Do(netns.A, func() error {
+			dev, _, err := qp.OpenInterface(context.Background(), p.A.Ifname, qp.InterfaceOptions{Backend: b})
+			if err != nil {
+				return err
+			}
+			return dev.Close()
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+	}
+	if buf.Len() != 0 {
+		t.Fatalf("opening with a nil Logger wrote to slog.Default:\n%s", buf.String())
 	}
 }

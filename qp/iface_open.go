@@ -172,7 +172,7 @@ func prepare(ctx context.Context, ifname string, o *InterfaceOptions) (_ *prepar
 	info.MAC = pr.link.HardwareAddr()
 	info.LinkMTU = pr.link.MTU()
 
-	pr.cfg = Config{Name: o.Name, IP: ip, Seed: o.Seed, RetryCnt7Infinite: o.RetryCnt7Infinite,
+	pr.cfg = Config{Name: o.Name, IP: ip, Seed: o.Seed, Logger: o.Logger, RetryCnt7Infinite: o.RetryCnt7Infinite,
 		RouteHopLimit: routeHopLimit(ip), ResolveTimeout: o.ResolveTimeout, CC: o.CC}
 	if info.Backend == BackendUDP {
 		// nic/udp ignores destination MACs and labels a peer's frames with

@@ -127,7 +127,7 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 		opts.TxBudget = defaultTxBudget
 	}
 	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if queue < 0 || queue >= xskMapEntries {
 		return nil, fmt.Errorf("afxdp: queue %d out of range [0, %d)", queue, xskMapEntries)

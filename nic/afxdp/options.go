@@ -51,6 +51,6 @@ type Options struct {
 	// (default) sleeps at once.
 	BusyPoll time.Duration
 	// Logger receives one line about the attach mode and fallbacks
-	// (default slog.Default()).
+	// (nil: nothing is logged).
 	Logger *slog.Logger
 }
