@@ -37,7 +37,7 @@ func runVersion(env tool.Env, args []string) int {
 func writeVersion(w io.Writer, bi *debug.BuildInfo) {
 	goVersion := runtime.Version()
 	if bi == nil {
-		fmt.Fprintf(w, "goroce (no build information)\ngo        %s %s/%s\n", goVersion, runtime.GOOS, runtime.GOARCH)
+		fmt.Fprintf(w, "goroce (no build information)\n%-12s %s %s/%s\n", "go", goVersion, runtime.GOOS, runtime.GOARCH)
 		return
 	}
 	if bi.GoVersion != "" {
@@ -51,9 +51,9 @@ func writeVersion(w io.Writer, bi *debug.BuildInfo) {
 		version = "(devel)"
 	}
 	fmt.Fprintf(w, "goroce %s\n", version)
-	fmt.Fprintf(w, "module    %s %s\n", mod, version)
+	fmt.Fprintf(w, "%-12s %s %s\n", "module", mod, version)
 	if bi.Main.Sum != "" {
-		fmt.Fprintf(w, "sum       %s\n", bi.Main.Sum)
+		fmt.Fprintf(w, "%-12s %s\n", "sum", bi.Main.Sum)
 	}
 	settings := map[string]string{}
 	for _, s := range bi.Settings {
@@ -61,12 +61,12 @@ func writeVersion(w io.Writer, bi *debug.BuildInfo) {
 	}
 	for _, k := range []string{"vcs", "vcs.revision", "vcs.time", "vcs.modified"} {
 		if v, ok := settings[k]; ok {
-			fmt.Fprintf(w, "%-9s %s\n", k, v)
+			fmt.Fprintf(w, "%-12s %s\n", k, v)
 		}
 	}
 	goos, goarch := settings["GOOS"], settings["GOARCH"]
 	if goos == "" {
 		goos, goarch = runtime.GOOS, runtime.GOARCH
 	}
-	fmt.Fprintf(w, "go        %s %s/%s\n", goVersion, goos, goarch)
+	fmt.Fprintf(w, "%-12s %s %s/%s\n", "go", goVersion, goos, goarch)
 }

@@ -21,13 +21,13 @@ func TestWriteVersion(t *testing.T) {
 	var b bytes.Buffer
 	writeVersion(&b, bi)
 	want := `goroce v0.3.0
-module    github.com/goroce/goroce v0.3.0
-sum       h1:abc=
-vcs       git
+module       github.com/goroce/goroce v0.3.0
+sum          h1:abc=
+vcs          git
 vcs.revision ba96ad58da37b7267b2a3d1c8e6cd86c781fbe7d
-vcs.time  2026-12-01T21:37:19Z
+vcs.time     2026-12-01T21:37:19Z
 vcs.modified true
-go        go1.26.8 linux/arm64
+go           go1.26.8 linux/arm64
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
@@ -38,7 +38,7 @@ go        go1.26.8 linux/arm64
 		t.Errorf("without build information: %q", b.String())
 	}
 	code, out, _ := runMain(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "goroce ") || !strings.Contains(out, "\ngo        go1.") {
+	if code != 0 || !strings.HasPrefix(out, "goroce ") || !strings.Contains(out, "\ngo           go1.") {
 		t.Errorf("goroce version: exit %d, %q", code, out)
 	}
 	if code, _, errs := runMain(t, "version", "extra"); code != 2 || errs == "" {
@@ -70,14 +70,19 @@ func TestVersionBinary(t *testing.T) {
 		t.Fatalf("go version -m: %v", err)
 	}
 	t.Logf("goroce version:\n%s", got)
+	var norm []string
+	for _, l := range strings.Split(string(got), "\n") {
+		norm = append(norm, strings.Join(strings.Fields(l), " "))
+	}
+	gotNorm := strings.Join(norm, "\n")
 	var want []string
 	for i, line := range strings.Split(string(m), "\n") {
 		f := strings.Fields(line)
 		switch {
 		case i == 0 && len(f) == 2: // "/path/goroce: go1.26.8"
-			want = append(want, "go        "+f[1]+" ")
+			want = append(want, "go "+f[1]+" ")
 		case len(f) >= 3 && f[0] == "mod":
-			want = append(want, "module    "+f[1]+" "+f[2]+"\n", "goroce "+f[2]+"\n")
+			want = append(want, "module "+f[1]+" "+f[2]+"\n", "goroce "+f[2]+"\n")
 		case len(f) == 2 && f[0] == "build" && strings.HasPrefix(f[1], "vcs"):
 			k, v, _ := strings.Cut(f[1], "=")
 			want = append(want, k+" ", " "+v+"\n")
@@ -87,7 +92,7 @@ func TestVersionBinary(t *testing.T) {
 		t.Fatalf("go version -m printed too little:\n%s", m)
 	}
 	for _, w := range want {
-		if !strings.Contains(string(got), w) {
+		if !strings.Contains(gotNorm, w) {
 			t.Errorf("goroce version lacks %q (go version -m says it):\n%s\ngo version -m:\n%s", w, got, m)
 		}
 	}
