@@ -41,9 +41,7 @@ func TestOpenInterfacePermission(t *testing.T) {
 		permissionInner(t)
 		return
 	}
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root (to create the namespace the unprivileged run happens in)")
-	}
+	netns.RequireRoot(t) // to create the namespace the unprivileged run happens in
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		skipOrFail(t, "needs util-linux unshare")
