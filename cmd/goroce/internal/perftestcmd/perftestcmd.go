@@ -87,6 +87,8 @@ goroce options:
   --timeout=<seconds>       give up (exit 1) after this long, waiting for the peer included;
                             a client then retries a refused connection until the timeout
   --metrics=<host:port>     serve /metrics (Prometheus) and /debug/vars (expvar) during the run
+                            (a host of :PORT or 0.0.0.0 is every interface: warned about)
+  --metrics-cmdline         also publish the command line in /debug/vars (left out by default)
   --pcap=<file>             write the frames the device sends and receives to this pcap file
                             (AF_XDP traffic included, which tcpdump on the interface does not see)
 Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device

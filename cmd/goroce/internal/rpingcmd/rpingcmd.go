@@ -67,6 +67,7 @@ const goroceUsage = `goroce options:
 	--dev=IFACE	network interface of the RoCE device (default: the one holding -a/-I, else the first up with IPv4)
 	--timeout=SEC	give up (exit 1) after this long; a client then retries a refused connection until the timeout
 	--metrics=HOST:PORT	serve /metrics (Prometheus) and /debug/vars (expvar) during the run
+	--metrics-cmdline	also publish the command line in /debug/vars (left out by default)
 	--pcap=FILE	write the frames the device sends and receives to this pcap file (AF_XDP traffic included)
 `
 

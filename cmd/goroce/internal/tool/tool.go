@@ -160,6 +160,9 @@ type Options struct {
 	// Metrics is the address --metrics ADDR serves the device's counters
 	// on for the duration of the run (StartMetrics).
 	Metrics string
+	// MetricsCmdline (--metrics-cmdline) adds expvar's "cmdline", the
+	// process's arguments, to /debug/vars; without it they are left out.
+	MetricsCmdline bool
 	// Pcap is the file --pcap FILE records the run's devices' frames in
 	// (RunContext, Open; pcap.go).
 	Pcap string
@@ -181,7 +184,8 @@ func WantsHelp(args []string) bool {
 
 // SplitOptions removes goroce's own options from args: --timeout=DUR /
 // --timeout DUR (seconds, or a Go duration such as 1m30s),
-// --metrics=ADDR / --metrics ADDR and --pcap=FILE / --pcap FILE.
+// --metrics=ADDR / --metrics ADDR, --metrics-cmdline and --pcap=FILE /
+// --pcap FILE.
 func SplitOptions(args []string) ([]string, Options, error) {
 	var o Options
 	rest := make([]string, 0, len(args))
@@ -204,6 +208,10 @@ func SplitOptions(args []string) ([]string, Options, error) {
 				return nil, o, errors.New("option --pcap requires a file name")
 			}
 			o.Pcap = v
+			continue
+		}
+		if a == "--metrics-cmdline" {
+			o.MetricsCmdline = true
 			continue
 		}
 		if a == "--metrics" || strings.HasPrefix(a, "--metrics=") {
