@@ -66,6 +66,9 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 	if lat && c.cells["qps"] {
 		measureQPs(pair, mtu, b, tag, c, res)
 	}
+	if c.cells["rsock"] {
+		measureRsock(pair, mtu, b, tag, c, res)
+	}
 	if lat && c.cells["lat"] {
 		for i, pl := range c.placements {
 			var info section

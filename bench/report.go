@@ -169,6 +169,7 @@ func writeReport(w io.Writer, r *results, in runInfo) {
 	}
 	writeQPs(w, r, in)
 	writeIdle(w, r, in)
+	writeRsock(w, r)
 	writeSyscalls(w, r)
 	writeTargets(w, r)
 }
@@ -466,6 +467,44 @@ func writeTargets(w io.Writer, r *results) {
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, t := range ts {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", t.n, t.what, t.backend, t.measured, t.goal, t.met)
+	}
+	fmt.Fprintln(w)
+}
+
+// writeRsock is the rsock cell's table: rsock against Go TCP, measured side
+// by side on the same veth.
+func writeRsock(w io.Writer, r *results) {
+	var lines []string
+	for _, s := range r.sections {
+		k := func(m string) key { return key{s.backend, s.mtu, m} }
+		if _, err := r.get(k(mRsockStream + ".gbps")); errors.Is(err, errNotMeasured) {
+			continue
+		}
+		row := func(what, rs, tcp string, u unit) {
+			if _, err := r.get(k(rs)); errors.Is(err, errNotMeasured) {
+				return
+			}
+			lines = append(lines, fmt.Sprintf("| %s | %d | %s | %s | %s | %s |", s.backend, s.mtu, what,
+				r.cell(k(rs), u), r.cell(k(tcp), u), r.ratioCell(k(rs), k(tcp))))
+		}
+		row("one stream, 64 KiB writes, Gbit/s", mRsockStream+".gbps", mRsockTCP+".gbps", fmtGbit)
+		row("busy CPU-s per GB, whole machine", mRsockStream+".cpugb", mRsockTCP+".cpugb", fmtNum)
+		row("process CPU-s per GB", mRsockStream+".procgb", mRsockTCP+".procgb", fmtNum)
+		for _, q := range []string{"p50", "mean", "p99"} {
+			row("64 B request/response, µs, "+q, mRsockRTT+"."+q, mRsockTCPRTT+"."+q, fmtMicros)
+		}
+		row("HTTP/1.1 GETs per second (one connection, 64 B body)", mRsockHTTP, mRsockTCPWeb, fmtRate)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## rsock against Go TCP\n\nrsock (package rsock: rsockets over goroce) and the kernel's TCP through Go's net package, "+
+		"each measured in the same cell on the same veth, both ends in this process (goroutines; the TCP and rsock "+
+		"ends placed alike).\n\n")
+	fmt.Fprintln(w, "| backend | MTU | measure | rsock | Go TCP | rsock/TCP |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
 }

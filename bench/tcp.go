@@ -70,39 +70,7 @@ func (t tcpRate) bitsPerSec() float64 { return float64(t.bytes) * 8 / t.elapsed.
 // tcpStream sends 64 KiB writes A→B over one connection for lim and
 // returns what the receiver got, and the CPU the cell cost.
 func tcpStream(pair *netns.Pair, lim limit) (tcpRate, error) {
-	c, s, err := tcpConns(pair)
-	if err != nil {
-		return tcpRate{}, err
-	}
-	defer s.Close()
-	type result struct {
-		n   int64
-		end time.Time
-	}
-	res := make(chan result, 1)
-	go func() {
-		n, _ := io.Copy(io.Discard, s)
-		res <- result{n, time.Now()}
-	}()
-	buf := make([]byte, 64<<10)
-	c0 := markCPU()
-	start := time.Now()
-	c.SetWriteDeadline(start.Add(lim.d + stallTime))
-	for i := 0; i < lim.n && time.Since(start) < lim.d; i++ {
-		if _, err := c.Write(buf); err != nil {
-			c.Close()
-			return tcpRate{}, err
-		}
-	}
-	c.Close()
-	select {
-	case r := <-res:
-		cpu, cpuErr := markCPU().since(c0)
-		return tcpRate{bytes: r.n, elapsed: r.end.Sub(start), cpu: cpu, cpuErr: cpuErr}, nil
-	case <-time.After(stallTime):
-		s.Close()
-		return tcpRate{}, errors.New("receiver did not finish")
-	}
+	return connStream(func() (net.Conn, net.Conn, error) { return tcpConns(pair) }, lim)
 }
 
 // tcpPingPong measures 64-byte request/response round trips over one

@@ -1,0 +1,210 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/rsock"
+)
+
+// The rsock cell: one rsock stream against one Go TCP stream, the 64-byte
+// request/response round trip and HTTP/1.1 requests per second, rsock and
+// TCP measured side by side on the same veth in the same run. Both ends of
+// every measurement run in this process (goroutines), TCP's too.
+const (
+	mRsockStream = "rsock.stream"    // recordRate base: rsock
+	mRsockTCP    = "rsock.tcpstream" // … Go TCP, in the same cell
+	mRsockRTT    = "rsock.rtt"       // recordLat base
+	mRsockTCPRTT = "rsock.tcprtt"
+	mRsockHTTP   = "rsock.http.rps"
+	mRsockTCPWeb = "rsock.tcphttp.rps"
+	rsockPort    = 7471
+	httpBody     = 64
+)
+
+func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
+	lim := func(n int) limit { return limit{c.cell, n} }
+	k := func(m string) key { return key{b, mtu, m} }
+	p, err := openRDMA(pair, b, false)
+	if err != nil {
+		progress("%s: goroce devices: %v", tag, err)
+		res.fail(k(mRsockStream+".gbps"), err)
+		return
+	}
+	defer p.Close()
+	res.addSection(section{backend: b, mtu: mtu, mode: p.a.info.Mode, pmtu: p.pmtu})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := netip.AddrPortFrom(pair.B.Addr, rsockPort).String()
+	l, err := rsock.Listen(ctx, p.b.dev, addr, nil)
+	if err != nil {
+		res.fail(k(mRsockStream+".gbps"), err)
+		return
+	}
+	defer l.Close()
+	rsockConns := func() (net.Conn, net.Conn, error) {
+		acc := make(chan net.Conn, 1)
+		go func() {
+			s, err := l.AcceptContext(ctx)
+			if err != nil {
+				acc <- nil
+				return
+			}
+			acc <- s
+		}()
+		cl, err := rsock.Dial(ctx, p.a.dev, addr, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		s := <-acc
+		if s == nil {
+			cl.Close()
+			return nil, nil, errors.New("accept failed")
+		}
+		return cl, s, nil
+	}
+	tcpConnsOf := func() (net.Conn, net.Conn, error) { return tcpConns(pair) }
+
+	for _, s := range []struct {
+		metric string
+		conns  func() (net.Conn, net.Conn, error)
+		what   string
+	}{{mRsockTCP, tcpConnsOf, "Go TCP"}, {mRsockStream, rsockConns, "rsock"}} {
+		runtime.GC()
+		t, err := connStream(s.conns, lim(maxStreamN))
+		recordRate(res, k(""), s.metric, t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
+		progress("%s: %s stream %s (%v)", tag, s.what, fmtGbit(t.bitsPerSec()/1e9), err)
+	}
+	if mtu == c.latMTU() {
+		for _, s := range []struct {
+			metric string
+			conns  func() (net.Conn, net.Conn, error)
+			what   string
+		}{{mRsockTCPRTT, tcpConnsOf, "Go TCP"}, {mRsockRTT, rsockConns, "rsock"}} {
+			runtime.GC()
+			rtts, err := func() ([]time.Duration, error) {
+				cl, sv, err := s.conns()
+				if err != nil {
+					return nil, err
+				}
+				defer cl.Close()
+				go echo(sv)
+				return tcpClientLoop(cl, lim(maxRTTs), nil)
+			}()
+			recordLat(res, k(s.metric), rtts, err)
+			progress("%s: %s 64 B round trip %s (%v)", tag, s.what, latLine(rtts), err)
+		}
+	}
+	// HTTP: one client connection, sequential GETs of a 64-byte body.
+	tcpDial := func(ctx context.Context, a string) (c net.Conn, err error) {
+		err = pair.Do(netns.A, func() error {
+			var d net.Dialer
+			c, err = d.DialContext(ctx, "tcp", a)
+			return err
+		})
+		return c, err
+	}
+	for _, s := range []struct {
+		metric string
+		listen func() (net.Listener, error)
+		dial   func(context.Context, string) (net.Conn, error)
+		what   string
+	}{
+		{mRsockTCPWeb, func() (tl net.Listener, err error) {
+			err = pair.Do(netns.B, func() (err error) {
+				tl, err = net.Listen("tcp", netip.AddrPortFrom(pair.B.Addr, 0).String())
+				return err
+			})
+			return tl, err
+		}, tcpDial, "Go TCP"},
+		{mRsockHTTP, func() (net.Listener, error) {
+			return rsock.Listen(ctx, p.b.dev, netip.AddrPortFrom(pair.B.Addr, rsockPort+1).String(), nil)
+		}, func(ctx context.Context, a string) (net.Conn, error) { return rsock.Dial(ctx, p.a.dev, a, nil) }, "rsock"},
+	} {
+		runtime.GC()
+		hl, err := s.listen()
+		if err != nil {
+			record(res, k(s.metric), 0, err)
+			continue
+		}
+		rps, err := httpRate(hl, s.dial, lim(maxRTTs))
+		record(res, k(s.metric), rps, err)
+		progress("%s: %s HTTP %s requests/s (%v)", tag, s.what, fmtRate(rps), err)
+	}
+}
+
+// connStream sends 64 KiB writes from the first conn of conns to the
+// second for lim and returns what the receiver got and the CPU it cost.
+func connStream(conns func() (net.Conn, net.Conn, error), lim limit) (tcpRate, error) {
+	c, s, err := conns()
+	if err != nil {
+		return tcpRate{}, err
+	}
+	defer s.Close()
+	type result struct {
+		n   int64
+		end time.Time
+	}
+	res := make(chan result, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, s)
+		res <- result{n, time.Now()}
+	}()
+	buf := make([]byte, 64<<10)
+	c0 := markCPU()
+	start := time.Now()
+	c.SetWriteDeadline(start.Add(lim.d + stallTime))
+	for i := 0; i < lim.n && time.Since(start) < lim.d; i++ {
+		if _, err := c.Write(buf); err != nil {
+			c.Close()
+			return tcpRate{}, err
+		}
+	}
+	c.Close()
+	select {
+	case r := <-res:
+		cpu, cpuErr := markCPU().since(c0)
+		return tcpRate{bytes: r.n, elapsed: r.end.Sub(start), cpu: cpu, cpuErr: cpuErr}, nil
+	case <-time.After(stallTime):
+		s.Close()
+		return tcpRate{}, errors.New("receiver did not finish")
+	}
+}
+
+// httpRate serves a 64-byte body on l (closing it at the end) and GETs it
+// over one keep-alive connection for lim; it returns requests per second.
+func httpRate(l net.Listener, dial func(context.Context, string) (net.Conn, error), lim limit) (float64, error) {
+	body := make([]byte, httpBody)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) })}
+	go srv.Serve(l)
+	defer srv.Close()
+	tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: func(ctx context.Context, _, a string) (net.Conn, error) { return dial(ctx, a) }}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: stallTime}
+	url := fmt.Sprintf("http://%s/", l.Addr())
+	n := 0
+	start := time.Now()
+	for n < lim.n && time.Since(start) < lim.d {
+		resp, err := client.Get(url)
+		if err != nil {
+			return 0, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || len(b) != httpBody {
+			return 0, fmt.Errorf("response %d: %d bytes, %v", n, len(b), err)
+		}
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
