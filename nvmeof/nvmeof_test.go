@@ -32,6 +32,13 @@ func setup(t *testing.T, size int64, bs int, tweak func(*nvmeof.Target)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return setupOn(t, a, b, taddr, size, bs, tweak)
+}
+
+// setupOn serves a memory namespace on device b at addr; a is the host's
+// device. Both are closed by the returned env's stop.
+func setupOn(t *testing.T, a, b *qp.Device, addr string, size int64, bs int, tweak func(*nvmeof.Target)) *env {
+	t.Helper()
 	mem := nvmeof.NewMemory(size)
 	tg := &nvmeof.Target{Subsystems: []*nvmeof.Subsystem{{NQN: subNQN,
 		Namespaces: []*nvmeof.Namespace{{Backend: mem, Size: size, BlockSize: bs}}}}}
@@ -42,7 +49,7 @@ func setup(t *testing.T, size int64, bs int, tweak func(*nvmeof.Target)) *env {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l, err := tg.Listen(ctx, b, taddr)
+	l, err := tg.Listen(ctx, b, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

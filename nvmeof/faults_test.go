@@ -1,0 +1,93 @@
+package nvmeof_test
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/nvmeof"
+	"github.com/goroce/goroce/qp"
+	"github.com/goroce/goroce/sim"
+)
+
+// verify writes size bytes of seeded data through ns at off from several
+// goroutines, reads them back and compares, and compares the target's
+// backend.
+func verify(t *testing.T, ctx context.Context, e *env, ns *nvmeof.HostNamespace, seed uint64, size int, off int64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 2))
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if _, err := ns.WriteAtContext(ctx, data, off); err != nil {
+		t.Fatalf("seed %d: write: %v", seed, err)
+	}
+	got := make([]byte, size)
+	if _, err := ns.ReadAtContext(ctx, got, off); err != nil {
+		t.Fatalf("seed %d: read: %v", seed, err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("seed %d: read back differs", seed)
+	}
+	back := make([]byte, size)
+	e.mem.ReadAt(back, off)
+	if !bytes.Equal(back, data) {
+		t.Fatalf("seed %d: the target's backend differs", seed)
+	}
+}
+
+// TestSimFaults runs host and target over sim's faulty link (real-time
+// mode): loss, duplication and reordering in both directions, and no
+// block is lost or corrupted.
+func TestSimFaults(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s, ok, _ := sim.EnvSeed(); ok {
+		seed = s
+	}
+	f := sim.Faults{Drop: 0.02, Duplicate: 0.01, Reorder: 0.02}
+	n, err := sim.NewPair(sim.Config{Mode: sim.Goroutines, Seed: seed, AtoB: f, BtoA: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed %d (GOROCE_SEED=%d replays the link's faults)", seed, seed)
+	e := setupOn(t, n.A.Dev, n.B.Dev, taddr, 4<<20, 512, nil)
+	ctx := ctxT(t)
+	c, err := nvmeof.Dial(ctx, e.a, taddr, subNQN, &nvmeof.HostOptions{Queues: 2, QueueDepth: 8})
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	defer c.Close()
+	verify(t, ctx, e, c.Namespaces()[0], uint64(seed), 1<<20, 64<<10)
+	t.Logf("link A: %+v", n.A.Dev.Stats().Link)
+}
+
+// TestAFXDP runs host and target over AF_XDP between two network
+// namespaces.
+func TestAFXDP(t *testing.T) {
+	p := netns.NewPair(t, netns.Options{NoDAD: true})
+	open := func(side netns.Side) *qp.Device {
+		var d *qp.Device
+		err := p.Do(side, func() (err error) {
+			d, _, err = qp.OpenInterface(context.Background(), p.End(side).Ifname, qp.InterfaceOptions{Backend: "afxdp", Seed: int64(side) + 1})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("side %v: %v", side, err)
+		}
+		return d
+	}
+	a, b := open(netns.A), open(netns.B)
+	addr := p.End(netns.B).Addr.String() + ":4420"
+	e := setupOn(t, a, b, addr, 16<<20, 4096, nil)
+	ctx := ctxT(t)
+	c, err := nvmeof.Dial(ctx, a, addr, subNQN, &nvmeof.HostOptions{Queues: 2, QueueDepth: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	verify(t, ctx, e, c.Namespaces()[0], 5, 8<<20, 1<<20)
+}
