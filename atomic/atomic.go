@@ -120,6 +120,27 @@ func (e *Executor) FetchAdd(mem []byte, va uint64, add uint64) (orig uint64, err
 	return orig, nil
 }
 
+// Store writes the 8 bytes v to mem[0:8] in one atomic store, as an IBTA
+// 1.5 ATOMIC WRITE does (rxe_mr_do_atomic_write: smp_store_release of the
+// payload's bytes): the bytes land as they came, and no other atomic sees
+// half of them. va is the remote address, checked for alignment.
+func (e *Executor) Store(mem []byte, va uint64, v [8]byte) error {
+	p, err := target(mem, va)
+	if err != nil {
+		return err
+	}
+	if uintptr(p)&7 == 0 {
+		atomic.StoreUint64((*uint64)(p), binary.NativeEndian.Uint64(v[:]))
+		return nil
+	}
+	e.unaligned.Add(1)
+	l := lockFor(p)
+	l.Lock()
+	copy(mem, v[:])
+	l.Unlock()
+	return nil
+}
+
 // CompareSwap writes swap to mem[0:8] if it holds compare, and returns the
 // original value either way (IBTA CmpSwap; the requester learns success by
 // comparing the returned value with compare).

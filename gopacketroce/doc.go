@@ -17,10 +17,11 @@
 //	1798 DETH          Datagram Extended Transport Header
 //	1799 CNP           the 16 reserved bytes of a Congestion Notification Packet
 //	1800 MAD           a management datagram on QP 1 (IB CM messages, package mad)
+//	1801 FETH          FLUSH Extended Transport Header (IBTA 1.5; before the RETH)
 //
 // and maps UDP port 4791 to LayerTypeBTH (layers.RegisterUDPPortLayerType), so
 // that any gopacket program decodes Ethernet → IP → UDP → BTH → the extension
-// headers the opcode carries (in IBTA order: DETH, RETH, AtomicETH, AETH,
+// headers the opcode carries (in IBTA order: DETH, FETH, RETH, AtomicETH, AETH,
 // AtomicAckETH, ImmDt, IETH, CNP) → gopacket.Payload, except that the
 // payload of a UD SEND ONLY to QP 1 is a MAD layer (its CM message decoded
 // by package mad: REQ, REP, RTU, REJ, MRA, DREQ, DREP, SIDR).

@@ -22,6 +22,7 @@ var (
 	LayerTypeIETH         = gopacket.RegisterLayerType(1797, gopacket.LayerTypeMetadata{Name: "IETH", Decoder: extDecoder(func() extLayer { return &IETH{} })})
 	LayerTypeDETH         = gopacket.RegisterLayerType(1798, gopacket.LayerTypeMetadata{Name: "DETH", Decoder: extDecoder(func() extLayer { return &DETH{} })})
 	LayerTypeCNP          = gopacket.RegisterLayerType(1799, gopacket.LayerTypeMetadata{Name: "CNP", Decoder: extDecoder(func() extLayer { return &CNP{} })})
+	LayerTypeFETH         = gopacket.RegisterLayerType(1801, gopacket.LayerTypeMetadata{Name: "FETH", Decoder: extDecoder(func() extLayer { return &FETH{} })})
 )
 
 func init() {
@@ -37,6 +38,7 @@ var extOrder = [...]struct {
 	lt *gopacket.LayerType
 }{
 	{wire.HasDETH, &LayerTypeDETH},
+	{wire.HasFETH, &LayerTypeFETH},
 	{wire.HasRETH, &LayerTypeRETH},
 	{wire.HasAtomicETH, &LayerTypeAtomicETH},
 	{wire.HasAETH, &LayerTypeAETH},
@@ -51,9 +53,13 @@ var extOrder = [...]struct {
 // or gopacket.LayerTypePayload.
 func nextAfter(op wire.Opcode, h wire.HeaderSet) gopacket.LayerType {
 	set := op.Info().Headers
+	after := h == 0 // the BTH: the first header present follows it
 	for _, e := range extOrder {
-		if e.h > h && set&e.h != 0 {
+		if after && set&e.h != 0 {
 			return *e.lt
+		}
+		if e.h == h {
+			after = true
 		}
 	}
 	return gopacket.LayerTypePayload
@@ -200,6 +206,8 @@ func newExt(h wire.HeaderSet) extLayer {
 	switch h {
 	case wire.HasDETH:
 		return &DETH{}
+	case wire.HasFETH:
+		return &FETH{}
 	case wire.HasRETH:
 		return &RETH{}
 	case wire.HasAtomicETH:
@@ -299,6 +307,31 @@ func (l *RETH) String() string {
 		return "RETH{}"
 	}
 	return fmt.Sprintf("RETH{VA=%#x RKey=%#x DMALen=%d}", l.VA(), l.RKey(), l.DMALen())
+}
+
+// FETH is the FLUSH Extended Transport Header layer (RC FLUSH, IBTA 1.5;
+// before the RETH).
+type FETH struct {
+	layers.BaseLayer
+	wire.FETH
+	ext
+}
+
+func (l *FETH) LayerType() gopacket.LayerType     { return LayerTypeFETH }
+func (l *FETH) CanDecode() gopacket.LayerClass    { return LayerTypeFETH }
+func (l *FETH) NextLayerType() gopacket.LayerType { return l.next(wire.HasFETH) }
+func (l *FETH) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) (err error) {
+	l.FETH, err = decodeExt(&l.BaseLayer, data, wire.FETHLen, df)
+	return err
+}
+func (l *FETH) SerializeTo(b gopacket.SerializeBuffer, _ gopacket.SerializeOptions) error {
+	return serializeExt(b, l.FETH, wire.FETHLen)
+}
+func (l *FETH) String() string {
+	if !l.IsValid() {
+		return "FETH{}"
+	}
+	return fmt.Sprintf("FETH{PlacementType=%d Selectivity=%d}", l.PlacementType(), l.Selectivity())
 }
 
 // AETH is the ACK Extended Transport Header layer (ACKNOWLEDGE, ATOMIC
@@ -474,6 +507,7 @@ func (l *CNP) String() string { return "CNP{}" }
 // headers to BTH and get the list to register.
 type Layers struct {
 	BTH          BTH
+	FETH         FETH
 	RETH         RETH
 	AETH         AETH
 	AtomicETH    AtomicETH
@@ -486,10 +520,10 @@ type Layers struct {
 }
 
 // DecodingLayers links every extension header of l to l.BTH and returns the
-// ten layers (the BTH, the eight extension headers and the MAD), e.g. to
+// eleven layers (the BTH, the nine extension headers and the MAD), e.g. to
 // append to gopacket.NewDecodingLayerParser's list.
 func (l *Layers) DecodingLayers() []gopacket.DecodingLayer {
-	exts := []extLayer{&l.RETH, &l.AETH, &l.AtomicETH, &l.AtomicAckETH, &l.ImmDt, &l.IETH, &l.DETH, &l.CNP}
+	exts := []extLayer{&l.FETH, &l.RETH, &l.AETH, &l.AtomicETH, &l.AtomicAckETH, &l.ImmDt, &l.IETH, &l.DETH, &l.CNP}
 	out := []gopacket.DecodingLayer{&l.BTH}
 	for _, e := range exts {
 		e.link(&l.BTH)

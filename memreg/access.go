@@ -14,12 +14,19 @@ const (
 	RemoteAtomic Access = 8  // IBV_ACCESS_REMOTE_ATOMIC
 	MWBind       Access = 16 // IBV_ACCESS_MW_BIND
 	ZeroBased    Access = 32 // IBV_ACCESS_ZERO_BASED
+	// FlushGlobal lets a peer's RDMA FLUSH with placement type global
+	// visibility target the region (IBTA 1.5; Linux rxe 6.2+).
+	FlushGlobal Access = 256 // IBV_ACCESS_FLUSH_GLOBAL
+	// FlushPersistent is the persistence placement type. goroce's memory
+	// is never persistent memory, so Register refuses it
+	// (ErrNotPersistent), as rxe refuses it on pages that are not pmem.
+	FlushPersistent Access = 512 // IBV_ACCESS_FLUSH_PERSISTENT
 
 	// RemoteAny is every remote access bit; an MR with any of them has an rkey.
 	RemoteAny = RemoteWrite | RemoteRead | RemoteAtomic
 
 	// supported is every flag Register accepts.
-	supported = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind | ZeroBased
+	supported = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind | ZeroBased | FlushGlobal
 )
 
 var accessNames = [...]struct {
@@ -32,6 +39,8 @@ var accessNames = [...]struct {
 	{RemoteAtomic, "REMOTE_ATOMIC"},
 	{MWBind, "MW_BIND"},
 	{ZeroBased, "ZERO_BASED"},
+	{FlushGlobal, "FLUSH_GLOBAL"},
+	{FlushPersistent, "FLUSH_PERSISTENT"},
 }
 
 // String returns the flags joined by '|', e.g. "LOCAL_WRITE|REMOTE_READ";

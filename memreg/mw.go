@@ -460,6 +460,48 @@ func (t *Table) RemoteQP(rkey uint32, pd *PD, qp any, need Access, va uint64, le
 	return t.remoteMW(rkey, pd, qp, need, va, length)
 }
 
+// KeyQP checks an R_Key like RemoteQP without a range: a FLUSH of
+// selectivity "memory region" names the whole region of the key (rxe
+// check_rkey skips mr_check_range for IB_FLUSH_MR).
+func (t *Table) KeyQP(rkey uint32, pd *PD, qp any, need Access) error {
+	if IsMWKey(rkey) {
+		mw := t.mw.lookup(rkey)
+		if mw == nil {
+			return ErrNoKey
+		}
+		b := mw.b.Load()
+		switch {
+		case b.rkey != rkey:
+			return ErrKeyMismatch
+		case mw.pd != pd:
+			return ErrPDMismatch
+		case mw.typ == MWType2 && b.qp != qp:
+			return ErrWrongQP
+		case b.length == 0:
+			return ErrInvalid
+		case b.access&need != need:
+			return ErrAccess
+		case b.state != mwValid || b.mr == nil || b.mr.state.Load() != stateValid:
+			return ErrInvalid
+		}
+		return nil
+	}
+	mr := t.slot(rkey >> 8)
+	switch {
+	case mr == nil:
+		return ErrNoKey
+	case mr.lkey != rkey:
+		return ErrKeyMismatch
+	case mr.state.Load() != stateValid:
+		return ErrInvalid
+	case mr.pd != pd:
+		return ErrPDMismatch
+	case mr.access&need != need || mr.rkey == 0:
+		return ErrAccess
+	}
+	return nil
+}
+
 func (t *Table) remoteMW(rkey uint32, pd *PD, qp any, need Access, va uint64, length uint32) ([]byte, error) {
 	mw := t.mw.lookup(rkey)
 	if mw == nil {

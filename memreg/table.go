@@ -31,6 +31,10 @@ var (
 	// ErrBadAccess: REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE, or an
 	// unsupported flag. ibv_reg_mr fails with EINVAL (kernel ib_check_mr_access).
 	ErrBadAccess = errors.New("memreg: invalid access flags (REMOTE_WRITE/REMOTE_ATOMIC require LOCAL_WRITE)")
+	// ErrNotPersistent: FLUSH_PERSISTENT asked of memory that is not
+	// persistent memory (rxe_set_page refuses it for a page that is not
+	// pmem); goroce registers ordinary memory only.
+	ErrNotPersistent = errors.New("memreg: FLUSH_PERSISTENT needs persistent memory, and goroce registers none")
 	// ErrBadIOVA: iova+len(buf) does not fit in 64 bits, i.e. the end
 	// address is not representable (EINVAL).
 	ErrBadIOVA = errors.New("memreg: iova + length overflows")
@@ -190,6 +194,9 @@ func (pd *PD) Register(buf []byte, access Access) (*MR, error) {
 // ib_check_mr_access: the HCA writes the memory on the peer's behalf); a
 // violation, or a flag outside Access's constants, fails with ErrBadAccess.
 func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	if access&FlushPersistent != 0 {
+		return nil, ErrNotPersistent
+	}
 	if access&^supported != 0 {
 		return nil, ErrBadAccess
 	}
@@ -217,7 +224,7 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 	}
 	mr := &MR{buf: buf, iova: iova, access: access, pd: pd}
 	mr.lkey = idx<<8 | kb
-	if access&RemoteAny != 0 {
+	if access&(RemoteAny|FlushGlobal) != 0 {
 		mr.rkey = mr.lkey
 	}
 	mr.state.Store(stateValid)

@@ -213,7 +213,7 @@ func (c *completer) ackThrough(psn wire.PSN, now time.Time) (missing bool) {
 		if w.state == wqePosted || psn.Before(w.firstPSN) {
 			return false
 		}
-		if w.wr.Opcode.isReadOrAtomic() {
+		if w.wr.Opcode.answered() {
 			return true
 		}
 		if psn.Before(w.lastPSN) {
@@ -277,11 +277,15 @@ func (c *completer) retryOnce(now time.Time) {
 }
 
 func (c *completer) onReadResponse(p *wire.Packet, psn wire.PSN, now time.Time) {
-	if c.ackThrough(psn.Sub(1), now) && !c.headIsReadAt(psn) {
+	if c.ackThrough(psn.Sub(1), now) && !c.headIsReadAt(psn) && !c.headIsPlacementAt(psn) {
 		c.retryOnce(now)
 		return
 	}
 	w := c.sq.oldest()
+	if c.headIsPlacementAt(psn) {
+		c.onPlacementResponse(w, p, psn, now)
+		return
+	}
 	if w != nil && w.wr.Opcode != WRRDMARead && w.state != wqePosted && !psn.Before(w.firstPSN) &&
 		!psn.After(w.lastPSN) && !psn.Before(c.compPSN) {
 		// A READ response for a SEND/WRITE/atomic: rxe check_ack completes
@@ -323,6 +327,33 @@ func (c *completer) onReadResponse(p *wire.Packet, psn wire.PSN, now time.Time) 
 		c.sq.complete(w, WCSuccess)
 		c.compPSN = w.lastPSN.Add(1)
 	}
+	c.progress(now)
+}
+
+// headIsPlacementAt reports whether the oldest WQE is a FLUSH or an
+// ATOMIC_WRITE at psn: rxe answers both with an RDMA READ RESPONSE ONLY
+// without payload (rxe_resp.c send_read_response_ack).
+func (c *completer) headIsPlacementAt(psn wire.PSN) bool {
+	w := c.sq.oldest()
+	return w != nil && (w.wr.Opcode == WRFlush || w.wr.Opcode == WRAtomicWrite) && w.state != wqePosted && psn == w.firstPSN
+}
+
+// onPlacementResponse completes the FLUSH or ATOMIC_WRITE w on its READ
+// RESPONSE ONLY (rxe_comp.c check_ack: an ATOMIC_WRITE completes like a
+// WRITE once the AETH says ACK; a FLUSH goes the READ way with nothing to
+// place). A FIRST, MIDDLE or LAST, a payload, or a NAK syndrome in it is a
+// bad response.
+func (c *completer) onPlacementResponse(w *sendWQE, p *wire.Packet, psn wire.PSN, now time.Time) {
+	if psn != c.compPSN {
+		c.retryOnce(now)
+		return
+	}
+	if p.Opcode() != wire.RCRDMAReadResponseOnly || len(p.Payload) != 0 || p.AETH.Syndrome().Kind() != wire.SynACK {
+		c.fail(w, WCBadRespErr)
+		return
+	}
+	c.sq.complete(w, WCSuccess)
+	c.compPSN = psn.Add(1)
 	c.progress(now)
 }
 
@@ -403,6 +434,10 @@ func sendWCOpcode(op WROpcode) WCOpcode {
 		return WCRDMAWrite
 	case WRRDMARead:
 		return WCRDMARead
+	case WRFlush:
+		return WCFlush
+	case WRAtomicWrite:
+		return WCAtomicWrite
 	case WRAtomicCmpAndSwp:
 		return WCCompSwap
 	case WRAtomicFetchAdd:

@@ -319,7 +319,8 @@ func (q *QP) checkValues(a *Attr, mask AttrMask, cur, next State) error {
 	if mask&AttrPKeyIndex != 0 && a.PKeyIndex != 0 {
 		return bad("pkey_index %d does not exist (only index 0, P_Key 0xFFFF)", a.PKeyIndex)
 	}
-	if mask&AttrAccessFlags != 0 && a.AccessFlags&^(memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead|memreg.RemoteAtomic) != 0 {
+	if mask&AttrAccessFlags != 0 && a.AccessFlags&^(memreg.LocalWrite|memreg.RemoteWrite|memreg.RemoteRead|memreg.RemoteAtomic|
+		memreg.FlushGlobal|memreg.FlushPersistent) != 0 {
 		return bad("qp_access_flags %v not supported", a.AccessFlags)
 	}
 	return nil

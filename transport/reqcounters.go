@@ -7,7 +7,7 @@ func (q *QP) countTxRequest(op WROpcode) {
 	switch op {
 	case WRSend, WRSendWithImm, WRSendWithInv:
 		q.inc(CntTxSendRequests)
-	case WRRDMAWrite, WRRDMAWriteWithImm:
+	case WRRDMAWrite, WRRDMAWriteWithImm, WRAtomicWrite:
 		q.inc(CntTxWriteRequests)
 	case WRRDMARead:
 		q.inc(CntTxReadRequests)

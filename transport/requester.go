@@ -95,6 +95,11 @@ func (r *requester) post(wr *SendWR) error {
 		if err := validateBindMW(wr, length); err != nil {
 			return err
 		}
+	case WRFlush, WRAtomicWrite:
+		if err := validatePlacement(wr, cfg.Type); err != nil {
+			return err
+		}
+		length = placementLen(wr)
 	case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
 		// rxe validate_send_wr: atomics need 8 bytes and an 8-aligned target.
 		if length < 8 || wr.RemoteAddr&7 != 0 {
@@ -105,7 +110,7 @@ func (r *requester) post(wr *SendWR) error {
 	default:
 		return fmt.Errorf("post send: opcode %v not supported on RC: %w", wr.Opcode, ErrInvalidArgument)
 	}
-	inline := wr.Flags&SendInline != 0 && wr.Opcode != WRRDMARead && !wr.Opcode.isAtomic()
+	inline := wr.Flags&SendInline != 0 && wr.Opcode != WRRDMARead && !wr.Opcode.isAtomic() && !wr.Opcode.placement()
 	if inline && length > MaxInlineData {
 		return fmt.Errorf("post send: %d inline bytes > %d: %w", length, MaxInlineData, ErrInvalidArgument)
 	}
@@ -221,7 +226,7 @@ func (r *requester) pump(now time.Time) {
 func (r *requester) assign(w *sendWQE) {
 	mtu := r.qp.mtu
 	n := uint32(1)
-	if w.length > mtu && !w.wr.Opcode.isAtomic() {
+	if w.length > mtu && !w.wr.Opcode.isAtomic() && !w.wr.Opcode.placement() {
 		n = (w.length + mtu - 1) / mtu
 	}
 	r.sq.begin(w, r.nextPSN, n)
@@ -270,6 +275,11 @@ func (r *requester) sendNext(w *sendWQE) bool {
 		return true
 	case WRAtomicCmpAndSwp, WRAtomicFetchAdd:
 		r.sendAtomic(w)
+		r.nextPSN = psn.Add(1)
+		w.state = wqeSent
+		return true
+	case WRFlush, WRAtomicWrite:
+		r.sendPlacement(w)
 		r.nextPSN = psn.Add(1)
 		w.state = wqeSent
 		return true

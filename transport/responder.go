@@ -79,6 +79,7 @@ const (
 	pendRead   pendKind = iota // READ response packets from psn
 	pendAck                    // one ACKNOWLEDGE (ACK or NAK)
 	pendAtomic                 // one ATOMIC_ACKNOWLEDGE
+	pendPlaced                 // the READ RESPONSE ONLY of a FLUSH or ATOMIC_WRITE (flush.go)
 )
 
 // pending is one response waiting in the responder's queue.
@@ -255,9 +256,12 @@ func (r *responder) respond(p pending) {
 }
 
 func (r *responder) send(p *pending) {
-	if p.kind == pendAtomic {
+	switch p.kind {
+	case pendAtomic:
 		r.out.atomicAck(p.psn, p.orig, p.msn)
-	} else {
+	case pendPlaced:
+		r.out.placedAck(p.psn, p.msn)
+	default:
 		r.out.ack(p.psn, p.syn, p.msn)
 	}
 }
@@ -365,7 +369,8 @@ func (r *responder) receive(p *wire.Packet, now time.Time) {
 	switch {
 	case op.IsWrite() && r.qp.attr.AccessFlags&memreg.RemoteWrite == 0,
 		op.IsRead() && r.qp.attr.AccessFlags&memreg.RemoteRead == 0,
-		op.IsAtomic() && r.qp.attr.AccessFlags&memreg.RemoteAtomic == 0:
+		op.IsAtomic() && r.qp.attr.AccessFlags&memreg.RemoteAtomic == 0,
+		(op.IsFlush() || op.IsAtomicWrite()) && !r.placementAccessOK(p):
 		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
@@ -378,6 +383,10 @@ func (r *responder) receive(p *wire.Packet, now time.Time) {
 		r.execRead(p, psn)
 	case op.IsAtomic():
 		r.execAtomic(p, op, psn)
+	case op.IsFlush():
+		r.execFlush(p, psn)
+	case op.IsAtomicWrite():
+		r.execAtomicWrite(p, psn)
 	default:
 		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 	}
@@ -759,6 +768,8 @@ func (r *responder) duplicate(p *wire.Packet, psn wire.PSN) {
 			return
 		}
 		// No matching resource: dropped silently (rxe).
+	case op.IsFlush() || op.IsAtomicWrite():
+		r.duplicatePlacement(p, psn)
 	case op.IsAtomic():
 		// Answered from the saved original value, never executed again.
 		if rec, ok := r.atomicHist.Lookup(psn); ok && rec.VA == p.AtomicETH.VA() && rec.RKey == p.AtomicETH.RKey() {

@@ -28,12 +28,25 @@ const (
 	WRLocalInv         WROpcode = 7 // LOCAL_INV
 	WRBindMW           WROpcode = 8 // BIND_MW
 	WRSendWithInv      WROpcode = 9 // SEND_WITH_INV
+	// IBTA 1.5 memory placement extensions (flush.go), libibverbs'
+	// IBV_WR_FLUSH and IBV_WR_ATOMIC_WRITE.
+	WRFlush       WROpcode = 14 // FLUSH
+	WRAtomicWrite WROpcode = 15 // ATOMIC_WRITE
 )
 
 func (o WROpcode) isAtomic() bool { return o == WRAtomicCmpAndSwp || o == WRAtomicFetchAdd }
+
+// isReadOrAtomic: the WQE takes a READ/atomic credit (max_rd_atomic), as
+// rxe's check_init_depth for RXE_READ_OR_ATOMIC_MASK | RXE_ATOMIC_WRITE_MASK
+// (a FLUSH takes none).
 func (o WROpcode) isReadOrAtomic() bool {
-	return o == WRRDMARead || o.isAtomic()
+	return o == WRRDMARead || o.isAtomic() || o == WRAtomicWrite
 }
+
+// answered: the request is answered by a response of its own (READ
+// response, ATOMIC ACKNOWLEDGE, the READ RESPONSE ONLY of a FLUSH or an
+// ATOMIC WRITE), never by an ACK of a later PSN alone.
+func (o WROpcode) answered() bool { return o.isReadOrAtomic() || o == WRFlush }
 
 // SendFlags are libibverbs' enum ibv_send_flags.
 type SendFlags uint32
@@ -81,6 +94,16 @@ type SendWR struct {
 	RemoteQKey uint32
 	// BindMW is the bind of a WRBindMW (struct ibv_send_wr bind_mw).
 	BindMW BindInfo
+	// FLUSH (ibv_wr_flush): RemoteAddr and RKey name the target; FlushLen
+	// is the range's length, FlushType the placement type (wire.FlushGlobal
+	// and/or wire.FlushPersistent), FlushLevel the selectivity
+	// (wire.FlushRange, wire.FlushMR).
+	FlushLen   uint32
+	FlushType  uint8
+	FlushLevel uint8
+	// AtomicData is the 8 bytes an ATOMIC_WRITE stores at RemoteAddr
+	// (ibv_wr_atomic_write's atomic_wr), sent and stored as they are.
+	AtomicData [8]byte
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
@@ -130,6 +153,8 @@ const (
 	WCFetchAdd        WCOpcode = 4   // FETCH_ADD
 	WCBindMW          WCOpcode = 5   // BIND_MW
 	WCLocalInv        WCOpcode = 6   // LOCAL_INV
+	WCFlush           WCOpcode = 8   // FLUSH
+	WCAtomicWrite     WCOpcode = 9   // ATOMIC_WRITE
 	WCRecv            WCOpcode = 128 // RECV
 	WCRecvRDMAWithImm WCOpcode = 129 // RECV_RDMA_WITH_IMM
 )

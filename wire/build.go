@@ -162,6 +162,10 @@ func Build(buf []byte, f *Frame, payloadLen int) (int, error) {
 		DETH(t[off:]).Encode(&f.DETH)
 		off += DETHLen
 	}
+	if h&HasFETH != 0 {
+		FETH(t[off:]).Encode(&f.FETH)
+		off += FETHLen
+	}
 	if h&HasRETH != 0 {
 		RETH(t[off:]).Encode(&f.RETH)
 		off += RETHLen

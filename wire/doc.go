@@ -28,10 +28,10 @@
 // Parse does not verify the IPv4 header checksum (the kernel would; the ICRC
 // covers every IPv4 field except TOS, TTL and the checksum, so a corrupted
 // header is caught anyway unless only those changed); IPv4.ChecksumValid is
-// there for callers that want it. Opcodes FLUSH (0x1C) and ATOMIC_WRITE
-// (0x1D, Linux 6.2+) are named but not supported: Parse returns
-// ErrUnknownOpcode and Build refuses them, like the rxe peers on 6.1 kernels
-// goroce targets. RD opcodes are unassigned.
+// there for callers that want it. The IBTA 1.5 opcodes FLUSH (0x1C, FETH
+// then RETH) and ATOMIC_WRITE (0x1D, RETH and 8 bytes) are parsed and built
+// as Linux rxe 6.2+ lays them out (feth.go); the rxe peers on 6.1 kernels
+// do not know them. RD opcodes are unassigned.
 //
 // # ICRC
 //

@@ -41,6 +41,7 @@ type Packet struct {
 	IPv6         IPv6
 	UDP          UDP
 	BTH          BTH
+	FETH         FETH // RC FLUSH only
 	RETH         RETH
 	AETH         AETH
 	AtomicETH    AtomicETH
@@ -98,6 +99,7 @@ type Frame struct {
 	SrcPort uint16
 
 	BTH          BTHFields
+	FETH         FETHFields
 	RETH         RETHFields
 	AETH         AETHFields
 	AtomicETH    AtomicETHFields
@@ -173,6 +175,9 @@ func (p *Packet) FillFrame(f *Frame) {
 	}
 	if p.BTH != nil {
 		f.BTH = p.BTH.Fields()
+	}
+	if p.FETH != nil {
+		f.FETH = p.FETH.Fields()
 	}
 	if p.RETH != nil {
 		f.RETH = p.RETH.Fields()

@@ -38,6 +38,9 @@ const (
 	RCFetchAdd               Opcode = 0x14
 	RCSendLastWithInvalidate Opcode = 0x16
 	RCSendOnlyWithInvalidate Opcode = 0x17
+	// IBTA 1.5 memory placement extensions (Linux rxe 6.2+).
+	RCFlush       Opcode = 0x1C
+	RCAtomicWrite Opcode = 0x1D
 )
 
 // Unreliable connected.

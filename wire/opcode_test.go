@@ -64,6 +64,10 @@ func TestOpcodeTable(t *testing.T) {
 		0x14: {HasAtomicETH, false, PosOnly, true},
 		0x16: {HasIETH, true, PosLast, true},
 		0x17: {HasIETH, true, PosOnly, true},
+		// IBTA 1.5 (rxe_opcode.c since 6.2): FLUSH carries FETH then RETH
+		// and no payload, ATOMIC_WRITE a RETH and its 8 bytes.
+		0x1C: {HasFETH | HasRETH, false, PosOnly, true},
+		0x1D: {HasRETH, true, PosOnly, true},
 	}
 	want := map[Opcode]row{
 		UDSendOnly:              {HasDETH, true, PosOnly, true},
@@ -116,7 +120,7 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("%s: IsWrite", o)
 		}
 	}
-	if valid != 12*2+11+3 {
+	if valid != 12*2+13+3 {
 		t.Errorf("%d valid opcodes", valid)
 	}
 	// Spot checks of the predicates.

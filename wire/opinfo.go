@@ -5,7 +5,9 @@ package wire
 // AtomicAckETH, ImmDt, IETH, CNPPad (IBTA 9.2, ib_pack.h, rxe_opcode.c).
 type HeaderSet uint16
 
-// Extension header flags.
+// Extension header flags. HasFETH (the FLUSH header, IBTA 1.5) is the
+// newest and has the highest bit, though on the wire it comes first, before
+// the RETH: the wire order is DETH, FETH, RETH, ... (Parse, Build).
 const (
 	HasDETH HeaderSet = 1 << iota
 	HasRETH
@@ -15,6 +17,7 @@ const (
 	HasImmDt
 	HasIETH
 	HasCNPPad
+	HasFETH
 )
 
 // Len returns the total length of the headers in s.
@@ -44,6 +47,9 @@ func (s HeaderSet) Len() int {
 	if s&HasCNPPad != 0 {
 		n += CNPPadLen
 	}
+	if s&HasFETH != 0 {
+		n += FETHLen
+	}
 	return n
 }
 
@@ -53,7 +59,7 @@ func (s HeaderSet) String() string {
 	if s == 0 {
 		return "none"
 	}
-	names := [...]string{"DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPPad"}
+	names := [...]string{"DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPPad", "FETH"}
 	out := ""
 	for i, n := range names {
 		if s&(1<<i) != 0 {
@@ -96,11 +102,11 @@ type OpInfo struct {
 // opTable is indexed by opcode. Entries with Valid == false are either
 // unassigned (Name "") or known but unsupported:
 //
-//   - RC FLUSH (0x1C, FETH+RETH) and RC ATOMIC_WRITE (0x1D, RETH + 8 bytes)
-//     were added in Linux 6.2 (IBTA 1.5 memory placement extensions). The rxe
-//     peers we target (Debian 6.1) do not know them, and goroce does not
-//     implement them: they are named for dumps but Parse returns
-//     ErrUnknownOpcode and Build refuses them.
+//   - RC FLUSH (0x1C, FETH+RETH, no payload) and RC ATOMIC_WRITE (0x1D,
+//     RETH + 8 bytes) are IBTA 1.5's memory placement extensions, in Linux
+//     rxe since 6.2 (rxe_opcode.c IB_OPCODE_RC_FLUSH, IB_OPCODE_RC_ATOMIC_WRITE).
+//     Both are answered with an RDMA READ RESPONSE ONLY without payload.
+//     The Debian 6.1 rxe peers of the interop VM do not know them.
 //   - RD (0x40-0x5F) is not implemented by any RoCE device.
 var opTable [256]OpInfo
 
@@ -165,8 +171,8 @@ func init() {
 	for _, d := range rcOnlyOps {
 		add(TransportRC, "RC_", d, true)
 	}
-	add(TransportRC, "RC_", opDef{0x1C, "FLUSH", HasRETH, false, PosOnly, 1}, false)
-	add(TransportRC, "RC_", opDef{0x1D, "ATOMIC_WRITE", HasRETH, true, PosOnly, 1}, false)
+	add(TransportRC, "RC_", opDef{0x1C, "FLUSH", HasFETH | HasRETH, false, PosOnly, 1}, true)
+	add(TransportRC, "RC_", opDef{0x1D, "ATOMIC_WRITE", HasRETH, true, PosOnly, 1}, true)
 	add(TransportUD, "UD_", opDef{0x04, "SEND_ONLY", HasDETH, true, PosOnly, 1}, true)
 	add(TransportUD, "UD_", opDef{0x05, "SEND_ONLY_WITH_IMMEDIATE", HasDETH | HasImmDt, true, PosOnly, 1}, true)
 	add(0, "", opDef{CNP, "CNP", HasCNPPad, false, PosNone, 0}, true)
@@ -228,6 +234,12 @@ func (o Opcode) IsReadResponse() bool {
 
 // IsAtomic reports COMPARE_SWAP and FETCH_ADD.
 func (o Opcode) IsAtomic() bool { return o == RCCompareSwap || o == RCFetchAdd }
+
+// IsFlush reports RC FLUSH (IBTA 1.5).
+func (o Opcode) IsFlush() bool { return o == RCFlush }
+
+// IsAtomicWrite reports RC ATOMIC_WRITE (IBTA 1.5).
+func (o Opcode) IsAtomicWrite() bool { return o == RCAtomicWrite }
 
 // IsAck reports ACKNOWLEDGE and ATOMIC_ACKNOWLEDGE.
 func (o Opcode) IsAck() bool { return o == RCAcknowledge || o == RCAtomicAcknowledge }

@@ -156,6 +156,11 @@ func parseBTH(b []byte, p *Packet) error {
 		p.DETH = DETH(b[off : off+DETHLen : off+DETHLen])
 		off += DETHLen
 	}
+	if h&HasFETH != 0 {
+		// FLUSH: the FETH comes before the RETH (rxe_opcode.c offsets).
+		p.FETH = FETH(b[off : off+FETHLen : off+FETHLen])
+		off += FETHLen
+	}
 	if h&HasRETH != 0 {
 		p.RETH = RETH(b[off : off+RETHLen : off+RETHLen])
 		off += RETHLen

@@ -51,7 +51,10 @@ func TestTsharkCrossCheck(t *testing.T) {
 	buf := make([]byte, 4096)
 	for i := range 256 {
 		o := Opcode(i)
-		if !o.Valid() {
+		if !o.Valid() || o == RCFlush || o == RCAtomicWrite {
+			// Wireshark 4.0 (Debian 12) names FLUSH and ATOMIC_WRITE
+			// but decodes neither's headers (TestFETHGolden checks them
+			// against rxe's own layout instead).
 			continue
 		}
 		for rep := range 2 {

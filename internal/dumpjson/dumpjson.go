@@ -35,6 +35,16 @@ func (h *Hex64) UnmarshalJSON(b []byte) error {
 }
 
 // RETH is the RDMA extended transport header.
+// FETH is the FLUSH Extended Transport Header (RC FLUSH, IBTA 1.5):
+// placement type (1 global visibility, 2 persistence; a bit set) and
+// selectivity level (0 the RETH's range, 1 the whole region).
+type FETH struct {
+	PlacementType uint8  `json:"placement_type"`
+	Placement     string `json:"placement"`
+	Selectivity   uint8  `json:"selectivity"`
+	Level         string `json:"level"`
+}
+
 type RETH struct {
 	VA     Hex64  `json:"va"`
 	RKey   uint32 `json:"rkey"`
@@ -103,6 +113,7 @@ type Packet struct {
 	Pad          *int          `json:"pad,omitempty"`
 	ICRCOK       *bool         `json:"icrc_ok,omitempty"`
 	ICRC         *uint32       `json:"icrc,omitempty"`
+	FETH         *FETH         `json:"feth,omitempty"`
 	RETH         *RETH         `json:"reth,omitempty"`
 	AETH         *AETH         `json:"aeth,omitempty"`
 	AtomicETH    *AtomicETH    `json:"atomiceth,omitempty"`

@@ -18,7 +18,8 @@ import (
 //	TIME SRC:SPORT > DST OPCODE dqpn=0x11 psn=123 [ackreq] [se] [fecn] [becn]
 //	     [extension-header fields] [payload=N] icrc=ok|BAD
 //
-// Extension-header fields: DETH qkey= srcqp=; RETH va= rkey= len=;
+// Extension-header fields: DETH qkey= srcqp=; FETH placement=global|persistent|global+persistent
+// level=range|mr; RETH va= rkey= len=;
 // AtomicETH va= rkey= and swap= compare= (COMPARE_SWAP) or add= (FETCH_ADD);
 // AETH aeth=ACK|RNR_NAK(timer 12 = 640µs)|NAK(PSN_SEQUENCE_ERROR) msn=;
 // AtomicAckETH orig=; ImmDt imm=; IETH inv_rkey=. A malformed packet shows
@@ -106,6 +107,12 @@ func appendFields(b []byte, bth wire.BTH, ext *wire.Packet, payload int) []byte 
 		b = appendHex(b, uint64(h.QKey()))
 		b = append(b, " srcqp="...)
 		b = appendHex(b, uint64(h.SrcQP()))
+	}
+	if h := ext.FETH; h != nil {
+		b = append(b, " placement="...)
+		b = append(b, flushPlacement(h.PlacementType())...)
+		b = append(b, " level="...)
+		b = append(b, flushLevel(h.Selectivity())...)
 	}
 	if h := ext.RETH; h != nil {
 		b = append(b, " va="...)
@@ -247,6 +254,10 @@ func (d *Dumper) writeJSON(x *decoded) {
 		j.DQPN, j.PSN = ptr(bth.DestQP()), ptr(uint32(bth.PSN()))
 		j.AckReq, j.SE, j.FECN, j.BECN = ptr(bth.AckReq()), ptr(bth.SE()), ptr(bth.FECN()), ptr(bth.BECN())
 		j.PKey = ptr(bth.PKey())
+	}
+	if h := ext.FETH; h != nil {
+		j.FETH = &dumpjson.FETH{PlacementType: h.PlacementType(), Placement: flushPlacement(h.PlacementType()),
+			Selectivity: h.Selectivity(), Level: flushLevel(h.Selectivity())}
 	}
 	if h := ext.RETH; h != nil {
 		j.RETH = &jsonRETH{VA: Hex64(h.VA()), RKey: h.RKey(), DMALen: h.DMALen()}
@@ -478,4 +489,29 @@ func (d *Dumper) writeSummaryText(s *Summary) {
 	}
 	writeConnectionsText(&b, s.Connections)
 	d.write([]byte(b.String()))
+}
+
+// flushPlacement names a FETH placement type (IB_FLUSH_GLOBAL 1,
+// IB_FLUSH_PERSISTENT 2, a bit set; anything else by number).
+func flushPlacement(t uint8) string {
+	switch t {
+	case wire.FlushGlobal:
+		return "global"
+	case wire.FlushPersistent:
+		return "persistent"
+	case wire.FlushGlobal | wire.FlushPersistent:
+		return "global+persistent"
+	}
+	return strconv.Itoa(int(t))
+}
+
+// flushLevel names a FETH selectivity level (IB_FLUSH_RANGE 0, IB_FLUSH_MR 1).
+func flushLevel(l uint8) string {
+	switch l {
+	case wire.FlushRange:
+		return "range"
+	case wire.FlushMR:
+		return "mr"
+	}
+	return strconv.Itoa(int(l))
 }
