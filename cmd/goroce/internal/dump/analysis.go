@@ -54,8 +54,8 @@ import (
 //
 // A fill that comes within 4 requests of the packet that revealed its gap,
 // with no response in between, was reordered by the path; a byte-identical
-// copy of the previous transmission was duplicated by it. Neither is a
-// retransmission.
+// copy of the previous transmission, with no response in between and
+// within 500 µs, was duplicated by it. Neither is a retransmission.
 //
 // A retransmitted PSN that the responder had already answered (an ACK at
 // or after it, its READ responses or its ATOMIC ACK were captured before
@@ -501,7 +501,8 @@ func (tr *trace) request(idx int) {
 		switch {
 		case st != nil:
 			prev := &tr.evs[st.lastIdx]
-			if gap == nil && prev.sum == e.sum && prev.sum != 0 && st.lastIdx == tr.lastReqBefore(idx) {
+			if gap == nil && prev.sum == e.sum && prev.sum != 0 && st.lastIdx == tr.lastReqBefore(idx) &&
+				!tr.responseBetween(st.lastIdx, idx) && e.t.Sub(prev.t) < pathDupWindow {
 				tr.pathDups++
 				tr.ep = nil
 				tr.mark(idx, markDup, p, span)
@@ -540,6 +541,21 @@ func (tr *trace) request(idx int) {
 
 // lastReqBefore returns the index of the request of this flow captured
 // just before idx (-1 if none).
+// pathDupWindow bounds how long after a packet a byte-identical copy of it
+// counts as the path's duplicate. A requester resends the same bytes too
+// (goroce sends every frame with IPv4 ID 0, so its resends are
+// byte-identical), but only after a NAK (a response in between) or its
+// timer, which is at least milliseconds (IBTA's smallest practical local
+// ACK timeout, 4.096 µs × 2^8 ≈ 1 ms, is below what rxe or goroce use).
+const pathDupWindow = 500 * time.Microsecond
+
+// responseBetween reports whether the flow's responder sent anything
+// between events a and b.
+func (tr *trace) responseBetween(a, b int) bool {
+	k := sort.SearchInts(tr.c.resps, a)
+	return k < len(tr.c.resps) && tr.c.resps[k] < b
+}
+
 func (tr *trace) lastReqBefore(idx int) int {
 	k := sort.SearchInts(tr.c.reqs, idx)
 	for k--; k >= 0; k-- {
