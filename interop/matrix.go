@@ -653,7 +653,9 @@ func (m *Matrix) Run(t testing.TB, h *Harness, c Cell, d Dir, gor, rxe Endpoint)
 	if !c.Expect.Loss && !c.Expect.RNR {
 		r.Profiles = Profiles(r.Pcap, impls)
 	}
-	if c.Expect.Loss || r.RXERNRNAKs > 0 {
+	// UC retransmits nothing: there is no recovery to explain (judgeUC
+	// counts the loss instead).
+	if c.Expect.Loss && !c.Expect.UC || r.RXERNRNAKs > 0 {
 		ex, err := RunDump(m.Bin, r.Pcap, "--explain")
 		if err != nil {
 			fail("goroce dump --explain: %v", err)
@@ -805,6 +807,14 @@ func (m *Matrix) judge(r *CellResult, rep *dumpjson.Report, e Expect, impls map[
 	}
 	if e.UC {
 		judgeUC(r, rep)
+		if e.Loss {
+			// UC never retransmits: a repeated PSN is a fault; a gap is a
+			// lost packet, whose message the receiver dropped.
+			if r.Retrans > 0 {
+				fail("UC cell: %d retransmitted PSNs (UC retransmits nothing)", r.Retrans)
+			}
+			r.Warnings = append(r.Warnings, fmt.Sprintf("UC cell: %d PSN gaps (packets lost on purpose; their messages dropped, not retransmitted)", r.Gaps))
+		}
 	}
 	if e.PathMTU > 0 {
 		largest := 0

@@ -147,6 +147,13 @@ func matrixCells(mtu int) []Cell {
 		{Name: "send_bw -c UC", Tool: ToolSendBW, Args: append([]string{"-c", "UC"}, bw...), Expect: Expect{UC: true}, Note: "UC SEND, a receive posted per message"},
 		{Name: "write_lat -c UC", Tool: ToolWriteLat, Args: append([]string{"-c", "UC"}, lat...), Expect: Expect{UC: true}, Note: "UC RDMA WRITE both ways"},
 		{Name: "send_lat -c UC", Tool: ToolSendLat, Args: append([]string{"-c", "UC"}, lat...), Expect: Expect{UC: true}, Note: "UC SEND both ways"},
+		// UC under loss: goroce drops 2% of its own frames (goroce→rxe),
+		// netem 2% of rxe's (rxe→goroce). The WRITEs that lose a packet are
+		// dropped whole by the responder; nothing is retransmitted, and
+		// both tools finish (write_bw's server only waits for the client).
+		{Name: "write_bw -c UC, 2% loss", Tool: ToolWriteBW, Args: append([]string{"-c", "UC"}, loss...),
+			Expect: Expect{UC: true, Loss: true}, VMSetup: netemLoss, VMTeardown: netemOff, GoroceEnv: txDrop, Skip: goroceLoss,
+			Note: "GOROCE_TX_DROP=0.02 at goroce, netem 2% at rxe; gaps counted, no retransmission"},
 		{Name: "send_bw RNR", Tool: ToolSendBW, Args: []string{"-F", "-s", "4096", "-n", "20"}, Server: []string{"-r", "1"},
 			Expect: Expect{RNR: true, RNRTimer: 12}, Note: "server rx depth 1"},
 		// Connected through the connection manager (REQ/REP/RTU and
