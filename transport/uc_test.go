@@ -346,3 +346,35 @@ func TestUCModify(t *testing.T) {
 		t.Fatalf("state %v", q.State())
 	}
 }
+
+// TestUCOnSRQ: a UC responder on an SRQ; a message loses its middle
+// packet, the WQE it took stays with the QP for the next message (no
+// receive lost to the peer's loss), and the rest arrive in order.
+func TestUCOnSRQ(t *testing.T) {
+	srq, err := transport.NewSRQ(transport.SRQConfig{MaxWR: 8, MaxSGE: 1})
+	must(t, err)
+	e := newEPair(t, eopts{uc: true, srqB: srq})
+	for i := range 3 {
+		must(t, srq.Post(&transport.RecvWR{WRID: uint64(i), SGL: []transport.SGE{e.b.sge(i*ucSlot, ucSlot)}}))
+	}
+	frame := 0
+	e.hook = func(from *side, p *wire.Packet) bool {
+		frame++
+		return frame != 5 // message 1's second packet (3 packets each)
+	}
+	for id := range 3 {
+		fill(e.a.buf[id*ucSlot:id*ucSlot+3000], id)
+		e.post(e.a, &transport.SendWR{WRID: uint64(id), Opcode: transport.WRSend, SGL: []transport.SGE{e.a.sge(id*ucSlot, 3000)}})
+		e.run(10)
+	}
+	rw := e.b.rcq.take()
+	if len(rw) != 2 || rw[0].WRID != 0 || rw[1].WRID != 1 || srq.Len() != 1 {
+		t.Fatalf("receives %v, %d left in the SRQ", rw, srq.Len())
+	}
+	if !bytes.Equal(e.b.buf[ucSlot:ucSlot+3000], e.a.buf[2*ucSlot:2*ucSlot+3000]) {
+		t.Fatal("message 2 is not in the reused receive")
+	}
+	if e.b.q.Counters[transport.CntUCMsgDropped] != 1 {
+		t.Fatalf("uc_msg_dropped %d", e.b.q.Counters[transport.CntUCMsgDropped])
+	}
+}
