@@ -47,6 +47,28 @@ func TestRsock(t *testing.T) {
 	if all {
 		cells = append(cells, cell{"rstream", "-S all -T v"}, cell{"riostream", "-T v"})
 	}
+	// GOROCE_INTEROP_RSOCK_CELLS="tool args;tool args" runs those cells
+	// instead (investigations), GOROCE_INTEROP_RSOCK_PCAP=DIR captures each
+	// goroce cell's RoCE traffic there.
+	if env := os.Getenv("GOROCE_INTEROP_RSOCK_CELLS"); env != "" {
+		cells = nil
+		for _, c := range strings.Split(env, ";") {
+			tool, args, _ := strings.Cut(strings.TrimSpace(c), " ")
+			cells = append(cells, cell{tool, args})
+		}
+	}
+	pcapDir := os.Getenv("GOROCE_INTEROP_RSOCK_PCAP")
+	capture := func(t *testing.T, name string) func() {
+		if pcapDir == "" {
+			return func() {}
+		}
+		path := filepath.Join(pcapDir, strings.NewReplacer(" ", "_", "/", "_").Replace(name)+".pcap")
+		c, err := h.Capture(path, "udp port 4791")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { c.Stop(); t.Logf("capture: %s", path) }
+	}
 	// The table's rows after its header.
 	rows := func(out string) int { return strings.Count(out, "\n") - 1 }
 	for _, c := range cells {
@@ -65,6 +87,7 @@ func TestRsock(t *testing.T) {
 			}
 		})
 		t.Run(strings.ReplaceAll(name, " ", "_")+"/goroce-server", func(t *testing.T) {
+			defer capture(t, t.Name())()
 			args := append([]string{c.tool, "--timeout", to, "-b", host}, strings.Fields(c.args)...)
 			srv, err := h.HostStart(bin, args...)
 			if err != nil {
@@ -84,6 +107,7 @@ func TestRsock(t *testing.T) {
 				srv.Kill()
 				t.Fatal(err)
 			}
+			defer capture(t, t.Name())()
 			args := append([]string{c.tool, "--timeout", to, "-s", vm0}, strings.Fields(c.args)...)
 			p, err := h.HostStart(bin, args...)
 			if err != nil {

@@ -149,6 +149,7 @@ type Conn struct {
 	sqeAvail         int
 	sbufAvail        int
 	sbufHead         int
+	olen             int // the next transfer's size bound (rsocket's olen)
 	sseqNo, sseqComp uint16
 	target           [sglSize]sge // the peer's receive buffer halves we may write
 	targetSGE        int
@@ -569,7 +570,14 @@ func (c *Conn) write(p []byte, r io.Reader) (int, error) {
 	if isClosed(c.wdl.wait()) {
 		return 0, c.opErr("write", os.ErrDeadlineExceeded)
 	}
-	n, olen := 0, olapStart
+	// rsocket starts each rsend at 2 KiB and doubles up to 64 KiB; a
+	// stream of writes that find sends still in flight keeps the size it
+	// reached (fewer, larger WRITEs; the wire format is the same).
+	n, olen := 0, c.olen
+	if olen == 0 || c.sqeAvail == c.sqSize-ctrlSize {
+		olen = olapStart
+	}
+	defer func() { c.olen = olen }()
 	var rerr error
 	for (r != nil && rerr == nil) || (r == nil && n < len(p)) {
 		for c.state&stWritable == 0 || !c.canSend() {
