@@ -465,8 +465,6 @@ func (c *conn) established(ctx context.Context, id *cmID, rep *mad.REP, rqPSN ui
 	return &Conn{c: c}, nil
 }
 
-// trimPrivate returns private data without its zero padding: the CM
-// carries no length, and rdma_cm consumers pass fixed-size structs.
 // wholePrivate copies a received private data area whole, as rdma_cm hands
 // it to the consumer (cma.c sets private_data_len to the area's size: REQ
 // 92 − 36-byte cma_hdr = 56, REP 196, REJ 148, SIDR_REQ 216 − 36 = 180,
