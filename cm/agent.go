@@ -713,7 +713,7 @@ func (a *agent) onREQ(o *outbox, from madAddr, h mad.Header, m *mad.REQ) {
 		return
 	}
 	hdr, err := m.CMAHeader()
-	if err != nil || m.TransportType != mad.TransportRC {
+	if _, want := connSpace(l.o.QPType); err != nil || m.TransportType != want {
 		a.log.Debug("cm: REQ with a bad cma_hdr or transport", "err", err, "transport", m.TransportType)
 		a.issueREJ(o, from, h.TID, 0, m.LocalCommID, mad.RejConsumerDefined, mad.MsgTypeREQ)
 		return

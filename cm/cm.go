@@ -71,6 +71,14 @@ type Options struct {
 	SendCQ, RecvCQ *qp.CQ
 	// Cap sizes the QP (zero: 16 send and 16 receive WRs, 1 SGE each).
 	Cap qp.Caps
+	// QPType is the connection's QP for Listen and Dial: qp.QPTypeRC (the
+	// zero value) or qp.QPTypeUC. rdma_cm reaches UC only in its IB port
+	// space (RDMA_PS_IB: service ID 0x013F0000 | port, rdma_get_service_id),
+	// with transport type UC in the REQ (cm_format_req from the QP type),
+	// as rdma_create_id(RDMA_PS_IB, IB_QPT_UC) does; a UC Listener takes
+	// only such REQs. A UC connection has no READ/atomic depths (the REQ
+	// and REP carry 0) and no ACK timeout or retries.
+	QPType qp.QPType
 
 	// PrivateData goes to the peer: in the REQ after the 36-byte cma_hdr
 	// (≤ 56 bytes), in the REP (≤ 196), in the SIDR_REQ after the cma_hdr

@@ -71,6 +71,9 @@ func (o *Options) withDefaults() Options {
 	}
 	r.RetryCount = min(r.RetryCount, 7)
 	r.RNRRetry = min(r.RNRRetry, 7)
+	if r.QPType == qp.QPTypeUC {
+		r.ResponderResources, r.InitiatorDepth = 0, 0 // no READ or atomics on UC
+	}
 	if r.Backlog <= 0 {
 		r.Backlog = defaultBacklog
 	}
@@ -133,7 +136,11 @@ func newConn(a *agent, dev *qp.Device, o *Options) (*conn, error) {
 			return nil, err
 		}
 	}
-	if c.qp, err = c.pd.CreateQP(qp.InitAttr{SendCQ: c.sendCQ, RecvCQ: c.recvCQ, Cap: o.Cap}); err != nil {
+	if o.QPType != qp.QPTypeRC && o.QPType != qp.QPTypeUC {
+		c.free()
+		return nil, fmt.Errorf("cm: QP type %v cannot be connected (RC or UC)", o.QPType)
+	}
+	if c.qp, err = c.pd.CreateQP(qp.InitAttr{SendCQ: c.sendCQ, RecvCQ: c.recvCQ, Cap: o.Cap, Type: o.QPType}); err != nil {
 		c.free()
 		return nil, err
 	}
@@ -202,6 +209,18 @@ func (c *conn) connect(ctx context.Context, p path) error {
 		// REQ costs no neighbour resolution (which a spoofed source
 		// would make wait for as long as the setup may take).
 		av.DMAC = [6]byte(p.dmac)
+	}
+	if c.qp.Type() == qp.QPTypeUC {
+		// cm_init_qp_rtr_attr / cm_init_qp_rts_attr for IB_QPT_UC: the
+		// path, MTU, QPN and PSNs only.
+		if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
+			RQPSN: wire.PSN(p.rqPSN), AV: av}, qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN); err != nil {
+			return fmt.Errorf("cm: QP to RTR: %w", err)
+		}
+		if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTS, SQPSN: wire.PSN(p.sqPSN)}, qp.AttrState|qp.AttrSQPSN); err != nil {
+			return fmt.Errorf("cm: QP to RTS: %w", err)
+		}
+		return nil
 	}
 	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
 		RQPSN: wire.PSN(p.rqPSN), MaxDestRdAtomic: p.maxDestRd, MinRNRTimer: 0, AV: av},
@@ -273,6 +292,15 @@ func gid16(ip netip.Addr) [16]byte { return ip.Unmap().As16() } // IPv4: ::ffff:
 func roceFlowLabel(sport, dport uint16) uint32 { return (uint32(sport)*31 + uint32(dport)) & 0xFFFFF }
 
 func randPSN() uint32 { return rand.Uint32() & 0xFFFFFF }
+
+// connSpace is the rdma_cm port space and the REQ's transport type of a
+// connection's QP type: RC in the TCP port space, UC in the IB one.
+func connSpace(t qp.QPType) (mad.PortSpace, mad.TransportType) {
+	if t == qp.QPTypeUC {
+		return mad.PortSpaceIB, mad.TransportUC
+	}
+	return mad.PortSpaceTCP, mad.TransportRC
+}
 
 // ephemeralPort picks a free local port as cma_alloc_any_port does, from
 // the kernel's default ip_local_port_range. Called with a.mu held.
@@ -353,11 +381,12 @@ func dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Con
 	rqPSN := randPSN()
 	mtu := dev.ActiveMTU()
 	const hopLimit = 64
+	ps, transport := connSpace(o.QPType)
 	req := &mad.REQ{
-		ServiceID:   mad.ServiceID(mad.PortSpaceTCP, raddr.Port()),
+		ServiceID:   mad.ServiceID(ps, raddr.Port()),
 		LocalCAGUID: a.guid, LocalQPN: c.qp.QPN(),
 		ResponderResources: o.ResponderResources, InitiatorDepth: o.InitiatorDepth,
-		RemoteCMResponseTimeout: cmaCMResponseTimeout, TransportType: mad.TransportRC,
+		RemoteCMResponseTimeout: cmaCMResponseTimeout, TransportType: transport,
 		StartingPSN: rqPSN, LocalCMResponseTimeout: cmaCMResponseTimeout, RetryCount: o.RetryCount,
 		PKey: defaultPKey, PathMTU: uint8(mtu), RNRRetryCount: o.RNRRetry, MaxCMRetries: cmaMaxCMRetries,
 		Primary: mad.Path{

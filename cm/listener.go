@@ -79,7 +79,8 @@ func listen(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*L
 	l := &listener{a: a, dev: dev, o: o, backlog: make(chan *Conn, o.Backlog+halfOpenMax)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	a.mu.Lock()
-	port, sid := a.listenPort(mad.PortSpaceTCP, ap.Port(), func(sid uint64) bool { return a.listeners[sid] != nil })
+	ps, _ := connSpace(o.QPType)
+	port, sid := a.listenPort(ps, ap.Port(), func(sid uint64) bool { return a.listeners[sid] != nil })
 	l.addr, l.sid = netip.AddrPortFrom(ap.Addr(), port), sid
 	if a.listeners[l.sid] != nil {
 		a.mu.Unlock()
