@@ -378,3 +378,43 @@ func TestUCOnSRQ(t *testing.T) {
 		t.Fatalf("uc_msg_dropped %d", e.b.q.Counters[transport.CntUCMsgDropped])
 	}
 }
+
+// TestUCEngineAllocs: a UC SEND of three packets, sent and received, and
+// an RC ATOMIC_WRITE and FLUSH with their responses, allocate nothing.
+func TestUCEngineAllocs(t *testing.T) {
+	e := newEPair(t, eopts{uc: true})
+	e.a.scq.wcs = make([]transport.WC, 0, 4096)
+	e.b.rcq.wcs = make([]transport.WC, 0, 4096)
+	send := &transport.SendWR{Opcode: transport.WRSend, SGL: []transport.SGE{e.a.sge(0, 3000)}}
+	recv := &transport.RecvWR{SGL: []transport.SGE{e.b.sge(0, ucSlot)}}
+	n := testing.AllocsPerRun(100, func() {
+		if err := e.b.q.PostRecv(recv); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.a.q.PostSend(send, e.now); err != nil {
+			t.Fatal(err)
+		}
+		e.deliver()
+	})
+	if n != 0 {
+		t.Fatalf("%v allocations per UC message", n)
+	}
+
+	p, mr, _ := placementPair(t, allB)
+	p.rec = false
+	p.a.scq.wcs = make([]transport.WC, 0, 4096)
+	aw := &transport.SendWR{Opcode: transport.WRAtomicWrite, RemoteAddr: mr.IOVA(), RKey: mr.RKey()}
+	fl := &transport.SendWR{Opcode: transport.WRFlush, RemoteAddr: mr.IOVA(), RKey: mr.RKey(), FlushLen: 64, FlushType: wire.FlushGlobal}
+	n = testing.AllocsPerRun(100, func() {
+		if err := p.a.q.PostSend(aw, p.now); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.a.q.PostSend(fl, p.now); err != nil {
+			t.Fatal(err)
+		}
+		p.deliver()
+	})
+	if n != 0 {
+		t.Fatalf("%v allocations per ATOMIC_WRITE + FLUSH", n)
+	}
+}
