@@ -2,6 +2,7 @@ package rsock
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -163,5 +164,44 @@ func TestVanishedPeer(t *testing.T) {
 	t.Logf("read ended after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	if _, err := c.Write([]byte("x")); err == nil {
 		t.Fatal("write on a dead connection succeeded")
+	}
+}
+
+// A peer that grants a buffer outside what it registered: the WRITE there is
+// answered by the peer's own transport (NAK remote access error), and this
+// connection ends with that error; another connection goes on.
+func TestHostileSGLOutside(t *testing.T) {
+	p := newPair(t, nil, nil)
+	good, goodS := p.conns(t, nil)
+	defer good.Close()
+	defer goodS.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	acc := make(chan *Conn, 1)
+	go func() {
+		c, _ := p.l.AcceptContext(ctx)
+		acc <- c
+	}()
+	r := dialRaw(t, p)
+	s := <-acc
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	defer s.Close()
+	// Slot 1 of s's target SGL: 4 KiB at an address r never registered.
+	sge{addr: 0xdead0000, key: r.mr.RKey(), length: 4096}.put(r.buf, binary.LittleEndian)
+	r.send(t, msg(opSGL, 1000), 16, r.peer.targetSGL.addr+16, r.peer.targetSGL.key)
+	s.SetDeadline(time.Now().Add(10 * time.Second))
+	// 4 KiB fill r's real buffer, the next bytes go to the bogus one.
+	_, werr := s.Write(make([]byte, 8192))
+	_, rerr := s.Read(make([]byte, 1))
+	if werr == nil && rerr == nil || !errors.Is(rerr, qp.WCRemAccessErr) && !errors.Is(werr, qp.WCRemAccessErr) {
+		t.Fatalf("write %v, read %v; want REM_ACCESS_ERR", werr, rerr)
+	}
+	go good.Write([]byte("still here"))
+	buf := make([]byte, 10)
+	goodS.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(goodS, buf); err != nil || string(buf) != "still here" {
+		t.Fatalf("the other connection: %q, %v", buf, err)
 	}
 }
