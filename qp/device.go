@@ -124,6 +124,13 @@ type Config struct {
 	// and DCQCN with these parameters (cc.go; DefaultCCParams). Off by
 	// default, as rxe has none.
 	CC *CCParams
+	// JoinGroup, when set, joins the multicast group ip on the device's
+	// interface when a QP of the device is the first to attach to it
+	// (QP.AttachMcast), and returns how to leave it (called when the last
+	// one detaches, or at Close). OpenInterface sets it on Linux to an
+	// IP_ADD_MEMBERSHIP / IPV6_JOIN_GROUP on the interface (IGMP or MLD
+	// reports, the NIC's filter). Nil: nothing to join (in-memory links).
+	JoinGroup func(ip netip.Addr) (leave func(), err error)
 	// Pcap, when set, records every frame the device receives or sends
 	// (pcap.go; Device.SetPcap attaches one later). The device does not
 	// close it.
@@ -143,6 +150,8 @@ type Device struct {
 	qps     map[uint32]*QP
 	qpList  []*QP  // creation order
 	srqs    []*SRQ // not destroyed, creation order
+	// mcast are the multicast groups with QPs attached (mcast.go).
+	mcast map[GID]*mcastGroup
 	nextQPN uint32
 	qpSeq   uint64       // creation counter: QP.seq
 	heap    deadlineHeap // QPs with an engine deadline (deadline.go)
@@ -363,6 +372,18 @@ func (d *Device) Close() error {
 	d.flushHeld()
 	d.closed = true
 	close(d.done)
+	var leaves []func()
+	for _, g := range d.mcast {
+		if g.leave != nil {
+			leaves = append(leaves, g.leave)
+		}
+	}
+	d.mcast = nil
+	defer func() {
+		for _, leave := range leaves {
+			leave()
+		}
+	}()
 	if d.resumeT != nil {
 		d.resumeT.Stop()
 	}
@@ -595,11 +616,15 @@ func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
 		}
 		return
 	}
+	dst := pkt.DstIP()
+	if dst.IsMulticast() {
+		d.inputMcast(pkt, dst, now)
+		return
+	}
 	if pkt.Eth != nil && pkt.Eth.Dst() != d.mac {
 		d.rxStats.WrongDst++
 		return
 	}
-	dst := pkt.DstIP()
 	if dst != d.gids[1].Unmap() && netip.AddrFrom16(dst.As16()) != d.gids[1] {
 		d.rxStats.WrongDst++
 		return

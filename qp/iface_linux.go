@@ -17,6 +17,7 @@ import (
 	"github.com/goroce/goroce/nic/afxdp"
 	"github.com/goroce/goroce/nic/netaddr"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // AFPacketOptions tune the AF_PACKET backend (InterfaceOptions.AFPacket).
@@ -114,4 +115,43 @@ func routeHopLimit(ip netip.Addr) uint8 {
 		return defaultHopLimit
 	}
 	return uint8(v)
+}
+
+// joinGroup joins multicast group ip on interface ifindex, in the
+// device's namespace, the way rdma_cm's cma_igmp_send does for rxe
+// (ip_mc_inc_group on the netdev): a UDP socket's IP_ADD_MEMBERSHIP
+// (IPV6_JOIN_GROUP for IPv6) makes the kernel send IGMP (MLD) reports, so
+// that switches and bridges that snoop them forward the group's frames
+// here, and put the group's MAC in the NIC's filter. The socket is kept
+// until leave; closing it leaves the group. It is bound to no port and
+// receives nothing (the frames reach the device through its own link).
+func (r *resolver) joinGroup(ifindex int, ip netip.Addr) (leave func(), err error) {
+	var fd int
+	err = inNamespace(r.ns, func() error {
+		ip = ip.Unmap()
+		family := unix.AF_INET
+		if ip.Is6() {
+			family = unix.AF_INET6
+		}
+		var err error
+		fd, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		if err != nil {
+			return err
+		}
+		if ip.Is4() {
+			err = unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP,
+				&unix.IPMreqn{Multiaddr: ip.As4(), Ifindex: int32(ifindex)})
+		} else {
+			err = unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP,
+				&unix.IPv6Mreq{Multiaddr: ip.As16(), Interface: uint32(ifindex)})
+		}
+		if err != nil {
+			unix.Close(fd)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("join %v on interface %d: %w", ip, ifindex, err)
+	}
+	return func() { unix.Close(fd) }, nil
 }

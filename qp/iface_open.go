@@ -180,6 +180,11 @@ func prepare(ctx context.Context, ifname string, o *InterfaceOptions) (_ *prepar
 		pr.cfg.Resolve = func(_ context.Context, peer netip.Addr) (net.HardwareAddr, error) {
 			return udp.SyntheticMAC(peer), nil
 		}
+		pr.cfg.JoinGroup = func(netip.Addr) (func(), error) {
+			// Its socket is bound to the device's unicast address: the
+			// kernel would deliver it no group's datagrams.
+			return nil, errors.New("the UDP backend cannot receive multicast (use AF_XDP or AF_PACKET)")
+		}
 	} else {
 		r, err := newResolver(ifname)
 		if err != nil {
@@ -187,6 +192,8 @@ func prepare(ctx context.Context, ifname string, o *InterfaceOptions) (_ *prepar
 		}
 		pr.closers = append(pr.closers, r)
 		pr.cfg.Resolve = r.resolve
+		ifindex := ifc.Index
+		pr.cfg.JoinGroup = func(ip netip.Addr) (func(), error) { return r.joinGroup(ifindex, ip) }
 		hold, err := netaddr.HoldPort(ip)
 		switch {
 		case err == nil:

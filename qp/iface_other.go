@@ -4,6 +4,7 @@ package qp
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 
@@ -26,6 +27,11 @@ type resolver struct{ ifname string }
 func newResolver(ifname string) (*resolver, error) { return &resolver{ifname: ifname}, nil }
 
 func (r *resolver) Close() error { return nil }
+
+// joinGroup: multicast groups are joined on Linux only.
+func (r *resolver) joinGroup(ifindex int, ip netip.Addr) (func(), error) {
+	return nil, errors.New("joining a multicast group on the interface is implemented on Linux only")
+}
 
 func (r *resolver) resolve(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
 	return netaddr.ResolveMAC(ctx, r.ifname, ip)

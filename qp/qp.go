@@ -52,6 +52,9 @@ type QP struct {
 	// commEst: the QP may still raise COMM_EST (not yet past RTR), under
 	// dev.mu (events.go: commEstCheck).
 	commEst bool
+	// mcast counts the multicast groups the QP is attached to, under
+	// dev.mu (mcast.go): Destroy refuses while it is not zero.
+	mcast int
 }
 
 // ErrDestroyed is returned by the calls on a QP after QP.Destroy.
@@ -401,6 +404,9 @@ func (q *QP) Destroy() error {
 	defer d.unlock()
 	if q.destroyed {
 		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
+	}
+	if q.mcast > 0 {
+		return fmt.Errorf("qp: QP %#x: attached to %d multicast groups: %w", q.eng.QPN(), q.mcast, ErrQPBusy)
 	}
 	if q.ackHeld {
 		// Its held ACK leaves (with the others), as it would have

@@ -104,6 +104,10 @@ func (pd *PD) createAH(ctx context.Context, a AHAttr, mac net.HardwareAddr) (*AH
 	if d.cfg.RouteHopLimit != 0 {
 		av.HopLimit = d.cfg.RouteHopLimit
 	}
+	if mac == nil && IsMulticastGID(a.GID) {
+		// A group: its multicast MAC, no neighbour (ib_resolve_eth_dmac).
+		mac = MulticastMAC(a.GID)
+	}
 	if mac == nil {
 		var err error
 		if mac, err = d.resolve(ctx, a.GID); err != nil {

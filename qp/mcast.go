@@ -1,0 +1,212 @@
+package qp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/goroce/goroce/wire"
+)
+
+// UD multicast (ibv_attach_mcast, ibv_detach_mcast), as rxe does it on
+// RoCEv2 (rxe_mcast.c, rxe_recv.c rxe_rcv_mcast_pkt):
+//
+//   - a multicast GID is an IPv6 multicast address (ff00::/8) or an
+//     IPv4-mapped IPv4 multicast address (::ffff:224.0.0.0/100), which is
+//     what rdma_cm makes of an IPv4 group on RoCEv2 (cma_iboe_set_mgid);
+//   - a datagram to a group goes to QPN 0xFFFFFF (IB_MULTICAST_QPN), to
+//     the group's IP address and its multicast MAC (ib_resolve_eth_dmac:
+//     01:00:5e + the low 23 bits for IPv4, 33:33 + the last four bytes for
+//     IPv6);
+//   - a received datagram whose destination is a group goes to every QP of
+//     the device attached to it, each checking its own Q_Key and taking
+//     its own receive WR (rxe_rcv_mcast_pkt);
+//   - the first QP attached to a group joins it on the interface
+//     (Config.JoinGroup: an IGMP membership, so the NIC's filter and the
+//     switches pass the group's frames; rdma_cm's cma_igmp_send does this
+//     for rxe), the last one detached leaves it;
+//   - a QP attached to a group cannot be destroyed (ib core counts the
+//     attachment in qp->usecnt: ib_destroy_qp fails with EBUSY).
+
+// MulticastQPN is the destination QPN of every multicast datagram.
+const MulticastQPN = 0xFFFFFF
+
+// Multicast limits (rxe_param.h: RXE_MAX_MCAST_GRP, RXE_MAX_MCAST_QP_ATTACH).
+const (
+	MaxMcastGroups    = 8192
+	MaxMcastQPsAttach = 56
+)
+
+// ErrQPBusy is wrapped by QP.Destroy's error while the QP is attached to
+// a multicast group (EBUSY, as ib_destroy_qp_user).
+var ErrQPBusy = errors.New("qp: QP attached to a multicast group")
+
+// IsMulticastGID reports whether gid is a multicast GID: an IPv6 multicast
+// address, or an IPv4-mapped IPv4 multicast address (rdma_is_multicast_addr).
+func IsMulticastGID(gid GID) bool {
+	if gid.Is4In6() || gid.Is4() {
+		return gid.Unmap().IsMulticast()
+	}
+	return gid.Is6() && gid.IsMulticast()
+}
+
+// MulticastMAC returns the Ethernet address the frames to multicast GID
+// gid go to: 01:00:5e and the low 23 bits of an IPv4 group, 33:33 and the
+// last four bytes of an IPv6 one (ib_resolve_eth_dmac, ip_eth_mc_map,
+// ipv6_eth_mc_map). It returns nil for a GID that is not multicast.
+func MulticastMAC(gid GID) net.HardwareAddr {
+	if !IsMulticastGID(gid) {
+		return nil
+	}
+	b := gid.As16()
+	if gid.Is4In6() || gid.Is4() {
+		return net.HardwareAddr{0x01, 0x00, 0x5e, b[13] & 0x7f, b[14], b[15]}
+	}
+	return net.HardwareAddr{0x33, 0x33, b[12], b[13], b[14], b[15]}
+}
+
+// mcastGroup is one group with QPs of the device attached (under d.mu).
+type mcastGroup struct {
+	qps   []*QP
+	leave func() // the interface membership (Config.JoinGroup), nil without one
+}
+
+// mgid is the table key of a multicast GID: its 16-byte form.
+func mgid(gid GID) GID { return netip.AddrFrom16(gid.As16()) }
+
+// AttachMcast attaches the UD QP to the multicast group gid
+// (ibv_attach_mcast): datagrams to the group go to it too. lid is IB's
+// multicast LID, 0 on RoCE (it is recorded nowhere). Attaching twice is
+// not an error (rxe). The device's first QP on a group joins it on the
+// interface (Config.JoinGroup), which may fail.
+func (q *QP) AttachMcast(gid GID, lid uint16) error {
+	d := q.dev
+	if !IsMulticastGID(gid) {
+		return fmt.Errorf("qp: attach mcast: %v is not a multicast GID: %w", gid, ErrInvalidArgument)
+	}
+	key := mgid(gid)
+	d.mu.Lock()
+	if err := q.usable(); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	if q.eng.Type() != QPTypeUD {
+		d.mu.Unlock()
+		return fmt.Errorf("qp: attach mcast: a %v QP cannot join a group (UD only): %w", q.eng.Type(), ErrInvalidArgument)
+	}
+	g := d.mcast[key]
+	if g != nil {
+		defer d.mu.Unlock()
+		if slices.Contains(g.qps, q) {
+			return nil
+		}
+		if len(g.qps) >= MaxMcastQPsAttach {
+			return fmt.Errorf("qp: attach mcast: %d QPs on %v already: %w", len(g.qps), gid, ErrQueueFull)
+		}
+		g.qps = append(g.qps, q)
+		q.mcast++
+		return nil
+	}
+	if len(d.mcast) >= MaxMcastGroups {
+		d.mu.Unlock()
+		return fmt.Errorf("qp: attach mcast: %d groups already: %w", len(d.mcast), ErrQueueFull)
+	}
+	// The first QP on the group: join it on the interface outside d.mu
+	// (a socket option), then record it unless someone else did meanwhile.
+	d.mu.Unlock()
+	var leave func()
+	if d.cfg.JoinGroup != nil {
+		var err error
+		if leave, err = d.cfg.JoinGroup(key.Unmap()); err != nil {
+			return fmt.Errorf("qp: attach mcast: joining %v on the interface: %w", key.Unmap(), err)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := q.usable(); err != nil {
+		if leave != nil {
+			leave()
+		}
+		return err
+	}
+	if g := d.mcast[key]; g != nil {
+		if leave != nil {
+			leave() // joined twice: the group's own membership stays
+		}
+		if !slices.Contains(g.qps, q) {
+			g.qps = append(g.qps, q)
+			q.mcast++
+		}
+		return nil
+	}
+	if d.mcast == nil {
+		d.mcast = map[GID]*mcastGroup{}
+	}
+	d.mcast[key] = &mcastGroup{qps: []*QP{q}, leave: leave}
+	q.mcast++
+	return nil
+}
+
+// DetachMcast detaches the QP from the group (ibv_detach_mcast); the
+// device's last QP on it leaves the group on the interface. Detaching a
+// QP that is not attached is ErrInvalidArgument (rxe: EINVAL).
+func (q *QP) DetachMcast(gid GID, lid uint16) error {
+	d := q.dev
+	d.mu.Lock()
+	if q.destroyed {
+		d.mu.Unlock()
+		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
+	}
+	key := mgid(gid)
+	g := d.mcast[key]
+	i := -1
+	if g != nil {
+		i = slices.Index(g.qps, q)
+	}
+	if i < 0 {
+		d.mu.Unlock()
+		return fmt.Errorf("qp: detach mcast: QP %#x is not attached to %v: %w", q.eng.QPN(), gid, ErrInvalidArgument)
+	}
+	g.qps = slices.Delete(g.qps, i, i+1)
+	q.mcast--
+	var leave func()
+	if len(g.qps) == 0 {
+		delete(d.mcast, key)
+		leave = g.leave
+	}
+	d.mu.Unlock()
+	if leave != nil {
+		leave()
+	}
+	return nil
+}
+
+// inputMcast hands a datagram to a multicast group to every QP attached
+// (d.mu held): the destination MAC must be the group's (either mapping:
+// rxe's filter entry is ipv6_eth_mc_map's even for IPv4 groups) and the
+// destination QPN 0xFFFFFF.
+func (d *Device) inputMcast(pkt *wire.Packet, dst netip.Addr, now time.Time) {
+	key := netip.AddrFrom16(dst.As16())
+	if pkt.Eth != nil {
+		m := pkt.Eth.Dst()
+		b := key.As16()
+		v4 := m[0] == 0x01 && m[1] == 0x00 && m[2] == 0x5e && dst.Is4() && m[3] == b[13]&0x7f && m[4] == b[14] && m[5] == b[15]
+		v6 := m[0] == 0x33 && m[1] == 0x33 && [4]byte(m[2:6]) == [4]byte(b[12:16])
+		if !v4 && !v6 {
+			d.rxStats.WrongDst++
+			return
+		}
+	}
+	g := d.mcast[key]
+	if g == nil || pkt.BTH.DestQP() != MulticastQPN {
+		d.rxStats.NoQP++
+		return
+	}
+	for _, q := range g.qps {
+		q.eng.Receive(pkt, now)
+		d.touch(q)
+	}
+}
