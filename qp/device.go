@@ -151,7 +151,7 @@ type Device struct {
 	qpList  []*QP  // creation order
 	srqs    []*SRQ // not destroyed, creation order
 	// mcast are the multicast groups with QPs attached (mcast.go).
-	mcast map[GID]*mcastGroup
+	mcast   map[GID]*mcastGroup
 	nextQPN uint32
 	qpSeq   uint64       // creation counter: QP.seq
 	heap    deadlineHeap // QPs with an engine deadline (deadline.go)
