@@ -20,6 +20,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/democmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/devinfocmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/dumpcmd"
+	"github.com/goroce/goroce/cmd/goroce/internal/mckeycmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/nvmecmd"
 	"github.com/goroce/goroce/cmd/goroce/internal/perftest"
 	"github.com/goroce/goroce/cmd/goroce/internal/perftestcmd"
@@ -49,6 +50,7 @@ var commands = []command{
 	{"demo", democmd.Summary, democmd.Run},
 	{"devinfo", devinfocmd.Summary, devinfocmd.Run},
 	{"dump", dumpcmd.Summary, dumpcmd.Run},
+	{"mckey", mckeycmd.Summary, mckeycmd.Run},
 	{"nvme", nvmecmd.HostSummary, nvmecmd.RunHost},
 	{"nvmet", nvmecmd.TargetSummary, nvmecmd.RunTarget},
 	{"pingpong", pingpongcmd.Summary, pingpongcmd.Run},
