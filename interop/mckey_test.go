@@ -87,7 +87,10 @@ func TestMckey(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		s := h.Run(0, fmt.Sprintf("mckey -m %v -s -C %d -S %d", group, count, size), 60*time.Second)
+		// -b: the VM has no route for 224.0.0.0/4 (no default route); bound
+		// to its address, rdma_resolve_addr's route lookup has an output
+		// interface and takes the group as on link.
+		s := h.Run(0, fmt.Sprintf("mckey -m %v -b %v -s -C %d -S %d", group, h.VMIP(0), count, size), 60*time.Second)
 		r := recv.Wait(30 * time.Second)
 		c.Stop()
 		t.Logf("stock sender: exit %d in %.1fs\n%s", s.ExitCode, s.Elapsed.Seconds(), s.Output())
@@ -112,7 +115,7 @@ func TestMckey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		job := h.Start(0, fmt.Sprintf("mckey -m %v -C %d -S %d", group, count, size))
+		job := h.Start(0, fmt.Sprintf("mckey -m %v -b %v -C %d -S %d", group, h.VMIP(0), count, size))
 		defer job.Kill()
 		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(job.Stdout(), "receiving data transfers"); {
 			if time.Now().After(deadline) || !job.Running() {
@@ -121,7 +124,7 @@ func TestMckey(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		out, err := h.HostStart(bin, "mckey", "--dev", h.HostIface(), "--timeout", "60", "--pause", "0", "-s",
-			"-m", group.String(), "-C", fmt.Sprint(count), "-S", fmt.Sprint(size))
+			"-m", group.String(), "-b", hostIP.String(), "-C", fmt.Sprint(count), "-S", fmt.Sprint(size))
 		if err != nil {
 			t.Fatal(err)
 		}
