@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -127,7 +128,7 @@ func routeHopLimit(ip netip.Addr) uint8 {
 // receives nothing (the frames reach the device through its own link).
 func (r *resolver) joinGroup(ifindex int, ip netip.Addr) (leave func(), err error) {
 	var fd int
-	err = inNamespace(r.ns, func() error {
+	err = inNS(r.ns, func() error {
 		ip = ip.Unmap()
 		family := unix.AF_INET
 		if ip.Is6() {
@@ -154,4 +155,32 @@ func (r *resolver) joinGroup(ifindex int, ip netip.Addr) (leave func(), err erro
 		return nil, fmt.Errorf("join %v on interface %d: %w", ip, ifindex, err)
 	}
 	return func() { unix.Close(fd) }, nil
+}
+
+// inNS runs fn on this goroutine's thread, locked and switched into ns
+// when it is elsewhere (a socket is created in its thread's namespace).
+// If switching back fails the thread stays locked, so the runtime
+// discards it when the goroutine ends.
+func inNS(ns netns.NsHandle, fn func() error) error {
+	runtime.LockOSThread()
+	cur, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("qp: current namespace: %w", err)
+	}
+	defer cur.Close()
+	if cur.Equal(ns) {
+		defer runtime.UnlockOSThread()
+		return fn()
+	}
+	if err := netns.Set(ns); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("qp: entering the device's namespace: %w", err)
+	}
+	ferr := fn()
+	if err := netns.Set(cur); err != nil {
+		return fmt.Errorf("qp: leaving the device's namespace: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return ferr
 }
