@@ -270,11 +270,26 @@ func (t *test) run(dev string) int {
 	prog.Start()
 	defer prog.Stop()
 	for i := range t.f.Connections {
-		n := &node{id: i}
-		t.nodes = append(t.nodes, n)
-		if ret := t.join(n, src, dst); ret != 0 {
+		t.nodes = append(t.nodes, &node{id: i})
+	}
+	for _, n := range t.nodes {
+		ret, err := t.join(n, src, dst)
+		switch {
+		case ret == 0:
+			continue
+		case errors.Is(err, errBind):
+			return ret // rdma_bind_addr failed: run returns at once
+		case t.f.Unmapped:
+			// addr_handler is called from run itself: its failure is
+			// reported again as a resolve failure, and run returns.
+			t.perror("mckey: resolve addr failure", err)
 			return ret
 		}
+		// addr_handler ran as the ADDR_RESOLVED event's handler: the event
+		// loop stops and run leaves every node's group ("out:"); leaving
+		// a group never joined fails (EADDRNOTAVAIL), and that is run's
+		// return value.
+		return t.leaveAll()
 	}
 	// "Pause to give SM chance to configure switches."
 	select {
@@ -303,46 +318,50 @@ func (t *test) run(dev string) int {
 	return 0
 }
 
+// errBind marks a failed rdma_bind_addr.
+var errBind = errors.New("bind")
+
 // join is addr_handler and join_handler: verify_test_params, init_node
 // (PD, CQ, QP, message buffer), the receives (a receiver), the join and
-// its event line.
-func (t *test) join(n *node, src, dst netip.Addr) int {
+// its event line. It returns addr_handler's value and what failed.
+func (t *test) join(n *node, src, dst netip.Addr) (int, error) {
 	if src.IsValid() {
 		if err := checkBind(t.dev, src); err != nil {
 			t.perror("mckey: addr bind failure", err)
-			return -1
+			return -1, errBind
 		}
 	}
 	if mtu := 128 << int(t.dev.ActiveMTU()); t.f.MessageCount > 0 && t.f.MessageSize > mtu {
 		t.printf("mckey: message_size %d is larger than active mtu %d\n", t.f.MessageSize, mtu)
-		return -22
+		return -22, syscall.EINVAL
 	}
 	if t.f.PortSpace == portSpaceIPoIB {
 		// rdma_create_qp: the UD QP's Q_Key comes from the IPoIB broadcast
 		// group's MCMemberRecord (cma_set_default_qkey), which a RoCE
 		// port has no SA to ask for.
-		t.perror("mckey: unable to create QP", errors.New("no IPoIB Q_Key on a RoCE port"))
-		return -1
+		err := errors.New("no IPoIB Q_Key on a RoCE port")
+		t.perror("mckey: unable to create QP", err)
+		return -1, err
 	}
 	if t.f.Unmapped {
 		// An AF_IB group: cma_iboe_join_multicast refuses every family but
 		// AF_INET on RoCEv2 (-ENOTSUPP).
 		t.perror("mckey: failure joining", errors.ErrUnsupported)
-		return -1
+		return -1, errors.ErrUnsupported
 	}
 	pd := t.dev.AllocPD()
 	c := t.count()
 	cq, err := t.dev.CreateCQ(2 * c)
 	if err != nil {
 		t.printf("mckey: unable to create CQ\n")
-		return -12
+		return -12, err
 	}
 	if t.f.MessageCount > 0 {
 		n.mem = make([]byte, t.f.MessageSize+qp.GRHLen)
 		if n.mr, err = pd.RegMR(n.mem, qp.LocalWrite); err != nil {
 			t.printf("failed to reg MR\n")
 			t.printf("mckey: failed to create messages: %d\n", -1)
-			return -1
+			return -1, err
 		}
 	}
 	o := &cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: c, MaxRecvWR: c, MaxSendSGE: 1, MaxRecvSGE: 1}}
@@ -368,12 +387,33 @@ func (t *test) join(n *node, src, dst netip.Addr) int {
 	m, err := cm.JoinMulticast(t.ctx, t.dev, dst, o, flags)
 	if err != nil {
 		t.perror("mckey: failure joining", err)
-		return -1
+		return -1, err
 	}
 	n.m = m
 	t.printf("mckey: joined dgid: %s mlid 0x%x sl %d\n", m.MGID(), m.MLID(), 0)
 	n.connected = true
-	return 0
+	return 0, nil
+}
+
+// leaveAll is run's "out:" after a failed join: rdma_leave_multicast for
+// every node, which fails (EADDRNOTAVAIL) for those that never joined;
+// run returns the last result.
+func (t *test) leaveAll() int {
+	ret := 0
+	for _, n := range t.nodes {
+		ret = 0
+		if n.m == nil {
+			t.perror("mckey: failure leaving", syscall.EADDRNOTAVAIL)
+			ret = -1
+			continue
+		}
+		if err := n.m.Leave(); err != nil {
+			t.perror("mckey: failure leaving", err)
+			ret = -1
+		}
+		n.m = nil // left
+	}
+	return ret
 }
 
 // checkBind is rdma_bind_addr's check: src must be the device's.
