@@ -117,13 +117,21 @@ func TestMckey(t *testing.T) {
 		}
 		job := h.Start(0, fmt.Sprintf("mckey -m %v -b %v -C %d -S %d", group, h.VMIP(0), count, size))
 		defer job.Kill()
-		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(job.Stdout(), "receiving data transfers"); {
+		// The stock receiver's stdout is a file, which C buffers until it
+		// exits: its join shows in the kernel's group list instead
+		// (cma_iboe_join_multicast's cma_igmp_send, right before the join
+		// event after which it attaches its QP). goroce's sender then
+		// waits a second more (--pause) before it sends.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if r := h.Run(0, "ip maddr show dev eth0", 10*time.Second); strings.Contains(r.Stdout, group.String()) {
+				break
+			}
 			if time.Now().After(deadline) || !job.Running() {
 				t.Fatalf("stock mckey never joined:\n%s", job.Wait(time.Second))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		out, err := h.HostStart(bin, "mckey", "--dev", h.HostIface(), "--timeout", "60", "--pause", "0", "-s",
+		out, err := h.HostStart(bin, "mckey", "--dev", h.HostIface(), "--timeout", "60", "--pause", "1s", "-s",
 			"-m", group.String(), "-b", hostIP.String(), "-C", fmt.Sprint(count), "-S", fmt.Sprint(size))
 		if err != nil {
 			t.Fatal(err)
