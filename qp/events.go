@@ -42,7 +42,8 @@ package qp
 //   - EventSRQErr: an SRQ failed (IBTA's SRQ catastrophic error; mlx5,
 //     hns and qedr raise it from a hardware SRQ_CATAS_ERROR, rxe never).
 //     The only way a goroce SRQ fails is its device failing: when the
-//     link's receive path ends (DEVICE_FATAL), every SRQ not destroyed
+//     link's receive path ends or its interface is deleted (DEVICE_FATAL),
+//     every SRQ not destroyed
 //     raises SRQ_ERR, the QPs on it go to ERR (each raising LAST_WQE_REACHED,
 //     IBTA 10.2.9.5: no QP receives from an SRQ in error) and PostRecv on it
 //     fails with ErrSRQFailed.
@@ -210,6 +211,7 @@ func (d *Device) portGone() {
 	}
 	d.ev.ifDown = true
 	d.raise(AsyncEvent{Type: EventDeviceFatal, Err: errInterfaceGone})
+	d.failSRQs()
 }
 
 var errInterfaceGone = errors.New("qp: the network interface was deleted")

@@ -115,6 +115,11 @@ func TestDeviceFatalOnDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
+	// An SRQ of the device fails with it: SRQ_ERR after DEVICE_FATAL.
+	srq, err := d.AllocPD().CreateSRQ(qp.SRQInitAttr{MaxWR: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := h.LinkDel(l); err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +134,9 @@ func TestDeviceFatalOnDelete(t *testing.T) {
 		if ev.Type != qp.EventPortErr {
 			t.Fatalf("event %+v before DEVICE_FATAL", ev)
 		}
+	}
+	if ev := waitEventAny(t, d); ev.Type != qp.EventSRQErr || ev.SRQ != srq {
+		t.Fatalf("event %+v after DEVICE_FATAL, want SRQ_ERR", ev)
 	}
 }
 
