@@ -78,8 +78,17 @@ func (f sizeFlag) Set(s string) error {
 	return err
 }
 
-func signalContext(env tool.Env) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(env.Context(), os.Interrupt, syscall.SIGTERM)
+// signalContext is the run's context: ended by SIGINT and SIGTERM, and
+// with --pcap FILE the capture that tool.Open attaches the device to
+// (closed by the cancel function).
+func signalContext(env tool.Env, pcap string) (context.Context, context.CancelFunc) {
+	ctx, cancel := signal.NotifyContext(env.Context(), os.Interrupt, syscall.SIGTERM)
+	if pcap == "" {
+		return ctx, cancel
+	}
+	env.Ctx = ctx
+	pctx, pcancel := tool.RunContext(env, tool.Options{Pcap: pcap})
+	return pctx, func() { pcancel(); cancel() }
 }
 
 func openDevice(ctx context.Context, env tool.Env, dev, addr string) (*qp.Device, error) {
@@ -104,6 +113,7 @@ func RunTarget(env tool.Env, args []string) int {
 	fs.Var(sizeFlag{&size}, "size", "with --file: the namespace size (the file is extended; default its size)")
 	bs := fs.Int("bs", 512, "LBA size: 512 or 4096")
 	verbose := fs.Bool("v", false, "log connections and errors to stderr")
+	pcap := fs.String("pcap", "", "write the frames the device sends and receives to this pcap file (AF_XDP traffic included)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -134,7 +144,7 @@ func RunTarget(env tool.Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "nvmet: %v\n", err)
 		return 2
 	}
-	ctx, cancel := signalContext(env)
+	ctx, cancel := signalContext(env, *pcap)
 	defer cancel()
 	d, err := openDevice(ctx, env, *dev, *addr)
 	if err != nil {
@@ -181,6 +191,7 @@ func RunHost(env tool.Env, args []string) int {
 	port := fs.Int("p", nvmeof.DefaultPort, "the target's port")
 	hostnqn := fs.String("hostnqn", "", "host NQN (default: a random uuid NQN)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	pcap := fs.String("pcap", "", "write the frames the device sends and receives to this pcap file (AF_XDP traffic included)")
 	var nqn *string
 	var wv, off, bsz int64 = 0, 0, 128 << 10
 	var qd, queues *int
@@ -218,7 +229,7 @@ func RunHost(env tool.Env, args []string) int {
 		fmt.Fprintf(env.Stderr, "goroce nvme %s: -a ADDR%s required\n", sub, map[bool]string{true: ", --nqn NQN", false: ""}[nqn != nil])
 		return 2
 	}
-	ctx, cancel := signalContext(env)
+	ctx, cancel := signalContext(env, *pcap)
 	defer cancel()
 	ctx, cancel2 := context.WithTimeout(ctx, *timeout)
 	defer cancel2()
