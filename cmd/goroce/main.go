@@ -98,8 +98,11 @@ func main() {
 	os.Exit(run(tool.DefaultEnv(), os.Args[1:]))
 }
 
-// run runs the command that args name and returns the exit code: 2 for
-// a missing or unknown command; `goroce help CMD` is `goroce CMD -h`.
+// run runs the command that args name and returns the exit code: 0
+// success, 1 failure, 2 a usage error (a missing or unknown command
+// included) — tool.ExitOK, ExitFailure, ExitUsage, for every subcommand.
+// A subcommand's other status (a C tool's errno or -1, as cmatose
+// returns) is a failure: 1. `goroce help CMD` is `goroce CMD -h`.
 func run(env tool.Env, args []string) int {
 	if len(args) == 0 {
 		usage(env.Stderr)
@@ -133,5 +136,10 @@ func run(env tool.Env, args []string) int {
 		usage(env.Stderr)
 		return 2
 	}
-	return c.run(env, args[1:])
+	switch code := c.run(env, args[1:]); code {
+	case tool.ExitOK, tool.ExitFailure, tool.ExitUsage:
+		return code
+	default:
+		return tool.ExitFailure
+	}
 }

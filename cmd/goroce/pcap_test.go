@@ -104,7 +104,7 @@ func TestToolPcapErrors(t *testing.T) {
 	open := tooltest.MemDevices(t, nic.MemConfig{Seed: 1})
 	var out, errb bytes.Buffer
 	env := tool.Env{Stdout: &out, Stderr: &errb, Open: open}
-	if code := pingpongcmd.Run(env, []string{"-d", "a", "-g", "1", "--pcap"}); code != 1 || !strings.Contains(errb.String(), "--pcap requires an argument") {
+	if code := pingpongcmd.Run(env, []string{"-d", "a", "-g", "1", "--pcap"}); code != tool.ExitUsage || !strings.Contains(errb.String(), "--pcap requires an argument") {
 		t.Errorf("--pcap without a file: exit %d, %q", code, errb.String())
 	}
 	errb.Reset()

@@ -55,15 +55,15 @@ func Run(env tool.Env, args []string) int {
 			return 0
 		}
 		fmt.Fprintf(env.Stderr, "goroce devinfo: %v\n%s", err, usageText)
-		return 1
+		return tool.ExitUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(env.Stderr, "goroce devinfo: unexpected argument %q\n%s", fs.Arg(0), usageText)
-		return 1
+		return tool.ExitUsage
 	}
 	if port != 0 && port != 1 {
 		fmt.Fprintf(env.Stderr, "Invalid port requested for device\n")
-		return 4 // devinfo.c's code for it
+		return tool.ExitUsage // devinfo.c exits 4
 	}
 	if dev == "" {
 		ifname, err := tool.DefaultInterface()

@@ -92,11 +92,11 @@ func (f Flags) TrafficClass() uint8 {
 }
 
 // ErrUsage is wrapped by every ParseFlags error.
-var ErrUsage = errors.New("perftest: usage")
+var ErrUsage = errors.New("usage") // the tools print their own "goroce NAME: " prefix
 
 // ErrUnsupported is wrapped when an option asks for a mode goroce does not
 // implement (transports other than RC).
-var ErrUnsupported = errors.New("perftest: unsupported option")
+var ErrUnsupported = errors.New("unsupported option")
 
 // Defaults returns the tool defaults for t (perftest_parameters.h:
 // DEF_SIZE_BW 65536, DEF_SIZE_LAT 2, DEF_ITERS 1000, DEF_ITERS_WB 5000,

@@ -45,7 +45,7 @@ func TestUsage(t *testing.T) {
 			t.Fatalf("%v %s: opened a device", c.test, c.args)
 			return nil, nil
 		}}
-		if code := Run(env, c.test, strings.Fields(c.args)); code != 1 || !strings.Contains(errb.String(), "Usage:") {
+		if code := Run(env, c.test, strings.Fields(c.args)); code != tool.ExitUsage || !strings.Contains(errb.String(), "Usage:") {
 			t.Errorf("%v %s: exit %d, stderr %q", c.test, c.args, code, errb.String())
 		}
 	}

@@ -131,7 +131,7 @@ func Run(env tool.Env, t perftest.Test, args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "goroce %v: %v\n"+usageText, t, err, t)
-		return 1
+		return tool.ExitUsage
 	}
 	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
@@ -222,7 +222,7 @@ func (r *runner) run() error {
 	f := r.f
 	dev, err := tool.Open(r.ctx, r.env, f.IBDev)
 	if err != nil {
-		return fmt.Errorf("Unable to find the Infiniband/RoCE device %q: %w", f.IBDev, err)
+		return tool.DeviceError(f.IBDev, err)
 	}
 	defer dev.Close()
 	_, stopMetrics := tool.StartMetrics(r.env, r.opts, dev)

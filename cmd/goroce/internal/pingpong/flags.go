@@ -51,8 +51,9 @@ type Flags struct {
 func DefaultFlags() Flags { return Flags{Common: DefaultCommon()} }
 
 // ErrUsage is wrapped by every ParseFlags and ParseCommon error (the tools
-// print usage and exit 1 on these).
-var ErrUsage = errors.New("pingpong: usage")
+// print usage and exit 2 on these). Its text is only "usage": the tools
+// print their own "goroce NAME: " prefix.
+var ErrUsage = errors.New("usage")
 
 // Both registers an option under its short and its long name.
 type Both func(short, long string, reg func(name string))

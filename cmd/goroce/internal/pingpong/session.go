@@ -41,7 +41,7 @@ in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GORO
 
 // Main is a pingpong example's Run: -h/--help prints usage, goroce's own
 // options are split off, parse reads the rest, and a command-line error
-// prints "goroce name: error" and the usage on stderr (exit 1).
+// prints "goroce name: error" and the usage on stderr (exit 2).
 func Main[F any](env tool.Env, args []string, name, usage string, parse func([]string) (F, error),
 	run func(tool.Env, tool.Options, F) int) int {
 	if tool.WantsHelp(args) {
@@ -56,7 +56,7 @@ func Main[F any](env tool.Env, args []string, name, usage string, parse func([]s
 		}
 	}
 	fmt.Fprintf(env.Stderr, "goroce %s: %v\n%s", name, err, usage)
-	return 1
+	return tool.ExitUsage
 }
 
 // Session is what an example runs on: its device (-d), the --metrics
@@ -71,14 +71,14 @@ type Session struct {
 }
 
 // Open starts a session: the run's context (--timeout), the device named
-// ("IB device %s not found" when it cannot be opened), --metrics.
+// (tool.DeviceError when it cannot be opened), --metrics.
 func Open(env tool.Env, opts tool.Options, name string) (*Session, error) {
 	ctx, cancel := tool.RunContext(env, opts)
 	s := &Session{Ctx: ctx, Env: env, stop: []func(){cancel}}
 	dev, err := tool.Open(ctx, env, name)
 	if err != nil {
 		s.Close()
-		return nil, fmt.Errorf("IB device %s not found: %v", name, err)
+		return nil, tool.DeviceError(name, err)
 	}
 	s.Dev = dev
 	s.stop = append(s.stop, func() { dev.Close() })

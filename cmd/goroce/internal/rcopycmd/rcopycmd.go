@@ -72,7 +72,7 @@ func (r *run) printf(format string, a ...any) { fmt.Fprintf(r.env.Stdout, format
 
 // Run is goroce rcopy. It returns the exit code.
 func Run(env tool.Env, args []string) int {
-	args, opts, dev, exit, done := tool.CMCommand(env, args, "rcopy", usage("rcopy"), 1)
+	args, opts, dev, exit, done := tool.CMCommand(env, args, "rcopy", usage("rcopy"), tool.ExitUsage)
 	if done {
 		return exit
 	}
@@ -82,7 +82,7 @@ func Run(env tool.Env, args []string) int {
 	if !server {
 		if len(args) < 2 {
 			r.printf("%s", usage("rcopy"))
-			return 1
+			return tool.ExitUsage
 		}
 		src, host = args[0], args[1]
 		host, dst, _ = strings.Cut(host, ":")
@@ -101,7 +101,7 @@ func Run(env tool.Env, args []string) int {
 			r.port = a[2:]
 		default:
 			r.printf("%s", usage("rcopy"))
-			return 1
+			return tool.ExitUsage
 		}
 	}
 	ctx, cancel := tool.RunContext(env, opts)
@@ -112,13 +112,13 @@ func Run(env tool.Env, args []string) int {
 		a, err := tool.ParseHost(host)
 		if err != nil {
 			r.printf("getaddrinfo failed: %v\n", err)
-			return 1
+			return tool.ExitUsage
 		}
 		addr = a
 	}
 	d, err := tool.OpenCMDevice(ctx, env, dev, addr)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "No RDMA devices were detected (%v)\n", err)
+		fmt.Fprintf(env.Stderr, "goroce rcopy: %v\n", tool.DeviceError(dev, err))
 		return 1
 	}
 	defer d.Close()

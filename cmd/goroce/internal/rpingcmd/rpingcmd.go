@@ -124,6 +124,7 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, code int) {
 		}
 	}
 	ret := 0
+	addrGiven := false
 	for _, o := range opts {
 		name, val, _ := cutOpt(o)
 		switch name {
@@ -136,7 +137,7 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, code int) {
 			}
 			ret = 0
 			if name == "a" {
-				f.Addr = a
+				f.Addr, addrGiven = a, true
 			} else {
 				f.Source = a
 			}
@@ -189,6 +190,12 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, code int) {
 		fmt.Fprint(stdout, usage)
 		return f, exitEINVAL
 	}
+	if f.Server == 0 && !addrGiven {
+		// The stock rping would try to connect to 0.0.0.0 and fail in
+		// address resolution; say what is missing instead.
+		fmt.Fprintf(stderr, "goroce rping: the client (-c) needs the server's address: -a ADDR\n")
+		return f, exitEINVAL
+	}
 	return f, 0
 }
 
@@ -205,21 +212,21 @@ func cutOpt(o string) (name, val string, ok bool) {
 
 // Run is rping on a goroce device. It returns the exit code.
 func Run(env tool.Env, args []string) int {
-	args, opts, dev, exit, done := tool.CMCommand(env, args, "rping", usage+goroceUsage, exitEINVAL)
+	args, opts, dev, exit, done := tool.CMCommand(env, args, "rping", usage+goroceUsage, tool.ExitUsage)
 	if done {
 		return exit
 	}
 	f, code := ParseFlags(args, env.Stdout, env.Stderr)
 	if code != 0 {
-		return code
+		return tool.ExitUsage // rping's own status (EINVAL, EAI_NONAME) is not kept: see tool.ExitUsage
 	}
 	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
 	cb := &controlBlock{env: env, f: f, ctx: ctx, server: f.Server == 1}
 	d, err := tool.OpenCMDevice(ctx, env, dev, f.Source, f.Addr)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "No RDMA devices were detected (%v)\n", err)
-		return exitFail
+		fmt.Fprintf(env.Stderr, "goroce rping: %v\n", tool.DeviceError(dev, err))
+		return tool.ExitFailure
 	}
 	defer d.Close()
 	_, stopMetrics := tool.StartMetrics(env, opts, d)
@@ -229,13 +236,19 @@ func Run(env tool.Env, args []string) int {
 	cb.prog.Start()
 	defer cb.prog.Stop()
 	cb.debugf("created cm_id %p\n", cb)
-	if cb.server && f.Persistent {
-		return cb.runPersistent() & 0xff
+	var ret int
+	switch {
+	case cb.server && f.Persistent:
+		ret = cb.runPersistent()
+	case cb.server:
+		ret = cb.runServer()
+	default:
+		ret = cb.runClient()
 	}
-	if cb.server {
-		return cb.runServer() & 0xff
+	if ret != 0 {
+		return tool.ExitFailure // rping returns -1 or an errno
 	}
-	return cb.runClient() & 0xff
+	return tool.ExitOK
 }
 
 // state is enum test_state (its numbers appear in the error lines).

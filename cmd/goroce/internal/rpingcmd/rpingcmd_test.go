@@ -98,7 +98,7 @@ func TestRpingRefused(t *testing.T) {
 	defer unregister()
 	var out, errb bytes.Buffer
 	code := Run(tool.Env{Stdout: &out, Stderr: &errb, Open: open}, []string{"--dev", "b", "-c", "-a", "198.18.0.1", "-p", "7175", "-C", "1"})
-	if code != 255 || errb.String() != "cma event RDMA_CM_EVENT_REJECTED, error 8\n" {
+	if code != tool.ExitFailure || errb.String() != "cma event RDMA_CM_EVENT_REJECTED, error 8\n" {
 		t.Errorf("exit %d, stderr %q, stdout %q", code, errb.String(), out.String())
 	}
 }
@@ -115,7 +115,7 @@ func TestRpingOptions(t *testing.T) {
 		t.Errorf("-h: %d %q", code, out.String())
 	}
 	out.Reset()
-	if code := Run(env, []string{"-s", "--dev"}); code != 22 || !strings.Contains(errb.String(), "--dev requires") {
+	if code := Run(env, []string{"-s", "--dev"}); code != tool.ExitUsage || !strings.Contains(errb.String(), "--dev requires") {
 		t.Errorf("--dev without a value: %d %q", code, errb.String())
 	}
 }

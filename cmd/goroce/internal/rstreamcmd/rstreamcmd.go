@@ -227,17 +227,17 @@ func run(env tool.Env, args []string, io bool) int {
 	if io {
 		name = "riostream"
 	}
-	args, opts, dev, exit, done := tool.CMCommand(env, args, name, usage(name, io), 1)
+	args, opts, dev, exit, done := tool.CMCommand(env, args, name, usage(name, io), tool.ExitUsage)
 	if done {
 		return exit
 	}
 	f, ok := parse(env, args, io)
 	if !ok {
-		return 1
+		return tool.ExitUsage
 	}
 	if f.fork {
 		fmt.Fprintf(env.Stderr, "goroce %s: -T f (fork) is not supported\n", name)
-		return 1
+		return tool.ExitUsage
 	}
 	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()

@@ -135,7 +135,7 @@ func TestSRQPingpongErrors(t *testing.T) {
 	for _, args := range [][]string{{"-m", "1000"}, {"-s", "0"}, {"-p", "70000"}, {"-i", "0"}, {"-q", "0"}, {"-q", "257"}, {"-c"}, {"a", "b"}} {
 		out.Reset()
 		errb.Reset()
-		if code := Run(env, append([]string{"-d", "a"}, args...)); code != 1 || !strings.Contains(errb.String(), "Usage:") {
+		if code := Run(env, append([]string{"-d", "a"}, args...)); code != tool.ExitUsage || !strings.Contains(errb.String(), "Usage:") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errb.String())
 		}
 	}

@@ -50,6 +50,28 @@ func Atoi(s string) int {
 
 // SplitDevice removes goroce's --dev=IFACE / --dev IFACE from args: the
 // network interface of the RoCE device (the C tools find the RDMA device
+// The exit statuses of every goroce subcommand: 0 success, 1 failure, 2 a
+// command-line (usage) error. The C tools' own numbers (rping's EINVAL 22,
+// devinfo's 4) are not kept: one rule for scripts across the subcommands.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// DeviceError says why the device on interface name could not be opened:
+// the C tools' "IB device NAME not found" only when no such interface
+// exists, otherwise the reason (a privilege, a busy interface, ...).
+func DeviceError(name string, err error) error {
+	if name == "" {
+		name = "(default)"
+	}
+	if errors.Is(err, qp.ErrNoInterface) {
+		return fmt.Errorf("IB device %s not found: no network interface of that name", name)
+	}
+	return fmt.Errorf("cannot open IB device %s: %w", name, err)
+}
+
 // CMCommand takes the parts of a librdmacm example's command line that are
 // goroce's: -h/--help prints usage (done, exit 0), SplitOptions' options
 // and --dev are split off; a bad one prints "goroce name: error" and the

@@ -126,13 +126,13 @@ func hasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualF
 // Run is ucmatose on a goroce device. It returns the exit code (cmatose's
 // return status).
 func Run(env tool.Env, args []string) int {
-	args, opts, dev, exit, done := tool.CMCommand(env, args, "ucmatose", usageText, 1)
+	args, opts, dev, exit, done := tool.CMCommand(env, args, "ucmatose", usageText, tool.ExitUsage)
 	if done {
 		return exit
 	}
 	f, ok := ParseFlags(args, env.Stdout, env.Stderr)
 	if !ok {
-		return 1
+		return tool.ExitUsage
 	}
 	switch {
 	case hasPrefixFold(f.Format, "gid"):
@@ -169,7 +169,7 @@ func Run(env tool.Env, args []string) int {
 
 func unsupported(env tool.Env, what string) int {
 	fmt.Fprintf(env.Stderr, "goroce ucmatose: %s is not supported\n", what)
-	return 1
+	return tool.ExitUsage
 }
 
 // node is struct cmatest_node: one connection.

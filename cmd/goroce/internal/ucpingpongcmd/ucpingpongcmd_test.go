@@ -81,7 +81,7 @@ func TestUCPingpongUsage(t *testing.T) {
 	for _, args := range [][]string{{"-c"}, {"-o"}, {"-N"}, {"-t"}, {"a", "b"}, {"-m", "3000"}} {
 		out.Reset()
 		errb.Reset()
-		if code := Run(env, args); code != 1 || !strings.Contains(errb.String(), "Usage:") {
+		if code := Run(env, args); code != tool.ExitUsage || !strings.Contains(errb.String(), "Usage:") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errb.String())
 		}
 	}

@@ -120,13 +120,13 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, ok bool) {
 // Run is udaddy on a goroce device. It returns the exit code (udaddy's
 // return status).
 func Run(env tool.Env, args []string) int {
-	args, opts, dev, exit, done := tool.CMCommand(env, args, "udaddy", usageText, 1)
+	args, opts, dev, exit, done := tool.CMCommand(env, args, "udaddy", usageText, tool.ExitUsage)
 	if done {
 		return exit
 	}
 	f, ok := ParseFlags(args, env.Stdout, env.Stderr)
 	if !ok {
-		return 1
+		return tool.ExitUsage
 	}
 	switch {
 	case f.PortSpace != portSpaceUDP:
@@ -158,7 +158,7 @@ func Run(env tool.Env, args []string) int {
 
 func unsupported(env tool.Env, what string) int {
 	fmt.Fprintf(env.Stderr, "goroce udaddy: %s is not supported\n", what)
-	return 1
+	return tool.ExitUsage
 }
 
 // node is struct cmatest_node: one resolved UD service (client) or one

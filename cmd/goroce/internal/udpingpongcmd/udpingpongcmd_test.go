@@ -82,7 +82,7 @@ func TestUDPingpongErrors(t *testing.T) {
 	for _, args := range [][]string{{"-m", "1024"}, {"-x"}, {"a", "b"}, {"-o"}, {"-N"}, {"--timeout"}} {
 		out.Reset()
 		errb.Reset()
-		if code := Run(env, append([]string{"-d", "a"}, args...)); code != 1 || errb.Len() == 0 {
+		if code := Run(env, append([]string{"-d", "a"}, args...)); code != tool.ExitUsage || errb.Len() == 0 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errb.String())
 		}
 	}

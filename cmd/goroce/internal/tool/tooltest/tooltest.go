@@ -64,7 +64,7 @@ func memDevicesOpts(t testing.TB, cfg nic.MemConfig, busy bool, wrap func(l nic.
 	return func(ctx context.Context, name string) (*qp.Device, error) {
 		d, ok := devs[name]
 		if !ok {
-			return nil, fmt.Errorf("no device %q", name)
+			return nil, fmt.Errorf("no device %q: %w", name, qp.ErrNoInterface) // as qp.OpenInterface
 		}
 		return d, nil
 	}
