@@ -31,7 +31,7 @@ func TestExitCodes(t *testing.T) {
 		"nvmet":    "-d " + ifname + " -a 198.18.0.2 --nqn nqn.2014-08.org.example:x --ram 1M",
 		"rping":    "-s --dev " + ifname,
 		"ucmatose": "--dev " + ifname, "udaddy": "--dev " + ifname, "rstream": "--dev " + ifname,
-		"riostream": "--dev " + ifname, "rcopy": "--dev " + ifname,
+		"riostream": "--dev " + ifname, "rcopy": "--dev " + ifname, "mckey": "--dev " + ifname + " -m 239.1.2.3",
 		"pingpong": "-d " + ifname + " -g 1", "ud_pingpong": "-d " + ifname + " -g 1",
 		"srq_pingpong": "-d " + ifname + " -g 1", "uc_pingpong": "-d " + ifname + " -g 1",
 	}

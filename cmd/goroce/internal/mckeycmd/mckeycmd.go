@@ -154,7 +154,7 @@ func splitPause(args []string) (rest []string, pause time.Duration, err error) {
 // Run is mckey on a goroce device. It returns the exit code (mckey's
 // return status).
 func Run(env tool.Env, args []string) int {
-	args, opts, dev, exit, done := tool.CMCommand(env, args, "mckey", usageText, 1)
+	args, opts, dev, exit, done := tool.CMCommand(env, args, "mckey", usageText, tool.ExitUsage)
 	if done {
 		return exit
 	}
@@ -162,24 +162,24 @@ func Run(env tool.Env, args []string) int {
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "goroce mckey: %v\n", err)
 		fmt.Fprint(env.Stdout, usageText)
-		return 1
+		return tool.ExitUsage
 	}
 	f, ok := ParseFlags(args, env.Stdout)
 	if !ok {
-		return 1
+		return tool.ExitUsage
 	}
 	f.Pause = pause
 	if f.Unmapped && f.Src == "" {
 		fmt.Fprintf(env.Stdout, "unmapped multicast address requires binding to source address\n")
-		return 1
+		return tool.ExitUsage
 	}
 	if f.PortSpace != portSpaceUDP && f.PortSpace != portSpaceIB && f.PortSpace != portSpaceIPoIB {
 		fmt.Fprintf(env.Stderr, "goroce mckey: port space %#x is not supported (0x111 UDP, 0x13f IB, 0x2 IPoIB)\n", f.PortSpace)
-		return 1
+		return tool.ExitUsage
 	}
 	if f.Connections < 1 {
 		fmt.Fprintf(env.Stderr, "goroce mckey: -c %d is not supported\n", f.Connections)
-		return 1
+		return tool.ExitUsage
 	}
 	ctx, cancel := tool.RunContext(env, opts)
 	defer cancel()
@@ -262,7 +262,7 @@ func (t *test) run(dev string) int {
 	t.printf("mckey: joining\n")
 	d, err := tool.OpenCMDevice(t.ctx, t.env, dev, src)
 	if err != nil {
-		fmt.Fprintf(t.env.Stderr, "No RDMA devices were detected (%v)\n", err)
+		fmt.Fprintf(t.env.Stderr, "goroce mckey: %v\n", tool.DeviceError(dev, err))
 		return -1
 	}
 	t.dev = d

@@ -97,7 +97,7 @@ func TestMckeyErrors(t *testing.T) {
 		code         int
 		stdout, errs string
 	}{
-		{[]string{"-M", "ff12::1"}, 1, "unmapped multicast address requires binding to source address\n", ""},
+		{[]string{"-M", "ff12::1"}, tool.ExitUsage, "unmapped multicast address requires binding to source address\n", ""},
 		{[]string{"--dev", "a", "-M", "ff12::1", "-b", "198.18.0.1"}, 255, "return status -1",
 			"mckey: failure joining: Operation not supported\nmckey: resolve addr failure: Operation not supported\n"},
 		{[]string{"--dev", "a", "-m", "ff0e::1"}, 255, "return status -1",
@@ -105,7 +105,7 @@ func TestMckeyErrors(t *testing.T) {
 		{[]string{"--dev", "a", "-m", "239.1.2.3", "-b", "198.18.0.9"}, 255, "return status -1", "mckey: addr bind failure: Cannot assign requested address\n"},
 		{[]string{"--dev", "a", "-m", "239.1.2.3", "-S", "5000"}, 255, "mckey: message_size 5000 is larger than active mtu ",
 			"mckey: failure leaving: Cannot assign requested address\n"},
-		{[]string{"-x"}, 1, "usage: mckey\n", ""},
+		{[]string{"-x"}, tool.ExitUsage, "usage: mckey\n", ""},
 	} {
 		var out, errb bytes.Buffer
 		open := tooltest.MemDevices(t, nic.MemConfig{Seed: 1})
