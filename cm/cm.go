@@ -131,6 +131,11 @@ type Options struct {
 
 	// Logger receives the CM's debug and warning messages (nil: none).
 	Logger *slog.Logger
+
+	// BlockSelfMcastLoopback (JoinMulticast) creates the QP with
+	// qp.InitAttr.BlockSelfMcastLoopback: its datagrams to the group are
+	// not delivered to the device's own members (mckey -l).
+	BlockSelfMcastLoopback bool
 }
 
 // Request is a connection request as the passive side sees it, passed to

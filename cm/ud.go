@@ -78,7 +78,8 @@ func newUDQP(dev *qp.Device, o *Options, qkey uint32) (q *qp.QP, pd *qp.PD, ownP
 			return fail(err)
 		}
 	}
-	if q, err = pd.CreateQP(qp.InitAttr{Type: qp.QPTypeUD, SendCQ: scq, RecvCQ: rcq, Cap: o.Cap}); err != nil {
+	if q, err = pd.CreateQP(qp.InitAttr{Type: qp.QPTypeUD, SendCQ: scq, RecvCQ: rcq, Cap: o.Cap,
+		BlockSelfMcastLoopback: o.BlockSelfMcastLoopback}); err != nil {
 		return fail(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

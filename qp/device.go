@@ -151,7 +151,13 @@ type Device struct {
 	qpList  []*QP  // creation order
 	srqs    []*SRQ // not destroyed, creation order
 	// mcast are the multicast groups with QPs attached (mcast.go).
-	mcast   map[GID]*mcastGroup
+	mcast map[GID]*mcastGroup
+	// mcLoop are copies of the datagrams this device's QPs sent to its
+	// groups, delivered to its attached QPs at the end of the call
+	// (mcast.go); mcLoopN of them are in use.
+	mcLoop  [][]byte
+	mcLoopN int
+	mcPkt   wire.Packet // deliverLoopedMcast's parse
 	nextQPN uint32
 	qpSeq   uint64       // creation counter: QP.seq
 	heap    deadlineHeap // QPs with an engine deadline (deadline.go)
@@ -434,6 +440,9 @@ type asyncEvent struct {
 // engines' earliest is re-armed. The frames the engines produced leave in
 // unlock.
 func (d *Device) endCall(now time.Time) {
+	if d.mcLoopN > 0 {
+		d.deliverLoopedMcast(now)
+	}
 	d.afterCall()
 	if len(d.failedCQs) > 0 {
 		d.failCQs(now)

@@ -352,6 +352,9 @@ func (h *qpHooks) Frame() []byte {
 // Send implements transport.Output.
 func (h *qpHooks) Send(n int) {
 	h.out.Send(n)
+	if h.buf[0]&1 != 0 && len(h.d.mcast) > 0 {
+		h.d.loopMcast(h.eng.QPN(), h.buf[:n]) // a group's datagram (mcast.go)
+	}
 	if c := h.eng.Counters[CntSentNAKs]; c != h.naks {
 		h.naks = c
 		h.sentNAK(h.buf[:n])

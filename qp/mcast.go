@@ -29,7 +29,12 @@ import (
 //     switches pass the group's frames; rdma_cm's cma_igmp_send does this
 //     for rxe), the last one detached leaves it;
 //   - a QP attached to a group cannot be destroyed (ib core counts the
-//     attachment in qp->usecnt: ib_destroy_qp fails with EBUSY).
+//     attachment in qp->usecnt: ib_destroy_qp fails with EBUSY);
+//   - a datagram a QP sends to a group of which QPs of its own device are
+//     members is delivered to them too, the sender included when it is
+//     attached (rxe's skb, which has no socket, is looped back by the IP
+//     stack's multicast output, ip_mc_output), unless the sending QP was
+//     created with BlockSelfMcastLoopback (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB).
 
 // MulticastQPN is the destination QPN of every multicast datagram.
 const MulticastQPN = 0xFFFFFF
@@ -209,4 +214,41 @@ func (d *Device) inputMcast(pkt *wire.Packet, dst netip.Addr, now time.Time) {
 		q.eng.Receive(pkt, now)
 		d.touch(q)
 	}
+}
+
+// mcLoopMax bounds the looped-back datagrams one call collects (a post
+// list of UD sends to a group); more are dropped from the loopback only.
+const mcLoopMax = 256
+
+// loopMcast keeps a copy of a frame a QP of the device sent to a
+// multicast MAC for deliverLoopedMcast (d.mu held: an engine is sending).
+// It is not delivered at once: the sending QP's engine is in the middle
+// of its send, and may itself be attached.
+func (d *Device) loopMcast(from uint32, frame []byte) {
+	if q := d.qps[from]; q != nil && q.noMcastLoop {
+		return
+	}
+	if d.mcLoopN == mcLoopMax {
+		return
+	}
+	if d.mcLoopN == len(d.mcLoop) {
+		d.mcLoop = append(d.mcLoop, nil)
+	}
+	d.mcLoop[d.mcLoopN] = append(d.mcLoop[d.mcLoopN][:0], frame...)
+	d.mcLoopN++
+}
+
+// deliverLoopedMcast hands the datagrams collected by loopMcast to the
+// device's attached QPs (d.mu held, at the end of a call). The buffers
+// are kept for the next ones: no allocation once they have grown.
+func (d *Device) deliverLoopedMcast(now time.Time) {
+	for i := 0; i < d.mcLoopN; i++ {
+		if err := wire.Parse(d.mcLoop[i], &d.mcPkt); err != nil {
+			continue
+		}
+		if dst := d.mcPkt.DstIP(); dst.IsMulticast() {
+			d.inputMcast(&d.mcPkt, dst, now)
+		}
+	}
+	d.mcLoopN = 0
 }

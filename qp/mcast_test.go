@@ -185,3 +185,81 @@ func macOf(p wire.Packet) string {
 	m := p.Eth.Dst()
 	return net.HardwareAddr(m[:]).String()
 }
+
+// TestUDMulticastLoopback: a datagram a QP sends to a group goes to the
+// QPs of its own device attached to it, the sender included (rxe: the IP
+// stack loops a multicast skb back), and on the wire to the other
+// device's members; a QP created with BlockSelfMcastLoopback is not
+// looped back (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB).
+func TestUDMulticastLoopback(t *testing.T) {
+	n, a, b := udPair(t, 1, nil)
+	ctx := context.Background()
+	group := netip.MustParseAddr("::ffff:239.9.9.9")
+	b2 := newUDEnd(t, n.B, udQKey, 0)
+	for _, e := range []*udEnd{a, b, b2} {
+		for i := range 4 {
+			e.recv(t, i, udSlot)
+		}
+		if err := e.q.AttachMcast(group, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ah, err := b.pd.CreateAH(ctx, qp.AHAttr{GID: group, SGIDIndex: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.send(t, ah, qp.MulticastQPN, udQKey, 32, qp.WRSendWithImm, 7)
+	// b's CQ has its send completion and its own datagram back.
+	var sawSend, sawRecv bool
+	for range 2 {
+		wc := wait1(t, n, b.cq)
+		switch {
+		case wc.Opcode == qp.WCSend && wc.Status == qp.WCSuccess:
+			sawSend = true
+		case wc.Opcode == qp.WCRecv && wc.Status == qp.WCSuccess && wc.SrcQP == b.q.QPN() && wc.Imm == 7:
+			sawRecv = true
+		default:
+			t.Fatalf("b: %v", wc)
+		}
+	}
+	if !sawSend || !sawRecv {
+		t.Fatalf("b: send %v, own datagram %v", sawSend, sawRecv)
+	}
+	for name, e := range map[string]*udEnd{"b2 (same device)": b2, "a (the wire)": a} {
+		if wc := wait1(t, n, e.cq); wc.Status != qp.WCSuccess || wc.SrcQP != b.q.QPN() || wc.ByteLen != qp.GRHLen+32 {
+			t.Fatalf("%s: %v", name, wc)
+		}
+	}
+	// A blocking sender on B: its datagram reaches A only.
+	cq, _ := n.B.Dev.CreateCQ(8)
+	blk, err := b.pd.CreateQP(qp.InitAttr{SendCQ: cq, RecvCQ: cq, Type: qp.QPTypeUD, Cap: qp.Caps{MaxSendWR: 2, MaxRecvWR: 2},
+		BlockSelfMcastLoopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		a    qp.Attr
+		mask qp.AttrMask
+	}{
+		{qp.Attr{State: qp.StateInit, Port: 1, QKey: udQKey}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrQKey},
+		{qp.Attr{State: qp.StateRTR}, qp.AttrState},
+		{qp.Attr{State: qp.StateRTS}, qp.AttrState | qp.AttrSQPSN},
+	} {
+		if err := blk.Modify(ctx, &m.a, m.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := blk.PostSend(&qp.SendWR{Opcode: qp.WRSend, AH: ah, RemoteQPN: qp.MulticastQPN, RemoteQKey: udQKey,
+		SGL: []qp.SGE{{Addr: b.mr.IOVA(), Length: 8, LKey: b.mr.LKey()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait1(t, n, a.cq); wc.Status != qp.WCSuccess || wc.SrcQP != blk.QPN() {
+		t.Fatalf("a from the blocking sender: %v", wc)
+	}
+	var wcs [1]qp.WC
+	for name, e := range map[string]*udEnd{"b": b, "b2": b2} {
+		if k, _ := n.Wait(e.cq, wcs[:], 10*time.Millisecond); k != 0 {
+			t.Fatalf("%s got a blocking sender's datagram: %v", name, wcs[0])
+		}
+	}
+}

@@ -30,6 +30,10 @@ type InitAttr struct {
 	// Type is the transport service: QPTypeRC (the zero value),
 	// QPTypeUC (uc.go) or QPTypeUD (ud.go).
 	Type QPType
+	// BlockSelfMcastLoopback keeps the QP's datagrams to a multicast
+	// group from being delivered to the QPs of its own device attached to
+	// it (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, mckey -l; mcast.go).
+	BlockSelfMcastLoopback bool
 }
 
 // QP is a queue pair: reliable connected (RC) or, with InitAttr.Type,
@@ -55,6 +59,8 @@ type QP struct {
 	// mcast counts the multicast groups the QP is attached to, under
 	// dev.mu (mcast.go): Destroy refuses while it is not zero.
 	mcast int
+	// noMcastLoop: InitAttr.BlockSelfMcastLoopback.
+	noMcastLoop bool
 }
 
 // ErrDestroyed is returned by the calls on a QP after QP.Destroy.
@@ -118,7 +124,7 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 	}
 	d.qpSeq++
 	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.qpSeq, hidx: -1,
-		commEst: true}
+		commEst: true, noMcastLoop: ia.BlockSelfMcastLoopback}
 	if q.srq != nil {
 		q.srq.users++
 	}

@@ -53,7 +53,7 @@ type Flags struct {
 	MessageSize  int    // -S
 	PortSpace    int    // -p
 	SendOnly     bool   // -o
-	NoLoopback   bool   // -l
+	NoLoopback   bool   // -l: the QP does not loop its datagrams back to the device's members
 	// Pause is goroce's --pause: the wait after the join (DefaultPause).
 	Pause time.Duration
 }
@@ -364,7 +364,8 @@ func (t *test) join(n *node, src, dst netip.Addr) (int, error) {
 			return -1, err
 		}
 	}
-	o := &cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: c, MaxRecvWR: c, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	o := &cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: c, MaxRecvWR: c, MaxSendSGE: 1, MaxRecvSGE: 1},
+		BlockSelfMcastLoopback: t.f.NoLoopback} // -l: rdma_create_qp_ex with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
 	if !t.f.Sender && t.f.MessageCount > 0 {
 		o.Prepare = func(q *qp.QP) error { // post_recvs
 			sge := []qp.SGE{{Addr: n.mr.IOVA(), Length: uint32(len(n.mem)), LKey: n.mr.LKey()}}
