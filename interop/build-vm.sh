@@ -29,10 +29,12 @@ userpkgs=(
 	libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils libibumad3 perftest
 	libnl-3-200 libnl-route-3-200 libpci3 libudev1 zlib1g
 	iproute2 libmnl0 libbsd0 libmd0 libcap2 libbpf1 libelf1 libxtables12
+	nvme-cli libnvme1 libjson-c5 libuuid1 libkeyutils1 libssl3 e2fsprogs libext2fs2 libcom-err2 libss2 libblkid1 libdbus-1-3 libsystemd0 liblzma5 libzstd1 liblz4-1 libgcrypt20 libgpg-error0
 )
 
 # Kernel modules (and, resolved from modules.dep, their dependencies).
-modules=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs rdma_ucm ib_umad sch_netem sch_tbf sch_red)
+modules=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs rdma_ucm ib_umad sch_netem sch_tbf sch_red
+	configfs nvme_core nvme_fabrics nvme_rdma nvmet nvmet_rdma loop ext4)
 
 # Fast path: the apt lists and our inputs are as they were at the last build (apt-cache alone takes
 # seconds on a busy machine).
@@ -109,7 +111,8 @@ dpkg-deb --fsys-tarfile "$(debfile "$kpkg")" | tar -x -C "$kst" --wildcards --no
 	'./boot/vmlinuz-*' './lib/modules/*/modules.*' './lib/modules/*/kernel/net' './lib/modules/*/kernel/fs' \
 	'./lib/modules/*/kernel/crypto' './lib/modules/*/kernel/lib' './lib/modules/*/kernel/arch' \
 	'./lib/modules/*/kernel/drivers/virtio' './lib/modules/*/kernel/drivers/infiniband' \
-	'./lib/modules/*/kernel/drivers/net/*.ko*'
+	'./lib/modules/*/kernel/drivers/net/*.ko*' './lib/modules/*/kernel/drivers/nvme' \
+	'./lib/modules/*/kernel/drivers/block/loop.ko*'
 step "unpacked"
 wait "$userpid" || { log "unpacking the user packages failed"; exit 1; }
 kver=$(ls "$kst/lib/modules")
