@@ -156,7 +156,7 @@ const (
 	maxStreamN = 1_000_000 // 64 KiB TCP writes
 )
 
-var allCells = []string{"raw", "tcp", "bw", "lat", "qps", "idle", "syscalls", "rsock"}
+var allCells = []string{"raw", "tcp", "bw", "lat", "qps", "idle", "syscalls", "rsock", "nvmeof"}
 
 type config struct {
 	backends []string

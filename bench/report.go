@@ -170,6 +170,7 @@ func writeReport(w io.Writer, r *results, in runInfo) {
 	writeQPs(w, r, in)
 	writeIdle(w, r, in)
 	writeRsock(w, r)
+	writeNVMe(w, r)
 	writeSyscalls(w, r)
 	writeTargets(w, r)
 }

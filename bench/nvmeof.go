@@ -1,0 +1,167 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/nvmeof"
+	"github.com/goroce/goroce/qp"
+)
+
+// The nvmeof cell: goroce's NVMe-oF host against goroce's NVMe-oF target
+// (package nvmeof, a memory namespace) on the same veth and devices as
+// goroce's own RDMA WRITE and READ message rates, measured in the same
+// cell: 4 KiB random read and write IOPS at QD 32 against the 4 KiB WRITE
+// message rate, 128 KiB sequential read goodput against the 64 KiB READ
+// goodput (issue 22's targets: ≥ 0.8× and ≥ 0.9×).
+const (
+	mNVMeRandRead  = "nvme.randread4k.iops"
+	mNVMeRandWrite = "nvme.randwrite4k.iops"
+	mNVMeSeqRead   = "nvme.seqread128k.gbps"
+	mNVMeWrite4k   = "nvme.write4k.mps" // goroce 4 KiB WRITE msg/s, this cell
+	mNVMeRead64k   = "nvme.read64k.gbps"
+	nvmePort       = 4420
+	nvmeQD         = 32
+)
+
+func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
+	k := func(m string) key { return key{b, mtu, m} }
+	p, err := openRDMA(pair, b, false)
+	if err != nil {
+		progress("%s: goroce devices: %v", tag, err)
+		res.fail(k(mNVMeRandRead), err)
+		return
+	}
+	defer p.Close()
+	res.addSection(section{backend: b, mtu: mtu, mode: p.a.info.Mode, pmtu: p.pmtu})
+	lim := limit{c.cell, maxMsgs}
+	runtime.GC()
+	w, err := bw(p, qp.WRRDMAWrite, 4096, lim)
+	record(res, k(mNVMeWrite4k), w.msgsPerSec(), err)
+	runtime.GC()
+	r, err := bw(p, qp.WRRDMARead, 65536, lim)
+	record(res, k(mNVMeRead64k), r.bitsPerSec()/1e9, err)
+	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s, READ 64 KiB %s", tag, fmtRate(w.msgsPerSec()), fmtGbit(r.bitsPerSec()/1e9))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+3*c.cell)
+	defer cancel()
+	const size = 256 << 20
+	t := &nvmeof.Target{Subsystems: []*nvmeof.Subsystem{{NQN: "nqn.2026-12.io.goroce:bench",
+		Namespaces: []*nvmeof.Namespace{{Backend: nvmeof.NewMemory(size), Size: size, BlockSize: 4096}}}}}
+	addr := netip.AddrPortFrom(pair.B.Addr, nvmePort).String()
+	l, err := t.Listen(ctx, p.b.dev, addr)
+	if err != nil {
+		res.fail(k(mNVMeRandRead), err)
+		return
+	}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() { t.Serve(sctx, l); close(served) }()
+	defer func() { stop(); l.Close(); <-served }()
+	h, err := nvmeof.Dial(ctx, p.a.dev, addr, "nqn.2026-12.io.goroce:bench", &nvmeof.HostOptions{Queues: 1, QueueDepth: nvmeQD})
+	if err != nil {
+		res.fail(k(mNVMeRandRead), err)
+		return
+	}
+	defer h.Close()
+	ns := h.Namespaces()[0]
+	for _, m := range []struct {
+		metric string
+		write  bool
+		bs     int
+		seq    bool
+	}{{mNVMeRandRead, false, 4096, false}, {mNVMeRandWrite, true, 4096, false}, {mNVMeSeqRead, false, 128 << 10, true}} {
+		runtime.GC()
+		ios, el, err := nvmeRun(ctx, ns, m.write, m.bs, m.seq, c.cell)
+		if m.seq {
+			record(res, k(m.metric), float64(ios)*float64(m.bs)*8/el.Seconds()/1e9, err)
+		} else {
+			record(res, k(m.metric), float64(ios)/el.Seconds(), err)
+		}
+		progress("%s: nvmeof %s: %d I/Os of %d B in %v (%v)", tag, m.metric, ios, m.bs, el.Round(time.Millisecond), err)
+	}
+}
+
+// nvmeRun keeps nvmeQD commands in flight for d.
+func nvmeRun(ctx context.Context, ns *nvmeof.HostNamespace, write bool, bs int, seq bool, d time.Duration) (int64, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var ios, next atomic.Int64
+	var wg sync.WaitGroup
+	var first atomic.Pointer[error]
+	blocks := ns.Size() / int64(bs)
+	start := time.Now()
+	for w := range nvmeQD {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, bs)
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for ctx.Err() == nil {
+				o := rng.Int64N(blocks)
+				if seq {
+					o = (next.Add(1) - 1) % blocks
+				}
+				var err error
+				if write {
+					_, err = ns.WriteAtContext(ctx, buf, o*int64(bs))
+				} else {
+					_, err = ns.ReadAtContext(ctx, buf, o*int64(bs))
+				}
+				if err != nil {
+					if ctx.Err() == nil {
+						first.Store(&err)
+					}
+					return
+				}
+				ios.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if e := first.Load(); e != nil {
+		return ios.Load(), el, *e
+	}
+	return ios.Load(), el, nil
+}
+
+// writeNVMe is the nvmeof cell's table.
+func writeNVMe(w io.Writer, r *results) {
+	var lines []string
+	for _, s := range r.sections {
+		k := func(m string) key { return key{s.backend, s.mtu, m} }
+		if _, err := r.get(k(mNVMeRandRead)); err != nil {
+			continue
+		}
+		row := func(what, m, base string, u unit) {
+			lines = append(lines, fmt.Sprintf("| %s | %d | %s | %s | %s | %s |", s.backend, s.mtu, what,
+				r.cell(k(m), u), r.cell(k(base), u), r.ratioCell(k(m), k(base))))
+		}
+		row("4 KiB random read IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandRead, mNVMeWrite4k, fmtRate)
+		row("4 KiB random write IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandWrite, mNVMeWrite4k, fmtRate)
+		row("128 KiB sequential read Gbit/s / 64 KiB READ Gbit/s", mNVMeSeqRead, mNVMeRead64k, fmtGbit)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## NVMe over Fabrics against goroce's own verbs\n\ngoroce's NVMe-oF host against goroce's target "+
+		"(package nvmeof, a 256 MiB memory namespace, one I/O queue of depth 32, both in this process), and goroce's "+
+		"RDMA WRITE/READ rates on the same devices in the same cell.\n\n")
+	fmt.Fprintln(w, "| backend | MTU | measure | NVMe-oF | goroce verbs | ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w)
+}
