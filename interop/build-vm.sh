@@ -34,7 +34,7 @@ userpkgs=(
 
 # Kernel modules (and, resolved from modules.dep, their dependencies).
 modules=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs rdma_ucm ib_umad sch_netem sch_tbf sch_red
-	configfs nvme_core nvme_fabrics nvme_rdma nvmet nvmet_rdma loop ext4)
+	configfs crc64_rocksoft_generic nvme_core nvme_fabrics nvme_rdma nvmet nvmet_rdma loop ext4)
 
 # Fast path: the apt lists and our inputs are as they were at the last build (apt-cache alone takes
 # seconds on a busy machine).
@@ -111,7 +111,7 @@ dpkg-deb --fsys-tarfile "$(debfile "$kpkg")" | tar -x -C "$kst" --wildcards --no
 	'./boot/vmlinuz-*' './lib/modules/*/modules.*' './lib/modules/*/kernel/net' './lib/modules/*/kernel/fs' \
 	'./lib/modules/*/kernel/crypto' './lib/modules/*/kernel/lib' './lib/modules/*/kernel/arch' \
 	'./lib/modules/*/kernel/drivers/virtio' './lib/modules/*/kernel/drivers/infiniband' \
-	'./lib/modules/*/kernel/drivers/net/*.ko*' './lib/modules/*/kernel/drivers/nvme' \
+	'./lib/modules/*/kernel/drivers/net/*.ko*' './lib/modules/*/kernel/drivers/nvme' './lib/modules/*/kernel/block' \
 	'./lib/modules/*/kernel/drivers/block/loop.ko*'
 step "unpacked"
 wait "$userpid" || { log "unpacking the user packages failed"; exit 1; }
