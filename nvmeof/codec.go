@@ -434,8 +434,8 @@ func (e DiscoveryEntry) encode(b []byte) {
 	le.PutUint16(b[6:], e.CNTLID)
 	le.PutUint16(b[8:], e.ASQSZ)
 	copy(b[32:64], e.TrSvcID)
-	copy(b[256:512], e.TrAddr)
-	copy(b[512:768], e.SubNQN)
+	copy(b[256:512], e.SubNQN)
+	copy(b[512:768], e.TrAddr)
 	// RDMA transport specific address subtype: connected QP, no provider
 	// type, rdma_cm.
 	b[768], b[769], b[770] = 1, 1, 1
@@ -444,7 +444,7 @@ func (e DiscoveryEntry) encode(b []byte) {
 func decodeDiscoveryEntry(b []byte) DiscoveryEntry {
 	return DiscoveryEntry{TrType: b[0], AdrFam: b[1], SubType: b[2], TReq: b[3],
 		PortID: le.Uint16(b[4:]), CNTLID: le.Uint16(b[6:]), ASQSZ: le.Uint16(b[8:]),
-		TrSvcID: trimSpace(cstr(b[32:64])), TrAddr: trimSpace(cstr(b[256:512])), SubNQN: cstr(b[512:768])}
+		TrSvcID: trimSpace(cstr(b[32:64])), SubNQN: cstr(b[256:512]), TrAddr: trimSpace(cstr(b[512:768]))}
 }
 
 func trimSpace(s string) string {
