@@ -180,7 +180,7 @@ var snippetImports = map[string]string{
 	"transport": "github.com/goroce/goroce/transport", "mad": "github.com/goroce/goroce/mad",
 	"metrics": "github.com/goroce/goroce/metrics", "interop": "github.com/goroce/goroce/interop",
 	"afxdp": "github.com/goroce/goroce/nic/afxdp", "afpacket": "github.com/goroce/goroce/nic/afpacket",
-	"udp": "github.com/goroce/goroce/nic/udp",
+	"udp": "github.com/goroce/goroce/nic/udp", "nvmeof": "github.com/goroce/goroce/nvmeof",
 }
 
 var fragmentDirective = regexp.MustCompile(`(?s)^go fragment\b(.*)$`)
