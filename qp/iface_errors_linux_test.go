@@ -13,10 +13,13 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/nic/afxdp"
 	"github.com/goroce/goroce/qp"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // An interface that does not exist matches qp.ErrNoInterface, whatever
@@ -94,9 +97,13 @@ func permissionInner(t *testing.T) {
 	dev.Close()
 }
 
-// TestOpenInterfaceBusy: a second AF_XDP open of an interface this
-// process already holds (as another goroce would) fails with
-// afxdp.ErrBusy and says what to do; auto falls back to AF_PACKET.
+// TestOpenInterfaceBusy: a second open of an interface this process
+// already holds through AF_XDP (as another goroce would) fails with
+// afxdp.ErrBusy and afxdp.ErrHeldByGoroce and says what to do, on the
+// afxdp backend and on auto too: goroce's XDP program takes every RoCEv2
+// frame, so an AF_PACKET fallback there would open and receive nothing.
+// On an interface that a foreign XDP program holds, auto falls back to
+// AF_PACKET (which sees what that program passes).
 func TestOpenInterfaceBusy(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
 	dev, info := open(t, p, netns.A, qp.InterfaceOptions{Backend: qp.BackendAFXDP})
@@ -104,18 +111,43 @@ func TestOpenInterfaceBusy(t *testing.T) {
 	if info.Backend != qp.BackendAFXDP {
 		t.Fatalf("first open: %s", info.Backend)
 	}
-	err := p.Do(netns.A, func() error {
-		_, _, err := qp.OpenInterface(context.Background(), p.A.Ifname, qp.InterfaceOptions{Backend: qp.BackendAFXDP, Logger: quiet})
-		return err
-	})
-	t.Logf("second afxdp open: %v", err)
-	if !errors.Is(err, afxdp.ErrBusy) || !strings.Contains(err.Error(), "GOROCE_BACKEND=afpacket") {
-		t.Fatalf("second afxdp open: %v, want afxdp.ErrBusy saying what to do", err)
+	for _, b := range []string{qp.BackendAFXDP, qp.BackendAuto} {
+		err := p.Do(netns.A, func() error {
+			d, _, err := qp.OpenInterface(context.Background(), p.A.Ifname, qp.InterfaceOptions{Backend: b, Logger: quiet})
+			if err == nil {
+				d.Close()
+			}
+			return err
+		})
+		t.Logf("second %s open: %v", b, err)
+		if !errors.Is(err, afxdp.ErrBusy) || !errors.Is(err, afxdp.ErrHeldByGoroce) || !strings.Contains(err.Error(), "receive nothing") {
+			t.Fatalf("second %s open: %v, want afxdp.ErrHeldByGoroce saying a second device would receive nothing", b, err)
+		}
 	}
-	dev2, info2 := open(t, p, netns.A, qp.InterfaceOptions{})
+
+	// A foreign XDP program (XDP_PASS, not goroce's) on B's interface.
+	err := p.Do(netns.B, func() error {
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "foreign_pass", Type: ebpf.XDP, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
+		})
+		if err != nil {
+			return err
+		}
+		defer prog.Close()
+		nl, err := netlink.LinkByName(p.B.Ifname)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetXdpFdWithFlags(nl, prog.FD(), unix.XDP_FLAGS_SKB_MODE)
+	})
+	if err != nil {
+		t.Fatalf("attach a foreign XDP program: %v", err)
+	}
+	dev2, info2 := open(t, p, netns.B, qp.InterfaceOptions{})
 	defer dev2.Close()
-	if info2.Backend != qp.BackendAFPacket || !strings.Contains(info2.Fallback, "in use") {
-		t.Fatalf("auto on a held interface: backend %s, fallback %q; want afpacket after AF_XDP's busy error", info2.Backend, info2.Fallback)
+	if info2.Backend != qp.BackendAFPacket || !strings.Contains(info2.Fallback, "not goroce's") {
+		t.Fatalf("auto beside a foreign XDP program: backend %s, fallback %q; want afpacket after AF_XDP's busy error", info2.Backend, info2.Fallback)
 	}
 }
 

@@ -40,9 +40,12 @@ func openRawLink(ifname string, o *InterfaceOptions, info *InterfaceInfo) (nic.L
 			return l, nil
 		}
 		// auto falls back to AF_PACKET when AF_XDP cannot run here (this
-		// kernel, driver or process's privileges) or another process holds
-		// the interface's XDP hook.
-		if backend == BackendAFXDP || !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, afxdp.ErrBusy) {
+		// kernel, driver or process's privileges) or a foreign XDP program
+		// holds the interface's hook (AF_PACKET sees what it passes). Not
+		// when another goroce device holds it: its program takes every
+		// RoCEv2 frame, so an AF_PACKET device would open and stay deaf.
+		fallback := errors.Is(err, errors.ErrUnsupported) || errors.Is(err, afxdp.ErrBusy) && !errors.Is(err, afxdp.ErrHeldByGoroce)
+		if backend == BackendAFXDP || !fallback {
 			return nil, rawOpenError(ifname, backend, err)
 		}
 		info.Fallback = err.Error()

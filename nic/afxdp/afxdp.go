@@ -274,7 +274,7 @@ func removeStaleProgram(attrs *netlink.LinkAttrs) error {
 	}
 	if err != nil {
 		if errors.Is(err, unix.EBUSY) {
-			return busy("attach XDP", fmt.Sprintf("%s: goroce XDP program %q (id %d) is held by a live bpf_link: another process is using this interface",
+			return heldByGoroce("attach XDP", fmt.Sprintf("%s: goroce XDP program %q (id %d) is held by a live bpf_link: another process is using this interface",
 				attrs.Name, name, x.ProgId), nil)
 		}
 		return opError("remove stale XDP program", err)
@@ -427,7 +427,7 @@ func (l *Link) bindFlags(flags uint16) error {
 		case flags&unix.XDP_ZEROCOPY != 0 && errors.Is(err, unix.EOPNOTSUPP):
 			return notSupported("AF_XDP zero copy", "a driver with AF_XDP zero-copy support", err)
 		case errors.Is(err, unix.EBUSY):
-			return busy("bind", fmt.Sprintf("%s queue %d already has an AF_XDP socket", l.ifname, l.queue), err)
+			return heldByGoroce("bind", fmt.Sprintf("%s queue %d already has an AF_XDP socket", l.ifname, l.queue), err)
 		case errors.Is(err, unix.EINVAL):
 			return opError("bind", fmt.Errorf("%s queue %d (does the queue exist? need_wakeup needs kernel >= 5.4): %w", l.ifname, l.queue, err))
 		}

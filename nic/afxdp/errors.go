@@ -18,6 +18,25 @@ var ErrNotSupported = fmt.Errorf("afxdp: AF_XDP not supported: %w", errors.ErrUn
 // to do (stop the other process, or use AF_PACKET or another interface).
 var ErrBusy = errors.New("afxdp: the interface is in use by another XDP program or AF_XDP socket")
 
+// ErrHeldByGoroce is matched, besides ErrBusy (which it wraps), when the
+// interface is held by another goroce device: goroce's XDP program behind a
+// live bpf_link, or an AF_XDP socket on the queue. That program redirects
+// every RoCEv2 frame (UDP 4791) of the interface to its own socket, so a
+// second device there would receive nothing on any backend: AF_PACKET and
+// the kernel's UDP sockets see only what XDP passes. One goroce process per
+// interface.
+var ErrHeldByGoroce = fmt.Errorf("%w: another goroce device holds it", ErrBusy)
+
+// heldByGoroce wraps a held interface's detail with ErrHeldByGoroce, and
+// says what to do: no fallback backend would receive.
+func heldByGoroce(step, detail string, err error) error {
+	if err != nil {
+		detail = fmt.Sprintf("%s (%v)", detail, err)
+	}
+	return fmt.Errorf("afxdp: %s: %s: %w; its XDP program takes every RoCEv2 frame, so a second device here would receive nothing on any backend: stop that process or use another interface",
+		step, detail, ErrHeldByGoroce)
+}
+
 // busy wraps a busy interface's detail and ErrBusy, with what to do.
 func busy(step, detail string, err error) error {
 	if err != nil {
