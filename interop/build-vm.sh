@@ -34,7 +34,7 @@ userpkgs=(
 
 # Kernel modules (and, resolved from modules.dep, their dependencies).
 modules=(virtio_pci virtio_net 9pnet_virtio 9p crc32_generic rdma_rxe ib_uverbs rdma_ucm ib_umad sch_netem sch_tbf sch_red
-	configfs crc64_rocksoft_generic nvme_core nvme_fabrics nvme_rdma nvmet nvmet_rdma loop ext4)
+	configfs crc64_rocksoft_generic nvme_core nvme_fabrics nvme_rdma nvmet nvmet_rdma loop crc32c_generic ext4)
 
 # Fast path: the apt lists and our inputs are as they were at the last build (apt-cache alone takes
 # seconds on a busy machine).

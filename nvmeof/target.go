@@ -416,6 +416,7 @@ type trsp struct {
 	data    []byte // the transfer's bytes (dataMR's or inline)
 	sgl     SGL
 	xfer    int  // transfer length
+	lte     bool // xfer is a minimum (nvmet_check_data_len_lte: DSM)
 	toHost  bool // data goes to the host (RDMA WRITE)
 	inval   bool
 	rspMR   *qp.MR
@@ -478,6 +479,7 @@ func (tq *tqueue) putRsp(r *trsp) {
 	r.data = nil
 	r.xfer = 0
 	r.inval = false
+	r.lte = false
 	r.toHost = false
 	tq.free = append(tq.free, r)
 }
@@ -696,6 +698,9 @@ func (tq *tqueue) mapSGL(r *trsp) uint16 {
 		length = int(s.Length)
 	default:
 		return StatusSGLInvalidType | StatusDNR
+	}
+	if r.lte && length > r.xfer && length <= maxTransfer {
+		r.xfer = length // DSM: the host may send more than the ranges
 	}
 	if length != r.xfer {
 		return StatusSGLInvalidData | StatusDNR

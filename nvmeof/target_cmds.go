@@ -380,12 +380,13 @@ func (tq *tqueue) parseIO(r *trsp) uint16 {
 			return 0
 		}
 	case IODSM:
-		r.xfer = int(c.CDW(10)&0xff+1) * 16
+		need := int(c.CDW(10)&0xff+1) * 16
+		r.xfer, r.lte = need, true
 		r.execute = func(r *trsp) uint16 {
 			if c.CDW(11)&(1<<2) == 0 { // not deallocate
 				return 0
 			}
-			for i := 0; i+16 <= len(r.data); i += 16 {
+			for i := 0; i+16 <= need && i+16 <= len(r.data); i += 16 {
 				nlb, slba := le.Uint32(r.data[i+4:]), le.Uint64(r.data[i+8:])
 				off, n := int64(slba)*int64(ns.BlockSize), int64(nlb)*int64(ns.BlockSize)
 				if slba > uint64(ns.Size) || off+n > ns.Size {
