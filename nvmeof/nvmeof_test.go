@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +46,9 @@ func setupOn(t *testing.T, a, b *qp.Device, addr string, size int64, bs int, twe
 		Namespaces: []*nvmeof.Namespace{{Backend: mem, Size: size, BlockSize: bs}}}}}
 	if tweak != nil {
 		tweak(tg)
+	}
+	if os.Getenv("NVMEOF_LOG") != "" {
+		tg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	if err := tg.Validate(); err != nil {
 		t.Fatal(err)

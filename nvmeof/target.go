@@ -555,6 +555,10 @@ func (tq *tqueue) completion(wc *qp.WC) bool {
 		// A failed RDMA READ/WRITE or SEND (a wrong key, a length beyond
 		// the host's MR) ends the queue, as nvmet_rdma_error_comp does.
 		tq.t.stats.QueueErrors.Add(1)
+		if wc.Status == qp.WCWRFlushErr { // the peer disconnected: the QP's queues are flushed
+			tq.t.log().Debug("nvmeof: queue flushed", "qid", tq.qid)
+			return false
+		}
 		tq.t.log().Warn("nvmeof: work completion error, disconnecting the queue", "qid", tq.qid, "wc", wc.String())
 		return false
 	}
