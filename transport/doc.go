@@ -143,7 +143,10 @@
 // owed after it, waits in the responder's queue and the deadline is now,
 // so the owner's drive loop calls Tick again after writing the batch (and
 // after reading the link). A retried READ for a PSN inside the response in
-// progress abandons the rest of it and continues from that PSN.
+// progress abandons the rest of it and continues from that PSN. A
+// SEND_WITH_INV never overtakes the queued responses of a READ through the
+// key it invalidates: they are sent first, as rxe answers a READ whole
+// before it takes the next request.
 //
 // # Inputs and outputs
 //

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
 )
 
 // mwSide gives B an MR that only windows expose: LOCAL_WRITE|MW_BIND, no
@@ -342,4 +343,64 @@ func TestMWZeroBased(t *testing.T) {
 		t.Fatal("zero-based WRITE placed elsewhere")
 	}
 	wantWC(t, write(e, 17, mw.RKey(), 16), transport.WCRemAccessErr, 0)
+}
+
+// TestMWSendWithInvAfterPacedRead: a READ through a window whose responses
+// are still paced out (more than ResponseBudget packets) when a
+// SEND_WITH_INV of the same key arrives is answered whole first, as rxe
+// answers a READ before it takes the next request: the READ completes with
+// the window's data and the window is invalidated after it. Before, the
+// invalidation overtook the queued responses, the next one met a dead key,
+// B NAKed it and went to ERR (the nvmeof host's queue flush under
+// duplication and reordering: a retried READ replayed behind the
+// SEND_WITH_INV that ended the command).
+func TestMWSendWithInvAfterPacedRead(t *testing.T) {
+	const n = (transport.ResponseBudget + 8) * 1024
+	e := newEPair(t, eopts{})
+	buf := make([]byte, n)
+	for i := range buf {
+		buf[i] = byte(i*13 + 5)
+	}
+	mr, err := e.b.pd.RegisterIOVA(buf, 0x100000, memreg.LocalWrite|memreg.MWBind)
+	must(t, err)
+	mw, err := e.b.pd.AllocMW(memreg.MWType2)
+	must(t, err)
+	wantWC(t, bind(e, e.b, mw, mr, 0x100000, n, memreg.RemoteRead, 9), transport.WCSuccess, transport.WCBindMW)
+	rk := mw.RKey()
+	must(t, e.b.q.PostRecv(&transport.RecvWR{WRID: 5, SGL: []transport.SGE{e.b.sge(0, 64)}}))
+	e.post(e.a, &transport.SendWR{WRID: 3, Opcode: transport.WRRDMARead, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(0, n)}, RemoteAddr: 0x100000, RKey: rk})
+	e.post(e.a, &transport.SendWR{WRID: 4, Opcode: transport.WRSendWithInv, Flags: transport.SendSignaled,
+		SGL: []transport.SGE{e.a.sge(n, 16)}, InvRKey: rk})
+	// Both requests reach B in one go, before B's next engine call.
+	for _, want := range []wire.Opcode{wire.RCRDMAReadRequest, wire.RCSendOnlyWithInvalidate} {
+		f, ok := e.a.out.pop()
+		if !ok {
+			t.Fatalf("A sent no %v", want)
+		}
+		must(t, wire.Parse(append([]byte(nil), f...), &e.pkt))
+		if e.pkt.Opcode() != want {
+			t.Fatalf("A sent %v, want %v", e.pkt.Opcode(), want)
+		}
+		e.b.q.Receive(&e.pkt, e.now)
+	}
+	e.run(10)
+	if e.b.q.State() == transport.StateErr || e.a.q.State() == transport.StateErr {
+		t.Fatalf("states A %v B %v", e.a.q.State(), e.b.q.State())
+	}
+	wcs := e.a.scq.take()
+	if len(wcs) != 2 || wcs[0].Status != transport.WCSuccess || wcs[0].Opcode != transport.WCRDMARead ||
+		wcs[1].Status != transport.WCSuccess || wcs[1].Opcode != transport.WCSend {
+		t.Fatalf("A's completions %v", wcs)
+	}
+	if !bytes.Equal(e.a.buf[:n], buf) {
+		t.Fatal("READ data differs")
+	}
+	r := e.b.rcq.take()
+	if len(r) != 1 || r[0].Status != transport.WCSuccess || r[0].Flags&transport.WCWithInv == 0 || r[0].InvRKey != rk {
+		t.Fatalf("B's receive completion %v", r)
+	}
+	if mw.Bound() {
+		t.Fatal("window still bound after SEND_WITH_INV")
+	}
 }

@@ -466,6 +466,9 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	}
 	if op.HasInv() {
 		rkey := p.IETH.RKey()
+		if !r.drainReadsOf(rkey) {
+			return
+		}
 		if err := r.qp.cfg.MRs.Invalidate(rkey, r.qp.cfg.PD); err != nil {
 			// rxe (class J): no NAK; the QP goes to ERR and the RECV
 			// completes in error. execute returns before counting the
@@ -804,6 +807,26 @@ func (r *responder) replayRead(res *resource, psn wire.PSN, va uint64, length ui
 		}
 	}
 	r.startRead(res, psn, va, length, mid)
+}
+
+// drainReadsOf sends the queued responses of every earlier READ that
+// reads through rkey before a SEND_WITH_INV invalidates it. rxe answers a
+// READ (new or replayed) whole before it takes the next request (get_req
+// continues qp->resp.res first), so an invalidation never overtakes the
+// responses of a READ that arrived before it; the pacing here
+// (ResponseBudget) must not let it either, or the rest of that READ — a
+// duplicate replayed after the requester's retry, say — meets a dead key,
+// is NAKed and the QP goes to ERR. It reports false when one of those
+// responses failed anyway (the QP is then in ERR).
+func (r *responder) drainReadsOf(rkey uint32) bool {
+	for i := r.pendHead; i < r.pendTail; i++ {
+		e := &r.pend[i%uint64(len(r.pend))]
+		if e.kind == pendRead && e.rkey == rkey {
+			r.pump(-1)
+			return r.qp.attr.State != StateErr
+		}
+	}
+	return true
 }
 
 func (r *responder) sendNAK(psn wire.PSN, code wire.NAKCode) {
