@@ -217,6 +217,14 @@ func TestHostileCapsules(t *testing.T) {
 	if _, err := ns.ReadAt(got, 4096); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("the good host after the hostile ones: %v", err)
 	}
+	// The target counts a queue's error on its own goroutine, which may run
+	// after the host saw the queue end: wait for the counts (bounded by ctx).
+	for e.t.Stats().MalformedCapsules.Load() < 1 || e.t.Stats().QueueErrors.Load() < 2 {
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if e.t.Stats().MalformedCapsules.Load() != 1 || e.t.Stats().QueueErrors.Load() < 2 {
 		t.Fatalf("stats: malformed %d, queue errors %d", e.t.Stats().MalformedCapsules.Load(), e.t.Stats().QueueErrors.Load())
 	}
