@@ -25,7 +25,7 @@ type pkg struct {
 // TestLayering checks the package layering of docs/architecture.md against
 // the build graph (non-test imports, transitively):
 //
-//	wire ← memreg, atomic ← transport ← qp ← netdev, cmd, bench
+//	wire ← memreg, atomic ← transport ← qp ← cm ← rsock, nvmeof ← cmd, bench
 //	nic/... beside them, knowing nothing of transport or qp
 //
 // and that no program links the testing package: neither the main packages
@@ -46,6 +46,9 @@ func TestLayering(t *testing.T) {
 		return false
 	}
 
+	// below is everything under the connection manager: the verbs API and
+	// what it is built of.
+	below := []string{"wire", "mad", "memreg", "atomic", "transport", "qp", "nic", "internal/pcapfile"}
 	// allowed: each layer's packages may depend, outside the standard
 	// library, only on the packages listed (and on their own subpackages).
 	layers := []struct {
@@ -72,6 +75,30 @@ func TestLayering(t *testing.T) {
 				}
 				t.Errorf("%s depends on %s (allowed outside the standard library: %v): %s",
 					rel(path), rel(d), l.allowed, chain(pkgs, path, d))
+			}
+		}
+	}
+	// The connection manager and the applications above it depend on no
+	// package of this module above their layer (no cmd, bench, metrics,
+	// interop, sim), and the two applications not on each other; modules
+	// from outside come through qp's own imports.
+	for _, l := range []struct {
+		layer   string
+		allowed []string
+	}{
+		{"cm", below},
+		{"rsock", append([]string{"cm"}, below...)},
+		{"nvmeof", append([]string{"cm"}, below...)},
+	} {
+		for _, path := range paths {
+			if !under(path, l.layer) {
+				continue
+			}
+			checked[l.layer] = true
+			for _, d := range pkgs[path].Deps {
+				if own(d) && !under(d, l.layer) && !under(d, l.allowed...) {
+					t.Errorf("%s depends on %s (allowed in this module: %v): %s", rel(path), rel(d), l.allowed, chain(pkgs, path, d))
+				}
 			}
 		}
 	}
@@ -124,7 +151,7 @@ func TestLayering(t *testing.T) {
 		}
 	}
 
-	for _, c := range []string{"wire", "mad", "memreg", "atomic", "transport", "nic", "qp", "sim", "cmd/goroce", "qp without prometheus"} {
+	for _, c := range []string{"wire", "mad", "memreg", "atomic", "transport", "cm", "rsock", "nvmeof", "nic", "qp", "sim", "cmd/goroce", "qp without prometheus"} {
 		if !checked[c] {
 			t.Errorf("no package %s in the build graph: the layering rules name packages that no longer exist", c)
 		}
