@@ -46,6 +46,28 @@ func TestPcapWriter(t *testing.T) {
 		}
 		waitWC(t, ea.cq)
 	}
+	// settle waits until every frame the link carried is in the captures
+	// twice (at its sender and at its receiver): a frame still on the link
+	// when the writers are swapped or the devices closed would be in one
+	// capture only. Bounded; the assertions below report what is missing.
+	settle := func() {
+		t.Helper()
+		count := func(buf *tapBuf) int {
+			recs, _ := pcapfile.ReadAll(bytes.NewReader(buf.snapshot()))
+			return len(recs)
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			for _, pw := range []*qp.PcapWriter{pwA, pwB, pwBoth} {
+				if err := pw.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if count(&bufA)+count(&bufB)+count(&bufBoth) == 2*count(&linkTap) {
+				return
+			}
+		}
+	}
+	settle()
 	a.SetPcap(pwBoth) // from here A's frames go to the shared writer
 	b.SetPcap(pwBoth)
 	if err := ea.q.PostSend(&qp.SendWR{WRID: 9, Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
@@ -53,7 +75,7 @@ func TestPcapWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWC(t, ea.cq)
-	time.Sleep(10 * time.Millisecond) // the READ's trailing frames, if any
+	settle() // the READ's trailing frames, if any
 	a.Close()
 	b.Close()
 	end := time.Now()
