@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/netip"
@@ -138,30 +137,11 @@ func nvmeRun(ctx context.Context, ns *nvmeof.HostNamespace, write bool, bs int, 
 
 // writeNVMe is the nvmeof cell's table.
 func writeNVMe(w io.Writer, r *results) {
-	var lines []string
-	for _, s := range r.sections {
-		k := func(m string) key { return key{s.backend, s.mtu, m} }
-		if _, err := r.get(k(mNVMeRandRead)); err != nil {
-			continue
-		}
-		row := func(what, m, base string, u unit) {
-			lines = append(lines, fmt.Sprintf("| %s | %d | %s | %s | %s | %s |", s.backend, s.mtu, what,
-				r.cell(k(m), u), r.cell(k(base), u), r.ratioCell(k(m), k(base))))
-		}
-		row("4 KiB random read IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandRead, mNVMeWrite4k, fmtRate)
-		row("4 KiB random write IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandWrite, mNVMeWrite4k, fmtRate)
-		row("128 KiB sequential read Gbit/s / 64 KiB READ Gbit/s", mNVMeSeqRead, mNVMeRead64k, fmtGbit)
-	}
-	if len(lines) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "## NVMe over Fabrics against goroce's own verbs\n\ngoroce's NVMe-oF host against goroce's target "+
+	writeVersus(w, r, "NVMe over Fabrics against goroce's own verbs", "goroce's NVMe-oF host against goroce's target "+
 		"(package nvmeof, a 256 MiB memory namespace, one I/O queue of depth 32, both in this process), and goroce's "+
-		"RDMA WRITE/READ rates on the same devices in the same cell.\n\n")
-	fmt.Fprintln(w, "| backend | MTU | measure | NVMe-oF | goroce verbs | ratio |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
-	for _, l := range lines {
-		fmt.Fprintln(w, l)
-	}
-	fmt.Fprintln(w)
+		"RDMA WRITE/READ rates on the same devices in the same cell.", "NVMe-oF | goroce verbs | ratio", []versusRow{
+		{"4 KiB random read IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandRead, mNVMeWrite4k, fmtRate},
+		{"4 KiB random write IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandWrite, mNVMeWrite4k, fmtRate},
+		{"128 KiB sequential read Gbit/s / 64 KiB READ Gbit/s", mNVMeSeqRead, mNVMeRead64k, fmtGbit},
+	})
 }

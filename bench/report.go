@@ -472,40 +472,55 @@ func writeTargets(w io.Writer, r *results) {
 	fmt.Fprintln(w)
 }
 
-// writeRsock is the rsock cell's table: rsock against Go TCP, measured side
-// by side on the same veth.
-func writeRsock(w io.Writer, r *results) {
+// versusRow is one row of a side-by-side table: measure m against base.
+type versusRow struct {
+	what, m, base string
+	u             unit
+}
+
+// writeVersus writes a side-by-side table (heading, intro, the names of
+// the two measures' and the ratio's columns) for every section in which rows' first measure was tried; a row
+// whose measure was never tried is left out, a failed one shows its error.
+func writeVersus(w io.Writer, r *results, heading, intro, cols string, rows []versusRow) {
 	var lines []string
 	for _, s := range r.sections {
 		k := func(m string) key { return key{s.backend, s.mtu, m} }
-		if _, err := r.get(k(mRsockStream + ".gbps")); errors.Is(err, errNotMeasured) {
+		if _, err := r.get(k(rows[0].m)); errors.Is(err, errNotMeasured) {
 			continue
 		}
-		row := func(what, rs, tcp string, u unit) {
-			if _, err := r.get(k(rs)); errors.Is(err, errNotMeasured) {
-				return
+		for _, row := range rows {
+			if _, err := r.get(k(row.m)); errors.Is(err, errNotMeasured) {
+				continue
 			}
-			lines = append(lines, fmt.Sprintf("| %s | %d | %s | %s | %s | %s |", s.backend, s.mtu, what,
-				r.cell(k(rs), u), r.cell(k(tcp), u), r.ratioCell(k(rs), k(tcp))))
+			lines = append(lines, fmt.Sprintf("| %s | %d | %s | %s | %s | %s |", s.backend, s.mtu, row.what,
+				r.cell(k(row.m), row.u), r.cell(k(row.base), row.u), r.ratioCell(k(row.m), k(row.base))))
 		}
-		row("one stream, 64 KiB writes, Gbit/s", mRsockStream+".gbps", mRsockTCP+".gbps", fmtGbit)
-		row("busy CPU-s per GB, whole machine", mRsockStream+".cpugb", mRsockTCP+".cpugb", fmtNum)
-		row("process CPU-s per GB", mRsockStream+".procgb", mRsockTCP+".procgb", fmtNum)
-		for _, q := range []string{"p50", "mean", "p99"} {
-			row("64 B request/response, µs, "+q, mRsockRTT+"."+q, mRsockTCPRTT+"."+q, fmtMicros)
-		}
-		row("HTTP/1.1 GETs per second (one connection, 64 B body)", mRsockHTTP, mRsockTCPWeb, fmtRate)
 	}
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "## rsock against Go TCP\n\nrsock (package rsock: rsockets over goroce) and the kernel's TCP through Go's net package, "+
-		"each measured in the same cell on the same veth, both ends in this process (goroutines; the TCP and rsock "+
-		"ends placed alike).\n\n")
-	fmt.Fprintln(w, "| backend | MTU | measure | rsock | Go TCP | rsock/TCP |")
+	fmt.Fprintf(w, "## %s\n\n%s\n\n", heading, intro)
+	fmt.Fprintf(w, "| backend | MTU | measure | %s |\n", cols)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
+}
+
+// writeRsock is the rsock cell's table: rsock against Go TCP, measured side
+// by side on the same veth.
+func writeRsock(w io.Writer, r *results) {
+	rows := []versusRow{
+		{"one stream, 64 KiB writes, Gbit/s", mRsockStream + ".gbps", mRsockTCP + ".gbps", fmtGbit},
+		{"busy CPU-s per GB, whole machine", mRsockStream + ".cpugb", mRsockTCP + ".cpugb", fmtNum},
+		{"process CPU-s per GB", mRsockStream + ".procgb", mRsockTCP + ".procgb", fmtNum},
+	}
+	for _, q := range []string{"p50", "mean", "p99"} {
+		rows = append(rows, versusRow{"64 B request/response, µs, " + q, mRsockRTT + "." + q, mRsockTCPRTT + "." + q, fmtMicros})
+	}
+	rows = append(rows, versusRow{"HTTP/1.1 GETs per second (one connection, 64 B body)", mRsockHTTP, mRsockTCPWeb, fmtRate})
+	writeVersus(w, r, "rsock against Go TCP", "rsock (package rsock: rsockets over goroce) and the kernel's TCP through Go's net package, "+
+		"each measured in the same cell on the same veth, both ends in this process (goroutines; the TCP and rsock "+
+		"ends placed alike).", "rsock | Go TCP | rsock/TCP", rows)
 }
