@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/goroce/goroce/transport"
 )
 
 // ErrCQOverrun is returned by Poll once completions were lost because the
@@ -47,10 +49,24 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	return &CQ{dev: d, ring: make([]WC, cqe), event: make(chan struct{}, 1), wake: make(chan struct{}, 1)}, nil
 }
 
-// Complete adds a completion (called by the engines, with the device lock
-// held). On a full CQ the completion is lost and the CQ goes to the error
-// state (ErrCQOverrun).
-func (cq *CQ) Complete(wc *WC) {
+// cqSink is the engines' view of a CQ: its Complete implements
+// transport.CompletionQueue. It is a separate type so that the callback,
+// which relies on the device lock the engines run under, is not part of
+// CQ's public API.
+type cqSink CQ
+
+var _ transport.CompletionQueue = (*cqSink)(nil)
+
+// sink returns the CQ as the engines' completion queue.
+func (cq *CQ) sink() *cqSink { return (*cqSink)(cq) }
+
+// Complete implements transport.CompletionQueue (the device lock held).
+func (s *cqSink) Complete(wc *transport.WC) { (*CQ)(s).complete((*WC)(wc)) }
+
+// complete adds a completion (called by the engines through cqSink, with
+// the device lock held). On a full CQ the completion is lost and the CQ
+// goes to the error state (ErrCQOverrun).
+func (cq *CQ) complete(wc *WC) {
 	if d := cq.dev; d.selfCQ == cq && !d.ownerDrive {
 		d.kickOwner() // from another goroutine than the one driving for cq
 	}

@@ -47,7 +47,7 @@ func TestCQWaitWakesEveryWaiter(t *testing.T) {
 		}
 		for i := range n {
 			d.mu.Lock()
-			cq.Complete(&WC{WRID: uint64(i)})
+			cq.complete(&WC{WRID: uint64(i)})
 			d.mu.Unlock()
 			if !burst {
 				<-got
@@ -82,8 +82,8 @@ func TestCQWaitWakesEveryWaiter(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		d.mu.Lock()
-		cq.Complete(&WC{WRID: 2})
-		cq.Complete(&WC{WRID: 3}) // overruns the one-entry CQ unless 2 was taken
+		cq.complete(&WC{WRID: 2})
+		cq.complete(&WC{WRID: 3}) // overruns the one-entry CQ unless 2 was taken
 		d.mu.Unlock()
 		r := <-resc
 		if r.err == ErrCQOverrun {

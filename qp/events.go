@@ -338,7 +338,7 @@ type qpHooks struct {
 // qpHooks returns the hooks for a QP about to be created (d.mu held);
 // attach completes them once its engine exists.
 func (d *Device) qpHooks(recvCQ *CQ) *qpHooks {
-	return &qpHooks{d: d, out: &d.tx, rcq: recvCQ}
+	return &qpHooks{d: d, out: &d.tx, rcq: recvCQ.sink()}
 }
 
 func (h *qpHooks) attach(eng *transport.QP) { h.eng = eng }

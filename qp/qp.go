@@ -111,7 +111,7 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 	hooks := d.qpHooks(ia.RecvCQ)
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
-		SendCQ: ia.SendCQ, RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
+		SendCQ: ia.SendCQ.sink(), RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
 		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, SRQ: srq, Type: ia.Type,
 		CC: d.cc, OnLastWQE: hooks.lastWQE,
 	})
