@@ -298,23 +298,12 @@ func (l *Listener) Close() error { return l.l.close() }
 // Addr is the address the Listener listens on.
 func (l *Listener) Addr() netip.AddrPort { return l.l.addr }
 
-// Conn is one RC connection made by Dial or Accept.
+// Conn is one RC (or UC) connection made by Dial or Accept: its QP (in
+// RTS), PD and CQs, and the peer.
 type Conn struct {
-	c *conn
+	*resources // QP, PD, SendCQ, RecvCQ
+	c          *conn
 }
-
-// QP is the connection's RC queue pair, in RTS.
-func (c *Conn) QP() *qp.QP { return c.c.qp }
-
-// PD is the protection domain the QP belongs to (Options.PD or the
-// connection's own).
-func (c *Conn) PD() *qp.PD { return c.c.pd }
-
-// SendCQ and RecvCQ are the QP's completion queues.
-func (c *Conn) SendCQ() *qp.CQ { return c.c.sendCQ }
-
-// RecvCQ is the QP's receive completion queue.
-func (c *Conn) RecvCQ() *qp.CQ { return c.c.recvCQ }
 
 // LocalAddr is this side's IP address and port (the cma_hdr's).
 func (c *Conn) LocalAddr() netip.AddrPort { return c.c.local }
@@ -343,22 +332,12 @@ func (c *Conn) Err() error { return c.c.err() }
 // with the PD and CQs the connection allocated itself. Close is idempotent.
 func (c *Conn) Close() error { return c.c.close() }
 
-// UDEndpoint is a local UD QP and the remote UD service DialUD resolved.
+// UDEndpoint is a local UD QP (in RTS, Q_Key RDMA_UDP_QKEY) and the
+// remote UD service DialUD resolved.
 type UDEndpoint struct {
-	u *udEndpoint
+	*resources // QP, PD, SendCQ, RecvCQ
+	u          *udEndpoint
 }
-
-// QP is the local UD queue pair (in RTS, Q_Key RDMA_UDP_QKEY).
-func (e *UDEndpoint) QP() *qp.QP { return e.u.qp }
-
-// PD is the protection domain of the QP.
-func (e *UDEndpoint) PD() *qp.PD { return e.u.pd }
-
-// SendCQ is the QP's send completion queue.
-func (e *UDEndpoint) SendCQ() *qp.CQ { return e.u.sendCQ }
-
-// RecvCQ is the QP's receive completion queue.
-func (e *UDEndpoint) RecvCQ() *qp.CQ { return e.u.recvCQ }
 
 // AH is the address handle of the resolved peer (SendWR.AH).
 func (e *UDEndpoint) AH() *qp.AH { return e.u.ah }
@@ -383,22 +362,12 @@ func (e *UDEndpoint) PrivateData() []byte { return e.u.peerPrivate }
 // Close destroys the QP (and the PD and CQs it allocated itself).
 func (e *UDEndpoint) Close() error { return e.u.close() }
 
-// UDListener answers SIDR_REQs for one port with its UD QP.
+// UDListener answers SIDR_REQs for one port with its UD QP (in RTS, Q_Key
+// RDMA_UDP_QKEY).
 type UDListener struct {
-	u *udListener
+	*resources // QP, PD, SendCQ, RecvCQ
+	u          *udListener
 }
-
-// QP is the listener's UD queue pair.
-func (l *UDListener) QP() *qp.QP { return l.u.qp }
-
-// PD is the protection domain of the QP.
-func (l *UDListener) PD() *qp.PD { return l.u.pd }
-
-// SendCQ is the QP's send completion queue.
-func (l *UDListener) SendCQ() *qp.CQ { return l.u.sendCQ }
-
-// RecvCQ is the QP's receive completion queue.
-func (l *UDListener) RecvCQ() *qp.CQ { return l.u.recvCQ }
 
 // QKey is the Q_Key the listener's QP accepts (and SIDR_REP announces).
 func (l *UDListener) QKey() uint32 { return l.u.qkey }

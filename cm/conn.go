@@ -85,17 +85,14 @@ func (o *Options) withDefaults() Options {
 
 // conn is a Conn's state.
 type conn struct {
-	a              *agent
-	id             *cmID
-	dev            *qp.Device
-	qp             *qp.QP
-	pd             *qp.PD
-	sendCQ, recvCQ *qp.CQ
-	ownPD          bool
-	local, remote  netip.AddrPort
-	peerPrivate    []byte
-	log            *slog.Logger
-	port           uint16 // the ephemeral port Dial reserved (0: none)
+	resources
+	a             *agent
+	id            *cmID
+	dev           *qp.Device
+	local, remote netip.AddrPort
+	peerPrivate   []byte
+	log           *slog.Logger
+	port          uint16 // the ephemeral port Dial reserved (0: none)
 
 	done        chan struct{}
 	closing     chan struct{} // closed when the DREQ got its DREP (or gave up)
@@ -112,30 +109,11 @@ type conn struct {
 // moves the QP to INIT with the access flags cm_init_qp_init_attr gives:
 // REMOTE_WRITE, plus READ and ATOMIC when we take RDMA READs/atomics.
 func newConn(a *agent, dev *qp.Device, o *Options) (*conn, error) {
-	c := &conn{a: a, dev: dev, log: o.Logger, done: make(chan struct{}), closing: make(chan struct{})}
-	c.pd, c.sendCQ, c.recvCQ = o.PD, o.SendCQ, o.RecvCQ
-	if c.pd == nil {
-		c.pd = dev.AllocPD()
-		c.ownPD = true
-	} else if c.pd.Device() != dev {
-		return nil, errors.New("cm: Options.PD belongs to another device")
+	r, err := newResources(dev, o)
+	if err != nil {
+		return nil, err
 	}
-	var err error
-	if c.sendCQ == nil {
-		if c.sendCQ, err = dev.CreateCQ(o.Cap.MaxSendWR + o.Cap.MaxRecvWR); err != nil {
-			c.free()
-			return nil, err
-		}
-		if c.recvCQ == nil {
-			c.recvCQ = c.sendCQ
-		}
-	}
-	if c.recvCQ == nil {
-		if c.recvCQ, err = dev.CreateCQ(o.Cap.MaxRecvWR); err != nil {
-			c.free()
-			return nil, err
-		}
-	}
+	c := &conn{resources: r, a: a, dev: dev, log: o.Logger, done: make(chan struct{}), closing: make(chan struct{})}
 	if o.QPType != qp.QPTypeRC && o.QPType != qp.QPTypeUC {
 		c.free()
 		return nil, fmt.Errorf("cm: QP type %v cannot be connected (RC or UC)", o.QPType)
@@ -170,11 +148,8 @@ func (c *conn) free() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = c.qp.Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState)
 		cancel()
-		_ = c.qp.Destroy()
 	}
-	if c.ownPD {
-		_ = c.pd.Dealloc()
-	}
+	_ = c.resources.free()
 	if c.port != 0 {
 		c.a.mu.Lock()
 		delete(c.a.ports, c.port)
@@ -491,7 +466,7 @@ func (c *conn) established(ctx context.Context, id *cmID, rep *mad.REP, rqPSN ui
 	a.mu.Unlock()
 	a.flush(&out)
 	c.startWatch()
-	return &Conn{c: c}, nil
+	return c.public(), nil
 }
 
 // wholePrivate copies a received private data area whole, as rdma_cm hands
@@ -508,6 +483,9 @@ func wholePrivate(b []byte) []byte {
 func rejectError(m *mad.REJ) error {
 	return &RejectError{Reason: m.Reason, PrivateData: wholePrivate(m.PrivateData[:])}
 }
+
+// public is the Conn the application gets.
+func (c *conn) public() *Conn { return &Conn{resources: &c.resources, c: c} }
 
 // startWatch hands the ID's events to a goroutine for the connection's
 // life: DREQ from the peer, DREP for Close, the end of timewait.

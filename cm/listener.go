@@ -251,7 +251,7 @@ func (l *listener) serve(id *cmID, req *mad.REQ, hdr mad.CMAHeader, from madAddr
 				closed := l.closed
 				a.mu.Unlock()
 				c.startWatch()
-				cn := &Conn{c: c}
+				cn := c.public()
 				if closed {
 					cn.Close()
 					return

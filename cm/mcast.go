@@ -49,16 +49,13 @@ const MulticastQKey = udpQKey
 // group's Q_Key (attached to the group unless joined send-only) and the
 // address handle to send to it.
 type Multicast struct {
-	q        *qp.QP
-	pd       *qp.PD
-	ownPD    bool
-	scq, rcq *qp.CQ
-	ah       *qp.AH
-	mgid     qp.GID
-	group    netip.Addr
-	attached bool
-	once     sync.Once
-	err      error
+	resources // QP, PD, SendCQ, RecvCQ
+	ah        *qp.AH
+	mgid      qp.GID
+	group     netip.Addr
+	attached  bool
+	once      sync.Once
+	err       error
 }
 
 // JoinMulticast joins the IPv4 multicast group (rdma_join_multicast on a
@@ -91,7 +88,7 @@ func JoinMulticast(ctx context.Context, dev *qp.Device, group netip.Addr, opts *
 	}
 	m := &Multicast{group: group, mgid: netip.AddrFrom16(group.As16())}
 	var err error
-	if m.q, m.pd, m.ownPD, m.scq, m.rcq, err = newUDQP(dev, &o, udpQKey); err != nil {
+	if m.resources, err = newUDQP(dev, &o, udpQKey); err != nil {
 		return nil, err
 	}
 	if m.ah, err = m.pd.CreateAH(ctx, qp.AHAttr{GID: m.mgid, SGIDIndex: 1, HopLimit: 64}); err != nil {
@@ -99,7 +96,7 @@ func JoinMulticast(ctx context.Context, dev *qp.Device, group netip.Addr, opts *
 		return nil, fmt.Errorf("cm: join multicast %v: %w", group, err)
 	}
 	if flags == JoinFullMember {
-		if err := m.q.AttachMcast(m.mgid, 0); err != nil {
+		if err := m.qp.AttachMcast(m.mgid, 0); err != nil {
 			m.Leave()
 			return nil, fmt.Errorf("cm: join multicast %v: %w", group, err)
 		}
@@ -107,18 +104,6 @@ func JoinMulticast(ctx context.Context, dev *qp.Device, group netip.Addr, opts *
 	}
 	return m, nil
 }
-
-// QP is the UD queue pair (in RTS, Q_Key MulticastQKey).
-func (m *Multicast) QP() *qp.QP { return m.q }
-
-// PD is the protection domain of the QP.
-func (m *Multicast) PD() *qp.PD { return m.pd }
-
-// SendCQ is the QP's send completion queue.
-func (m *Multicast) SendCQ() *qp.CQ { return m.scq }
-
-// RecvCQ is the QP's receive completion queue.
-func (m *Multicast) RecvCQ() *qp.CQ { return m.rcq }
 
 // AH is the address handle to the group (the join event's ah_attr).
 func (m *Multicast) AH() *qp.AH { return m.ah }
@@ -144,16 +129,13 @@ func (m *Multicast) RemoteQKey() uint32 { return udpQKey }
 func (m *Multicast) Leave() error {
 	m.once.Do(func() {
 		if m.attached {
-			m.err = m.q.DetachMcast(m.mgid, 0)
+			m.err = m.qp.DetachMcast(m.mgid, 0)
 		}
 		if m.ah != nil {
 			m.ah.Destroy()
 		}
-		if err := m.q.Destroy(); err != nil && m.err == nil {
+		if err := m.free(); err != nil && m.err == nil {
 			m.err = err
-		}
-		if m.ownPD {
-			_ = m.pd.Dealloc()
 		}
 	})
 	return m.err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/goroce/goroce/mad"
 	"github.com/goroce/goroce/qp"
@@ -34,72 +33,14 @@ func (e *SIDRError) Is(target error) bool {
 
 // udEndpoint is a UDEndpoint's state.
 type udEndpoint struct {
+	resources
 	a                     *agent
-	qp                    *qp.QP
-	pd                    *qp.PD
-	ownPD                 bool
-	sendCQ, recvCQ        *qp.CQ
 	ah                    *qp.AH
 	remoteQPN, remoteQKey uint32
 	local, remote         netip.AddrPort
 	peerPrivate           []byte
 	port                  uint16
 	once                  sync.Once
-}
-
-// newUDQP creates a UD QP with Q_Key qkey in RTS (cma_init_ud_qp: INIT with
-// the port space's Q_Key, RTR, RTS with SQ PSN 0), calling Prepare in INIT.
-func newUDQP(dev *qp.Device, o *Options, qkey uint32) (q *qp.QP, pd *qp.PD, ownPD bool, scq, rcq *qp.CQ, err error) {
-	pd, scq, rcq = o.PD, o.SendCQ, o.RecvCQ
-	if pd == nil {
-		pd, ownPD = dev.AllocPD(), true
-	} else if pd.Device() != dev {
-		return nil, nil, false, nil, nil, errors.New("cm: Options.PD belongs to another device")
-	}
-	fail := func(err error) (*qp.QP, *qp.PD, bool, *qp.CQ, *qp.CQ, error) {
-		if q != nil {
-			_ = q.Destroy()
-		}
-		if ownPD {
-			_ = pd.Dealloc()
-		}
-		return nil, nil, false, nil, nil, err
-	}
-	if scq == nil {
-		if scq, err = dev.CreateCQ(o.Cap.MaxSendWR + o.Cap.MaxRecvWR); err != nil {
-			return fail(err)
-		}
-		if rcq == nil {
-			rcq = scq
-		}
-	}
-	if rcq == nil {
-		if rcq, err = dev.CreateCQ(o.Cap.MaxRecvWR); err != nil {
-			return fail(err)
-		}
-	}
-	if q, err = pd.CreateQP(qp.InitAttr{Type: qp.QPTypeUD, SendCQ: scq, RecvCQ: rcq, Cap: o.Cap,
-		BlockSelfMcastLoopback: o.BlockSelfMcastLoopback}); err != nil {
-		return fail(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := q.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, QKey: qkey},
-		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
-		return fail(err)
-	}
-	if o.Prepare != nil {
-		if err := o.Prepare(q); err != nil {
-			return fail(fmt.Errorf("cm: Prepare: %w", err))
-		}
-	}
-	if err := q.Modify(ctx, &qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
-		return fail(err)
-	}
-	if err := q.Modify(ctx, &qp.Attr{State: qp.StateRTS, SQPSN: 0}, qp.AttrState|qp.AttrSQPSN); err != nil {
-		return fail(err)
-	}
-	return q, pd, ownPD, scq, rcq, nil
 }
 
 func dialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDEndpoint, error) {
@@ -125,7 +66,7 @@ func dialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*U
 	}
 	defer a.release()
 	u := &udEndpoint{a: a, remote: raddr}
-	if u.qp, u.pd, u.ownPD, u.sendCQ, u.recvCQ, err = newUDQP(dev, &o, udpQKey); err != nil {
+	if u.resources, err = newUDQP(dev, &o, udpQKey); err != nil {
 		return nil, err
 	}
 	if err := resolvePeer(ctx, u.pd, lip, raddr.Addr()); err != nil {
@@ -198,7 +139,7 @@ func dialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*U
 					return nil, err
 				}
 				u.ah = ah
-				return &UDEndpoint{u: u}, nil
+				return &UDEndpoint{resources: &u.resources, u: u}, nil
 			case evTimeout, evFinished:
 				u.close()
 				return nil, fmt.Errorf("%w: no SIDR_REP from %v after %d SIDR_REQs", ErrTimeout, raddr, id.maxRet+1)
@@ -212,10 +153,7 @@ func (u *udEndpoint) close() error {
 		if u.ah != nil {
 			u.ah.Destroy()
 		}
-		_ = u.qp.Destroy()
-		if u.ownPD {
-			_ = u.pd.Dealloc()
-		}
+		_ = u.resources.free()
 		if u.port != 0 {
 			u.a.mu.Lock()
 			delete(u.a.ports, u.port)
@@ -227,18 +165,15 @@ func (u *udEndpoint) close() error {
 
 // udListener is a UDListener's state; closed is under a.mu.
 type udListener struct {
-	a              *agent
-	o              Options
-	qp             *qp.QP
-	pd             *qp.PD
-	ownPD          bool
-	sendCQ, recvCQ *qp.CQ
-	qkey           uint32
-	addr           netip.AddrPort
-	sid            uint64
-	closed         bool
-	wg             sync.WaitGroup
-	once           sync.Once
+	resources
+	a      *agent
+	o      Options
+	qkey   uint32
+	addr   netip.AddrPort
+	sid    uint64
+	closed bool
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 func listenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDListener, error) {
@@ -261,7 +196,7 @@ func listenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (
 		return nil, err
 	}
 	l := &udListener{a: a, o: o, qkey: udpQKey}
-	if l.qp, l.pd, l.ownPD, l.sendCQ, l.recvCQ, err = newUDQP(dev, &o, udpQKey); err != nil {
+	if l.resources, err = newUDQP(dev, &o, udpQKey); err != nil {
 		a.release()
 		return nil, err
 	}
@@ -270,20 +205,13 @@ func listenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (
 	l.addr, l.sid = netip.AddrPortFrom(ap.Addr(), port), sid
 	if a.udListeners[l.sid] != nil {
 		a.mu.Unlock()
-		l.free()
+		_ = l.free()
 		a.release()
 		return nil, fmt.Errorf("%w: %v (UDP)", ErrAddrInUse, l.addr)
 	}
 	a.udListeners[l.sid] = l
 	a.mu.Unlock()
-	return &UDListener{u: l}, nil
-}
-
-func (l *udListener) free() {
-	_ = l.qp.Destroy()
-	if l.ownPD {
-		_ = l.pd.Dealloc()
-	}
+	return &UDListener{resources: &l.resources, u: l}, nil
 }
 
 func (l *udListener) close() error {
@@ -296,7 +224,7 @@ func (l *udListener) close() error {
 		}
 		a.mu.Unlock()
 		l.wg.Wait()
-		l.free()
+		_ = l.free()
 		a.release()
 	})
 	return nil
