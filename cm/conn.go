@@ -303,26 +303,11 @@ func (a *agent) listenPort(ps mad.PortSpace, port uint16, taken func(sid uint64)
 }
 
 func dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Conn, error) {
-	o := opts.withDefaults()
-	if len(o.PrivateData) > maxREQPrivate {
-		return nil, fmt.Errorf("cm: %d bytes of REQ private data, at most %d", len(o.PrivateData), maxREQPrivate)
-	}
-	raddr, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("cm: Dial: %w", err)
-	}
-	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
-	lip, err := localAddr(dev, o.Local.Addr(), raddr.Addr())
+	s, err := begin(ctx, dev, addr, opts, kindDial)
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	a, err := acquireAgent(dev, o.Logger)
-	if err != nil {
-		return nil, err
-	}
+	o, a, raddr, lip := s.o, s.a, s.addr, s.local
 	defer a.release()
 	c, err := newConn(a, dev, &o)
 	if err != nil {

@@ -56,24 +56,11 @@ func checkLocal(dev *qp.Device, ip netip.Addr) error {
 }
 
 func listen(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Listener, error) {
-	o := opts.withDefaults()
-	if len(o.PrivateData) > maxREPPrivate {
-		return nil, fmt.Errorf("cm: %d bytes of REP private data, at most %d", len(o.PrivateData), maxREPPrivate)
-	}
-	ap, err := parseListenAddr(addr)
+	s, err := begin(ctx, dev, addr, opts, kindListen)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkLocal(dev, ap.Addr()); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	a, err := acquireAgent(dev, o.Logger)
-	if err != nil {
-		return nil, err
-	}
+	o, a, ap := s.o, s.a, s.addr
 	// Room for the backlog and every half-open request that may complete
 	// after the check of the backlog in onREQ.
 	l := &listener{a: a, dev: dev, o: o, backlog: make(chan *Conn, o.Backlog+halfOpenMax)}

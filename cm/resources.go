@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/goroce/goroce/qp"
@@ -112,4 +113,64 @@ func newUDQP(dev *qp.Device, o *Options, qkey uint32) (resources, error) {
 		return fail(err)
 	}
 	return r, nil
+}
+
+// endpointKind is what the prologue of dial, dialUD, listen and listenUD
+// checks: the message the caller's private data goes in, its room, and
+// whether the address is a peer's (dial: the call's name for a parse
+// error) or one to listen on.
+type endpointKind struct {
+	msg        string // "REQ", "SIDR_REQ", "REP", "SIDR_REP"
+	maxPrivate int
+	dial       string // "Dial", "DialUD"; "" for a listener
+}
+
+var (
+	kindDial     = endpointKind{msg: "REQ", maxPrivate: maxREQPrivate, dial: "Dial"}
+	kindDialUD   = endpointKind{msg: "SIDR_REQ", maxPrivate: maxSIDRREQPrivate, dial: "DialUD"}
+	kindListen   = endpointKind{msg: "REP", maxPrivate: maxREPPrivate}
+	kindListenUD = endpointKind{msg: "SIDR_REP", maxPrivate: maxSIDRREPPrivate}
+)
+
+// prologue is what begin found.
+type prologue struct {
+	o     Options        // opts with the defaults
+	a     *agent         // dev's CM agent, acquired: the caller releases it
+	addr  netip.AddrPort // the peer's address (dial) or the one to listen on
+	local netip.Addr     // dial: the source address for the peer
+}
+
+// begin is the prologue of dial, dialUD, listen and listenUD: the options
+// with their defaults, the private data's size, the address (a peer's, for
+// which a local address of dev is chosen; or one to listen on, unspecified
+// or dev's), ctx still live, and the device's agent acquired.
+func begin(ctx context.Context, dev *qp.Device, addr string, opts *Options, k endpointKind) (prologue, error) {
+	s := prologue{o: opts.withDefaults()}
+	if len(s.o.PrivateData) > k.maxPrivate {
+		return prologue{}, fmt.Errorf("cm: %d bytes of %s private data, at most %d", len(s.o.PrivateData), k.msg, k.maxPrivate)
+	}
+	var err error
+	if k.dial != "" {
+		if s.addr, err = netip.ParseAddrPort(addr); err != nil {
+			return prologue{}, fmt.Errorf("cm: %s: %w", k.dial, err)
+		}
+		s.addr = netip.AddrPortFrom(s.addr.Addr().Unmap(), s.addr.Port())
+		if s.local, err = localAddr(dev, s.o.Local.Addr(), s.addr.Addr()); err != nil {
+			return prologue{}, err
+		}
+	} else {
+		if s.addr, err = parseListenAddr(addr); err != nil {
+			return prologue{}, err
+		}
+		if err := checkLocal(dev, s.addr.Addr()); err != nil {
+			return prologue{}, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return prologue{}, err
+	}
+	if s.a, err = acquireAgent(dev, s.o.Logger); err != nil {
+		return prologue{}, err
+	}
+	return s, nil
 }

@@ -44,26 +44,11 @@ type udEndpoint struct {
 }
 
 func dialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDEndpoint, error) {
-	o := opts.withDefaults()
-	if len(o.PrivateData) > maxSIDRREQPrivate {
-		return nil, fmt.Errorf("cm: %d bytes of SIDR_REQ private data, at most %d", len(o.PrivateData), maxSIDRREQPrivate)
-	}
-	raddr, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("cm: DialUD: %w", err)
-	}
-	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
-	lip, err := localAddr(dev, o.Local.Addr(), raddr.Addr())
+	s, err := begin(ctx, dev, addr, opts, kindDialUD)
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	a, err := acquireAgent(dev, o.Logger)
-	if err != nil {
-		return nil, err
-	}
+	o, a, raddr, lip := s.o, s.a, s.addr, s.local
 	defer a.release()
 	u := &udEndpoint{a: a, remote: raddr}
 	if u.resources, err = newUDQP(dev, &o, udpQKey); err != nil {
@@ -177,24 +162,11 @@ type udListener struct {
 }
 
 func listenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDListener, error) {
-	o := opts.withDefaults()
-	if len(o.PrivateData) > maxSIDRREPPrivate {
-		return nil, fmt.Errorf("cm: %d bytes of SIDR_REP private data, at most %d", len(o.PrivateData), maxSIDRREPPrivate)
-	}
-	ap, err := parseListenAddr(addr)
+	s, err := begin(ctx, dev, addr, opts, kindListenUD)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkLocal(dev, ap.Addr()); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	a, err := acquireAgent(dev, o.Logger)
-	if err != nil {
-		return nil, err
-	}
+	o, a, ap := s.o, s.a, s.addr
 	l := &udListener{a: a, o: o, qkey: udpQKey}
 	if l.resources, err = newUDQP(dev, &o, udpQKey); err != nil {
 		a.release()
