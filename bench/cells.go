@@ -49,6 +49,8 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 	lim := func(n int) limit { return limit{c.cell, n} }
 	if c.cells["raw"] {
 		measureRaw(pair, mtu, b, lat, c, tag, lim, res)
+	} else if c.cells["rawrate"] {
+		measureRawRates(pair, mtu, b, tag, lim, c, res)
 	}
 	if c.cells["bw"] || (lat && c.cells["idle"]) {
 		p, err := openRDMA(pair, b, false)
@@ -112,7 +114,7 @@ func roundTrips(pair *netns.Pair, b string, busy bool, lim limit, where string, 
 
 func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag string, lim func(int) limit, res *results) {
 	if !c.rttOnly {
-		measureRawRates(pair, mtu, b, tag, lim, res)
+		measureRawRates(pair, mtu, b, tag, lim, c, res)
 	}
 	if !lat {
 		return
@@ -154,7 +156,9 @@ func measureRaw(pair *netns.Pair, mtu int, b string, lat bool, c *config, tag st
 }
 
 // measureRawRates is the raw cell's one-way rates.
-func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(int) limit, res *results) {
+// With -rawref, each rate is followed by the reference sender's at the
+// same frame length (rawref.go).
+func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(int) limit, c *config, res *results) {
 	r, err := openRaw(pair, b)
 	if err != nil {
 		progress("%s: raw links: %v", tag, err)
@@ -171,6 +175,9 @@ func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(i
 		res.add(key{b, mtu, mRawSmallLen}, float64(small.frameLen))
 	}
 	progress("%s: raw %d B frames %s/s, %d of %d sent received (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), small.frames, small.sent, err)
+	if err == nil {
+		measureRawref(pair, mtu, b, tag, small.frameLen, mRawRefSmallFPS, lim, c, res)
+	}
 	if r, err = openRaw(pair, b); err != nil {
 		res.fail(key{b, mtu, mRawFullGbps}, err)
 		return
@@ -181,7 +188,11 @@ func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(i
 	if err == nil {
 		res.add(key{b, mtu, mRawFullLen}, float64(full.frameLen))
 	}
-	progress("%s: raw %d B frames %s payload, %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), full.frames, full.sent, err)
+	progress("%s: raw %d B frames %s payload, %s frames/s, %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), fmtRate(full.framesPerSec()), full.frames, full.sent, err)
+	if err == nil {
+		res.add(key{b, mtu, mRawFullFPS}, full.framesPerSec())
+		measureRawref(pair, mtu, b, tag, full.frameLen, mRawRefFullFPS, lim, c, res)
+	}
 }
 
 func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *config, res *results) {
@@ -256,4 +267,15 @@ func measureQPs(pair *netns.Pair, mtu int, b, tag string, c *config, res *result
 		fmtBytes(float64(ring.linkBytes(b))/float64(c.qpsN)), err)
 	progress("%s: one QP %s", tag, q.oneWire)
 	progress("%s: %d QPs %s", tag, c.qpsN, q.aggWire)
+}
+
+// measureRawref runs the reference sender (-rawref) at frameLen on the
+// AF_XDP backend's pair, with the load average beside it.
+func measureRawref(pair *netns.Pair, mtu int, b, tag string, frameLen int, metric string, lim func(int) limit, c *config, res *results) {
+	if c.rawref == "" || b != qp.BackendAFXDP {
+		return
+	}
+	fps, err := rawrefRate(pair, c.rawref, frameLen, lim(maxFrames))
+	record(res, key{b, mtu, metric}, fps, err)
+	progress("%s: rawref %d B frames %s/s (load %s) (%v)", tag, frameLen, fmtRate(fps), loadavg(), err)
 }

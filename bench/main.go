@@ -156,7 +156,7 @@ const (
 	maxStreamN = 1_000_000 // 64 KiB TCP writes
 )
 
-var allCells = []string{"raw", "tcp", "bw", "lat", "qps", "idle", "syscalls", "rsock", "nvmeof"}
+var allCells = []string{"raw", "rawrate", "tcp", "bw", "lat", "qps", "idle", "syscalls", "rsock", "nvmeof"}
 
 type config struct {
 	backends []string
@@ -172,6 +172,7 @@ type config struct {
 	iperf3   string
 	latPeer  string // process or goroutine
 	rttOnly  bool   // -latency: only the round trips
+	rawref   string // -rawref: the reference sender's binary (rawref.go)
 	// placements are where the sleeping round trips' ends run (pin.go).
 	placements []placement
 }
@@ -204,6 +205,7 @@ func main() {
 	childCPU := flag.Int("cpu", -1, "")              // internal: the CPU a child pins itself to
 	peerIfname := flag.String("peer-ifname", "", "") // internal: peer-goroce's interface
 	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
+	rawref := flag.String("rawref", "", "with the raw cell on afxdp: also run the raw AF_XDP reference sender (a rawref module directory such as ../shared/rawref, or its built xsk binary) after each raw rate (rawref.go)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	flag.Parse()
@@ -287,6 +289,14 @@ func main() {
 	}
 	if c.cells["tcp"] {
 		c.iperf3 = lookIperf3()
+	}
+	if *rawref != "" && *child == "" && (c.cells["raw"] || c.cells["rawrate"]) {
+		bin, done, err := buildRawref(*rawref)
+		if err != nil {
+			fatalf(1, "-rawref: %v", err)
+		}
+		defer done()
+		c.rawref = bin
 	}
 	cleanup.watchSignals()
 

@@ -140,7 +140,15 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	c0 := markCPU()
 	start := time.Now()
 	sent := 0
+	var psn uint32
 	for sent < lim.n && time.Since(start) < lim.d {
+		// What every RoCEv2 sender does per frame, as the reference
+		// sender does: a new PSN, and the ICRC over the masked headers
+		// and the payload.
+		for _, f := range batch {
+			psn++
+			setPSNAndICRC(f, psn)
+		}
 		n, err := r.a.WriteBatch(batch)
 		if err != nil {
 			r.b.Close()
@@ -166,6 +174,15 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	}
 	return rawRate{frames: got.Load(), sent: sent, frameLen: len(batch[0]), payload: payload,
 		elapsed: time.Unix(0, last.Load()).Sub(start), cpu: cpu, cpuErr: cpuErr}, nil
+}
+
+// setPSNAndICRC rewrites the PSN of the IPv4 RoCEv2 frame f (Ethernet
+// header first, ICRC trailer last) and recomputes its ICRC.
+func setPSNAndICRC(f []byte, psn uint32) {
+	const bth = wire.EthernetLen + wire.IPv4Len + wire.UDPLen
+	f[bth+9], f[bth+10], f[bth+11] = byte(psn>>16), byte(psn>>8), byte(psn)
+	n := len(f) - wire.ICRCLen
+	wire.PutICRC(f[n:], wire.ICRC(f[wire.EthernetLen:n]))
 }
 
 // rawBusyRTT measures single-frame round trips (8-byte payload RDMA WRITE

@@ -269,6 +269,7 @@ func writeSection(w io.Writer, r *results, s section) {
 		ff, _ := r.get(key{b, mtu, mRawFullLen})
 		fmt.Fprintf(w, "Raw frames: %.0f bytes (a 64 B WRITE ONLY) and %.0f bytes (a path-MTU WRITE ONLY).\n\n", fl.med, ff.med)
 	}
+	writeRawref(w, r, b, mtu)
 }
 
 func writeQPs(w io.Writer, r *results, in runInfo) {
@@ -523,4 +524,33 @@ func writeRsock(w io.Writer, r *results) {
 	writeVersus(w, r, "rsock against Go TCP", "rsock (package rsock: rsockets over goroce) and the kernel's TCP through Go's net package, "+
 		"each measured in the same cell on the same veth, both ends in this process (goroutines; the TCP and rsock "+
 		"ends placed alike).", "rsock | Go TCP | rsock/TCP", rows)
+}
+
+// writeRawref compares the raw cell's frame rates with the reference
+// sender's at the same frame lengths (-rawref), when it ran.
+func writeRawref(w io.Writer, r *results, b string, mtu int) {
+	var lines []string
+	for _, m := range []struct{ what, raw, ref, flen string }{
+		{"64 B WRITE frames", mRawSmallFPS, mRawRefSmallFPS, mRawSmallLen},
+		{"path-MTU WRITE frames", mRawFullFPS, mRawRefFullFPS, mRawFullLen},
+	} {
+		rk, fk := key{b, mtu, m.raw}, key{b, mtu, m.ref}
+		if _, err := r.get(fk); errors.Is(err, errNotMeasured) {
+			continue
+		}
+		fl, _ := r.get(key{b, mtu, m.flen})
+		lines = append(lines, fmt.Sprintf("| %s (%.0f bytes) | %s | %s | %s |", m.what, fl.med,
+			r.cell(rk, fmtRate), r.cell(fk, fmtRate), r.ratioCell(rk, fk)))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "The raw cell against the raw AF_XDP reference sender (-rawref: copy mode, 256 descriptors per kick, PSN and ICRC per frame), each right after the other, frames per second at the same frame length:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| frames | raw cell (nic link) | reference | raw cell/reference |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w)
 }
