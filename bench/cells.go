@@ -3,8 +3,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
@@ -174,7 +176,10 @@ func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(i
 	if err == nil {
 		res.add(key{b, mtu, mRawSmallLen}, float64(small.frameLen))
 	}
-	progress("%s: raw %d B frames %s/s, %d of %d sent received (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), small.frames, small.sent, err)
+	progress("%s: raw %d B frames %s/s, %.2f µs process CPU per frame, %d of %d sent received (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), small.cpuPerFrame(), small.frames, small.sent, err)
+	if err == nil && small.cpuErr == nil {
+		res.add(key{b, mtu, mRawSmallFPS + ".cpu"}, small.cpuPerFrame())
+	}
 	if err == nil {
 		measureRawref(pair, mtu, b, tag, small.frameLen, mRawRefSmallFPS, lim, c, res)
 	}
@@ -188,7 +193,10 @@ func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(i
 	if err == nil {
 		res.add(key{b, mtu, mRawFullLen}, float64(full.frameLen))
 	}
-	progress("%s: raw %d B frames %s payload, %s frames/s, %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), fmtRate(full.framesPerSec()), full.frames, full.sent, err)
+	progress("%s: raw %d B frames %s payload, %s frames/s, %.2f µs process CPU per frame, %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), fmtRate(full.framesPerSec()), full.cpuPerFrame(), full.frames, full.sent, err)
+	if err == nil && full.cpuErr == nil {
+		res.add(key{b, mtu, mRawFullFPS + ".cpu"}, full.cpuPerFrame())
+	}
 	if err == nil {
 		res.add(key{b, mtu, mRawFullFPS}, full.framesPerSec())
 		measureRawref(pair, mtu, b, tag, full.frameLen, mRawRefFullFPS, lim, c, res)
@@ -203,15 +211,25 @@ func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *conf
 			op   qp.WROpcode
 		}{{"WRITE", qp.WRRDMAWrite}, {"READ", qp.WRRDMARead}} {
 			for _, size := range []int{sizeSmall, sizeMid, sizeLarge} {
+				if c.bwOnly != nil && !c.bwOnly[fmt.Sprintf("%s.%d", op.name, size)] {
+					continue
+				}
 				runtime.GC()
-				t, err := bw(p, op.op, size, lim(maxMsgs))
+				var t throughput
+				var err error
+				// The application's goroutine (posts, polls, and the
+				// device A work its CQ.Wait drives) is end=app in a
+				// -cpuprofile.
+				pprof.Do(context.Background(), pprof.Labels("end", "app"), func(context.Context) {
+					t, err = bw(p, op.op, size, lim(maxMsgs))
+				})
 				record(res, bwKey(b, mtu, op.name, size, "mps"), t.msgsPerSec(), err)
 				recordRate(res, key{b, mtu, ""}, fmt.Sprintf("%s%s.%d", bwPrefix, op.name, size), t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
 				if err == nil {
 					res.add(bwKey(b, mtu, op.name, size, "allocs"), t.allocsPer)
 				}
-				progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg (%v)", tag, op.name, sizeName(size),
-					fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, err)
+				progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg, %d msgs, %.2f µs process CPU per msg (%v)", tag, op.name, sizeName(size),
+					fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, t.msgs, t.cpu.proc*1e6/float64(max(t.msgs, 1)), err)
 			}
 		}
 	}
@@ -275,7 +293,8 @@ func measureRawref(pair *netns.Pair, mtu int, b, tag string, frameLen int, metri
 	if c.rawref == "" || b != qp.BackendAFXDP {
 		return
 	}
-	fps, err := rawrefRate(pair, c.rawref, frameLen, lim(maxFrames))
+	fps, cpu, err := rawrefRate(pair, c.rawref, frameLen, lim(maxFrames))
 	record(res, key{b, mtu, metric}, fps, err)
-	progress("%s: rawref %d B frames %s/s (load %s) (%v)", tag, frameLen, fmtRate(fps), loadavg(), err)
+	record(res, key{b, mtu, metric + ".cpu"}, cpu.Seconds()*1e6, err)
+	progress("%s: rawref %d B frames %s/s, %.2f µs CPU per frame, sender and receiver (load %s) (%v)", tag, frameLen, fmtRate(fps), cpu.Seconds()*1e6, loadavg(), err)
 }

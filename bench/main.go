@@ -37,6 +37,14 @@
 //     WRITE and the ACK of the peer's one in each kick; on copy-mode
 //     AF_XDP the kernel's work per frame, not per kick, is most of a
 //     round trip.
+//     The one-way rates rewrite every frame's PSN and compute its ICRC
+//     before each WriteBatch (the work RoCEv2 asks of any sender); the
+//     batch is the link's BatchSize (AF_XDP: 256, one sendto kick each,
+//     XDP_MAX_TX_SKB_BUDGET 256). The rawrate cell runs these rates alone.
+//     With -rawref DIR (../shared/rawref), after each rate on AF_XDP the
+//     raw AF_XDP reference sender and receiver (rawref.go) run on the same
+//     veth with frames of the same length; the report compares frames/s
+//     and CPU per frame.
 //   - tcp (tcp.go): one Go TCP connection A→B, 64 KiB writes, goodput at
 //     the receiver; iperf3 -J one stream (-t rounded to whole seconds)
 //     when iperf3 is installed; and at the latency MTU a 64 B ping-pong
@@ -50,6 +58,10 @@
 //     CQ.Wait. WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
 //     beyond max_rd_atomic (16) wait in the send queue as on a NIC.
 //     Message rate and goodput from the first post to the last completion.
+//     -bw WRITE.64,WRITE.65536 runs only those streams; the devices'
+//     goroutines carry the pprof label end=A or end=B and the posting
+//     goroutine end=app (-cpuprofile; bench/profile.sh splits a perf
+//     profile of one stream by category).
 //   - lat (lat.go, latency MTU only): write_lat's loop (cmd/goroce's
 //     latWrite) on devices of its own: each end WRITEs 8 B into the
 //     other's buffer, the last byte carrying the count; each waits for the
@@ -170,9 +182,10 @@ type config struct {
 	idle     time.Duration
 	sysN     int
 	iperf3   string
-	latPeer  string // process or goroutine
-	rttOnly  bool   // -latency: only the round trips
-	rawref   string // -rawref: the reference sender's binary (rawref.go)
+	latPeer  string          // process or goroutine
+	rttOnly  bool            // -latency: only the round trips
+	rawref   string          // -rawref: the reference sender's binary (rawref.go)
+	bwOnly   map[string]bool // -bw: the bw cell's op.size streams to run (nil: all)
 	// placements are where the sleeping round trips' ends run (pin.go).
 	placements []placement
 }
@@ -206,6 +219,7 @@ func main() {
 	peerIfname := flag.String("peer-ifname", "", "") // internal: peer-goroce's interface
 	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	rawref := flag.String("rawref", "", "with the raw cell on afxdp: also run the raw AF_XDP reference sender (a rawref module directory such as ../shared/rawref, or its built xsk binary) after each raw rate (rawref.go)")
+	bwOnly := flag.String("bw", "", "the bw cell's streams to run, comma-separated op.size (WRITE.64,WRITE.65536,READ.4096...; default all)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	flag.Parse()
@@ -242,6 +256,12 @@ func main() {
 			fatalf(2, "unknown cell %q (%s)", s, strings.Join(allCells, ", "))
 		}
 		c.cells[s] = true
+	}
+	if *bwOnly != "" {
+		c.bwOnly = map[string]bool{}
+		for _, s := range strings.Split(*bwOnly, ",") {
+			c.bwOnly[s] = true
+		}
 	}
 	if c.latPeer != "process" && c.latPeer != "goroutine" {
 		fatalf(2, "-lat-peer is process or goroutine, not %q", c.latPeer)

@@ -103,6 +103,15 @@ type rawRate struct {
 }
 
 func (r rawRate) framesPerSec() float64 { return float64(r.frames) / r.elapsed.Seconds() }
+
+// cpuPerFrame is this process's CPU time (both ends) per frame received,
+// in microseconds.
+func (r rawRate) cpuPerFrame() float64 {
+	if r.frames == 0 {
+		return 0
+	}
+	return r.cpu.proc * 1e6 / float64(r.frames)
+}
 func (r rawRate) payloadBitsPerSec() float64 {
 	return float64(r.frames) * float64(r.payload) * 8 / r.elapsed.Seconds()
 }

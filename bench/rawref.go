@@ -48,26 +48,30 @@ func buildRawref(dir string) (bin string, cleanup func(), err error) {
 	return bin, func() { os.RemoveAll(tmp) }, nil
 }
 
-var ppsRE = regexp.MustCompile(`\bpps=([0-9.]+)`)
+var (
+	ppsRE    = regexp.MustCompile(`\bpps=([0-9.]+)`)
+	framesRE = regexp.MustCompile(`\bframes=([0-9]+)`)
+)
 
 // rawrefRate runs the reference receiver in B and sender in A for d (or n
 // frames) with frames of frameLen bytes, and returns the receiver's frames
-// per second.
-func rawrefRate(pair *netns.Pair, bin string, frameLen int, lim limit) (float64, error) {
+// per second and the two processes' CPU time (user + system, getrusage of
+// the children) per frame received.
+func rawrefRate(pair *netns.Pair, bin string, frameLen int, lim limit) (fps float64, cpuPerFrame time.Duration, err error) {
 	payload := frameLen - 58 // Eth 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4
 	if payload < 0 {
-		return 0, fmt.Errorf("frame of %d bytes too short", frameLen)
+		return 0, 0, fmt.Errorf("frame of %d bytes too short", frameLen)
 	}
 	recv := pair.Command(netns.B, bin, "-r", "-if", pair.B.Ifname, "-xdpmode", "drv", "-bind", "copy",
 		"-t", (lim.d + 5*time.Second).String())
 	stderr, err := recv.StderrPipe()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var out strings.Builder
 	recv.Stdout = &out
 	if err := recv.Start(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	cleanup.addPID(recv.Process.Pid)
 	exited := make(chan struct{})
@@ -103,25 +107,33 @@ func rawrefRate(pair *netns.Pair, bin string, frameLen int, lim limit) (float64,
 	select {
 	case err := <-ready:
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	case <-time.After(setupTimeout):
-		return 0, errors.New("rawref receiver not ready")
+		return 0, 0, errors.New("rawref receiver not ready")
 	}
 	send := pair.Command(netns.A, bin, "-if", pair.A.Ifname, "-dstmac", pair.B.MAC.String(), "-bind", "copy",
 		"-batch", "256", "-budget", "256", "-crc", "-payload", strconv.Itoa(payload),
 		"-t", lim.d.String(), "-n", strconv.Itoa(lim.n))
-	if o, err := send.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("rawref sender: %v: %s", err, o)
+	o, err := send.CombinedOutput()
+	if err != nil {
+		return 0, 0, fmt.Errorf("rawref sender: %v: %s", err, o)
 	}
 	select {
 	case <-exited:
 	case <-time.After(lim.d + 10*time.Second):
-		return 0, errors.New("rawref receiver did not stop")
+		return 0, 0, errors.New("rawref receiver did not stop")
 	}
-	m := ppsRE.FindStringSubmatch(out.String())
-	if m == nil {
-		return 0, fmt.Errorf("rawref receiver printed no rate: %q", out.String())
+	m, f := ppsRE.FindStringSubmatch(out.String()), framesRE.FindStringSubmatch(out.String())
+	if m == nil || f == nil {
+		return 0, 0, fmt.Errorf("rawref receiver printed no rate: %q (sender: %q)", out.String(), o)
 	}
-	return strconv.ParseFloat(m[1], 64)
+	fps, _ = strconv.ParseFloat(m[1], 64)
+	frames, _ := strconv.ParseFloat(f[1], 64)
+	if frames == 0 {
+		return 0, 0, fmt.Errorf("rawref: nothing received (sender: %q)", o)
+	}
+	cpu := send.ProcessState.UserTime() + send.ProcessState.SystemTime() +
+		recv.ProcessState.UserTime() + recv.ProcessState.SystemTime()
+	return fps, time.Duration(float64(cpu) / frames), nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
@@ -57,8 +58,15 @@ func (p *rdmaPair) Close() {
 // mode with busy: qp.InterfaceOptions.BusyPoll, no receive or timer
 // goroutine, the application's polling drives the device) and registers
 // a buffer on it.
-func openEnd(pair *netns.Pair, s netns.Side, backend string, busy bool, tune func(*qp.InterfaceOptions)) (*rdmaEnd, error) {
-	return openEndOn(func(fn func() error) error { return pair.Do(s, fn) }, pair.End(s).Ifname, backend, busy, int64(s)+1, tune)
+//
+// The device's goroutines carry the pprof label end=A or end=B (they
+// inherit it from the opening goroutine), so that a CPU profile of a run
+// (-cpuprofile) splits by end: go tool pprof -tagfocus end=B.
+func openEnd(pair *netns.Pair, s netns.Side, backend string, busy bool, tune func(*qp.InterfaceOptions)) (e *rdmaEnd, err error) {
+	pprof.Do(context.Background(), pprof.Labels("end", s.String()), func(context.Context) {
+		e, err = openEndOn(func(fn func() error) error { return pair.Do(s, fn) }, pair.End(s).Ifname, backend, busy, int64(s)+1, tune)
+	})
+	return e, err
 }
 
 // openEndOn opens the device of ifname, calling OpenInterface inside do

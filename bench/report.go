@@ -539,16 +539,18 @@ func writeRawref(w io.Writer, r *results, b string, mtu int) {
 			continue
 		}
 		fl, _ := r.get(key{b, mtu, m.flen})
-		lines = append(lines, fmt.Sprintf("| %s (%.0f bytes) | %s | %s | %s |", m.what, fl.med,
-			r.cell(rk, fmtRate), r.cell(fk, fmtRate), r.ratioCell(rk, fk)))
+		rc, fc := key{b, mtu, m.raw + ".cpu"}, key{b, mtu, m.ref + ".cpu"}
+		lines = append(lines, fmt.Sprintf("| %s (%.0f bytes) | %s | %s | %s | %s | %s | %s |", m.what, fl.med,
+			r.cell(rk, fmtRate), r.cell(fk, fmtRate), r.ratioCell(rk, fk),
+			r.cell(rc, fmtNum), r.cell(fc, fmtNum), r.ratioCell(rc, fc)))
 	}
 	if len(lines) == 0 {
 		return
 	}
 	fmt.Fprintln(w, "The raw cell against the raw AF_XDP reference sender (-rawref: copy mode, 256 descriptors per kick, PSN and ICRC per frame), each right after the other, frames per second at the same frame length:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| frames | raw cell (nic link) | reference | raw cell/reference |")
-	fmt.Fprintln(w, "|---|---|---|---|")
+	fmt.Fprintln(w, "| frames | raw cell (nic link), frames/s | reference, frames/s | raw cell/reference | raw cell, CPU µs per frame (its process: both ends) | reference, CPU µs per frame (sender + receiver processes) | raw cell/reference |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}

@@ -32,7 +32,8 @@ type Options struct {
 	// (default 4096). Half receive, half transmit; every ring has
 	// NumFrames/2 descriptors.
 	NumFrames int
-	// BatchSize is what BatchSize reports (default 64).
+	// BatchSize is what BatchSize reports (default 256, the TX budget of
+	// one copy-mode kick).
 	BatchSize int
 	// Mode selects native or generic XDP (default ModeAuto).
 	Mode Mode
