@@ -135,8 +135,9 @@ func (pd *PD) Dealloc() error {
 	return nil
 }
 
-// MR is a registered memory region. Its attributes never change after
-// registration; only its state does (valid → invalidated → deregistered).
+// MR is the engine's form of qp.MR (documented there): a registered memory
+// region. Its attributes never change after registration; only its state
+// does (valid → invalidated → deregistered).
 type MR struct {
 	buf    []byte
 	iova   uint64

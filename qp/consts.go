@@ -5,40 +5,10 @@ import (
 	"github.com/goroce/goroce/transport"
 )
 
-// The engine's types, named here so that a program imports only this
-// package. Their fields are documented on each type below; `go doc
-// github.com/goroce/goroce/transport.SendWR` (and so on) shows the
-// definitions themselves.
+// The engine's other types and constants, named here so that a program
+// imports only this package (the request and completion types and MR are
+// defined in types.go).
 type (
-	// SendWR is a send work request (struct ibv_send_wr, RC subset):
-	//
-	//	WRID       uint64    returned in the completion
-	//	Opcode     WROpcode  WRSend, WRRDMAWrite, WRRDMARead, WRAtomicFetchAdd, …
-	//	Flags      SendFlags SendSignaled (a completion even without SQSigAll), SendSolicited, SendFence, SendInline
-	//	SGL        []SGE     the local buffers (at most MaxSGE; READ and atomics: where the result goes)
-	//	Imm        uint32    immediate data (WRSendWithImm, WRRDMAWriteWithImm), as the wire value
-	//	InvRKey    uint32    the rkey to invalidate (WRSendWithInv, WRLocalInv)
-	//	RemoteAddr uint64    RDMA and atomic target address in the peer's MR
-	//	RKey       uint32    the peer MR's rkey
-	//	CompareAdd uint64    add value (WRAtomicFetchAdd) or compare value (WRAtomicCmpAndSwp)
-	//	Swap       uint64    swap value (WRAtomicCmpAndSwp)
-	//	AH         *AH       UD: the address handle of the destination (PD.CreateAH)
-	//	RemoteQPN  uint32    UD: the destination QP
-	//	RemoteQKey uint32    UD: the Q_Key for the DETH (high bit set: the QP's own)
-	//	BindMW     BindInfo  the window, MR range and rights of a WRBindMW (mw.go)
-	SendWR = transport.SendWR
-	// RecvWR is a receive work request (struct ibv_recv_wr): WRID and SGL,
-	// the buffers an incoming SEND is scattered into.
-	RecvWR = transport.RecvWR
-	// SGE is one scatter/gather element (struct ibv_sge): Addr in the
-	// memory region's IOVA space (MR.IOVA() + offset), Length in bytes,
-	// and the region's LKey (MR.LKey()).
-	SGE = transport.SGE
-	// WC is a work completion (struct ibv_wc, RC subset): WRID, Status
-	// (WCSuccess or an error, see WC.Err), Opcode (WCSend, WCRecv, …),
-	// ByteLen (received bytes), Imm (with WCWithImm in Flags), InvRKey
-	// (with WCWithInv), QPNum, Flags and, for UD receives, SrcQP.
-	WC = transport.WC
 	// CompletionError is WC.Err's error: Status, VendorErr (0), Opcode, WRID
 	// and QPN of a failed completion. It unwraps to the Status, so
 	// errors.Is(wc.Err(), WCRemAccessErr) asks for one status.
@@ -68,9 +38,6 @@ type (
 	// Access is a set of memory and QP access flags (enum ibv_access_flags):
 	// LocalWrite, RemoteWrite, RemoteRead, RemoteAtomic, ….
 	Access = memreg.Access
-	// MR is a registered memory region (struct ibv_mr): IOVA(), Len(),
-	// LKey(), RKey(), Bytes(), Deregister().
-	MR = memreg.MR
 	// Counters are the transport's counters (packets, retransmissions,
 	// NAKs, timeouts) of one QP (QP.Counters) or device (Device.Counters);
 	// Counters.Each lists them by name.

@@ -513,7 +513,8 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if pd.dev.isClosed() {
 		return nil, ErrClosed
 	}
-	return pd.pd.Register(buf, access)
+	mr, err := pd.pd.Register(buf, access)
+	return (*MR)(mr), err
 }
 
 // RegMRIOVA registers buf with a chosen IOVA (ibv_reg_mr_iova).
@@ -521,7 +522,8 @@ func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
 	if pd.dev.isClosed() {
 		return nil, ErrClosed
 	}
-	return pd.pd.RegisterIOVA(buf, iova, access)
+	mr, err := pd.pd.RegisterIOVA(buf, iova, access)
+	return (*MR)(mr), err
 }
 
 // Dealloc frees the PD (fails while MRs or memory windows remain).

@@ -394,7 +394,7 @@ func (h *qpHooks) lastWQE() {
 }
 
 // Complete implements transport.CompletionQueue for the receive side.
-func (h *qpHooks) Complete(wc *WC) {
+func (h *qpHooks) Complete(wc *transport.WC) {
 	if wc.Status == WCSuccess {
 		// rxe counts RXE_CNT_RDMA_RECV for every successful receive
 		// completion (rxe_resp.c do_complete).

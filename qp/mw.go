@@ -89,7 +89,7 @@ func (q *QP) BindMW(mw *MW, b MWBindAttr) (uint32, error) {
 		return 0, fmt.Errorf("qp: bind MW: a %v window is bound by a WRBindMW work request: %w", mw.Type(), ErrInvalidArgument)
 	case b.MR == nil && (b.Addr != 0 || b.Length != 0):
 		return 0, fmt.Errorf("qp: bind MW: a range without an MR: %w", ErrInvalidArgument)
-	case b.MR != nil && b.MR.PD() != mw.PD():
+	case b.MR != nil && b.MR.m().PD() != mw.PD():
 		return 0, fmt.Errorf("qp: bind MW: the MR is in another PD than the window: %w", ErrMWBind)
 	case b.Access&memreg.ZeroBased != 0:
 		return 0, fmt.Errorf("qp: bind MW: a type 1 window cannot be zero-based: %w", ErrInvalidArgument)
@@ -106,7 +106,7 @@ func (q *QP) BindMW(mw *MW, b MWBindAttr) (uint32, error) {
 		wr.BindMW.MRLKey = b.MR.LKey()
 	}
 	now := d.now()
-	err := q.eng.PostSend(&wr, now)
+	err := q.eng.PostSend(wr.engine(), now)
 	if err == nil {
 		mw.Posted(next)
 	}

@@ -335,7 +335,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	d.flushHeld()
 	now := d.now()
-	err := q.eng.PostSend(wr, now)
+	err := q.eng.PostSend(wr.engine(), now)
 	if err == nil {
 		q.countSend(wr)
 	}
@@ -373,7 +373,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	n := 0
 	var err error
 	for n < len(wrs) {
-		if err = q.eng.PostSend(&wrs[n], now); err != nil {
+		if err = q.eng.PostSend(wrs[n].engine(), now); err != nil {
 			break
 		}
 		q.countSend(&wrs[n])
@@ -394,7 +394,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		d.mu.Unlock()
 		return err
 	}
-	err := q.eng.PostRecv(wr)
+	err := q.eng.PostRecv(wr.engine())
 	d.touch(q)
 	d.endCall(d.now())
 	d.unlock()

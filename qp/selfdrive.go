@@ -79,7 +79,7 @@ const (
 // state) in cq, or more than after WRITEs into mr (or its failure).
 type waitFor struct {
 	cq    *CQ
-	mr    *MR
+	mr    *memreg.MR
 	after uint64
 }
 
@@ -343,7 +343,7 @@ func memregHooks(d *Device) (h memreg.WaitHooks) {
 // waitWrite is MR.WaitWrite on this device's MRs: drive the device while
 // nobody reads the link, else sleep on the MR until the WRITE, a free
 // link, or the end of ctx.
-func (d *Device) waitWrite(ctx context.Context, mr *MR, after uint64) (uint64, error) {
+func (d *Device) waitWrite(ctx context.Context, mr *memreg.MR, after uint64) (uint64, error) {
 	for {
 		if c := mr.Writes(); c > after {
 			return c, nil

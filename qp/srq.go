@@ -120,7 +120,7 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	return s.eng.Post(wr)
+	return s.eng.Post(wr.engine())
 }
 
 // PostRecvList posts a list of receive work requests under one lock. It
@@ -134,7 +134,7 @@ func (s *SRQ) PostRecvList(wrs []RecvWR) (int, error) {
 		return 0, err
 	}
 	for i := range wrs {
-		if err := s.eng.Post(&wrs[i]); err != nil {
+		if err := s.eng.Post(wrs[i].engine()); err != nil {
 			return i, err
 		}
 	}

@@ -2,6 +2,8 @@ package qp
 
 import (
 	"context"
+
+	"github.com/goroce/goroce/memreg"
 )
 
 // Waiting for a peer's RDMA WRITE: a goroce extension.
@@ -30,7 +32,7 @@ import (
 
 // spinWrite is MR.WaitWrite on a busy-poll device: drive it until the
 // WRITE, the MR's failure, or the end of ctx.
-func (d *Device) spinWrite(ctx context.Context, mr *MR, after uint64) (uint64, error) {
+func (d *Device) spinWrite(ctx context.Context, mr *memreg.MR, after uint64) (uint64, error) {
 	done := ctx.Done()
 	for spins := 1; ; spins++ {
 		d.busyProgress()

@@ -58,8 +58,7 @@ const (
 	SendInline    SendFlags = 8
 )
 
-// SGE is one scatter/gather element (struct ibv_sge): Addr is in the memory
-// region's IOVA space, LKey names the region.
+// SGE is the engine's form of qp.SGE (documented there).
 type SGE struct {
 	Addr   uint64
 	Length uint32
@@ -69,44 +68,31 @@ type SGE struct {
 // MaxSGE is the largest scatter/gather list a work request may carry.
 const MaxSGE = 16
 
-// SendWR is a send work request (struct ibv_send_wr, RC subset).
+// SendWR is the engine's form of qp.SendWR (documented there). qp hands
+// the engine its caller's request in place, so the two stay identical field
+// for field (qp's TestEngineLayout).
 type SendWR struct {
-	WRID   uint64
-	Opcode WROpcode
-	Flags  SendFlags
-	SGL    []SGE
-	// Imm is the immediate data (SEND_WITH_IMM, RDMA_WRITE_WITH_IMM) as the
-	// 32-bit value that goes on the wire (big-endian there).
-	Imm uint32
-	// InvRKey is the rkey to invalidate (SEND_WITH_INV, LOCAL_INV).
-	InvRKey uint32
-	// RemoteAddr/RKey: RDMA and atomic target.
+	WRID       uint64
+	Opcode     WROpcode
+	Flags      SendFlags
+	SGL        []SGE
+	Imm        uint32
+	InvRKey    uint32
 	RemoteAddr uint64
 	RKey       uint32
-	// CompareAdd is the add value (FETCH_ADD) or the compare value (CMP_SWAP);
-	// Swap is the swap value (CMP_SWAP).
 	CompareAdd uint64
 	Swap       uint64
-	// UD only (ibv_send_wr.wr.ud): the address handle, remote QPN and
-	// remote Q_Key of the datagram (ud.go).
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
-	// BindMW is the bind of a WRBindMW (struct ibv_send_wr bind_mw).
-	BindMW BindInfo
-	// FLUSH (ibv_wr_flush): RemoteAddr and RKey name the target; FlushLen
-	// is the range's length, FlushType the placement type (wire.FlushGlobal
-	// and/or wire.FlushPersistent), FlushLevel the selectivity
-	// (wire.FlushRange, wire.FlushMR).
+	BindMW     BindInfo
 	FlushLen   uint32
 	FlushType  uint8
 	FlushLevel uint8
-	// AtomicData is the 8 bytes an ATOMIC_WRITE stores at RemoteAddr
-	// (ibv_wr_atomic_write's atomic_wr), sent and stored as they are.
 	AtomicData [8]byte
 }
 
-// RecvWR is a receive work request (struct ibv_recv_wr).
+// RecvWR is the engine's form of qp.RecvWR (documented there).
 type RecvWR struct {
 	WRID uint64
 	SGL  []SGE
@@ -176,18 +162,18 @@ const (
 	WCSolicited WCFlags = 1 << 16
 )
 
-// WC is a work completion (struct ibv_wc, RC subset).
+// WC is the engine's form of qp.WC (documented there).
 type WC struct {
 	WRID    uint64
 	Status  WCStatus
 	Opcode  WCOpcode
 	ByteLen uint32
-	Imm     uint32 // valid with WCWithImm
-	InvRKey uint32 // valid with WCWithInv
+	Imm     uint32
+	InvRKey uint32
 	QPNum   uint32
 	Flags   WCFlags
-	SrcQP   uint32  // UD receives: the sender's QP number (DETH)
-	SMAC    [6]byte // UD receives with WCWithSMAC: the frame's Ethernet source
+	SrcQP   uint32
+	SMAC    [6]byte
 }
 
 func (wc WC) String() string {
