@@ -305,7 +305,7 @@ const (
 
 // episode is a run of retransmitted or filled request PSNs.
 type episode struct {
-	a    *Anomaly
+	a    *anomaly
 	next wire.PSN // PSN that continues it
 }
 
@@ -314,7 +314,7 @@ type gapRange struct {
 	from, to wire.PSN
 	idx      int  // the packet that revealed it
 	resend   bool // PSNs seen before whose resend never reached the capture point
-	a        *Anomaly
+	a        *anomaly
 }
 
 // trace is the requester model of one connection.
@@ -350,7 +350,7 @@ type trace struct {
 	lastPkt                          int           // last packet of the connection (either direction)
 	lastReq                          int
 
-	anoms  []*Anomaly
+	anoms  []*anomaly
 	dups   []*dupGroup // duplicate groups waiting for the responder's answer
 	curDup *dupGroup
 
@@ -433,7 +433,7 @@ func (tr *trace) note(idx int) {
 	tr.lastT = e.t
 }
 
-func (tr *trace) add(a *Anomaly) *Anomaly {
+func (tr *trace) add(a *anomaly) *anomaly {
 	tr.anoms = append(tr.anoms, a)
 	return a
 }
@@ -463,9 +463,10 @@ func (tr *trace) request(idx int) {
 		}
 		tr.badAt[e.psn] = idx
 		tr.mark(idx, markICRC, e.psn, 1)
-		tr.add(&Anomaly{Kind: KindICRC, idx: idx, Packets: []int{e.no}, PSN: uint32(e.psn), PSNLast: uint32(e.psn),
-			text: "ICRC failure on " + e.op.String() + " psn " + itoa(int(e.psn)) + " (got " + hex32(e.icrc) + ", want " +
-				hex32(e.want) + "): corrupted on the path; the responder drops it"})
+		a := newAnomaly(KindICRC, idx, uint32(e.psn), uint32(e.psn), e.no)
+		a.text = "ICRC failure on " + e.op.String() + " psn " + itoa(int(e.psn)) + " (got " + hex32(e.icrc) + ", want " +
+			hex32(e.want) + "): corrupted on the path; the responder drops it"
+		tr.add(a)
 		return
 	}
 	tr.reqPkts++
@@ -506,9 +507,10 @@ func (tr *trace) request(idx int) {
 				tr.pathDups++
 				tr.ep = nil
 				tr.mark(idx, markDup, p, span)
-				tr.add(&Anomaly{Kind: KindPathDuplicate, idx: idx, Packets: []int{prev.no, e.no}, PSN: uint32(p), PSNLast: uint32(p),
-					text: e.op.String() + " psn " + itoa(int(p)) + " is a byte-identical copy of #" + itoa(prev.no) +
-						": duplicated by the path, not resent by the requester"})
+				a := newAnomaly(KindPathDuplicate, idx, uint32(p), uint32(p), prev.no, e.no)
+				a.text = e.op.String() + " psn " + itoa(int(p)) + " is a byte-identical copy of #" + itoa(prev.no) +
+					": duplicated by the path, not resent by the requester"
+				tr.add(a)
 				tr.answeredDup(idx, st)
 				return
 			}
@@ -728,7 +730,8 @@ func (tr *trace) resend(idx, prevPkt, gapIdx int, span uint32) string {
 		ep.a.count++
 		return KindRetransmission
 	}
-	a := &Anomaly{Kind: KindRetransmission, idx: idx, Packets: []int{e.no}, PSN: uint32(p), PSNLast: uint32(p), count: 1}
+	a := newAnomaly(KindRetransmission, idx, uint32(p), uint32(p), e.no)
+	a.count = 1
 	// A resend whose first packet arrived corrupted (just before, a few
 	// PSNs back) started there.
 	if b := tr.badReq; b >= 0 {
@@ -830,7 +833,7 @@ func (tr *trace) reorderedFill(gapIdx, idx int) bool {
 // dupGroup is the duplicate requests of one retransmission episode (or
 // one path duplicate): PSNs the responder had already answered.
 type dupGroup struct {
-	a     *Anomaly
+	a     *anomaly
 	ep    *episode
 	items []dupItem
 }
@@ -877,7 +880,7 @@ func (tr *trace) answeredDup(idx int, st *psnState) {
 	}
 	g := tr.curDup
 	if g == nil || g.ep == nil || g.ep != tr.ep {
-		a := tr.add(&Anomaly{Kind: KindDuplicate, idx: idx, PSN: uint32(e.psn), PSNLast: uint32(e.psn)})
+		a := tr.add(newAnomaly(KindDuplicate, idx, uint32(e.psn), uint32(e.psn)))
 		if by >= 0 {
 			a.cause = tr.evs[by].no
 		}
@@ -899,9 +902,10 @@ func (tr *trace) response(idx int) {
 	if e.bad {
 		tr.badICRC++
 		tr.mark(idx, markICRC, e.psn, 1)
-		tr.add(&Anomaly{Kind: KindICRC, idx: idx, Packets: []int{e.no}, PSN: uint32(e.psn), PSNLast: uint32(e.psn),
-			text: "ICRC failure on " + e.op.String() + " psn " + itoa(int(e.psn)) + " (got " + hex32(e.icrc) + ", want " +
-				hex32(e.want) + "): corrupted on the path; the requester drops it"})
+		a := newAnomaly(KindICRC, idx, uint32(e.psn), uint32(e.psn), e.no)
+		a.text = "ICRC failure on " + e.op.String() + " psn " + itoa(int(e.psn)) + " (got " + hex32(e.icrc) + ", want " +
+			hex32(e.want) + "): corrupted on the path; the requester drops it"
+		tr.add(a)
 		return
 	}
 	tr.respPkts++
@@ -923,7 +927,7 @@ func (tr *trace) response(idx int) {
 			tr.rnrNAKs++
 			tr.mark(idx, markRNR, q, 1)
 			tr.lastRNR = idx
-			a := tr.add(&Anomaly{Kind: KindRNRNAK, idx: idx, Packets: []int{e.no}, PSN: uint32(q), PSNLast: uint32(q)})
+			a := tr.add(newAnomaly(KindRNRNAK, idx, uint32(q), uint32(q), e.no))
 			a.rnrCode = e.syn.RNRTimer()
 			a.asked = wire.RNRTimerDuration(a.rnrCode)
 			a.drew = tr.drew(q, idx)
@@ -936,7 +940,7 @@ func (tr *trace) response(idx int) {
 				tr.seqNAKs++
 				tr.mark(idx, markSeqNAK, q, 1)
 				tr.lastSeqNAK = idx
-				a := tr.add(&Anomaly{Kind: KindSeqNAK, idx: idx, Packets: []int{e.no}, PSN: uint32(q), PSNLast: uint32(q)})
+				a := tr.add(newAnomaly(KindSeqNAK, idx, uint32(q), uint32(q), e.no))
 				// The request that drew it: the latest one after the
 				// expected PSN, the first the responder saw out of order.
 				// (Else the latest one after it, up to 64 requests back.)
@@ -958,7 +962,7 @@ func (tr *trace) response(idx int) {
 			}
 			tr.otherNAKs++
 			tr.mark(idx, markNAK, q, 1)
-			a := tr.add(&Anomaly{Kind: KindNAK, idx: idx, Packets: []int{e.no}, PSN: uint32(q), PSNLast: uint32(q)})
+			a := tr.add(newAnomaly(KindNAK, idx, uint32(q), uint32(q), e.no))
 			a.nak = e.syn.NAK()
 			a.drew = tr.drew(q, idx)
 			if st := tr.psns[q]; st != nil {
@@ -1002,7 +1006,7 @@ func (tr *trace) response(idx int) {
 		case q.After(next) && !h.gapFlag:
 			h.gapFlag = true
 			tr.lastReadGap = idx
-			tr.add(&Anomaly{Kind: KindReadRespGap, idx: idx, Packets: []int{e.no}, PSN: uint32(next), PSNLast: uint32(q.Sub(1))})
+			tr.add(newAnomaly(KindReadRespGap, idx, uint32(next), uint32(q.Sub(1)), e.no))
 		case q == next:
 			tr.goodBytes += int64(e.payload)
 			tr.good = append(tr.good, goodSample{idx, int64(e.payload)})
@@ -1201,7 +1205,7 @@ func (tr *trace) finish() {
 			continue
 		}
 		e := &tr.evs[g.idx]
-		a := tr.add(&Anomaly{Kind: KindGap, idx: g.idx, Packets: []int{e.no}, PSN: uint32(g.from), PSNLast: uint32(g.to.Sub(1))})
+		a := tr.add(newAnomaly(KindGap, g.idx, uint32(g.from), uint32(g.to.Sub(1)), e.no))
 		a.ackedPast = tr.hasAcked && tr.acked.Diff(g.to.Sub(1)) >= 0
 	}
 	var open []*operation
@@ -1211,7 +1215,8 @@ func (tr *trace) finish() {
 		}
 	}
 	if len(open) > 0 && tr.lastReq >= 0 {
-		a := &Anomaly{Kind: KindUnacked, idx: len(tr.evs), PSN: uint32(open[0].first), PSNLast: uint32(open[len(open)-1].end), count: len(open)}
+		a := newAnomaly(KindUnacked, len(tr.evs), uint32(open[0].first), uint32(open[len(open)-1].end))
+		a.count = len(open)
 		a.Packets = []int{tr.evs[tr.lastReq].no}
 		if tr.lastPkt >= 0 && tr.lastPkt != tr.lastReq {
 			a.Packets = append(a.Packets, tr.evs[tr.lastPkt].no)
@@ -1255,7 +1260,7 @@ func (d *Dumper) analyze(s *Summary) error {
 	}
 	if d.opts.Explain {
 		r := d.explain(traces)
-		s.Anomalies, s.Verdicts = public(r.anomalies), r.verdicts
+		s.Anomalies, s.Verdicts = r.anomalies, r.verdicts
 	}
 	if d.opts.GraphDir != "" {
 		files, err := d.writeGraphs(traces)

@@ -2,12 +2,12 @@ package dump
 
 import (
 	"fmt"
-	"github.com/goroce/goroce/internal/dumpjson"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/goroce/goroce/internal/dumpjson"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -15,25 +15,11 @@ import (
 // line each in capture order with the packet numbers they rest on, and a
 // verdict per flow.
 
-// Anomaly is one line of --explain. Packets are frame numbers in the
-// capture (1-based, as Wireshark numbers them): the packets the line rests
-// on, cause first (the NAK, or the request that drew a NAK), then the
-// packets of the anomaly itself, then the answer (for duplicate requests).
-type Anomaly struct {
-	Time     string `json:"time,omitempty"`  // of the packet it is anchored on (RFC 3339)
-	Offset   string `json:"offset"`          // seconds since the first packet of the capture, e.g. "0.001234"
-	Src      string `json:"src"`             // the requester's flow: source,
-	Dst      string `json:"dst"`             // destination,
-	DQPN     uint32 `json:"dqpn"`            // and the responder's QPN
-	Kind     string `json:"kind"`            // Kind* constants
-	Cause    string `json:"cause,omitempty"` // retransmissions: Cause* constants
-	Packets  []int  `json:"packets"`
-	PSN      uint32 `json:"psn"`                 // first PSN concerned
-	PSNLast  uint32 `json:"psn_last"`            // last PSN concerned
-	WaitedUs *int64 `json:"waited_us,omitempty"` // timeout and RNR retransmissions: how long the requester waited
-	Text     string `json:"text"`                // the line printed, without the packet, time and flow prefix
-	// Packet is the frame number the line is anchored on (0: the end of the capture).
-	Packet int `json:"packet"`
+// anomaly is one line of --explain as the requester model finds it: the
+// line as the JSON schema has it (dumpjson.Anomaly), and what the model
+// knows to render its text.
+type anomaly struct {
+	dumpjson.Anomaly
 
 	idx         int // event index it is anchored on (len(evs): the end of the capture)
 	text        string
@@ -52,6 +38,12 @@ type Anomaly struct {
 	filled      bool
 	oos         bool
 	corrupt     int // packet number of a bad-ICRC copy of the filled PSN
+}
+
+// newAnomaly is an anomaly of kind over the PSNs first to last, anchored on
+// event idx, resting on packets (frame numbers).
+func newAnomaly(kind string, idx int, first, last uint32, packets ...int) *anomaly {
+	return &anomaly{Anomaly: dumpjson.Anomaly{Kind: kind, PSN: first, PSNLast: last, Packets: packets}, idx: idx}
 }
 
 // Verdict is one flow's paragraph of --explain (dumpjson.Verdict).
@@ -146,7 +138,7 @@ func nakCause(c wire.NAKCode, req *ev) string {
 }
 
 // render builds the text of a.
-func (tr *trace) render(a *Anomaly) string {
+func (tr *trace) render(a *anomaly) string {
 	switch a.Kind {
 	case KindICRC, KindPathDuplicate:
 		return a.text
@@ -242,7 +234,7 @@ func (tr *trace) render(a *Anomaly) string {
 
 // renderDup describes a duplicate-request group and the responder's
 // answers, by class.
-func (tr *trace) renderDup(a *Anomaly) string {
+func (tr *trace) renderDup(a *anomaly) string {
 	g := a.dup
 	one := len(g.items) == 1
 	it, them := "it", "them"
@@ -457,14 +449,14 @@ func (tr *trace) verdict() Verdict {
 
 // explainResult is what --explain reports.
 type explainResult struct {
-	anomalies []Anomaly
+	anomalies []dumpjson.Anomaly
 	verdicts  []Verdict
 }
 
 func (d *Dumper) explain(traces []*trace) explainResult {
 	type item struct {
 		tr *trace
-		a  *Anomaly
+		a  *anomaly
 	}
 	var items []item
 	for _, tr := range traces {
@@ -497,7 +489,7 @@ func (d *Dumper) explain(traces []*trace) explainResult {
 		if a.dup != nil {
 			a.Packets = append(a.Packets, dupAnswers(a.dup)...)
 		}
-		r.anomalies = append(r.anomalies, *a)
+		r.anomalies = append(r.anomalies, a.Anomaly)
 	}
 	for _, tr := range traces {
 		r.verdicts = append(r.verdicts, tr.verdict())
@@ -552,14 +544,4 @@ func wrap(s string, width int, first, rest string) string {
 	}
 	b.WriteString(line + "\n")
 	return b.String()
-}
-
-// public returns the anomalies as the JSON schema has them.
-func public(as []Anomaly) []dumpjson.Anomaly {
-	out := make([]dumpjson.Anomaly, len(as))
-	for i, a := range as {
-		out[i] = dumpjson.Anomaly{Time: a.Time, Offset: a.Offset, Src: a.Src, Dst: a.Dst, DQPN: a.DQPN, Kind: a.Kind,
-			Cause: a.Cause, Packets: a.Packets, PSN: a.PSN, PSNLast: a.PSNLast, WaitedUs: a.WaitedUs, Text: a.Text, Packet: a.Packet}
-	}
-	return out
 }
