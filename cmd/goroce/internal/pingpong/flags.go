@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/getopt"
+	"github.com/goroce/goroce/qp"
 )
 
 // Common are the options the rdma-core pingpong examples share, with the
@@ -113,7 +114,7 @@ func parseCommon(c *Common, args []string, mtu bool, more func(fs *flag.FlagSet,
 	if c.IBPort < 1 {
 		return fmt.Errorf("%w: IB port %d < 1", ErrUsage, c.IBPort)
 	}
-	if MTUEnum(c.MTU) == 0 {
+	if qp.MTUFromBytes(c.MTU) == 0 { // pp_mtu_to_enum
 		return fmt.Errorf("%w: MTU %d is not one of 256, 512, 1024, 2048, 4096", ErrUsage, c.MTU)
 	}
 	const max32 = 1<<32 - 1
@@ -150,22 +151,4 @@ func ParseFlags(args []string) (Flags, error) {
 		return Flags{}, fmt.Errorf("%w: prefetch is valid only with on-demand memory region", ErrUsage)
 	}
 	return f, nil
-}
-
-// MTUEnum is pp_mtu_to_enum: the IBV_MTU_* value of a size in bytes
-// (256 → 1 … 4096 → 5), 0 for anything else.
-func MTUEnum(bytes int) int {
-	switch bytes {
-	case 256:
-		return 1
-	case 512:
-		return 2
-	case 1024:
-		return 3
-	case 2048:
-		return 4
-	case 4096:
-		return 5
-	}
-	return 0
 }

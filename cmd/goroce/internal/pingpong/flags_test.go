@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/qp"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -57,10 +59,12 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+// TestMTUEnum: the -m sizes map to the IBV_MTU_* values as
+// pp_mtu_to_enum does.
 func TestMTUEnum(t *testing.T) {
-	for bytes, want := range map[int]int{256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5, 1500: 0, 0: 0} {
-		if got := MTUEnum(bytes); got != want {
-			t.Errorf("MTUEnum(%d) = %d, want %d", bytes, got, want)
+	for bytes, want := range map[int]qp.MTU{256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5, 1500: 0, 0: 0} {
+		if got := qp.MTUFromBytes(bytes); got != want {
+			t.Errorf("MTUFromBytes(%d) = %d, want %d", bytes, got, want)
 		}
 	}
 }

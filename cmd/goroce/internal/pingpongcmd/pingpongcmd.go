@@ -56,7 +56,7 @@ var rcTool = &pingpong.Tool{
 	NoGID:       "can't read sgid of index %d\n",
 	Connect: func(ctx context.Context, pp *pingpong.PingPong, f pingpong.Flags, my, rem pingpong.Dest) error {
 		return tool.ModifyToRTS(ctx, pp.QP, tool.ConnectAttrs{
-			MTU: qp.MTU(pingpong.MTUEnum(f.MTU)), DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: my.PSN,
+			MTU: qp.MTUFromBytes(f.MTU), DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: my.PSN,
 			DGID: rem.GID, Global: !allZero(rem.GID[8:]), SGIDIndex: f.GIDIndex, HopLimit: 1, SL: uint8(f.SL),
 			MaxDestRdAtomic: 1, MaxRdAtomic: 1, Timeout: 14,
 		})

@@ -220,7 +220,7 @@ func (pp *endpoint) connect(ctx context.Context, f Flags, my, rem []pingpong.Des
 	}
 	for i, q := range pp.qps {
 		err := tool.ModifyToRTS(ctx, q, tool.ConnectAttrs{
-			MTU: qp.MTU(pingpong.MTUEnum(f.MTU)), DestQPN: rem[i].QPN, RQPSN: rem[i].PSN, SQPSN: my[i].PSN,
+			MTU: qp.MTUFromBytes(f.MTU), DestQPN: rem[i].QPN, RQPSN: rem[i].PSN, SQPSN: my[i].PSN,
 			DGID: rem[i].GID, Global: global, SGIDIndex: f.GIDIndex, HopLimit: 1, SL: uint8(f.SL),
 			MaxDestRdAtomic: 1, MaxRdAtomic: 1, Timeout: 14,
 		})

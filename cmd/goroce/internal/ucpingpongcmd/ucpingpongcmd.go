@@ -43,7 +43,7 @@ var ucTool = &pingpong.Tool{
 		// rc_pingpong), path MTU, destination QPN and RQ PSN; RTS with
 		// the SQ PSN (tool.ModifyToRTS leaves out what UC does not take).
 		return tool.ModifyToRTS(ctx, pp.QP, tool.ConnectAttrs{
-			MTU: qp.MTU(pingpong.MTUEnum(f.MTU)), DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: my.PSN,
+			MTU: qp.MTUFromBytes(f.MTU), DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: my.PSN,
 			DGID: rem.GID, Global: !allZero(rem.GID[8:]), SGIDIndex: f.GIDIndex, HopLimit: 1, SL: uint8(f.SL),
 		})
 	},
