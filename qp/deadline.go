@@ -92,9 +92,6 @@ func (h deadlineHeap) fix(i int) {
 // touch puts q where its engine's deadline says (d.mu held): call it after
 // every engine call on q.
 func (d *Device) touch(q *QP) {
-	if q.commEst {
-		d.commEstCheck(q)
-	}
 	dl, ok := q.eng.Deadline()
 	if !ok || q.destroyed {
 		d.heap.remove(q)

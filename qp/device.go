@@ -443,7 +443,6 @@ func (d *Device) endCall(now time.Time) {
 	if d.mcLoopN > 0 {
 		d.deliverLoopedMcast(now)
 	}
-	d.afterCall()
 	if len(d.failedCQs) > 0 {
 		d.failCQs(now)
 	}

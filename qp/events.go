@@ -25,7 +25,7 @@ package qp
 //   - EventDeviceFatal: the link's receive path failed for good while the
 //     device was open.
 //   - EventSQDrained: a QP moved to SQD has no send WR in progress any
-//     more, once per entry into SQD (sqd.go; rxe_req.c
+//     more, once per entry into SQD (the engine's EventSQDrained; rxe_req.c
 //     req_check_sq_drain_done, rxe_comp.c comp_check_sq_drain_done).
 //   - EventSRQLimitReached: a message took a WR from an SRQ and fewer than
 //     its armed limit remain (rxe get_srq_wqe raises
@@ -47,6 +47,12 @@ package qp
 //     raises SRQ_ERR, the QPs on it go to ERR (each raising LAST_WQE_REACHED,
 //     IBTA 10.2.9.5: no QP receives from an SRQ in error) and PostRecv on it
 //     fails with ErrSRQFailed.
+//
+// The QP events (QP_FATAL, QP_REQ_ERR and QP_ACCESS_ERR of a NAK sent,
+// COMM_EST, SQ_DRAINED, SRQ_LIMIT_REACHED, QP_LAST_WQE_REACHED) are the
+// engine's: it reports them through its event sink (transport.EventSink)
+// during the call that caused them, and qpHooks.Event maps them. The
+// others are the device's own, raised where they happen.
 //
 // EventPathMig and EventPathMigErr do not apply (goroce has no alternate
 // path: APM is not implemented, like rxe, whose IB_DEVICE_AUTO_PATH_MIG
@@ -165,9 +171,6 @@ func (d *Device) DroppedAsyncEvents() uint64 {
 // eventState is the device's async-event machinery.
 type eventState struct {
 	queue asyncQueue
-	// sqd are the QPs moved to SQD that have not reported SQ_DRAINED yet
-	// (sqd.go).
-	sqd []*QP
 	// The port as the interface watcher last saw it, under d.mu. A device
 	// on no interface (OpenMemoryPair, Open) has an always active port.
 	portWatched bool
@@ -290,58 +293,26 @@ func (ev asyncEvent) public() AsyncEvent {
 	return AsyncEvent{Type: t, QP: ev.qp, CQ: ev.cq}
 }
 
-// afterCall runs at the start of every endCall (d.mu held): SQ_DRAINED
-// for the QPs moved to SQD. COMM_EST is raised by touch (commEstCheck), for
-// the one QP an engine call was about.
-func (d *Device) afterCall() {
-	d.checkSQD()
-}
-
-// commEstCheck raises COMM_EST for q once it accepted a packet in RTR
-// (d.mu held; touch calls it after every engine call on a QP that may
-// still raise it), and stops watching q once it is past RTR or destroyed.
-// Only q is looked at: a device with many QPs not yet connected (a pool
-// created in advance, the passive side of many connections) pays nothing
-// for them on every post and every receive batch.
-func (d *Device) commEstCheck(q *QP) {
-	if !q.destroyed {
-		switch q.eng.State() {
-		case StateReset, StateInit:
-			return
-		case StateRTR:
-			if q.eng.Counters[CntRcvdPkts] == 0 {
-				return
-			}
-			d.raise(AsyncEvent{Type: EventCommEst, QP: q})
-		}
-	}
-	q.commEst = false
-}
-
-// qpHooks sit between one QP's engine and the device: they forward the
-// engine's frames to the device's batch (transport.Output) and its receive
-// completions to the receive CQ (transport.CompletionQueue), and watch
-// both for what the counters and async events need: a NAK the responder
-// sent (the engine counts sent_naks before it builds one) and successful
-// receive completions (rdma_recvs). Per packet that costs one call and one
-// comparison.
+// qpHooks sit between one QP's engine and the device. As the engine's
+// transport.Output they forward its frames to the device's transmit batch
+// (and loop a multicast datagram back to the device's own members); as its
+// transport.EventSink they turn its events into AsyncEvents (Event, the
+// one place that does).
 type qpHooks struct {
-	d    *Device
-	out  transport.Output
-	rcq  transport.CompletionQueue
-	eng  *transport.QP
-	buf  []byte
-	naks uint64
-	pkt  wire.Packet
+	d   *Device
+	out transport.Output
+	eng *transport.QP
+	q   *QP
+	buf []byte
 }
 
 // qpHooks returns the hooks for a QP about to be created (d.mu held);
-// attach completes them once its engine exists.
-func (d *Device) qpHooks(recvCQ *CQ) *qpHooks {
-	return &qpHooks{d: d, out: &d.tx, rcq: recvCQ.sink()}
+// attach completes them once its engine and QP exist.
+func (d *Device) qpHooks() *qpHooks {
+	return &qpHooks{d: d, out: &d.tx}
 }
 
-func (h *qpHooks) attach(eng *transport.QP) { h.eng = eng }
+func (h *qpHooks) attach(eng *transport.QP, q *QP) { h.eng, h.q = eng, q }
 
 // Frame implements transport.Output.
 func (h *qpHooks) Frame() []byte {
@@ -355,63 +326,43 @@ func (h *qpHooks) Send(n int) {
 	if h.buf[0]&1 != 0 && len(h.d.mcast) > 0 {
 		h.d.loopMcast(h.eng.QPN(), h.buf[:n]) // a group's datagram (mcast.go)
 	}
-	if c := h.eng.Counters[CntSentNAKs]; c != h.naks {
-		h.naks = c
-		h.sentNAK(h.buf[:n])
-	}
 }
 
-// sentNAK raises the affiliated error of a class A or C NAK (the
-// responder moves the QP to ERR right after sending it).
-func (h *qpHooks) sentNAK(frame []byte) {
-	if err := wire.Parse(frame, &h.pkt); err != nil || h.pkt.Opcode() != wire.RCAcknowledge {
+// Event implements transport.EventSink: it maps the engine's events to
+// the application's AsyncEvents (d.mu held: the engine is only called
+// under it). An error is an affiliated event only when IBTA names one
+// (its class: the responder NAKed a request with INVALID_REQUEST,
+// REMOTE_ACCESS_ERROR or REMOTE_OPERATIONAL_ERROR); the requester's
+// errors, and UC's and UD's, are reported by their completion alone.
+func (h *qpHooks) Event(ev transport.Event) {
+	q, d := h.q, h.d
+	if q == nil || q.destroyed {
 		return
 	}
-	syn := h.pkt.AETH.Syndrome()
-	if syn.Kind() != wire.SynNAK {
-		return // RNR NAK: the requester retries
-	}
-	var t AsyncEventType
-	switch syn.NAK() {
-	case wire.NAKInvalidRequest:
-		t = EventQPReqErr
-	case wire.NAKRemoteAccessError:
-		t = EventQPAccessErr
-	case wire.NAKRemoteOperationalError:
-		t = EventQPFatal
-	default:
-		return // PSN sequence error: class B, the QP stays up
-	}
-	h.d.raise(AsyncEvent{Type: t, QP: h.d.qps[h.eng.QPN()], Syndrome: syn})
-}
-
-// lastWQE raises QP_LAST_WQE_REACHED (transport.Config.OnLastWQE: the
-// engine of a QP on an SRQ entered ERR; d.mu held).
-func (h *qpHooks) lastWQE() {
-	if q := h.d.qps[h.eng.QPN()]; q != nil && !q.destroyed {
-		h.d.raise(AsyncEvent{Type: EventQPLastWQEReached, QP: q})
-	}
-}
-
-// Complete implements transport.CompletionQueue for the receive side.
-func (h *qpHooks) Complete(wc *transport.WC) {
-	if wc.Status == WCSuccess {
-		// rxe counts RXE_CNT_RDMA_RECV for every successful receive
-		// completion (rxe_resp.c do_complete).
-		h.eng.Counters[CntRDMARecvs]++
-		h.d.counters[CntRDMARecvs]++
-	}
-	h.rcq.Complete(wc)
-}
-
-// countSend counts a posted SEND work request (rdma_sends; see
-// docs/metrics.md for how this differs from rxe, which counts at
-// completion). d.mu held.
-func (q *QP) countSend(wr *SendWR) {
-	switch wr.Opcode {
-	case WRSend, WRSendWithImm, WRSendWithInv:
-		q.eng.Counters[CntRDMASends]++
-		q.dev.counters[CntRDMASends]++
+	switch ev.Kind {
+	case transport.EventError:
+		var t AsyncEventType
+		switch ev.Class {
+		case transport.ErrorRequest:
+			t = EventQPReqErr
+		case transport.ErrorAccess:
+			t = EventQPAccessErr
+		case transport.ErrorFatal:
+			t = EventQPFatal
+		default:
+			return
+		}
+		d.raise(AsyncEvent{Type: t, QP: q, Syndrome: ev.Syndrome})
+	case transport.EventCommEst:
+		d.raise(AsyncEvent{Type: EventCommEst, QP: q})
+	case transport.EventSQDrained:
+		d.raise(AsyncEvent{Type: EventSQDrained, QP: q})
+	case transport.EventSRQLimit:
+		if q.srq != nil {
+			d.raise(AsyncEvent{Type: EventSRQLimitReached, SRQ: q.srq})
+		}
+	case transport.EventLastWQE:
+		d.raise(AsyncEvent{Type: EventQPLastWQEReached, QP: q})
 	}
 }
 

@@ -164,8 +164,8 @@ func TestManyQPsPostWork(t *testing.T) {
 
 // TestCommEstAmongUnconnectedQPs: COMM_EST still reaches the one QP that
 // received its first packet in RTR while 1000 other QPs of the device sit
-// in RESET and INIT (which commEstCheck never visits on another QP's
-// call), and none of them raises anything.
+// in RESET and INIT (the engine that accepted the packet reports it; no
+// other QP is looked at), and none of them raises anything.
 func TestCommEstAmongUnconnectedQPs(t *testing.T) {
 	e := newManyQPEnds(t, 0)
 	pdA, pdB := e.pa, e.pb

@@ -53,9 +53,6 @@ type QP struct {
 	seq  uint64    // creation order
 	hidx int       // index in the heap, -1 when not in it
 	dl   time.Time // the deadline it is placed with
-	// commEst: the QP may still raise COMM_EST (not yet past RTR), under
-	// dev.mu (events.go: commEstCheck).
-	commEst bool
 	// mcast counts the multicast groups the QP is attached to, under
 	// dev.mu (mcast.go): Destroy refuses while it is not zero.
 	mcast int
@@ -108,23 +105,23 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 	} else if d.qps[qpn] != nil {
 		return nil, fmt.Errorf("qp: create QP: QP number %#x is in use: %w", qpn, ErrInvalidArgument)
 	}
-	hooks := d.qpHooks(ia.RecvCQ)
+	hooks := d.qpHooks()
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
-		SendCQ: ia.SendCQ.sink(), RecvCQ: hooks, Out: hooks, PortMaxMTU: d.maxMTU,
+		SendCQ: ia.SendCQ.sink(), RecvCQ: ia.RecvCQ.sink(), Out: hooks, Events: hooks, PortMaxMTU: d.maxMTU,
 		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, SRQ: srq, Type: ia.Type,
-		CC: d.cc, OnLastWQE: hooks.lastWQE,
+		CC: d.cc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
 	}
-	hooks.attach(eng)
 	if fixed == 0 {
 		d.nextQPN = qpn + 1
 	}
 	d.qpSeq++
 	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.qpSeq, hidx: -1,
-		commEst: true, noMcastLoop: ia.BlockSelfMcastLoopback}
+		noMcastLoop: ia.BlockSelfMcastLoopback}
+	hooks.attach(eng, q)
 	if q.srq != nil {
 		q.srq.users++
 	}
@@ -236,9 +233,6 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	}
 	now := d.now()
 	err = q.eng.Modify(a, mask, now)
-	if err == nil && mask&AttrState != 0 && a.State == StateSQD {
-		d.watchSQD(q)
-	}
 	d.touch(q)
 	d.endCall(now)
 	d.unlock()
@@ -336,9 +330,6 @@ func (q *QP) PostSend(wr *SendWR) error {
 	d.flushHeld()
 	now := d.now()
 	err := q.eng.PostSend(wr.engine(), now)
-	if err == nil {
-		q.countSend(wr)
-	}
 	d.touch(q)
 	d.endCall(now)
 	d.unlockPost(now)
@@ -376,7 +367,6 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		if err = q.eng.PostSend(wrs[n].engine(), now); err != nil {
 			break
 		}
-		q.countSend(&wrs[n])
 		n++
 	}
 	d.touch(q)

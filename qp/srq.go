@@ -81,18 +81,13 @@ func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
 		return nil, ErrClosed
 	}
 	s := &SRQ{dev: d, pd: pd}
-	eng, err := transport.NewSRQ(transport.SRQConfig{MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, Limit: a.Limit, OnLimit: s.limitReached})
+	eng, err := transport.NewSRQ(transport.SRQConfig{MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, Limit: a.Limit})
 	if err != nil {
 		return nil, fmt.Errorf("qp: %w", err)
 	}
 	s.eng = eng
 	d.srqs = append(d.srqs, s)
 	return s, nil
-}
-
-// limitReached raises the limit event (d.mu held: a responder took a WR).
-func (s *SRQ) limitReached() {
-	s.dev.raise(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
 }
 
 // PD returns the protection domain the SRQ was created in.

@@ -117,7 +117,7 @@ func (c *completer) onAck(p *wire.Packet, psn wire.PSN, now time.Time) {
 		}
 		if c.rnrLeft == 0 {
 			q.inc(CntRetryRNRExceededErr)
-			c.fail(c.sq.oldest(), WCRNRRetryExcErr)
+			c.failBy(c.sq.oldest(), Event{Status: WCRNRRetryExcErr, NAK: NAKRcvd, Syndrome: syn})
 			return
 		}
 		if q.attr.RNRRetry != 7 {
@@ -138,7 +138,7 @@ func (c *completer) onAck(p *wire.Packet, psn wire.PSN, now time.Time) {
 				q.inc(CntRcvdStaleResponse)
 				return
 			}
-			c.fail(c.sq.oldest(), nakStatus(syn.NAK()))
+			c.failBy(c.sq.oldest(), Event{Status: nakStatus(syn.NAK()), NAK: NAKRcvd, Syndrome: syn})
 			return
 		}
 		readMissing := c.ackThrough(psn.Sub(1), now)
@@ -159,7 +159,7 @@ func (c *completer) onAck(p *wire.Packet, psn wire.PSN, now time.Time) {
 			c.retryOnce(now)
 			return
 		}
-		c.fail(c.sq.oldest(), nakStatus(syn.NAK()))
+		c.failBy(c.sq.oldest(), Event{Status: nakStatus(syn.NAK()), NAK: NAKRcvd, Syndrome: syn})
 	default:
 		q.inc(CntRcvdBadOpcode)
 	}
@@ -426,6 +426,9 @@ func (c *completer) retire() {
 	if sq.head == sq.tail && !c.outstanding() {
 		c.retryDeadline = time.Time{}
 	}
+	if q.sqDraining {
+		q.sqdCheck()
+	}
 }
 
 func sendWCOpcode(op WROpcode) WCOpcode {
@@ -453,10 +456,15 @@ func sendWCOpcode(op WROpcode) WCOpcode {
 // fail completes w (may be nil) with an error status and moves the QP to
 // ERR, which flushes every other outstanding WQE.
 func (c *completer) fail(w *sendWQE, status WCStatus) {
+	c.failBy(w, Event{Status: status})
+}
+
+// failBy is fail with the cause EventError reports (a NAK received).
+func (c *completer) failBy(w *sendWQE, cause Event) {
 	if w != nil {
-		c.sq.complete(w, status)
+		c.sq.complete(w, cause.Status)
 	}
-	c.qp.toErr()
+	c.qp.fail(cause)
 }
 
 // flush completes every WQE of the send queue with WR_FLUSH_ERR and

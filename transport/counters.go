@@ -28,8 +28,9 @@ const (
 	// The ACK timer fired.
 	CntLocalAckTimeoutErr // local_ack_timeout_err
 
-	// rxe's counters of what happens outside the engine: the owner of the
-	// engines (package qp) maintains them; the engine never touches them.
+	// More of rxe's counters. The first two count what happens outside
+	// the engine: the owner of the engines (package qp) maintains them and
+	// the engine never touches them; the engine counts the other two.
 
 	// Frames the link failed to send (rxe: rxe_xmit_packet errors).
 	CntSendErr // send_err

@@ -2,8 +2,9 @@
 // transport of one queue pair as Linux rxe implements it (rxe_req.c,
 // rxe_comp.c, rxe_resp.c), written as a deterministic state machine. A QP
 // takes work requests, received packets and the current time, and gives
-// frames, completions and its next deadline. It has no goroutine, no lock
-// and no clock of its own; package qp owns it and serialises every call.
+// frames, completions, events and its next deadline. It has no goroutine,
+// no lock and no clock of its own; package qp owns it and serialises every
+// call.
 //
 // # Roles
 //
@@ -152,12 +153,27 @@
 //
 // Inputs: PostSend and PostRecv (work requests, validated like rxe's
 // validate_send_wr), Modify (state and attributes), Receive (a packet
-// wire.Parse accepted, ICRC checked), EndBatch (the end of a receive
-// batch) and Tick. Outputs: frames, written
-// into buffers from Config.Out (Frame, then Send) with the payload copied
-// straight from or to registered memory (memreg) and the headers built in
-// front of it; completions, passed to Config.SendCQ and Config.RecvCQ; and
-// Deadline. The data path allocates nothing.
+// wire.Parse accepted, ICRC checked), EndBatch and HoldAck (the end of a
+// receive batch) and Tick (the time). Nothing else changes a QP.
+//
+// Outputs, each delivered synchronously by the call that produced it:
+//
+//	frames       Config.Out: Frame, then Send, per frame; the payload is
+//	             copied straight from or to registered memory (memreg)
+//	             and the headers are built in front of it
+//	completions  Config.SendCQ and Config.RecvCQ: Complete, per WC
+//	events       Config.Events: Event, per Event (events.go): the QP's
+//	             failures (EventError: the affiliated error class, the
+//	             completion status, the NAK sent or received and its
+//	             syndrome), COMM_EST, SQ_DRAINED, the SRQ limit, Last WQE
+//	             Reached
+//	deadline     Deadline, asked after each call (see Time)
+//	counters     QP.Counters, and Config.DeviceCounters if set, counted
+//	             as things happen (counters.go)
+//
+// The owner learns everything from these: it never parses a frame the
+// engine built, compares counters or polls a state to find out what
+// happened. The data path allocates nothing; neither does an event.
 //
 // # UD
 //

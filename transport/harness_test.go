@@ -57,6 +57,29 @@ func (r *ring) pop() ([]byte, bool) {
 	return r.bufs[i][:r.lens[i]], true
 }
 
+// evlog collects a QP's events (transport.EventSink).
+type evlog struct{ evs []transport.Event }
+
+func (l *evlog) Event(ev transport.Event) { l.evs = append(l.evs, ev) }
+
+// take returns the events since the last take.
+func (l *evlog) take() []transport.Event {
+	e := l.evs
+	l.evs = nil
+	return e
+}
+
+// count returns how many events of kind were recorded (and not taken).
+func (l *evlog) count(kind transport.EventKind) int {
+	n := 0
+	for _, ev := range l.evs {
+		if ev.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
 // cq collects completions.
 type cq struct{ wcs []transport.WC }
 
@@ -71,6 +94,7 @@ func (c *cq) take() []transport.WC {
 type side struct {
 	name   string
 	q      *transport.QP
+	events *evlog
 	out    *ring
 	scq    *cq
 	rcq    *cq
@@ -124,6 +148,7 @@ type eopts struct {
 	zeroDestRd  bool           // B accepts no READ/atomic (max_dest_rd_atomic 0)
 	srqB        *transport.SRQ // B takes its receives from this SRQ
 	uc          bool           // both QPs are UC (uc_test.go): UC's modify attributes
+	bRTR        bool           // B stays in RTR (RC): it answers requests and sends none
 }
 
 func newEPair(t testing.TB, o eopts) *epair {
@@ -157,7 +182,7 @@ func newEPair(t testing.TB, o eopts) *epair {
 		typ = transport.QPTypeUC
 	}
 	mk := func(name string, qpn uint32, ip string, mac byte, psn wire.PSN, access memreg.Access, srq *transport.SRQ) *side {
-		s := &side{name: name, out: newRing(o.ringFrames, o.frameSize), scq: &cq{}, rcq: &cq{}, mrs: memreg.NewTable(int64(qpn)),
+		s := &side{name: name, out: newRing(o.ringFrames, o.frameSize), scq: &cq{}, rcq: &cq{}, events: &evlog{}, mrs: memreg.NewTable(int64(qpn)),
 			ip: netip.MustParseAddr(ip), mac: [6]byte{2, 0, 0, 0, 0, mac}, sqPSN: psn, access: access}
 		s.pd = s.mrs.AllocPD()
 		s.buf = make([]byte, o.bufSize)
@@ -165,7 +190,7 @@ func newEPair(t testing.TB, o eopts) *epair {
 		if s.mr, err = s.pd.Register(s.buf, memreg.LocalWrite|memreg.RemoteAny); err != nil {
 			t.Fatal(err)
 		}
-		s.q, err = transport.New(transport.Config{QPN: qpn, PD: s.pd, MRs: s.mrs, Out: s.out, SendCQ: s.scq, RecvCQ: s.rcq,
+		s.q, err = transport.New(transport.Config{QPN: qpn, PD: s.pd, MRs: s.mrs, Out: s.out, SendCQ: s.scq, RecvCQ: s.rcq, Events: s.events,
 			Caps: transport.Caps{MaxSendWR: o.sqWR, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}, SRQ: srq, Type: typ})
 		if err != nil {
 			t.Fatal(err)
@@ -205,6 +230,9 @@ func newEPair(t testing.TB, o eopts) *epair {
 				transport.AttrMaxDestRdAtomic|transport.AttrMinRNRTimer, e.now))
 	}
 	for _, s := range []*side{e.a, e.b} {
+		if o.bRTR && s == e.b {
+			continue
+		}
 		must(t, s.q.Modify(&transport.Attr{State: transport.StateRTS, Timeout: o.timeout, RetryCnt: o.retry,
 			RNRRetry: o.rnr, SQPSN: s.sqPSN, MaxRdAtomic: o.maxRdAtomic},
 			transport.AttrState|transport.AttrTimeout|transport.AttrRetryCnt|transport.AttrRNRRetry|transport.AttrSQPSN|

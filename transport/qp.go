@@ -64,12 +64,10 @@ type Config struct {
 	// receive WQEs from; the QP has no receive queue of its own (Caps'
 	// MaxRecvWR and MaxRecvSGE are ignored) and PostRecv fails.
 	SRQ *SRQ
-	// OnLastWQE, when set on a QP with an SRQ, is called (by whoever
-	// serialises the engine) each time the QP enters ERR, after the WQE it
-	// held from the SRQ was flushed: the QP will take no more WQEs from it
-	// (IBTA 11.6.3 o11-5.2.5, the Last WQE Reached event; rxe raises it
-	// when its responder runs in ERR with an SRQ, flush_recv_queue).
-	OnLastWQE func()
+	// Events, when set, receives the QP's events (events.go): its
+	// affiliated errors, COMM_EST, SQ_DRAINED, the SRQ limit and Last WQE
+	// Reached.
+	Events EventSink
 	// Type is the transport service: RC (the zero value), UC (uc.go) or
 	// UD (ud.go).
 	Type QPType
@@ -81,8 +79,8 @@ type Config struct {
 
 // QP is the RC engine of one queue pair. It is a deterministic state
 // machine: its inputs are work requests, received packets and the current
-// time; its outputs are frames (Output), completions (CompletionQueue) and
-// its next deadline. It has no goroutine, no timer and no lock: its owner
+// time; its outputs are frames (Output), completions (CompletionQueue),
+// events (EventSink) and its next deadline. It has no goroutine, no timer and no lock: its owner
 // serialises every call. See the package documentation for the model.
 type QP struct {
 	cfg  Config
@@ -101,9 +99,12 @@ type QP struct {
 	// pace is the DCQCN reaction point and pacer; nil without Config.CC.
 	pace *pacer
 
-	// sqDraining is set on entering SQD and cleared when SQDrained reports
-	// the drain (rxe attr.sq_draining).
+	// sqDraining is set on entering SQD and cleared when EventSQDrained
+	// reports the drain (rxe attr.sq_draining).
 	sqDraining bool
+	// commEstDone: EventCommEst was reported, or the QP went past RTR
+	// without it.
+	commEstDone bool
 
 	Counters Counters
 }
@@ -330,6 +331,9 @@ func (q *QP) checkValues(a *Attr, mask AttrMask, cur, next State) error {
 func (q *QP) enter(next State, now time.Time) {
 	prev := q.attr.State
 	q.attr.State = next
+	if next > StateRTR {
+		q.commEstDone = true
+	}
 	switch next {
 	case StateReset:
 		q.resetQueues()
@@ -345,6 +349,7 @@ func (q *QP) enter(next State, now time.Time) {
 	case StateSQD:
 		if prev != StateSQD {
 			q.sqDraining = true
+			q.sqdCheck()
 		}
 	}
 	if next != StateSQD {
@@ -364,10 +369,12 @@ func (q *QP) resetQueues() {
 	q.attr = Attr{State: StateReset, AccessFlags: a.AccessFlags}
 }
 
-// toErr moves the QP to ERR after a failure in one of its roles.
+// toErr moves the QP to ERR after a failure in one of its roles (fail
+// reports the failure first).
 func (q *QP) toErr() {
 	prev := q.attr.State
 	q.attr.State = StateErr
+	q.commEstDone = true
 	q.flushAll()
 	if prev != StateErr {
 		q.lastWQE()
@@ -387,10 +394,10 @@ func (q *QP) flushAll() {
 }
 
 // lastWQE reports, on a QP with an SRQ that just entered ERR, that it
-// takes no more WQEs from the SRQ (Config.OnLastWQE).
+// takes no more WQEs from the SRQ (EventLastWQE).
 func (q *QP) lastWQE() {
-	if q.cfg.SRQ != nil && q.cfg.OnLastWQE != nil {
-		q.cfg.OnLastWQE()
+	if q.cfg.SRQ != nil {
+		q.emit(Event{Kind: EventLastWQE})
 	}
 }
 
@@ -460,7 +467,11 @@ func (q *QP) HoldAck(now, until time.Time) bool {
 // WR_FLUSH_ERR, as rxe does.
 func (q *QP) PostSend(wr *SendWR, now time.Time) error {
 	if q.cfg.Type == QPTypeUD {
-		return q.udPostSend(wr, now)
+		err := q.udPostSend(wr, now)
+		if err == nil {
+			q.countSend(wr.Opcode)
+		}
+		return err
 	}
 	st := q.attr.State
 	if st != StateRTS && st != StateSQD && st != StateErr {
@@ -469,6 +480,7 @@ func (q *QP) PostSend(wr *SendWR, now time.Time) error {
 	if err := q.req.post(wr); err != nil {
 		return err
 	}
+	q.countSend(wr.Opcode)
 	if st == StateErr {
 		q.comp.flush()
 		return nil
@@ -512,6 +524,7 @@ func (q *QP) Receive(p *wire.Packet, now time.Time) {
 		}
 		q.inc(CntRcvdPkts)
 		q.resp.ucReceive(p, now)
+		q.commEst()
 		return
 	}
 	if op.Transport() != wire.TransportRC || !info.Valid {
@@ -527,6 +540,7 @@ func (q *QP) Receive(p *wire.Packet, now time.Time) {
 		// RXE_CNT_RCVD_PKTS only after hdr_check (state, addresses, P_Key).
 		q.inc(CntRcvdPkts)
 		q.resp.receive(p, now)
+		q.commEst()
 	} else {
 		if q.attr.State != StateRTS && q.attr.State != StateSQD {
 			q.inc(CntRcvdWrongState)
@@ -542,6 +556,26 @@ func (q *QP) inc(c Counter) {
 	if q.cfg.DeviceCounters != nil {
 		q.cfg.DeviceCounters[c]++
 	}
+}
+
+// countSend counts a posted SEND work request (rdma_sends; see
+// docs/metrics.md for how this differs from rxe, which counts at
+// completion).
+func (q *QP) countSend(op WROpcode) {
+	switch op {
+	case WRSend, WRSendWithImm, WRSendWithInv:
+		q.inc(CntRDMASends)
+	}
+}
+
+// recvCompletion delivers a receive completion to Config.RecvCQ, counting
+// a successful one (rdma_recvs, as rxe_resp.c do_complete counts
+// RXE_CNT_RDMA_RECV).
+func (q *QP) recvCompletion(wc *WC) {
+	if wc.Status == WCSuccess {
+		q.inc(CntRDMARecvs)
+	}
+	q.completion(q.cfg.RecvCQ, wc)
 }
 
 // walkSGL resolves the byte range [off, off+n) of an SGL, region by region,

@@ -330,7 +330,7 @@ func (r *responder) flush() {
 	for ; r.rqHead < r.rqTail; r.rqHead++ {
 		w := &r.rq[r.rqHead%uint64(len(r.rq))]
 		wc := WC{WRID: w.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
-		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+		r.qp.recvCompletion(&wc)
 	}
 	r.flushSRQ()
 	r.recvActive = false
@@ -480,8 +480,8 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 			r.recvPop()
 			r.recvActive = false
 			wc.Status = WCRemInvReqErr
-			r.qp.completion(r.qp.cfg.RecvCQ, &wc)
-			r.qp.toErr()
+			r.qp.recvCompletion(&wc)
+			r.qp.fail(Event{Status: WCRemInvReqErr})
 			return
 		}
 		wc.Flags |= WCWithInv
@@ -491,7 +491,7 @@ func (r *responder) execSend(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	r.recvActive = false
 	r.finishMessage(p, psn)
 	r.qp.inc(CntRxSendRequests)
-	r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+	r.qp.recvCompletion(&wc)
 }
 
 // acceptPacket advances the expected PSN after an in-sequence packet and
@@ -586,7 +586,7 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		r.finishMessage(p, psn)
 		r.qp.inc(CntRxWriteRequests)
 		r.writeDone()
-		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+		r.qp.recvCompletion(&wc)
 		return
 	}
 	r.finishMessage(p, psn)
@@ -865,16 +865,16 @@ func (r *responder) classC(code wire.NAKCode, status WCStatus, psn wire.PSN) {
 		w := r.recvHead()
 		r.recvPop()
 		wc := WC{WRID: w.wrID, Status: status, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
-		r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+		r.qp.recvCompletion(&wc)
 	} else if status == WCLocLenErr || status == WCLocQPOpErr {
 		// The failing packet started a message (FIRST/ONLY): its WQE is the head.
 		if r.recvHeld() {
 			w := r.recvHead()
 			r.recvPop()
 			wc := WC{WRID: w.wrID, Status: status, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
-			r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+			r.qp.recvCompletion(&wc)
 		}
 	}
 	r.recvActive = false
-	r.qp.toErr()
+	r.qp.fail(Event{Class: nakClass(code), Status: status, NAK: NAKSent, Syndrome: wire.NAKSyndrome(code)})
 }

@@ -18,11 +18,10 @@ type SRQConfig struct {
 	MaxWR  int // receive WRs outstanding, 1..MaxSRQWR
 	MaxSGE int // SGEs per WR, 1..MaxSGE (0: 1, rxe's RXE_MIN_SRQ_SGE)
 	// Limit arms the limit event at creation, as rxe's rxe_srq_from_init
-	// takes srq_limit from the init attributes (0: not armed).
+	// takes srq_limit from the init attributes (0: not armed). The QP
+	// whose responder takes a WQE and leaves fewer than the armed limit
+	// reports it (EventSRQLimit).
 	Limit uint32
-	// OnLimit is called, by whoever serialises the engines, when a
-	// responder takes a WQE and fewer than the armed limit remain.
-	OnLimit func()
 }
 
 // SRQAttr are an SRQ's attributes (struct ibv_srq_attr).
@@ -54,7 +53,6 @@ type SRQ struct {
 	head, tail uint64
 	maxSGE     int
 	limit      uint32
-	onLimit    func()
 }
 
 // NewSRQ creates a shared receive queue (rxe_srq_chk_init, rxe_srq_from_init).
@@ -68,7 +66,7 @@ func NewSRQ(cfg SRQConfig) (*SRQ, error) {
 	if cfg.MaxSGE == 0 {
 		cfg.MaxSGE = 1
 	}
-	return &SRQ{ring: make([]recvWQE, cfg.MaxWR), maxSGE: cfg.MaxSGE, limit: cfg.Limit, onLimit: cfg.OnLimit}, nil
+	return &SRQ{ring: make([]recvWQE, cfg.MaxWR), maxSGE: cfg.MaxSGE, limit: cfg.Limit}, nil
 }
 
 // Attr returns the attributes (ibv_query_srq): the limit reads 0 once the
@@ -134,21 +132,19 @@ func (s *SRQ) Post(wr *RecvWR) error {
 }
 
 // take moves the oldest posted WQE into w (rxe get_srq_wqe). When fewer
-// than the armed limit remain, the limit disarms and OnLimit runs: the
-// event fires once per arming.
-func (s *SRQ) take(w *recvWQE) bool {
+// than the armed limit remain, the limit disarms and take reports it
+// (limit): the event fires once per arming.
+func (s *SRQ) take(w *recvWQE) (ok, limit bool) {
 	if s.head == s.tail {
-		return false
+		return false, false
 	}
 	*w = s.ring[s.head%uint64(len(s.ring))]
 	s.head++
 	if s.limit != 0 && uint32(s.Len()) < s.limit {
 		s.limit = 0
-		if s.onLimit != nil {
-			s.onLimit()
-		}
+		limit = true
 	}
-	return true
+	return true, limit
 }
 
 // fill copies wr into the WQE.
@@ -175,7 +171,11 @@ func (r *responder) recvReady() bool {
 		return r.rqHead != r.rqTail
 	}
 	if !r.srqHeld {
-		r.srqHeld = s.take(&r.srqWQE)
+		var limit bool
+		r.srqHeld, limit = s.take(&r.srqWQE)
+		if limit {
+			r.qp.emit(Event{Kind: EventSRQLimit})
+		}
 	}
 	return r.srqHeld
 }
@@ -216,5 +216,5 @@ func (r *responder) flushSRQ() {
 	}
 	r.srqHeld = false
 	wc := WC{WRID: r.srqWQE.wrID, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
-	r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+	r.qp.recvCompletion(&wc)
 }

@@ -11,9 +11,9 @@ import (
 
 // srqPair is an engine pair whose B takes its receives from an SRQ of
 // four WRs, with the limit armed at limit.
-func srqPair(t *testing.T, limit uint32, fired *int) (*epair, *transport.SRQ) {
+func srqPair(t *testing.T, limit uint32) (*epair, *transport.SRQ) {
 	t.Helper()
-	srq, err := transport.NewSRQ(transport.SRQConfig{MaxWR: 4, MaxSGE: 2, Limit: limit, OnLimit: func() { *fired++ }})
+	srq, err := transport.NewSRQ(transport.SRQConfig{MaxWR: 4, MaxSGE: 2, Limit: limit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,8 +24,7 @@ func srqPair(t *testing.T, limit uint32, fired *int) (*epair, *transport.SRQ) {
 // once (the SRQ shrinks, the limit event fires then), the SEND_LAST lands
 // in the same WR, whose two SGEs the data is scattered over.
 func TestSRQMessageAcrossPackets(t *testing.T) {
-	fired := 0
-	e, srq := srqPair(t, 2, &fired)
+	e, srq := srqPair(t, 2)
 	for id := range uint64(2) {
 		off := uint64(id) * 8192
 		must(t, srq.Post(&transport.RecvWR{WRID: 10 + id, SGL: []transport.SGE{
@@ -36,7 +35,7 @@ func TestSRQMessageAcrossPackets(t *testing.T) {
 	}
 	first, last := bytes.Repeat([]byte{0xA1}, 1024), bytes.Repeat([]byte{0xB2}, 1000)
 	e.inject(wire.Frame{BTH: wire.BTHFields{Opcode: wire.RCSendFirst, PSN: 0}}, first)
-	if srq.Len() != 1 || fired != 1 || srq.Attr().Limit != 0 {
+	if fired := e.b.events.count(transport.EventSRQLimit); srq.Len() != 1 || fired != 1 || srq.Attr().Limit != 0 {
 		t.Fatalf("after SEND_FIRST: %d WRs left, limit event %d times, limit %d; want 1, 1, 0", srq.Len(), fired, srq.Attr().Limit)
 	}
 	if n := len(e.b.rcq.wcs); n != 0 {
@@ -52,7 +51,7 @@ func TestSRQMessageAcrossPackets(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("the message is not where the WR's SGEs point")
 	}
-	if fired != 1 {
+	if fired := e.b.events.count(transport.EventSRQLimit); fired != 1 {
 		t.Fatalf("limit event %d times, want once (disarmed)", fired)
 	}
 }
@@ -61,8 +60,7 @@ func TestSRQMessageAcrossPackets(t *testing.T) {
 // completes the WR it took from the SRQ with WR_FLUSH_ERR; the WRs still in
 // the SRQ stay there (they belong to its other QPs).
 func TestSRQHeldWQEFlushed(t *testing.T) {
-	fired := 0
-	e, srq := srqPair(t, 0, &fired)
+	e, srq := srqPair(t, 0)
 	for id := range uint64(3) {
 		must(t, srq.Post(&transport.RecvWR{WRID: id, SGL: []transport.SGE{e.b.sge(int(id)*4096, 4096)}}))
 	}
@@ -72,7 +70,7 @@ func TestSRQHeldWQEFlushed(t *testing.T) {
 	if len(wcs) != 1 || wcs[0].WRID != 0 || wcs[0].Status != transport.WCWRFlushErr || wcs[0].QPNum != e.b.q.QPN() {
 		t.Fatalf("completions %v; want WR 0 flushed", wcs)
 	}
-	if srq.Len() != 2 || fired != 0 {
+	if fired := e.b.events.count(transport.EventSRQLimit); srq.Len() != 2 || fired != 0 {
 		t.Fatalf("SRQ holds %d WRs (want 2), limit event %d times", srq.Len(), fired)
 	}
 }
@@ -80,8 +78,7 @@ func TestSRQHeldWQEFlushed(t *testing.T) {
 // TestSRQEmptyRNRNAK: an empty SRQ answers SEND_ONLY with an RNR NAK
 // carrying the QP's min_rnr_timer; the same PSN succeeds after a post.
 func TestSRQEmptyRNRNAK(t *testing.T) {
-	fired := 0
-	e, srq := srqPair(t, 0, &fired)
+	e, srq := srqPair(t, 0)
 	out := e.inject(wire.Frame{BTH: bth(wire.RCSendOnly, 0)}, []byte("x"))
 	if len(out) != 1 || out[0].p.AETH.Syndrome() != wire.RNRNAKSyndrome(0) {
 		t.Fatalf("answer %v, want an RNR NAK", out)

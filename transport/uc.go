@@ -129,10 +129,10 @@ func (r *responder) ucFail(code wire.NAKCode, status WCStatus) {
 			w := r.recvHead()
 			r.recvPop()
 			wc := WC{WRID: w.wrID, Status: status, Opcode: WCRecv, QPNum: r.qp.cfg.QPN}
-			r.qp.completion(r.qp.cfg.RecvCQ, &wc)
+			r.qp.recvCompletion(&wc)
 		}
 		r.ucReset()
-		r.qp.toErr()
+		r.qp.fail(Event{Status: status})
 		return
 	}
 	r.ucLose()

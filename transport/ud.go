@@ -193,7 +193,7 @@ func (q *QP) udPostSend(wr *SendWR, now time.Time) error {
 		q.completion(cfg.SendCQ, &wc)
 	}
 	if status != WCSuccess {
-		q.toErr()
+		q.fail(Event{Status: status})
 	}
 	return nil
 }
@@ -262,6 +262,7 @@ func (q *QP) udReceive(p *wire.Packet) {
 		return
 	}
 	q.inc(CntRcvdPkts)
+	defer q.commEst() // after the datagram is handled, as RC's Receive
 	r := &q.resp
 	if !r.recvReady() {
 		// rxe RESPST_ERR_RNR on UD: class D, the datagram is dropped
@@ -281,7 +282,7 @@ func (q *QP) udReceive(p *wire.Packet) {
 		if q.cfg.SRQ != nil {
 			wc := WC{WRID: w.wrID, Status: WCRemInvReqErr, Opcode: WCRecv, QPNum: q.cfg.QPN}
 			r.recvPop()
-			q.completion(q.cfg.RecvCQ, &wc)
+			q.recvCompletion(&wc)
 		}
 		return
 	}
@@ -308,8 +309,8 @@ func (q *QP) udReceive(p *wire.Packet) {
 		// A bad lkey or access in the RECV WQE: RESPST_ERR_MALFORMED_WQE,
 		// class A for every QP type; the QP goes to ERR.
 		wc = WC{WRID: w.wrID, Status: WCLocQPOpErr, Opcode: WCRecv, QPNum: q.cfg.QPN}
-		q.completion(q.cfg.RecvCQ, &wc)
-		q.toErr()
+		q.recvCompletion(&wc)
+		q.fail(Event{Status: WCLocQPOpErr})
 		return
 	}
 	if op.HasImm() {
@@ -319,5 +320,5 @@ func (q *QP) udReceive(p *wire.Packet) {
 	if p.BTH.SE() {
 		wc.Flags |= WCSolicited
 	}
-	q.completion(q.cfg.RecvCQ, &wc)
+	q.recvCompletion(&wc)
 }
