@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/nic/internal/linkcore"
 	"github.com/goroce/goroce/nic/internal/sockio"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -65,13 +66,8 @@ type Link struct {
 
 	w sockio.BatchWait // wait_linux.go
 
-	closeOnce sync.Once
-	closed    atomic.Bool
-
-	rxFrames, rxBytes, rxDrops, wakeups  atomic.Uint64
-	txFrames, txBytes, txDrops, ringFull atomic.Uint64
-	kernelDrops                          atomic.Uint64
-	statsMu                              sync.Mutex
+	c           linkcore.Core // counters, closed, Close's order
+	kernelDrops atomic.Uint64 // PACKET_STATISTICS drops, summed (each read resets them)
 }
 
 var _ nic.Link = (*Link)(nil)
@@ -266,14 +262,14 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
 	for {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return 0, nic.ErrClosed
 		}
 		if n := l.drain(bufs, sizes); n > 0 {
 			return n, nil
 		}
 		_, stopped, err := l.stop.Wait(l.fd, unix.POLLIN, -1)
-		l.wakeups.Add(1)
+		l.c.Wakeups.Add(1)
 		if stopped {
 			return 0, nic.ErrClosed
 		}
@@ -288,7 +284,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	if l.closed.Load() {
+	if l.c.Closed() {
 		return 0, nic.ErrClosed
 	}
 	return l.drain(bufs, sizes), nil
@@ -316,7 +312,7 @@ func (l *Link) deliver(b, data []byte, wireLen int, vlan bool, tpid, tci uint16)
 		need += 4
 	}
 	if snap < wireLen || need > len(b) || snap < 14 {
-		l.rxDrops.Add(1) // truncated by the ring, or too big for the caller
+		l.c.RxDrops.Add(1) // truncated by the ring, or too big for the caller
 		return 0
 	}
 	if !vlan {
@@ -353,11 +349,11 @@ func (l *Link) drainV2(bufs [][]byte, sizes []int) int {
 			data := l.ring[off+mac : off+mac+snap]
 			if k := l.deliver(bufs[n], data, wireLen, status&unix.TP_STATUS_VLAN_VALID != 0, tpid, ne.Uint16(h[24:])); k > 0 {
 				sizes[n] = k
-				l.rxBytes.Add(uint64(k))
+				l.c.RxBytes.Add(uint64(k))
 				n++
 			}
 		} else {
-			l.rxDrops.Add(1)
+			l.c.RxDrops.Add(1)
 		}
 		atomic.StoreUint32(st, unix.TP_STATUS_KERNEL)
 		l.cur++
@@ -365,7 +361,7 @@ func (l *Link) drainV2(bufs [][]byte, sizes []int) int {
 			l.cur = 0
 		}
 	}
-	l.rxFrames.Add(uint64(n))
+	l.c.RxFrames.Add(uint64(n))
 	return n
 }
 
@@ -388,7 +384,7 @@ func (l *Link) drainV3(bufs [][]byte, sizes []int) int {
 			}
 		}
 		if l.pktOff+unix.SizeofTpacket3Hdr > len(l.ring) {
-			l.rxDrops.Add(uint64(l.pktLeft))
+			l.c.RxDrops.Add(uint64(l.pktLeft))
 			l.releaseBlock()
 			continue
 		}
@@ -401,7 +397,7 @@ func (l *Link) drainV3(bufs [][]byte, sizes []int) int {
 		start := l.pktOff + mac
 		if start+snap > len(l.ring) || snap < 14 {
 			// Corrupt descriptor: give the block back rather than read out of bounds.
-			l.rxDrops.Add(uint64(l.pktLeft))
+			l.c.RxDrops.Add(uint64(l.pktLeft))
 			l.releaseBlock()
 			continue
 		}
@@ -411,7 +407,7 @@ func (l *Link) drainV3(bufs [][]byte, sizes []int) int {
 		}
 		if k := l.deliver(bufs[n], l.ring[start:start+snap], wireLen, status&unix.TP_STATUS_VLAN_VALID != 0, tpid, uint16(ne.Uint32(h[32:]))); k > 0 {
 			sizes[n] = k
-			l.rxBytes.Add(uint64(k))
+			l.c.RxBytes.Add(uint64(k))
 			n++
 		}
 		l.pktLeft--
@@ -421,7 +417,7 @@ func (l *Link) drainV3(bufs [][]byte, sizes []int) int {
 			l.pktOff += next
 		}
 	}
-	l.rxFrames.Add(uint64(n))
+	l.c.RxFrames.Add(uint64(n))
 	return n
 }
 
@@ -443,7 +439,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	defer l.txMu.Unlock()
 	done, busy := 0, 0
 	for done < len(frames) {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return done, nic.ErrClosed
 		}
 		k := min(len(frames)-done, len(l.tx.Msgs))
@@ -453,16 +449,16 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 		n, err := sockio.Sendmmsg(l.fd, l.tx.Msgs[:k], 0)
 		if n > 0 {
 			for i := 0; i < n; i++ {
-				l.txBytes.Add(uint64(len(frames[done+i])))
+				l.c.TxBytes.Add(uint64(len(frames[done+i])))
 			}
-			l.txFrames.Add(uint64(n))
+			l.c.TxFrames.Add(uint64(n))
 			done += n
 			busy = 0
 			continue
 		}
 		switch {
 		case sockio.IsAgain(err):
-			l.ringFull.Add(1)
+			l.c.RingFull.Add(1)
 			if _, stopped, perr := l.stop.Wait(l.fd, unix.POLLOUT, -1); stopped {
 				return done, nic.ErrClosed
 			} else if perr != nil {
@@ -472,14 +468,14 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 			// The driver's queue is stopped (qdisc bypass gives no
 			// queueing of its own): yield and retry, as back-pressure,
 			// rather than lose a frame the transport must retransmit.
-			l.ringFull.Add(1)
+			l.c.RingFull.Add(1)
 			busy++
 			runtime.Gosched()
 			continue
 		case errors.Is(err, unix.ENOBUFS), errors.Is(err, unix.EMSGSIZE), errors.Is(err, unix.EINVAL):
 			// Still busy after the retries, or the frame is
 			// malformed/oversize: lose this one frame.
-			l.txDrops.Add(1)
+			l.c.TxDrops.Add(1)
 			done++
 		default:
 			return done, fmt.Errorf("afpacket: sendmmsg on %s: %w", l.ifname, err)
@@ -491,41 +487,26 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 
 // Stats implements nic.Link. RxDrops includes the kernel's ring drops.
 func (l *Link) Stats() nic.Stats {
-	l.statsMu.Lock()
-	if !l.closed.Load() {
-		// PACKET_STATISTICS resets the kernel's counters on each read.
-		if st, err := unix.GetsockoptTpacketStatsV3(l.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
-			l.kernelDrops.Add(uint64(st.Drops))
+	return l.c.Stats(func() (uint64, uint64) {
+		if !l.c.Closed() {
+			// PACKET_STATISTICS resets the kernel's counters on each read.
+			if st, err := unix.GetsockoptTpacketStatsV3(l.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+				l.kernelDrops.Add(uint64(st.Drops))
+			}
 		}
-	}
-	l.statsMu.Unlock()
-	return nic.Stats{
-		RxFrames: l.rxFrames.Load(),
-		RxBytes:  l.rxBytes.Load(),
-		TxFrames: l.txFrames.Load(),
-		TxBytes:  l.txBytes.Load(),
-		RxDrops:  l.rxDrops.Load() + l.kernelDrops.Load(),
-		TxDrops:  l.txDrops.Load(),
-		RingFull: l.ringFull.Load(),
-		Wakeups:  l.wakeups.Load(),
-	}
+		return l.kernelDrops.Load(), 0
+	})
 }
 
 // Close implements nic.Link: it wakes blocked ReadBatch/WriteBatch calls
 // (ErrClosed), waits for them to return, then unmaps the ring and closes
 // the socket.
 func (l *Link) Close() error {
-	l.closeOnce.Do(func() {
-		l.closed.Store(true)
+	return l.c.Close(&l.rxMu, &l.txMu, func() {
 		l.stop.Stop()
 		l.w.Close() // wakes a parked WaitReadBatch
-		l.rxMu.Lock()
-		l.txMu.Lock()
-		l.statsMu.Lock()
+	}, func() error {
 		l.release()
-		l.statsMu.Unlock()
-		l.txMu.Unlock()
-		l.rxMu.Unlock()
+		return nil
 	})
-	return nil
 }

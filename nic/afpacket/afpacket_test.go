@@ -112,7 +112,7 @@ func readN(t testing.TB, l *Link, n int) [][]byte {
 		}
 		return r.frames
 	case <-time.After(20 * time.Second):
-		t.Fatalf("fewer than %d frames arrived; stats %+v (own drops %d, kernel %d)", n, l.Stats(), l.rxDrops.Load(), l.kernelDrops.Load())
+		t.Fatalf("fewer than %d frames arrived; stats %+v (own drops %d, kernel %d)", n, l.Stats(), l.c.RxDrops.Load(), l.kernelDrops.Load())
 		return nil
 	}
 }

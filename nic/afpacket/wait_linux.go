@@ -15,7 +15,7 @@ var _ nic.Waiter = (*Link)(nil)
 func (l *Link) initWait() error {
 	return l.w.Init(l.fd, "afpacket", func(bufs [][]byte, sizes []int) (int, error) {
 		return l.drain(bufs, sizes), nil
-	}, l.closed.Load)
+	}, l.c.Closed)
 }
 
 // WaitReadBatch implements nic.Waiter: it copies the frames in the ring, and
@@ -25,7 +25,7 @@ func (l *Link) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
 	n, wakeups, err := l.w.Wait(bufs, sizes)
-	l.wakeups.Add(uint64(wakeups))
+	l.c.Wakeups.Add(uint64(wakeups))
 	return n, err
 }
 

@@ -10,7 +10,6 @@ import (
 	"net"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/nic/internal/linkcore"
 	"github.com/goroce/goroce/nic/internal/sockio"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -26,6 +26,10 @@ import (
 const (
 	defaultFrameSize = 4096
 	defaultNumFrames = 4096
+	// smallChunkMTU is the largest interface MTU a 2048-byte chunk carries
+	// (2048 - headroom - Ethernet header - VLAN tag): up to it Open's
+	// defaults are 8192 chunks of 2048 bytes.
+	smallChunkMTU = 2048 - xdpPacketHeadroom - ethHeaderLen - vlanTagLen
 	// defaultBatchSize is 256, the copy-mode TX budget per kick
 	// (defaultTxBudget): goroce's device writes up to BatchSize frames per
 	// WriteBatch, one sendto each, and reads as many per ReadBatch. At 64,
@@ -84,23 +88,14 @@ type Link struct {
 	needWakeup bool // bound with XDP_USE_NEED_WAKEUP
 	zeroCopy   bool
 
-	// fdMu orders Close's release of the socket against KernelStats.
-	fdMu sync.Mutex
-
 	xsks *ebpf.Map
 	prog *ebpf.Program
 	lnk  link.Link
 
 	w sockio.BatchWait // wait_linux.go
 
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-
-	rxFrames, rxBytes, rxTooBig atomic.Uint64
-	txFrames, txBytes, txTooBig atomic.Uint64
-	txRingFull, wakeups         atomic.Uint64
-	lastXDPStats                unix.XDPStatistics // after Close
+	c            linkcore.Core      // counters, closed, Close's order
+	lastXDPStats unix.XDPStatistics // after Close
 }
 
 var _ nic.Link = (*Link)(nil)
@@ -113,6 +108,19 @@ var memlockOnce sync.Once
 // CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF); missing kernel features and
 // privileges give a *NotSupportedError.
 func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
+	if queue < 0 || queue >= xskMapEntries {
+		return nil, fmt.Errorf("afxdp: queue %d out of range [0, %d)", queue, xskMapEntries)
+	}
+	attrs, err := interfaceByName(ifname)
+	if err != nil {
+		return nil, err
+	}
+	if opts.FrameSize == 0 && opts.NumFrames == 0 && attrs.MTU <= smallChunkMTU {
+		// The same 16 MiB of UMEM as 8192 chunks of 2048 bytes: rings of
+		// 4096 descriptors, as the raw reference sender's
+		// (../shared/rawref), where frames fit half a page.
+		opts.FrameSize, opts.NumFrames = 2048, 2*defaultNumFrames
+	}
 	if opts.FrameSize == 0 {
 		opts.FrameSize = defaultFrameSize
 	}
@@ -133,14 +141,6 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if queue < 0 || queue >= xskMapEntries {
-		return nil, fmt.Errorf("afxdp: queue %d out of range [0, %d)", queue, xskMapEntries)
-	}
-
-	attrs, err := interfaceByName(ifname)
-	if err != nil {
-		return nil, err
 	}
 	l := &Link{
 		ifname:    ifname,
@@ -479,7 +479,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	var spins uint
 	var spinUntil time.Time
 	for {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return 0, nic.ErrClosed
 		}
 		if want == 0 {
@@ -499,7 +499,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 			if spins%64 != 0 || time.Now().Before(spinUntil) {
 				if l.needWakeup && l.fill.needWakeup() {
 					rxWakeup(l.fd)
-					l.wakeups.Add(1)
+					l.c.Wakeups.Add(1)
 				}
 				runtime.Gosched()
 				continue
@@ -523,7 +523,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	if l.closed.Load() {
+	if l.c.Closed() {
 		return 0, nic.ErrClosed
 	}
 	want := uint32(min(len(bufs), len(sizes)))
@@ -542,7 +542,7 @@ func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	}
 	if l.needWakeup && l.fill.needWakeup() {
 		rxWakeup(l.fd)
-		l.wakeups.Add(1)
+		l.c.Wakeups.Add(1)
 	}
 	return 0, nil
 }
@@ -600,12 +600,12 @@ frames:
 		// Zero-copy drivers stop receiving when the fill ring ran dry and
 		// ask to be woken (af_xdp.rst, "XDP_USE_NEED_WAKEUP").
 		rxWakeup(l.fd)
-		l.wakeups.Add(1)
+		l.c.Wakeups.Add(1)
 	}
-	l.rxFrames.Add(uint64(got))
-	l.rxBytes.Add(uint64(bytes))
+	l.c.RxFrames.Add(uint64(got))
+	l.c.RxBytes.Add(uint64(bytes))
 	if tooBig > 0 {
-		l.rxTooBig.Add(tooBig)
+		l.c.RxDrops.Add(tooBig)
 	}
 	return got
 }
@@ -625,7 +625,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	defer l.txMu.Unlock()
 	done, posted := 0, false
 	for done < len(frames) {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return done, nic.ErrClosed
 		}
 		l.reap()
@@ -635,7 +635,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 		for done < len(frames) {
 			f := frames[done]
 			if len(f) == 0 || len(f) > l.maxTx {
-				l.txTooBig.Add(1)
+				l.c.TxDrops.Add(1)
 				done++
 				continue
 			}
@@ -663,15 +663,15 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 		if k > 0 {
 			posted = true
 			l.tx.submit(k)
-			l.txFrames.Add(uint64(sent))
-			l.txBytes.Add(uint64(bytes))
+			l.c.TxFrames.Add(uint64(sent))
+			l.c.TxBytes.Add(uint64(bytes))
 		}
 		if need == 0 {
 			continue
 		}
 		// The next frame needs more descriptors than the ring or the
 		// transmit chunks have free.
-		l.txRingFull.Add(1)
+		l.c.RingFull.Add(1)
 		if err := l.kick(); err != nil {
 			// Nothing will complete while the interface is down or
 			// gone: report it rather than wait.
@@ -702,7 +702,7 @@ func (l *Link) kick() error {
 		return nil
 	}
 	for range maxKicks {
-		l.wakeups.Add(1)
+		l.c.Wakeups.Add(1)
 		err := txKick(l.fd)
 		switch err {
 		case nil:
@@ -738,8 +738,13 @@ type XDPStats = unix.XDPStatistics
 // KernelStats returns the socket's XDP_STATISTICS (the last values after
 // Close).
 func (l *Link) KernelStats() XDPStats {
-	l.fdMu.Lock()
-	defer l.fdMu.Unlock()
+	l.c.StatsMu.Lock()
+	defer l.c.StatsMu.Unlock()
+	return l.kernelStats()
+}
+
+// kernelStats is KernelStats with the stats lock held.
+func (l *Link) kernelStats() XDPStats {
 	if l.fd < 0 {
 		return l.lastXDPStats
 	}
@@ -761,39 +766,25 @@ func (l *Link) readXDPStats() XDPStats {
 // tx_invalid_descs; RingFull counts the times WriteBatch found the TX ring
 // or the transmit chunks exhausted; Wakeups counts sendto/recvfrom kicks.
 func (l *Link) Stats() nic.Stats {
-	k := l.KernelStats()
-	return nic.Stats{
-		RxFrames: l.rxFrames.Load(),
-		RxBytes:  l.rxBytes.Load(),
-		TxFrames: l.txFrames.Load(),
-		TxBytes:  l.txBytes.Load(),
-		RxDrops:  l.rxTooBig.Load() + k.Rx_dropped + k.Rx_ring_full,
-		TxDrops:  l.txTooBig.Load() + k.Tx_invalid_descs,
-		RingFull: l.txRingFull.Load(),
-		Wakeups:  l.wakeups.Load(),
-	}
+	return l.c.Stats(func() (uint64, uint64) {
+		k := l.kernelStats()
+		return k.Rx_dropped + k.Rx_ring_full, k.Tx_invalid_descs
+	})
 }
 
 // Close detaches and unloads the XDP program, wakes every blocked
 // ReadBatch and WriteBatch (they return nic.ErrClosed), waits for them to
 // leave, then closes the socket and unmaps its memory.
 func (l *Link) Close() error {
-	l.closeOnce.Do(func() {
-		l.closed.Store(true)
+	return l.c.Close(&l.rxMu, &l.txMu, func() {
 		var one [8]byte
 		one[0] = 1 // eventfd counters are host-endian; any non-zero value wakes
 		unix.Write(l.efd, one[:])
 		l.w.Close() // wakes a parked WaitReadBatch
-		l.rxMu.Lock()
-		l.txMu.Lock()
-		l.fdMu.Lock()
+	}, func() error {
 		l.lastXDPStats = l.readXDPStats()
-		l.closeErr = l.release()
-		l.fdMu.Unlock()
-		l.txMu.Unlock()
-		l.rxMu.Unlock()
+		return l.release()
 	})
-	return l.closeErr
 }
 
 // release frees everything Open acquired, in reverse order.

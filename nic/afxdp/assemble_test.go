@@ -144,8 +144,8 @@ func TestReceiveAssembles(t *testing.T) {
 			t.Fatalf("frame %d (%d bytes) differs from the one sent (%d bytes)", i, len(got[i]), len(want[i]))
 		}
 	}
-	if l.rxTooBig.Load() != tooBig || l.rxFrames.Load() != uint64(len(want)) {
-		t.Errorf("counted %d frames and %d too big, want %d and %d", l.rxFrames.Load(), l.rxTooBig.Load(), len(want), tooBig)
+	if l.c.RxDrops.Load() != tooBig || l.c.RxFrames.Load() != uint64(len(want)) {
+		t.Errorf("counted %d frames and %d too big, want %d and %d", l.c.RxFrames.Load(), l.c.RxDrops.Load(), len(want), tooBig)
 	}
 	if l.rx.cons != kRx.prod {
 		t.Errorf("RX ring: consumed to %d, produced to %d", l.rx.cons, kRx.prod)

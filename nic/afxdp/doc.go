@@ -6,8 +6,8 @@
 // # Model
 //
 // An AF_XDP socket shares one memory area, the UMEM, with the kernel. The
-// UMEM is cut into equal frames (chunks) of Options.FrameSize bytes (4096 by
-// default, or 2048). Four single-producer/single-consumer rings of
+// UMEM is cut into equal frames (chunks) of Options.FrameSize bytes (2048
+// by default where the interface MTU fits, else 4096). Four single-producer/single-consumer rings of
 // descriptors, each mmapped from the socket, move frames between the two
 // sides (see Documentation/networking/af_xdp.rst in the kernel):
 //

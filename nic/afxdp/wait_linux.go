@@ -15,7 +15,7 @@ var _ nic.Waiter = (*Link)(nil)
 func (l *Link) initWait() error {
 	return l.w.Init(l.fd, "afxdp", func(bufs [][]byte, sizes []int) (int, error) {
 		return l.tryReceive(bufs, sizes), nil
-	}, l.closed.Load)
+	}, l.c.Closed)
 }
 
 // tryReceive is TryReadBatch's look at the RX ring (rxMu held): the frames
@@ -37,7 +37,7 @@ func (l *Link) tryReceive(bufs [][]byte, sizes []int) int {
 	}
 	if l.needWakeup && l.fill.needWakeup() {
 		rxWakeup(l.fd)
-		l.wakeups.Add(1)
+		l.c.Wakeups.Add(1)
 	}
 	return 0
 }
@@ -49,7 +49,7 @@ func (l *Link) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
 	n, wakeups, err := l.w.Wait(bufs, sizes)
-	l.wakeups.Add(uint64(wakeups))
+	l.c.Wakeups.Add(uint64(wakeups))
 	return n, err
 }
 

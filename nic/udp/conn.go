@@ -121,7 +121,7 @@ func (s *connSock) reader() {
 			case lostRead(err):
 				// This datagram is gone (too big for the buffer, on the
 				// systems that report that as an error).
-				s.l.rxDrops.Add(1)
+				s.l.c.RxDrops.Add(1)
 			case icmpFeedback(err):
 				// An ICMP error for an earlier datagram we sent.
 			default:
@@ -142,7 +142,7 @@ func (s *connSock) reader() {
 		}
 		errs = 0
 		if n > s.l.mtu {
-			s.l.rxDrops.Add(1) // larger than the link's MTU (or truncated)
+			s.l.c.RxDrops.Add(1) // larger than the link's MTU (or truncated)
 			continue
 		}
 		sl.plen, sl.src = n, netip.AddrPortFrom(src.Addr().Unmap().WithZone(""), src.Port())
@@ -186,7 +186,7 @@ func (s *connSock) recv(bufs [][]byte, sizes []int, block bool) (int, error) {
 			}
 			select {
 			case <-s.avail:
-				l.wakeups.Add(1)
+				l.c.Wakeups.Add(1)
 				continue
 			case <-s.done:
 				return 0, nic.ErrClosed
@@ -198,13 +198,13 @@ func (s *connSock) recv(bufs [][]byte, sizes []int, block bool) (int, error) {
 			sl := &s.slots[(head+took)%len(s.slots)]
 			took++
 			if len(bufs[n]) < l.hdrLen+sl.plen {
-				l.rxDrops.Add(1)
+				l.c.RxDrops.Add(1)
 				continue
 			}
 			copy(bufs[n][l.hdrLen:], sl.buf[:sl.plen])
 			l.synthesize(bufs[n], sl.src, sl.plen)
 			sizes[n] = l.hdrLen + sl.plen
-			l.rxBytes.Add(uint64(sizes[n]))
+			l.c.RxBytes.Add(uint64(sizes[n]))
 			n++
 		}
 		s.mu.Lock()
@@ -215,7 +215,7 @@ func (s *connSock) recv(bufs [][]byte, sizes []int, block bool) (int, error) {
 		case s.space <- struct{}{}:
 		default:
 		}
-		l.rxFrames.Add(uint64(n))
+		l.c.RxFrames.Add(uint64(n))
 		if n > 0 || !block {
 			return n, nil
 		}
@@ -225,12 +225,12 @@ func (s *connSock) recv(bufs [][]byte, sizes []int, block bool) (int, error) {
 func (s *connSock) send(frames [][]byte) (int, error) {
 	l := s.l
 	for i, f := range frames {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return i, nic.ErrClosed
 		}
 		body, dst, trailer, hl, ok := l.rebase(f)
 		if !ok {
-			l.txDrops.Add(1)
+			l.c.TxDrops.Add(1)
 			continue
 		}
 		// The payload is already in the scratch behind the canonical
@@ -240,17 +240,17 @@ func (s *connSock) send(frames [][]byte) (int, error) {
 		if l.v6 && dst.IsLinkLocalUnicast() {
 			dst = dst.WithZone(l.zone)
 		}
-		l.txBytes.Add(uint64(len(f)))
+		l.c.TxBytes.Add(uint64(len(f)))
 		_, _, err := s.conn.WriteMsgUDPAddrPort(d, nil, netip.AddrPortFrom(dst, l.peerPort))
 		switch {
 		case err == nil:
-			l.txFrames.Add(1)
+			l.c.TxFrames.Add(1)
 		case errors.Is(err, net.ErrClosed):
 			return i, nic.ErrClosed
 		case lostSend(err):
 			// No route, a datagram too big, or a pending ICMP error from
 			// an earlier datagram: lose this one datagram.
-			l.txDrops.Add(1)
+			l.c.TxDrops.Add(1)
 		default:
 			return i, fmt.Errorf("udp: send: %w", err)
 		}

@@ -144,7 +144,7 @@ func (s *mmsgSock) sendGSO(frames [][]byte) (int, error) {
 	g := s.gsoTx
 	done := 0
 	for done < len(frames) {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return done, nic.ErrClosed
 		}
 		k := 0
@@ -156,7 +156,7 @@ func (s *mmsgSock) sendGSO(frames [][]byte) (int, error) {
 			done++
 			plen, dst, ok := s.prepareLen(k, f)
 			if !ok {
-				l.txDrops.Add(1)
+				l.c.TxDrops.Add(1)
 				continue
 			}
 			if dst != last {
@@ -183,7 +183,7 @@ func (s *mmsgSock) sendGSO(frames [][]byte) (int, error) {
 			segs := g.segs[sentMsgs]
 			switch {
 			case sockio.IsAgain(err):
-				l.ringFull.Add(1)
+				l.c.RingFull.Add(1)
 				if _, stopped, perr := s.wake.Wait(s.fd, unix.POLLOUT, -1); stopped {
 					s.clearGSO()
 					return first + sentFrames, nic.ErrClosed
@@ -201,7 +201,7 @@ func (s *mmsgSock) sendGSO(frames [][]byte) (int, error) {
 				msgs = s.groupRuns(g.first[sentMsgs], k, sentMsgs)
 			case errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.EHOSTUNREACH),
 				errors.Is(err, unix.ENETUNREACH), errors.Is(err, unix.EMSGSIZE), errors.Is(err, unix.ENOBUFS):
-				l.txDrops.Add(uint64(segs))
+				l.c.TxDrops.Add(uint64(segs))
 				sentMsgs++
 				sentFrames += segs
 				lost += segs
@@ -210,7 +210,7 @@ func (s *mmsgSock) sendGSO(frames [][]byte) (int, error) {
 				return first + sentFrames, fmt.Errorf("udp: sendmmsg: %w", err)
 			}
 		}
-		l.txFrames.Add(uint64(k - lost))
+		l.c.TxFrames.Add(uint64(k - lost))
 	}
 	s.clearGSO()
 	return done, nil
@@ -255,7 +255,7 @@ func (s *mmsgSock) recvGRO(bufs [][]byte, sizes []int) (int, error) {
 		src, ok := s.source(i)
 		md.src, md.ok = src, ok && m.Hdr.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) == 0
 		if !md.ok {
-			l.rxDrops.Add(1)
+			l.c.RxDrops.Add(1)
 			continue
 		}
 		l.noteSource(src)
@@ -296,13 +296,13 @@ func (s *mmsgSock) deliverGRO(bufs [][]byte, sizes []int, n int) int {
 		}
 		seg := min(md.seg, md.plen-g.off)
 		if len(bufs[n]) < l.hdrLen+seg {
-			l.rxDrops.Add(1)
+			l.c.RxDrops.Add(1)
 		} else {
 			slot := g.slots[g.next*groSlot:]
 			copy(bufs[n][l.hdrLen:], slot[g.off:g.off+seg])
 			l.synthesize(bufs[n], md.src, seg)
 			sizes[n] = l.hdrLen + seg
-			l.rxBytes.Add(uint64(sizes[n]))
+			l.c.RxBytes.Add(uint64(sizes[n]))
 			n++
 		}
 		g.off += seg
@@ -310,7 +310,7 @@ func (s *mmsgSock) deliverGRO(bufs [][]byte, sizes []int, n int) int {
 			g.next, g.off = g.next+1, 0
 		}
 	}
-	l.rxFrames.Add(uint64(n - start))
+	l.c.RxFrames.Add(uint64(n - start))
 	return n
 }
 
@@ -324,7 +324,7 @@ func (s *mmsgSock) prepareLen(k int, f []byte) (int, netip.Addr, bool) {
 	}
 	binary.LittleEndian.PutUint32(s.trailer[k][:], trailer)
 	s.tx.SetBufs(k, body, s.trailer[k][:])
-	l.txBytes.Add(uint64(len(f)))
+	l.c.TxBytes.Add(uint64(len(f)))
 	putSockaddr(&s.tx.Names[k], netip.AddrPortFrom(dst, l.peerPort), &s.tx.Msgs[k])
 	if l.v6 && dst.IsLinkLocalUnicast() {
 		s.tx.Names[k].Scope_id = l.zoneID

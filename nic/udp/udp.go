@@ -145,9 +145,9 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/nic/internal/linkcore"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -198,7 +198,7 @@ type sock interface {
 	// recv fills bufs with synthesized frames; with block it waits for at
 	// least one (or the stop). It returns 0, nil when nothing is waiting.
 	recv(bufs [][]byte, sizes []int, block bool) (int, error)
-	// send transmits frames (dropped ones counted in l.txDrops) and
+	// send transmits frames (dropped ones counted in l.c.TxDrops) and
 	// returns how many it consumed.
 	send(frames [][]byte) (int, error)
 	// socketDrops is the kernel's count of datagrams dropped on receive.
@@ -229,12 +229,7 @@ type Link struct {
 	peers udpPeers // peers known to be goroce UDP links (GSO receivers)
 	offloadCounters
 
-	closeOnce sync.Once
-	closed    atomic.Bool
-
-	rxFrames, rxBytes, rxDrops, wakeups  atomic.Uint64
-	statsMu                              sync.Mutex
-	txFrames, txBytes, txDrops, ringFull atomic.Uint64
+	c linkcore.Core // counters, closed, Close's order
 }
 
 var _ nic.Link = (*Link)(nil)
@@ -321,7 +316,7 @@ func (l *Link) LocalAddr() netip.AddrPort { return l.local }
 func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	if l.closed.Load() {
+	if l.c.Closed() {
 		return 0, nic.ErrClosed
 	}
 	return l.s.recv(bufs, sizes, true)
@@ -337,7 +332,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	if l.closed.Load() {
+	if l.c.Closed() {
 		return 0, nic.ErrClosed
 	}
 	return l.s.recv(bufs, sizes, false)
@@ -492,7 +487,7 @@ func (l *Link) rebase(f []byte) (body []byte, dst netip.Addr, trailer uint32, hl
 func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	l.txMu.Lock()
 	defer l.txMu.Unlock()
-	if len(frames) > 0 && l.closed.Load() {
+	if len(frames) > 0 && l.c.Closed() {
 		return 0, nic.ErrClosed
 	}
 	return l.s.send(frames)
@@ -501,37 +496,19 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 // Stats implements nic.Link. On Linux RxDrops includes the datagrams the
 // kernel dropped because the socket's receive buffer was full (SO_MEMINFO).
 func (l *Link) Stats() nic.Stats {
-	var sockDrops uint64
-	l.statsMu.Lock()
-	if !l.closed.Load() {
-		sockDrops = l.s.socketDrops()
-	}
-	l.statsMu.Unlock()
-	return nic.Stats{
-		RxFrames: l.rxFrames.Load(),
-		RxBytes:  l.rxBytes.Load(),
-		TxFrames: l.txFrames.Load(),
-		TxBytes:  l.txBytes.Load(),
-		RxDrops:  l.rxDrops.Load() + sockDrops,
-		TxDrops:  l.txDrops.Load(),
-		RingFull: l.ringFull.Load(),
-		Wakeups:  l.wakeups.Load(),
-	}
+	return l.c.Stats(func() (uint64, uint64) {
+		if l.c.Closed() {
+			return 0, 0
+		}
+		return l.s.socketDrops(), 0
+	})
 }
 
 // Close implements nic.Link: it wakes blocked calls (ErrClosed), waits for
 // them, and closes the socket.
 func (l *Link) Close() error {
-	l.closeOnce.Do(func() {
-		l.closed.Store(true)
-		l.s.stop()
-		l.rxMu.Lock()
-		l.txMu.Lock()
-		l.statsMu.Lock()
+	return l.c.Close(&l.rxMu, &l.txMu, l.s.stop, func() error {
 		l.s.release()
-		l.statsMu.Unlock()
-		l.txMu.Unlock()
-		l.rxMu.Unlock()
+		return nil
 	})
-	return nil
 }

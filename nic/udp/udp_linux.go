@@ -135,7 +135,7 @@ func (s *mmsgSock) socketDrops() uint64 { return uint64(sockio.SocketDrops(s.fd)
 func (s *mmsgSock) recv(bufs [][]byte, sizes []int, block bool) (int, error) {
 	l := s.l
 	for {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return 0, nic.ErrClosed
 		}
 		n, err := s.recvOnce(bufs, sizes)
@@ -143,7 +143,7 @@ func (s *mmsgSock) recv(bufs [][]byte, sizes []int, block bool) (int, error) {
 			return n, err
 		}
 		_, stopped, perr := s.wake.Wait(s.fd, unix.POLLIN, -1)
-		l.wakeups.Add(1)
+		l.c.Wakeups.Add(1)
 		if stopped {
 			return 0, nic.ErrClosed
 		}
@@ -185,7 +185,7 @@ func (s *mmsgSock) recvOnce(bufs [][]byte, sizes []int) (int, error) {
 		plen := int(m.Len)
 		src, ok := s.source(i)
 		if !ok || m.Hdr.Flags&unix.MSG_TRUNC != 0 || len(bufs[i]) < l.hdrLen+plen {
-			l.rxDrops.Add(1)
+			l.c.RxDrops.Add(1)
 			continue
 		}
 		if s.gsoTx != nil {
@@ -194,17 +194,17 @@ func (s *mmsgSock) recvOnce(bufs [][]byte, sizes []int) (int, error) {
 		if n != i {
 			// Compact after a drop: move the payload into slot n (rare).
 			if len(bufs[n]) < l.hdrLen+plen {
-				l.rxDrops.Add(1)
+				l.c.RxDrops.Add(1)
 				continue
 			}
 			copy(bufs[n][l.hdrLen:], bufs[i][l.hdrLen:l.hdrLen+plen])
 		}
 		l.synthesize(bufs[n], src, plen)
 		sizes[n] = l.hdrLen + plen
-		l.rxBytes.Add(uint64(sizes[n]))
+		l.c.RxBytes.Add(uint64(sizes[n]))
 		n++
 	}
-	l.rxFrames.Add(uint64(n))
+	l.c.RxFrames.Add(uint64(n))
 	return n, nil
 }
 
@@ -230,7 +230,7 @@ func (s *mmsgSock) send(frames [][]byte) (int, error) {
 	l := s.l
 	done := 0
 	for done < len(frames) {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return done, nic.ErrClosed
 		}
 		// Prepare up to one batch; dropped frames are skipped.
@@ -240,7 +240,7 @@ func (s *mmsgSock) send(frames [][]byte) (int, error) {
 			f := frames[done]
 			done++
 			if !s.prepare(k, f) {
-				l.txDrops.Add(1)
+				l.c.TxDrops.Add(1)
 				continue
 			}
 			k++
@@ -254,7 +254,7 @@ func (s *mmsgSock) send(frames [][]byte) (int, error) {
 			}
 			switch {
 			case sockio.IsAgain(err):
-				l.ringFull.Add(1)
+				l.c.RingFull.Add(1)
 				if _, stopped, perr := s.wake.Wait(s.fd, unix.POLLOUT, -1); stopped {
 					s.tx.Clear()
 					return first + sent, nic.ErrClosed
@@ -266,7 +266,7 @@ func (s *mmsgSock) send(frames [][]byte) (int, error) {
 				errors.Is(err, unix.ENETUNREACH), errors.Is(err, unix.EMSGSIZE), errors.Is(err, unix.ENOBUFS):
 				// A pending ICMP error from an earlier datagram, no route,
 				// or a datagram too big: lose this one datagram.
-				l.txDrops.Add(1)
+				l.c.TxDrops.Add(1)
 				sent++
 				lost++
 			default:
@@ -274,7 +274,7 @@ func (s *mmsgSock) send(frames [][]byte) (int, error) {
 				return first + sent, fmt.Errorf("udp: sendmmsg: %w", err)
 			}
 		}
-		l.txFrames.Add(uint64(k - lost))
+		l.c.TxFrames.Add(uint64(k - lost))
 	}
 	s.tx.Clear()
 	return done, nil
@@ -290,7 +290,7 @@ func (s *mmsgSock) prepare(k int, f []byte) bool {
 	}
 	binary.LittleEndian.PutUint32(s.trailer[k][:], trailer)
 	s.tx.SetBufs(k, body, s.trailer[k][:])
-	l.txBytes.Add(uint64(len(f)))
+	l.c.TxBytes.Add(uint64(len(f)))
 	putSockaddr(&s.tx.Names[k], netip.AddrPortFrom(dst, l.peerPort), &s.tx.Msgs[k])
 	if l.v6 && dst.IsLinkLocalUnicast() {
 		s.tx.Names[k].Scope_id = l.zoneID

@@ -26,7 +26,7 @@ var errNoWait = fmt.Errorf("udp: the portable socket path cannot wait in the run
 func (l *Link) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
-	if l.closed.Load() {
+	if l.c.Closed() {
 		return 0, nic.ErrClosed
 	}
 	if w, ok := l.s.(waitSock); ok {
@@ -38,7 +38,7 @@ func (l *Link) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
 // SetWaitDeadline implements nic.Waiter. On the portable path it returns an
 // error wrapping errors.ErrUnsupported.
 func (l *Link) SetWaitDeadline(t time.Time) error {
-	if l.closed.Load() {
+	if l.c.Closed() {
 		return nic.ErrClosed
 	}
 	if w, ok := l.s.(waitSock); ok {

@@ -5,7 +5,7 @@ package udp
 import "time"
 
 func (s *mmsgSock) initWait() error {
-	return s.w.Init(s.fd, "udp", s.recvOnce, s.l.closed.Load)
+	return s.w.Init(s.fd, "udp", s.recvOnce, s.l.c.Closed)
 }
 
 func (s *mmsgSock) wait(bufs [][]byte, sizes []int) (int, error) {
