@@ -217,32 +217,6 @@ func largestIBMTU(room int) int {
 	return 0
 }
 
-// MTUEnum returns the ibv_mtu / ib_mtu enum value of an IB MTU in bytes
-// (256→1 … 4096→5), or 0 for anything else.
-func MTUEnum(ibMTU int) int {
-	switch ibMTU {
-	case 256:
-		return 1
-	case 512:
-		return 2
-	case 1024:
-		return 3
-	case 2048:
-		return 4
-	case 4096:
-		return 5
-	}
-	return 0
-}
-
-// MTUFromEnum is the inverse of MTUEnum (0 for values outside 1..5).
-func MTUFromEnum(e int) int {
-	if e < 1 || e > 5 {
-		return 0
-	}
-	return 128 << e
-}
-
 // ErrNotSupported is wrapped by the errors of what this system cannot do
 // (neighbour resolution outside Linux). It matches errors.ErrUnsupported.
 var ErrNotSupported = fmt.Errorf("netaddr: not supported on %s: %w", runtime.GOOS, errors.ErrUnsupported)
