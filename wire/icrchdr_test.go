@@ -1,0 +1,120 @@
+package wire
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// TestICRCHeaderSum: for packets of one QP with every varying field
+// random (lengths, IP ID, opcode, SE/M/pad, AckReq, PSN), Sum equals ICRC
+// and Matches holds; a packet that differs in an invariant field does not
+// match.
+func TestICRCHeaderSum(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	tmpl := benchFrame()
+	buf := make([]byte, 9000)
+	n, err := Build(buf, &tmpl, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok := NewICRCHeader(buf[EthernetLen : n-ICRCLen])
+	if !ok {
+		t.Fatal("NewICRCHeader refused an IPv4 RoCE packet")
+	}
+	ops := []Opcode{RCSendFirst, RCSendMiddle, RCSendLast, RCSendOnly, RCRDMAWriteFirst, RCRDMAWriteMiddle, RCRDMAWriteOnly}
+	for i := range 2000 {
+		f := tmpl
+		f.IPID = uint16(rng.Uint32())
+		f.BTH.Opcode = ops[rng.IntN(len(ops))]
+		f.BTH.SE = rng.IntN(2) == 1
+		f.BTH.M = rng.IntN(2) == 1
+		f.BTH.AckReq = rng.IntN(2) == 1
+		f.BTH.PSN = PSN(rng.Uint32() & 0xFFFFFF)
+		payload := 4 * rng.IntN(1025) // FIRST and MIDDLE carry whole words
+		if f.BTH.Opcode == RCSendOnly || f.BTH.Opcode == RCRDMAWriteOnly || f.BTH.Opcode == RCSendLast {
+			payload = rng.IntN(4097)
+		}
+		n, err := Build(buf, &f, payload)
+		if err != nil {
+			t.Fatalf("seed %d packet %d: %v", seed, i, err)
+		}
+		l3 := buf[EthernetLen : n-ICRCLen]
+		if !h.Matches(l3) {
+			t.Fatalf("seed %d packet %d: Matches false for a packet of the template's QP (%v)", seed, i, f.BTH)
+		}
+		if got, want := h.Sum(l3), ICRC(l3); got != want {
+			t.Fatalf("seed %d packet %d (%v, %d B): Sum %#08x, ICRC %#08x", seed, i, f.BTH, payload, got, want)
+		}
+	}
+	for _, change := range []func(*Frame){
+		func(f *Frame) { f.BTH.DestQP = 0x12 },
+		func(f *Frame) { f.SrcPort++ },
+		func(f *Frame) { f.DstIP = netip.MustParseAddr("198.18.0.3") },
+		func(f *Frame) { f.BTH.PKey = 0x7FFF },
+	} {
+		f := tmpl
+		change(&f)
+		n, _ := Build(buf, &f, 64)
+		if h.Matches(buf[EthernetLen : n-ICRCLen]) {
+			t.Errorf("Matches true for a packet with another invariant field (%+v)", f.BTH)
+		}
+	}
+	var zero ICRCHeader
+	if zero.Matches(buf[EthernetLen : n-ICRCLen]) {
+		t.Error("the zero ICRCHeader matches")
+	}
+}
+
+func TestNewICRCHeaderRefuses(t *testing.T) {
+	f := benchFrame()
+	f.SrcIP, f.DstIP = netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2")
+	buf := make([]byte, 1500)
+	n, err := Build(buf, &f, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := NewICRCHeader(buf[EthernetLen : n-ICRCLen]); ok {
+		t.Error("NewICRCHeader accepted IPv6")
+	}
+	if _, ok := NewICRCHeader(buf[:10]); ok {
+		t.Error("NewICRCHeader accepted 10 bytes")
+	}
+}
+
+// BenchmarkICRCHeader compares ICRC with a precomputed ICRCHeader's Sum on
+// the same packet, alternating blocks (the ratio "sum/icrc" is what a busy
+// machine leaves comparable).
+func BenchmarkICRCHeader(b *testing.B) {
+	for _, size := range append([]int{0, 16}, benchSizes...) {
+		b.Run(sizeName(size), func(b *testing.B) {
+			f := benchFrame()
+			buf := make([]byte, f.Len(size))
+			n, _ := Build(buf, &f, size)
+			l3 := buf[EthernetLen : n-ICRCLen]
+			h, _ := NewICRCHeader(l3)
+			const block = 256
+			var ticrc, tsum time.Duration
+			var sink uint32
+			for b.Loop() {
+				t0 := time.Now()
+				for range block {
+					sink += ICRC(l3)
+				}
+				t1 := time.Now()
+				for range block {
+					sink += h.Sum(l3)
+				}
+				t2 := time.Now()
+				ticrc += t1.Sub(t0)
+				tsum += t2.Sub(t1)
+			}
+			_ = sink
+			b.ReportMetric(float64(tsum)/float64(ticrc), "sum/icrc")
+			b.ReportMetric(float64(ticrc.Nanoseconds())/float64(b.N*block), "icrc-ns")
+			b.ReportMetric(float64(tsum.Nanoseconds())/float64(b.N*block), "sum-ns")
+		})
+	}
+}
