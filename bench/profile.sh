@@ -95,7 +95,8 @@ END {
 		printf("%d\t| %s | %.3f | %.1f %% | %.3f |\n", cnt[c], c, cnt[c] / hz, 100 * cnt[c] / run, per) | "sort -rn | cut -f2-"
 	}
 	close("sort -rn | cut -f2-")
-	printf "| total outside setup | %.3f | 100 %% | %.3f |\n", run / hz, n > 0 ? run / hz / n * 1e6 : 0
+	per = n > 0 ? run / hz / n * 1e6 : 0
+	printf("| total outside setup | %.3f | 100 %% | %.3f |\n", run / hz, per)
 	printf "\nInside the kick, by the sampled kernel function (the top 12):\n\n| function | share of the kick | µs per %s |\n|---|---|---|\n", unit
 	for (f in kick) {
 		per = n > 0 ? kick[f] / hz / n * 1e6 : 0
