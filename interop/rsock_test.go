@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +33,15 @@ func TestRsock(t *testing.T) {
 	all := os.Getenv("GOROCE_INTEROP_RSOCK_ALL") != ""
 	if all {
 		timeout = time.Hour // rstream's own counts: 100 000 round trips at 64 B
+	}
+	// GOROCE_INTEROP_RSOCK_TIMEOUT (a duration) bounds each cell instead
+	// (investigations: the -S all control, run bounded).
+	if env := os.Getenv("GOROCE_INTEROP_RSOCK_TIMEOUT"); env != "" {
+		d, err := time.ParseDuration(env)
+		if err != nil {
+			t.Fatalf("GOROCE_INTEROP_RSOCK_TIMEOUT: %v", err)
+		}
+		timeout = d
 	}
 	to := fmt.Sprint(int(timeout / time.Second))
 
@@ -69,19 +79,29 @@ func TestRsock(t *testing.T) {
 		}
 		return func() { c.Stop(); t.Logf("capture: %s", path) }
 	}
+	// The stock tools' stdout is a file in the VM, so fully buffered: a
+	// tool killed at the timeout leaves nothing. With the long cells (or
+	// GOROCE_INTEROP_RSOCK_CELLS) a shim preloaded into them makes it line
+	// buffered (setvbuf only; the tools are not changed otherwise), when
+	// a C compiler is at hand.
+	stock := ""
+	if all || os.Getenv("GOROCE_INTEROP_RSOCK_CELLS") != "" {
+		stock = lineBuffered(t, h)
+	}
 	// The table's rows after its header.
 	rows := func(out string) int { return strings.Count(out, "\n") - 1 }
 	for _, c := range cells {
 		name := c.tool + " " + c.args
 		t.Run(strings.ReplaceAll(name, " ", "_")+"/rxe-rxe", func(t *testing.T) {
-			srv := h.Start(0, fmt.Sprintf("%s -b %s %s", c.tool, vm0, c.args))
+			srv := h.Start(0, fmt.Sprintf("%s%s -b %s %s", stock, c.tool, vm0, c.args))
 			if err := h.WaitCMListen(0, c.tool, time.Minute); err != nil {
 				srv.Kill()
 				t.Fatal(err)
 			}
-			cl := h.Run(1, fmt.Sprintf("%s -s %s %s", c.tool, vm0, c.args), timeout)
-			sr := srv.Wait(timeout)
-			t.Logf("control %s:\nserver (rxe):\n%s\nclient (rxe):\n%s", name, sr.Output(), cl.Output())
+			defer capture(t, t.Name())()
+			cl := h.Run(1, fmt.Sprintf("%s%s -s %s %s", stock, c.tool, vm0, c.args), timeout)
+			sr := srv.Wait(serverWait(cl, timeout))
+			t.Logf("control %s (client %s):\nserver (rxe):\n%s\nclient (rxe):\n%s", name, cl.Elapsed.Round(time.Second), sr.Output(), cl.Output())
 			if !sr.OK() || !cl.OK() || rows(cl.Stdout) < 1 {
 				t.Errorf("the stock %s fails against itself on rxe:\nserver: %s\nclient: %s", c.tool, sr, cl)
 			}
@@ -93,16 +113,16 @@ func TestRsock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cl := h.Run(0, fmt.Sprintf("for i in $(seq 50); do %s -s %s %s && exit 0; rc=$?; sleep 0.2; done; exit $rc",
-				c.tool, host, c.args), timeout)
-			sr := srv.Wait(timeout)
+			cl := h.Run(0, fmt.Sprintf("for i in $(seq 50); do %s%s -s %s %s && exit 0; rc=$?; sleep 0.2; done; exit $rc",
+				stock, c.tool, host, c.args), timeout)
+			sr := srv.Wait(serverWait(cl, timeout))
 			t.Logf("%s, goroce server:\n%s\nrxe client:\n%s", name, sr.Output(), cl.Output())
 			if !sr.OK() || !cl.OK() || rows(sr.Stdout) < 1 || rows(cl.Stdout) < 1 {
 				t.Errorf("goroce server:\n%s\nrxe client:\n%s", sr, cl)
 			}
 		})
 		t.Run(strings.ReplaceAll(name, " ", "_")+"/goroce-client", func(t *testing.T) {
-			srv := h.Start(0, fmt.Sprintf("%s -b %s %s", c.tool, vm0, c.args))
+			srv := h.Start(0, fmt.Sprintf("%s%s -b %s %s", stock, c.tool, vm0, c.args))
 			if err := h.WaitCMListen(0, c.tool, time.Minute); err != nil {
 				srv.Kill()
 				t.Fatal(err)
@@ -114,7 +134,7 @@ func TestRsock(t *testing.T) {
 				t.Fatal(err)
 			}
 			cl := p.Wait(timeout)
-			sr := srv.Wait(timeout)
+			sr := srv.Wait(serverWait(cl, timeout))
 			t.Logf("%s, rxe server:\n%s\ngoroce client:\n%s", name, sr.Output(), cl.Output())
 			if !sr.OK() || !cl.OK() || rows(sr.Stdout) < 1 || rows(cl.Stdout) < 1 {
 				t.Errorf("rxe server:\n%s\ngoroce client:\n%s", sr, cl)
@@ -185,4 +205,46 @@ func TestRsock(t *testing.T) {
 			t.Errorf("goroce rcopy → rxe: %s; destination %q, want %s", cl, got.Stdout, want)
 		}
 	})
+}
+
+// serverWait is how long a cell waits for its server once the client
+// ended: the cell's bound after a success, 10 s after a failure (a stalled
+// server is then killed, its output kept).
+func serverWait(cl Result, timeout time.Duration) time.Duration {
+	if cl.OK() {
+		return timeout
+	}
+	return 10 * time.Second
+}
+
+// lineBuffered builds a shim that makes a stock tool's stdout line
+// buffered (LD_PRELOAD, setvbuf in a constructor) into every VM's /jobs and
+// returns the prefix that preloads it, or "" without a C compiler.
+func lineBuffered(t *testing.T, h *Harness) string {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Logf("no C compiler: the stock tools' output is lost when they are killed")
+		return ""
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "linebuf.c")
+	const code = "#include <stdio.h>\n__attribute__((constructor)) static void lb(void) { setvbuf(stdout, NULL, _IOLBF, 0); }\n"
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	so := filepath.Join(dir, "linebuf.so")
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-o", so, src).CombinedOutput(); err != nil {
+		t.Logf("building the line-buffering shim: %v\n%s", err, out)
+		return ""
+	}
+	b, err := os.ReadFile(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range h.vms {
+		if err := os.WriteFile(filepath.Join(h.ShareDir(i), "linebuf.so"), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "LD_PRELOAD=/jobs/linebuf.so "
 }
