@@ -133,7 +133,7 @@ func sendOne(t *testing.T, ctx context.Context, c, s *Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.QP().PostRecv(&qp.RecvWR{WRID: 9, SGL: []qp.SGE{{Addr: mrS.IOVA(), Length: 5, LKey: mrS.LKey()}}}); err != nil {
+	if err := s.QP().PostRecv(&qp.RecvWR{WRID: 9, SGL: []qp.SGE{mrS.SGE(0, 5)}}); err != nil {
 		t.Fatal(err)
 	}
 	mrC, err := c.PD().RegMR(src, qp.LocalWrite)
@@ -141,7 +141,7 @@ func sendOne(t *testing.T, ctx context.Context, c, s *Conn) {
 		t.Fatal(err)
 	}
 	if err := c.QP().PostSend(&qp.SendWR{WRID: 1, Opcode: qp.WRSend, Flags: qp.SendSignaled,
-		SGL: []qp.SGE{{Addr: mrC.IOVA(), Length: 5, LKey: mrC.LKey()}}}); err != nil {
+		SGL: []qp.SGE{mrC.SGE(0, 5)}}); err != nil {
 		t.Fatal(err)
 	}
 	wcs := make([]qp.WC, 1)

@@ -136,7 +136,7 @@ func send(t *testing.T, ctx context.Context, c, s *cm.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.QP().PostRecv(&qp.RecvWR{WRID: 2, SGL: []qp.SGE{{Addr: mrS.IOVA(), Length: 8, LKey: mrS.LKey()}}}); err != nil {
+	if err := s.QP().PostRecv(&qp.RecvWR{WRID: 2, SGL: []qp.SGE{mrS.SGE(0, 8)}}); err != nil {
 		t.Fatal(err)
 	}
 	mrC, err := c.PD().RegMR(src, qp.LocalWrite)
@@ -144,7 +144,7 @@ func send(t *testing.T, ctx context.Context, c, s *cm.Conn) {
 		t.Fatal(err)
 	}
 	if err := c.QP().PostSend(&qp.SendWR{WRID: 1, Opcode: qp.WRSend, Flags: qp.SendSignaled,
-		SGL: []qp.SGE{{Addr: mrC.IOVA(), Length: 8, LKey: mrC.LKey()}}}); err != nil {
+		SGL: []qp.SGE{mrC.SGE(0, 8)}}); err != nil {
 		t.Fatal(err)
 	}
 	wcs := make([]qp.WC, 1)

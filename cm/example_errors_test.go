@@ -53,7 +53,7 @@ func Example_errors() {
 		log.Fatal(err)
 	}
 	err = c.QP().PostSend(&qp.SendWR{WRID: 7, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-		SGL: []qp.SGE{{Addr: mr.IOVA(), Length: 64, LKey: mr.LKey()}}, RemoteAddr: 0x1000, RKey: 0xbad})
+		SGL: []qp.SGE{mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0xbad})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func Example() {
 	}
 	l, err := cm.Listen(ctx, b, "198.18.0.2:7174", &cm.Options{PD: pdB,
 		Prepare: func(q *qp.QP) error {
-			return q.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{{Addr: mrB.IOVA(), Length: 64, LKey: mrB.LKey()}}})
+			return q.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{mrB.SGE(0, 64)}})
 		}})
 	if err != nil {
 		log.Fatal(err)
@@ -58,7 +58,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	err = c.QP().PostSend(&qp.SendWR{WRID: 2, Opcode: qp.WRSend, Flags: qp.SendSignaled,
-		SGL: []qp.SGE{{Addr: mrA.IOVA(), Length: uint32(len(msg)), LKey: mrA.LKey()}}})
+		SGL: []qp.SGE{mrA.SGE(0, len(msg))}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -81,7 +81,7 @@ type fakeMAD struct {
 func (n *fakeNet) install(t testing.TB) {
 	old := openGSI
 	openGSI = func(dev *qp.Device) (gsiPort, error) {
-		ip, err := dev.GID(1)
+		ip, err := dev.GID(dev.IPv4GIDIndex())
 		if err != nil {
 			return nil, err
 		}
@@ -91,8 +91,7 @@ func (n *fakeNet) install(t testing.TB) {
 		if n.ports == nil {
 			n.ports = map[netip.Addr]*fakePort{}
 		}
-		mac := dev.MAC()
-		p := &fakePort{n: n, gid: ip, mac: mac[:], q: make(chan fakeMAD, 1024)}
+		p := &fakePort{n: n, gid: ip, mac: dev.MAC(), q: make(chan fakeMAD, 1024)}
 		n.ports[ip] = p
 		return p, nil
 	}

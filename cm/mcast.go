@@ -91,7 +91,7 @@ func JoinMulticast(ctx context.Context, dev *qp.Device, group netip.Addr, opts *
 	if m.resources, err = newUDQP(dev, &o, udpQKey); err != nil {
 		return nil, err
 	}
-	if m.ah, err = m.pd.CreateAH(ctx, qp.AHAttr{GID: m.mgid, SGIDIndex: 1, HopLimit: 64}); err != nil {
+	if m.ah, err = m.pd.CreateAH(ctx, qp.AHAttr{GID: m.mgid, HopLimit: 64}); err != nil {
 		m.Leave()
 		return nil, fmt.Errorf("cm: join multicast %v: %w", group, err)
 	}

@@ -62,7 +62,7 @@ func TestJoinMulticast(t *testing.T) {
 	}
 	for i := range 3 {
 		if err := send.QP().PostSend(&qp.SendWR{WRID: uint64(i), Opcode: qp.WRSendWithImm, Imm: send.QP().QPN(), AH: send.AH(),
-			RemoteQPN: send.RemoteQPN(), RemoteQKey: send.RemoteQKey(), SGL: []qp.SGE{{Addr: mrA.IOVA(), Length: 64, LKey: mrA.LKey()}}}); err != nil {
+			RemoteQPN: send.RemoteQPN(), RemoteQKey: send.RemoteQKey(), SGL: []qp.SGE{mrA.SGE(0, 64)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

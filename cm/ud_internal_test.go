@@ -49,7 +49,7 @@ func TestSIDR(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.QP().PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{{Addr: mr.IOVA(), Length: uint32(len(buf)), LKey: mr.LKey()}}}); err != nil {
+		if err := l.QP().PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{mr.SGE(0, len(buf))}}); err != nil {
 			t.Fatal(err)
 		}
 		src := []byte("ping")

@@ -29,8 +29,8 @@ func pair(t *testing.T, n, size int) (a, b *qp.Device, qa *qp.QP) {
 	caps := qp.Caps{MaxSendWR: 16, MaxRecvWR: 16}
 	qa, _ = pdA.CreateQP(qp.InitAttr{SendCQ: cqA, RecvCQ: cqA, Cap: caps})
 	qb, _ := pdB.CreateQP(qp.InitAttr{SendCQ: cqB, RecvCQ: cqB, Cap: caps})
-	gidA, _ := a.GID(1)
-	gidB, _ := b.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	if err := qa.Connect(ctx, qp.Remote{QPN: qb.QPN(), PSN: 1, GID: gidB}, qp.ConnectOptions{SQPSN: 2}); err != nil {
 		t.Fatal(err)
 	}

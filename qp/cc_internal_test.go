@@ -242,7 +242,7 @@ func TestCCPacingThroughDeadlines(t *testing.T) {
 	if rate >= 5_010_000_000 {
 		t.Fatalf("rate %d after the CNP", rate)
 	}
-	if err := r.q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{{Addr: mr.IOVA(), Length: 4096, LKey: mr.LKey()}},
+	if err := r.q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{mr.SGE(0, 4096)},
 		RemoteAddr: 0x1000, RKey: 0x1234}); err != nil {
 		t.Fatal(err)
 	}

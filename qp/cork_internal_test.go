@@ -43,7 +43,7 @@ func corkDevice(t *testing.T, n int) (d *Device, qs []*QP, mr *MR, peer *nic.Mem
 
 func corkWrite(t *testing.T, q *QP, mr *MR) {
 	t.Helper()
-	if err := q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{{Addr: mr.IOVA(), Length: 8, LKey: mr.LKey()}},
+	if err := q.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{mr.SGE(0, 8)},
 		RemoteAddr: 0x1000, RKey: 1}); err != nil {
 		t.Fatal(err)
 	}

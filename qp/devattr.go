@@ -267,6 +267,20 @@ type GIDEntry struct {
 	Addr string `json:"addr"`
 }
 
+// IPv4GIDIndex returns the index of the device's IPv4-mapped GID
+// (::ffff:a.b.c.d), the RoCEv2 GID of its IPv4 address: the gid_index
+// and sgid_index an rdma-core program passes (1, as on rxe), and what
+// Device.GID takes to give the GID a peer connects to. It returns -1 when
+// the device has no IPv4 address.
+func (d *Device) IPv4GIDIndex() int {
+	for i, g := range d.gids {
+		if g.Is4In6() {
+			return i
+		}
+	}
+	return -1
+}
+
 // GIDTable returns the GID table with the types and sources.
 func (d *Device) GIDTable() []GIDEntry { return gidTable(d.gids, d.mac[:]) }
 

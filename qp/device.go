@@ -349,8 +349,8 @@ func (d *Device) GID(i int) (GID, error) {
 // ActiveMTU is the port's path MTU.
 func (d *Device) ActiveMTU() MTU { return d.maxMTU }
 
-// MAC returns the link's MAC address.
-func (d *Device) MAC() [6]byte { return d.mac }
+// MAC returns the link's MAC address (a copy).
+func (d *Device) MAC() net.HardwareAddr { return append(net.HardwareAddr(nil), d.mac[:]...) }
 
 // Counters returns the device-wide transport counters.
 func (d *Device) Counters() Counters {

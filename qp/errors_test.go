@@ -214,7 +214,7 @@ func TestMisalignedAtomic(t *testing.T) {
 		}
 		x.recv(b, 100, b.sge(0, 64))
 		// Forge a FETCH_ADD from A's address at the PSN B expects.
-		f := wire.Frame{DstMAC: b.dev.MAC(), SrcMAC: a.dev.MAC(), SrcIP: a.ip, DstIP: b.ip, HopLimit: 64,
+		f := wire.Frame{DstMAC: [6]byte(b.dev.MAC()), SrcMAC: [6]byte(a.dev.MAC()), SrcIP: a.ip, DstIP: b.ip, HopLimit: 64,
 			SrcPort: wire.RCSourcePort(a.qp.QPN(), b.qp.QPN()),
 			BTH: wire.BTHFields{Opcode: wire.RCFetchAdd, PKey: wire.DefaultPKey, DestQP: b.qp.QPN(), AckReq: true,
 				PSN: wire.PSN(a.sentPSN)},

@@ -118,8 +118,8 @@ func TestAsyncEventCommEst(t *testing.T) {
 		}
 		qa, cqa, mra := mk(a)
 		qb, _, mrb := mk(b)
-		gidA, _ := a.GID(1)
-		gidB, _ := b.GID(1)
+		gidA, _ := a.GID(a.IPv4GIDIndex())
+		gidB, _ := b.GID(b.IPv4GIDIndex())
 		ctx := context.Background()
 		if err := qa.Connect(ctx, qp.Remote{QPN: qb.QPN(), PSN: 5, GID: gidB}, qp.ConnectOptions{SQPSN: 9}); err != nil {
 			t.Fatal(err)
@@ -130,7 +130,7 @@ func TestAsyncEventCommEst(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := qb.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: qp.MTU1024, DestQPN: qa.QPN(), RQPSN: 9,
-			MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: qp.AV{DGID: gidA, SGIDIndex: 1, HopLimit: 64}},
+			MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: qp.AV{DGID: gidA, SGIDIndex: uint8(b.IPv4GIDIndex()), HopLimit: 64}},
 			qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestAsyncEventCommEst(t *testing.T) {
 		noEvent(t, a) // qa went to RTS without receiving anything in RTR
 		noEvent(t, b)
 		if err := qa.PostSend(&qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-			SGL: []qp.SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}, RemoteAddr: mrb.IOVA(), RKey: mrb.RKey()}); err != nil {
+			SGL: []qp.SGE{mra.SGE(0, 8)}, RemoteAddr: mrb.IOVA(), RKey: mrb.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 		wcs := make([]qp.WC, 1)
@@ -150,7 +150,7 @@ func TestAsyncEventCommEst(t *testing.T) {
 			t.Fatalf("event %+v, want COMM_EST for the RTR QP", ev)
 		}
 		if err := qa.PostSend(&qp.SendWR{WRID: 2, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-			SGL: []qp.SGE{{Addr: mra.IOVA(), Length: 8, LKey: mra.LKey()}}, RemoteAddr: mrb.IOVA(), RKey: mrb.RKey()}); err != nil {
+			SGL: []qp.SGE{mra.SGE(0, 8)}, RemoteAddr: mrb.IOVA(), RKey: mrb.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := cqa.Wait(ctx, wcs); err != nil {

@@ -29,8 +29,8 @@ func ExampleDevice_AsyncEvent() {
 	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4}
 	qa, _ := pdA.CreateQP(qp.InitAttr{SendCQ: cqA, RecvCQ: cqA, Cap: caps})
 	qb, _ := pdB.CreateQP(qp.InitAttr{SendCQ: cqB, RecvCQ: cqB, Cap: caps})
-	gidA, _ := a.GID(1)
-	gidB, _ := b.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	if err := qa.Connect(ctx, qp.Remote{QPN: qb.QPN(), PSN: 1, GID: gidB}, qp.ConnectOptions{SQPSN: 1}); err != nil {
 		log.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func ExampleDevice_AsyncEvent() {
 		log.Fatal(err)
 	}
 	err = qa.PostSend(&qp.SendWR{Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-		SGL:        []qp.SGE{{Addr: mrA.IOVA(), Length: 64, LKey: mrA.LKey()}},
+		SGL:        []qp.SGE{mrA.SGE(0, 64)},
 		RemoteAddr: mrB.IOVA(), RKey: mrB.RKey() + 1})
 	if err != nil {
 		log.Fatal(err)

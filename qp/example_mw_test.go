@@ -51,8 +51,8 @@ func Example_memoryWindow() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	gidA, _ := a.GID(1)
-	gidB, _ := b.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	if err := qa.Connect(ctx, qp.Remote{QPN: qb.QPN(), PSN: 200, GID: gidB}, qp.ConnectOptions{SQPSN: 100}); err != nil {
 		log.Fatal(err)
 	}

@@ -50,8 +50,8 @@ func Example_sharedReceiveQueue() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	gidA, _ := a.GID(1)
-	gidB, _ := b.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	var senders []*qp.QP
 	qpOf := map[uint32]int{}
 	for i := range 2 {

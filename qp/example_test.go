@@ -53,8 +53,8 @@ func Example_write() {
 	}
 
 	// Connect each QP to the other: RESET → INIT → RTR → RTS.
-	gidA, _ := a.GID(1)
-	gidB, _ := b.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	if err := qa.Connect(ctx, qp.Remote{QPN: qb.QPN(), PSN: 200, GID: gidB}, qp.ConnectOptions{SQPSN: 100}); err != nil {
 		log.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func Example_write() {
 
 	// Write src into B's buffer and wait for the completion.
 	err = qa.PostSend(&qp.SendWR{WRID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled,
-		SGL:        []qp.SGE{{Addr: mrA.IOVA(), Length: uint32(len(src)), LKey: mrA.LKey()}},
+		SGL:        []qp.SGE{mrA.SGE(0, len(src))},
 		RemoteAddr: mrB.IOVA(), RKey: mrB.RKey()})
 	if err != nil {
 		log.Fatal(err)
@@ -119,8 +119,8 @@ func Example_sendRecv() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	gidA, _ := a.GID(1)
-	gidB, _ := b.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	if err := qa.Connect(ctx, qp.Remote{QPN: qb.QPN(), PSN: 2, GID: gidB}, qp.ConnectOptions{SQPSN: 1}); err != nil {
 		log.Fatal(err)
 	}
@@ -130,11 +130,11 @@ func Example_sendRecv() {
 
 	// The receive must be posted before the SEND arrives (else the sender
 	// gets RNR NAKs and retries).
-	if err := qb.PostRecv(&qp.RecvWR{WRID: 7, SGL: []qp.SGE{{Addr: mrB.IOVA(), Length: uint32(len(inbox)), LKey: mrB.LKey()}}}); err != nil {
+	if err := qb.PostRecv(&qp.RecvWR{WRID: 7, SGL: []qp.SGE{mrB.SGE(0, len(inbox))}}); err != nil {
 		log.Fatal(err)
 	}
 	err = qa.PostSend(&qp.SendWR{WRID: 1, Opcode: qp.WRSendWithImm, Flags: qp.SendSignaled, Imm: 42,
-		SGL: []qp.SGE{{Addr: mrA.IOVA(), Length: uint32(len(msg)), LKey: mrA.LKey()}}})
+		SGL: []qp.SGE{mrA.SGE(0, len(msg))}})
 	if err != nil {
 		log.Fatal(err)
 	}

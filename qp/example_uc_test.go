@@ -44,8 +44,8 @@ func Example_uc() {
 		return e
 	}
 	connect := func(x, y *end) {
-		gx, _ := a.GID(1)
-		gy, _ := b.GID(1)
+		gx, _ := a.GID(a.IPv4GIDIndex())
+		gy, _ := b.GID(b.IPv4GIDIndex())
 		if err := x.q.Connect(ctx, qp.Remote{QPN: y.q.QPN(), PSN: 2, GID: gy}, qp.ConnectOptions{SQPSN: 1}); err != nil {
 			log.Fatal(err)
 		}

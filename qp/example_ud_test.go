@@ -83,8 +83,8 @@ func Example_ud() {
 		}
 	}
 
-	gidB, _ := b.GID(1)
-	ah, err := ea.pd.CreateAH(ctx, qp.AHAttr{GID: gidB, SGIDIndex: 1})
+	gidB, _ := b.GID(b.IPv4GIDIndex())
+	ah, err := ea.pd.CreateAH(ctx, qp.AHAttr{GID: gidB})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func ExampleDevice_GSI() {
 	}
 	mad := make([]byte, qp.MADLen)
 	mad[0], mad[1], mad[2], mad[3] = 1, 0x07, 2, 0x03 // base version 1, CM, class version 2, Send
-	gidB, _ := b.GID(1)
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	if err := ga.Send(ctx, qp.MADAddr{GID: gidB, QPN: 1, QKey: qp.GSIQKey}, mad); err != nil {
 		log.Fatal(err)
 	}

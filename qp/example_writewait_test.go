@@ -31,8 +31,8 @@ func ExampleMR_WaitWrite() {
 	caps := qp.Caps{MaxSendWR: 4, MaxRecvWR: 4}
 	qa, _ := pdA.CreateQP(qp.InitAttr{SendCQ: cqA, RecvCQ: cqA, Cap: caps})
 	qb, _ := pdB.CreateQP(qp.InitAttr{SendCQ: cqB, RecvCQ: cqB, Cap: caps})
-	gidA, _ := a.GID(1)
-	gidB, _ := b.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	if err := qa.Connect(ctx, qp.Remote{QPN: qb.QPN(), PSN: 200, GID: gidB}, qp.ConnectOptions{SQPSN: 100}); err != nil {
 		log.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func ExampleMR_WaitWrite() {
 	}
 
 	seen := mrB.Writes() // before the peer may write
-	if err := qa.PostSend(&qp.SendWR{Opcode: qp.WRRDMAWrite, SGL: []qp.SGE{{Addr: mrA.IOVA(), Length: 4, LKey: mrA.LKey()}},
+	if err := qa.PostSend(&qp.SendWR{Opcode: qp.WRRDMAWrite, SGL: []qp.SGE{mrA.SGE(0, 4)},
 		RemoteAddr: mrB.IOVA(), RKey: mrB.RKey()}); err != nil {
 		log.Fatal(err)
 	}

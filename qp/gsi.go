@@ -303,7 +303,7 @@ func (g *GSI) Send(ctx context.Context, to MADAddr, mad []byte) error {
 			return fmt.Errorf("qp: GSI send: %w (cached)", e.err)
 		}
 	}
-	ah, err := g.pd.createAH(ctx, AHAttr{GID: to.GID, SGIDIndex: 1, HopLimit: to.HopLimit, TrafficClass: to.TrafficClass}, to.MAC)
+	ah, err := g.pd.createAH(ctx, AHAttr{GID: to.GID, HopLimit: to.HopLimit, TrafficClass: to.TrafficClass}, to.MAC)
 	if err != nil {
 		// A resolution that failed (not the caller's cancellation, a
 		// closed device or a bad address) is remembered.

@@ -160,8 +160,8 @@ func TestGSIRealTime(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	gidA, _ := a.GID(1)
-	gidB, _ := b.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	if err := gb.Send(ctx, qp.MADAddr{GID: gidA, QPN: 1, QKey: qp.GSIQKey}, mad(7, 3, 0x10, 9)); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestGSIAnswersL2Source(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	gidB, _ := b.GID(1)
+	gidB, _ := b.GID(b.IPv4GIDIndex())
 	toB := qp.MADAddr{GID: gidB, QPN: 1, QKey: qp.GSIQKey}
 	if err := ga.Send(ctx, toB, mad(0x0A, 0x01, 0x20, 70)); err != nil {
 		t.Fatal(err)
@@ -255,7 +255,7 @@ func TestGSIAnswersL2Source(t *testing.T) {
 	if n := resolves.Load(); n != 0 {
 		t.Fatalf("B resolved %d times to answer", n)
 	}
-	gidA, _ := a.GID(1)
+	gidA, _ := a.GID(a.IPv4GIDIndex())
 	for i := range 3 {
 		err := gb.Send(ctx, qp.MADAddr{GID: gidA, QPN: 1, QKey: qp.GSIQKey}, mad(7, 3, 0x10, 80))
 		if err == nil {

@@ -114,7 +114,7 @@ func TestOpenInterfaceEachBackend(t *testing.T) {
 				if info.IP != p.A.Addr {
 					t.Errorf("IP %v, want the interface's IPv4 %v", info.IP, p.A.Addr)
 				}
-				if g, _ := dev.GID(1); g != netip.AddrFrom16(p.A.Addr.As16()) {
+				if g, _ := dev.GID(dev.IPv4GIDIndex()); g != netip.AddrFrom16(p.A.Addr.As16()) {
 					t.Errorf("GID[1] %v", g)
 				}
 				wantPMTU := map[int]int{1500: 1024, 9000: 4096}[mtu]

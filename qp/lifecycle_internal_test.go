@@ -48,8 +48,8 @@ func TestCQOverrunFailsItsQPs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gidA, _ := a.GID(1)
-		gidB, _ := b.GID(1)
+		gidA, _ := a.GID(a.IPv4GIDIndex())
+		gidB, _ := b.GID(b.IPv4GIDIndex())
 		if err := qa.Connect(context.Background(), Remote{QPN: qb.QPN(), PSN: 2, GID: gidB}, ConnectOptions{SQPSN: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -57,12 +57,12 @@ func TestCQOverrunFailsItsQPs(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A receive, so that ERR has something to flush into the receive CQ.
-		if err := qa.PostRecv(&RecvWR{WRID: 100, SGL: []SGE{{Addr: mrA.IOVA(), Length: 8, LKey: mrA.LKey()}}}); err != nil {
+		if err := qa.PostRecv(&RecvWR{WRID: 100, SGL: []SGE{mrA.SGE(0, 8)}}); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 4 {
 			if err := qa.PostSend(&SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-				SGL: []SGE{{Addr: mrA.IOVA(), Length: 8, LKey: mrA.LKey()}}, RemoteAddr: mrB.IOVA(), RKey: mrB.RKey()}); err != nil {
+				SGL: []SGE{mrA.SGE(0, 8)}, RemoteAddr: mrB.IOVA(), RKey: mrB.RKey()}); err != nil {
 				t.Fatalf("post %d: %v", i, err)
 			}
 		}
@@ -79,7 +79,7 @@ func TestCQOverrunFailsItsQPs(t *testing.T) {
 		if st := qa.State(); st != StateErr {
 			t.Fatalf("QP state %v after its send CQ overran, want ERR", st)
 		}
-		if err := qa.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{{Addr: mrA.IOVA(), Length: 8, LKey: mrA.LKey()}},
+		if err := qa.PostSend(&SendWR{Opcode: WRRDMAWrite, SGL: []SGE{mrA.SGE(0, 8)},
 			RemoteAddr: mrB.IOVA(), RKey: mrB.RKey()}); !errors.Is(err, ErrCQOverrun) {
 			t.Fatalf("PostSend after the overrun: %v, want ErrCQOverrun", err)
 		}

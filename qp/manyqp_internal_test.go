@@ -49,8 +49,8 @@ func newManyQPEnds(t *testing.T, n int) *manyQPEnds {
 	}
 	cqA, _ := e.a.CreateCQ(4 * n)
 	cqB, _ := e.b.CreateCQ(4 * n)
-	gidA, _ := e.a.GID(1)
-	gidB, _ := e.b.GID(1)
+	gidA, _ := e.a.GID(e.a.IPv4GIDIndex())
+	gidB, _ := e.b.GID(e.b.IPv4GIDIndex())
 	caps := Caps{MaxSendWR: 4, MaxRecvWR: 1}
 	ctx := context.Background()
 	for i := range n {
@@ -193,8 +193,8 @@ func TestCommEstAmongUnconnectedQPs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gidA, _ := e.a.GID(1)
-	gidB, _ := e.b.GID(1)
+	gidA, _ := e.a.GID(e.a.IPv4GIDIndex())
+	gidB, _ := e.b.GID(e.b.IPv4GIDIndex())
 	if err := qa.Connect(ctx, Remote{QPN: qb.QPN(), PSN: 5, GID: gidB}, ConnectOptions{SQPSN: 9}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestCommEstAmongUnconnectedQPs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := qb.Modify(ctx, &Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: qa.QPN(), RQPSN: 9,
-		MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: AV{DGID: gidA, SGIDIndex: 1, HopLimit: 64}},
+		MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: AV{DGID: gidA, SGIDIndex: uint8(e.b.IPv4GIDIndex()), HopLimit: 64}},
 		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer); err != nil {
 		t.Fatal(err)
 	}

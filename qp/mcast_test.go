@@ -65,7 +65,7 @@ func TestUDMulticast(t *testing.T) {
 	if err := b.q.AttachMcast(group, 0); err != nil {
 		t.Fatalf("second attach: %v, want nil (rxe)", err)
 	}
-	ah, err := a.pd.CreateAH(ctx, qp.AHAttr{GID: group, SGIDIndex: 1, HopLimit: 64})
+	ah, err := a.pd.CreateAH(ctx, qp.AHAttr{GID: group, HopLimit: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestUDMulticastIPv6(t *testing.T) {
 	if err := b.q.AttachMcast(group, 0); err != nil {
 		t.Fatal(err)
 	}
-	ah, err := a.pd.CreateAH(context.Background(), qp.AHAttr{GID: group, SGIDIndex: 1, HopLimit: 1})
+	ah, err := a.pd.CreateAH(context.Background(), qp.AHAttr{GID: group, HopLimit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestUDMulticastLoopback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ah, err := b.pd.CreateAH(ctx, qp.AHAttr{GID: group, SGIDIndex: 1})
+	ah, err := b.pd.CreateAH(ctx, qp.AHAttr{GID: group})
 	if err != nil {
 		t.Fatal(err)
 	}

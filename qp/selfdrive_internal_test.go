@@ -102,8 +102,8 @@ func newSelfPair(t *testing.T, connA ConnectOptions) *selfPair {
 	if p.qb, err = pdb.CreateQP(InitAttr{SendCQ: p.cqb, RecvCQ: p.cqb, Cap: caps}); err != nil {
 		t.Fatal(err)
 	}
-	gidA, _ := p.a.GID(1)
-	gidB, _ := p.b.GID(1)
+	gidA, _ := p.a.GID(p.a.IPv4GIDIndex())
+	gidB, _ := p.b.GID(p.b.IPv4GIDIndex())
 	connA.SQPSN = 1
 	if err := p.qa.Connect(context.Background(), Remote{QPN: p.qb.QPN(), PSN: 2, GID: gidB}, connA); err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func newSelfPair(t *testing.T, connA ConnectOptions) *selfPair {
 func (p *selfPair) write(t *testing.T, from *QP, mr, to *MR, wrID uint64) {
 	t.Helper()
 	if err := from.PostSend(&SendWR{WRID: wrID, Opcode: WRRDMAWrite, Flags: SendSignaled,
-		SGL: []SGE{{Addr: mr.IOVA(), Length: 8, LKey: mr.LKey()}}, RemoteAddr: to.IOVA(), RKey: to.RKey()}); err != nil {
+		SGL: []SGE{mr.SGE(0, 8)}, RemoteAddr: to.IOVA(), RKey: to.RKey()}); err != nil {
 		t.Fatal(err)
 	}
 }

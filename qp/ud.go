@@ -56,8 +56,9 @@ const (
 type AHAttr struct {
 	// GID is the peer's GID (its IP address, IPv4-mapped or plain).
 	GID GID
-	// SGIDIndex picks the source GID in the device's table; 0 means 1,
-	// the RoCEv2 GID (index 0 is the link-local GID, not routable).
+	// SGIDIndex picks the source GID in the device's table; 0 means the
+	// RoCEv2 GID of the device's address (Device.IPv4GIDIndex for an IPv4
+	// device; index 0 itself is the link-local GID, not routable).
 	SGIDIndex    uint8
 	HopLimit     uint8 // IPv4 TTL / IPv6 hop limit; 0: 64. Config.RouteHopLimit replaces it, as the kernel does
 	TrafficClass uint8

@@ -67,7 +67,7 @@ func (e *udEnd) recv(t *testing.T, slot int, n uint32) {
 
 func (e *udEnd) ah(t *testing.T, to *sim.Endpoint) *qp.AH {
 	t.Helper()
-	ah, err := e.pd.CreateAH(context.Background(), qp.AHAttr{GID: to.GID(), SGIDIndex: 1, HopLimit: 1})
+	ah, err := e.pd.CreateAH(context.Background(), qp.AHAttr{GID: to.GID(), HopLimit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

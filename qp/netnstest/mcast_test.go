@@ -119,7 +119,7 @@ func TestMulticastOverVeth(t *testing.T) {
 			if !has() {
 				t.Fatalf("after the attach, B's %s is not in %v: %v", p.B.Ifname, group, igmpGroups(t, p, netns.B, p.B.Ifname))
 			}
-			ah, err := a.q.PD().CreateAH(context.Background(), qp.AHAttr{GID: group, SGIDIndex: 1})
+			ah, err := a.q.PD().CreateAH(context.Background(), qp.AHAttr{GID: group})
 			if err != nil {
 				t.Fatal(err)
 			}

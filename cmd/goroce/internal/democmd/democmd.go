@@ -244,7 +244,7 @@ func connectDemo(ctx context.Context, da, db *qp.Device) (a, b *demoEnd, err err
 }
 
 func (e *demoEnd) sge(off, n int) qp.SGE {
-	return qp.SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
+	return e.mr.SGE(off, n)
 }
 
 func waitWC(cq *qp.CQ) (qp.WC, error) {

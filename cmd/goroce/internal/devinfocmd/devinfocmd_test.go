@@ -17,9 +17,8 @@ func memInfo(t *testing.T) *qp.DeviceInfo {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close(); b.Close() })
-	mac := a.MAC()
-	gid1, _ := a.GID(1)
-	return &qp.DeviceInfo{Name: "goroce_test0", Ifname: "test0", Ifindex: 7, MAC: mac[:], IP: gid1.Unmap(),
+	gid, _ := a.GID(a.IPv4GIDIndex())
+	return &qp.DeviceInfo{Name: "goroce_test0", Ifname: "test0", Ifindex: 7, MAC: a.MAC(), IP: gid.Unmap(),
 		Device: a.Attr(), Port: a.PortAttr(), GIDs: a.GIDTable()}
 }
 

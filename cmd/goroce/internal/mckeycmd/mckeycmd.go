@@ -368,7 +368,7 @@ func (t *test) join(n *node, src, dst netip.Addr) (int, error) {
 		BlockSelfMcastLoopback: t.f.NoLoopback} // -l: rdma_create_qp_ex with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
 	if !t.f.Sender && t.f.MessageCount > 0 {
 		o.Prepare = func(q *qp.QP) error { // post_recvs
-			sge := []qp.SGE{{Addr: n.mr.IOVA(), Length: uint32(len(n.mem)), LKey: n.mr.LKey()}}
+			sge := []qp.SGE{n.mr.SGE(0, len(n.mem))}
 			for range t.f.MessageCount {
 				if err := q.PostRecv(&qp.RecvWR{WRID: uint64(n.id), SGL: sge}); err != nil {
 					t.printf("failed to post receives: %d\n", -1)
@@ -437,7 +437,7 @@ func (t *test) postSends(n *node) error {
 		return nil
 	}
 	q := n.m.QP()
-	sge := []qp.SGE{{Addr: n.mr.IOVA(), Length: uint32(t.f.MessageSize), LKey: n.mr.LKey()}}
+	sge := []qp.SGE{n.mr.SGE(0, t.f.MessageSize)}
 	for range t.f.MessageCount {
 		wr := qp.SendWR{WRID: uint64(n.id), Opcode: qp.WRSendWithImm, SGL: sge, Imm: q.QPN(),
 			AH: n.m.AH(), RemoteQPN: n.m.RemoteQPN(), RemoteQKey: n.m.RemoteQKey()}

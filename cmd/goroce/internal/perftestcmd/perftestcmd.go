@@ -753,7 +753,7 @@ func (r *runner) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport
 // sendWR builds the work request of QP i for this test: the message at the
 // QP's source area towards the peer's advertised vaddr.
 func (r *runner) sendWR(i int, size uint64, peer perftest.KeyMsg, sge *[1]qp.SGE) qp.SendWR {
-	sge[0] = qp.SGE{Addr: r.mr.IOVA() + uint64(i)*r.buffSize, Length: uint32(size), LKey: r.mr.LKey()}
+	sge[0] = r.mr.SGE(i*int(r.buffSize), int(size))
 	wr := qp.SendWR{WRID: uint64(i), Flags: qp.SendSignaled, SGL: sge[:], RemoteAddr: peer.VAddr, RKey: peer.RKey}
 	switch r.verb {
 	case perftest.Send:

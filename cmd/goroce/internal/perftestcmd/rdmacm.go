@@ -240,7 +240,7 @@ func (m *msgConn) slot(i uint64) []byte {
 }
 
 func (m *msgConn) postRecv(q *qp.QP, i uint64) error {
-	sge := []qp.SGE{{Addr: m.mr.IOVA() + uint64(1+i)*ctrlMsgSize, Length: ctrlMsgSize, LKey: m.mr.LKey()}}
+	sge := []qp.SGE{m.mr.SGE(int(1+i)*ctrlMsgSize, ctrlMsgSize)}
 	return q.PostRecv(&qp.RecvWR{WRID: i, SGL: sge})
 }
 
@@ -350,7 +350,7 @@ func (m *msgConn) Write(b []byte) (int, error) {
 		return 0, fmt.Errorf("rdma_cm control message of %d bytes > %d", len(b), ctrlMsgSize)
 	}
 	copy(m.buf, b)
-	sge := []qp.SGE{{Addr: m.mr.IOVA(), Length: uint32(len(b)), LKey: m.mr.LKey()}}
+	sge := []qp.SGE{m.mr.SGE(0, len(b))}
 	if err := m.q.PostSend(&qp.SendWR{WRID: sendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: sge}); err != nil {
 		return 0, err
 	}

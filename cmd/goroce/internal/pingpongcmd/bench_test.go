@@ -36,13 +36,13 @@ func benchPingpong(b *testing.B, busy bool) {
 		if pps[i], err = initEndpoint(context.Background(), d, f); err != nil {
 			b.Fatal(err)
 		}
-		g, _ := d.GID(1)
+		g, _ := d.GID(d.IPv4GIDIndex())
 		dests[i] = pingpong.Dest{QPN: pps[i].QP.QPN(), PSN: tool.RandomPSN(), GID: tool.GIDBytes(g)}
 	}
 	for i := range pps {
 		rem := dests[1-i]
 		if err := tool.ModifyToRTS(context.Background(), pps[i].QP, tool.ConnectAttrs{MTU: qp.MTU1024, DestQPN: rem.QPN, RQPSN: rem.PSN, SQPSN: dests[i].PSN,
-			DGID: rem.GID, Global: true, SGIDIndex: 1, HopLimit: 1, MaxDestRdAtomic: 1, MaxRdAtomic: 1, Timeout: 14}); err != nil {
+			DGID: rem.GID, Global: true, SGIDIndex: f.GIDIndex, HopLimit: 1, MaxDestRdAtomic: 1, MaxRdAtomic: 1, Timeout: 14}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -110,7 +110,7 @@ func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*endpo
 	if err := tool.ModifyToInit(ctx, pp.QP, f.IBPort, 0); err != nil {
 		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
-	pp.sge[0] = qp.SGE{Addr: pp.mr.IOVA(), Length: f.Size, LKey: pp.mr.LKey()}
+	pp.sge[0] = pp.mr.SGE(0, int(f.Size))
 	pp.RecvWR = qp.RecvWR{WRID: pingpong.RecvWRID, SGL: pp.sge[:]}
 	pp.SendWR = qp.SendWR{WRID: pingpong.SendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
 	return pp, nil

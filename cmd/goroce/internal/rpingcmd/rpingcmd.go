@@ -354,9 +354,9 @@ func (cb *controlBlock) setupBuffers() error {
 			return err
 		}
 	}
-	cb.recvSGE[0] = qp.SGE{Addr: cb.recvMR.IOVA(), Length: InfoLen, LKey: cb.recvMR.LKey()}
+	cb.recvSGE[0] = cb.recvMR.SGE(0, InfoLen)
 	cb.rqWR = qp.RecvWR{SGL: cb.recvSGE[:]}
-	cb.sendSGE[0] = qp.SGE{Addr: cb.sendMR.IOVA(), Length: InfoLen, LKey: cb.sendMR.LKey()}
+	cb.sendSGE[0] = cb.sendMR.SGE(0, InfoLen)
 	cb.sqWR = qp.SendWR{Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: cb.sendSGE[:]}
 	cb.rdmaSGE[0] = qp.SGE{Addr: cb.rdmaMR.IOVA(), LKey: cb.rdmaMR.LKey()}
 	cb.rdmaWR = qp.SendWR{Flags: qp.SendSignaled, SGL: cb.rdmaSGE[:]}

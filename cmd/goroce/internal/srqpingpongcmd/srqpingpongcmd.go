@@ -197,7 +197,7 @@ func initEndpoint(ctx context.Context, dev *qp.Device, f Flags) (*endpoint, erro
 			return nil, fmt.Errorf("Failed to modify QP[%d] to INIT: %w", i, err)
 		}
 	}
-	pp.sge[0] = qp.SGE{Addr: pp.mr.IOVA(), Length: f.Size, LKey: pp.mr.LKey()}
+	pp.sge[0] = pp.mr.SGE(0, int(f.Size))
 	pp.recvWR = qp.RecvWR{WRID: recvWRID, SGL: pp.sge[:]}
 	pp.sendWR = qp.SendWR{WRID: sendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: pp.sge[:]}
 	return pp, nil

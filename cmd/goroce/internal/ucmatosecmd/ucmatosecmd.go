@@ -233,7 +233,7 @@ func (t *test) postRecvs(n *node, q *qp.QP) error {
 	if t.f.MessageCount == 0 {
 		return nil
 	}
-	sge := []qp.SGE{{Addr: n.mr.IOVA(), Length: uint32(t.f.MessageSize), LKey: n.mr.LKey()}}
+	sge := []qp.SGE{n.mr.SGE(0, t.f.MessageSize)}
 	for range t.f.MessageCount {
 		if err := q.PostRecv(&qp.RecvWR{WRID: uint64(n.id), SGL: sge}); err != nil {
 			t.printf("failed to post receives: %d\n", -1)
@@ -249,7 +249,7 @@ func (t *test) postSends(n *node) error {
 	if !n.connected || t.f.MessageCount == 0 {
 		return nil
 	}
-	sge := []qp.SGE{{Addr: n.mr.IOVA(), Length: uint32(t.f.MessageSize), LKey: n.mr.LKey()}}
+	sge := []qp.SGE{n.mr.SGE(0, t.f.MessageSize)}
 	for range t.f.MessageCount {
 		wr := qp.SendWR{WRID: uint64(n.id), Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: sge}
 		if err := n.conn.QP().PostSend(&wr); err != nil {

@@ -86,7 +86,7 @@ func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*pingp
 	if err := tool.ModifyToInit(ctx, pp.QP, f.IBPort, 0); err != nil {
 		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
-	sge := []qp.SGE{{Addr: mr.IOVA(), Length: f.Size, LKey: mr.LKey()}}
+	sge := []qp.SGE{mr.SGE(0, int(f.Size))}
 	pp.RecvWR = qp.RecvWR{WRID: pingpong.RecvWRID, SGL: sge}
 	pp.SendWR = qp.SendWR{WRID: pingpong.SendWRID, Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: sge}
 	return pp, nil

@@ -234,7 +234,7 @@ func (t *test) postRecvs(n *node, q *qp.QP, slots int) error {
 		return nil
 	}
 	for i := range slots {
-		sge := []qp.SGE{{Addr: n.mr.IOVA() + uint64(i*t.slotLen()), Length: uint32(t.slotLen()), LKey: n.mr.LKey()}}
+		sge := []qp.SGE{n.mr.SGE(i*t.slotLen(), t.slotLen())}
 		if err := q.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: sge}); err != nil {
 			t.printf("failed to post receives: %d\n", -1)
 			return err
@@ -253,7 +253,7 @@ func (t *test) postSends(n *node, q *qp.QP, signaled bool) error {
 	if signaled {
 		flags = qp.SendSignaled
 	}
-	sge := []qp.SGE{{Addr: n.mr.IOVA(), Length: uint32(t.f.MessageSize), LKey: n.mr.LKey()}}
+	sge := []qp.SGE{n.mr.SGE(0, t.f.MessageSize)}
 	for range t.f.MessageCount {
 		wr := qp.SendWR{WRID: uint64(n.id), Opcode: qp.WRSendWithImm, Flags: flags, SGL: sge, Imm: q.QPN(),
 			AH: n.ah, RemoteQPN: n.remoteQPN, RemoteQKey: n.remoteQ}

@@ -119,8 +119,8 @@ func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*endpo
 	if f.Size <= qp.MaxInlineData {
 		flags |= qp.SendInline
 	}
-	pp.recvSGE[0] = qp.SGE{Addr: pp.mr.IOVA(), Length: uint32(len(pp.Buf)), LKey: pp.mr.LKey()}
-	pp.sendSGE[0] = qp.SGE{Addr: pp.mr.IOVA() + qp.GRHLen, Length: f.Size, LKey: pp.mr.LKey()}
+	pp.recvSGE[0] = pp.mr.SGE(0, len(pp.Buf))
+	pp.sendSGE[0] = pp.mr.SGE(qp.GRHLen, int(f.Size))
 	pp.RecvWR = qp.RecvWR{WRID: pingpong.RecvWRID, SGL: pp.recvSGE[:]}
 	pp.SendWR = qp.SendWR{WRID: pingpong.SendWRID, Opcode: qp.WRSend, Flags: flags, SGL: pp.sendSGE[:],
 		RemoteQKey: qkey}
