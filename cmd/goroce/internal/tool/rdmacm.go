@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/netip"
 	"strings"
 	"syscall"
@@ -93,24 +92,23 @@ func CMCommand(env Env, args []string, name, usage string, bad int) (rest []stri
 	return rest, opts, dev, 0, false
 }
 
-// from the address, and so does OpenCMDevice when --dev is not given).
+// SplitDevice removes --dev=IFACE / --dev IFACE from args: the interface
+// an rdma_cm tool runs on (the C tools find their device from the address,
+// and so does OpenCMDevice when --dev is not given).
 func SplitDevice(args []string) (rest []string, dev string, err error) {
 	rest = make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
+		if args[i] == "--" {
 			return append(rest, args[i:]...), dev, nil
-		case a == "--dev":
-			if i+1 == len(args) {
-				return nil, "", errors.New("option --dev requires an argument")
-			}
-			i++
-			dev = args[i]
-		case strings.HasPrefix(a, "--dev="):
-			dev = strings.TrimPrefix(a, "--dev=")
+		}
+		v, ok, err := cutValue(args, &i, "--dev")
+		switch {
+		case err != nil:
+			return nil, "", err
+		case ok:
+			dev = v
 		default:
-			rest = append(rest, a)
+			rest = append(rest, args[i])
 		}
 	}
 	return rest, dev, nil
@@ -122,30 +120,14 @@ func InterfaceFor(a netip.Addr) string {
 	if !a.IsValid() || a.IsUnspecified() {
 		return ""
 	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return ""
-	}
+	addrs, _ := upAddrs()
 	subnet := ""
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, ad := range addrs {
-			p, err := netip.ParsePrefix(ad.String())
-			if err != nil {
-				continue
-			}
-			switch {
-			case p.Addr().Unmap() == a.Unmap():
-				return ifc.Name
-			case subnet == "" && p.Masked().Contains(a.Unmap()):
-				subnet = ifc.Name
-			}
+	for _, ad := range addrs {
+		switch {
+		case ad.p.Addr().Unmap() == a.Unmap():
+			return ad.name
+		case subnet == "" && ad.p.Masked().Contains(a.Unmap()):
+			subnet = ad.name
 		}
 	}
 	return subnet

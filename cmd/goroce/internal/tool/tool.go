@@ -101,30 +101,21 @@ func DefaultEnv() Env {
 	return Env{Ctx: context.Background(), Stdout: os.Stdout, Stderr: os.Stderr, Open: OpenDevice}
 }
 
-// defaultInterface is what stands in for "the first RDMA device" of the
-// C tools: the first interface that is up, not a loopback, and has an IPv4
-// address.
 // DefaultInterface is the interface a tool uses when -d is not given: the
 // first one up with an IPv4 address.
 func DefaultInterface() (string, error) { return defaultInterface() }
 
+// defaultInterface is what stands in for "the first RDMA device" of the
+// C tools: the first interface that is up, not a loopback, and has an IPv4
+// address.
 func defaultInterface() (string, error) {
-	ifs, err := net.Interfaces()
+	addrs, err := upAddrs()
 	if err != nil {
 		return "", err
 	}
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
-				return ifc.Name, nil
-			}
+	for _, a := range addrs {
+		if a.p.Addr().Is4() {
+			return a.name, nil
 		}
 	}
 	return "", errors.New("no network interface is up with an IPv4 address; name one with -d")
@@ -195,33 +186,23 @@ func SplitOptions(args []string) ([]string, Options, error) {
 			rest = append(rest, args[i:]...)
 			break
 		}
-		if a == "--pcap" || strings.HasPrefix(a, "--pcap=") {
-			v, ok := strings.CutPrefix(a, "--pcap=")
-			if !ok {
-				if i+1 == len(args) {
-					return nil, o, errors.New("option --pcap requires an argument")
-				}
-				i++
-				v = args[i]
-			}
-			if v == "" {
-				return nil, o, errors.New("option --pcap requires a file name")
-			}
-			o.Pcap = v
-			continue
-		}
 		if a == "--metrics-cmdline" {
 			o.MetricsCmdline = true
 			continue
 		}
-		if a == "--metrics" || strings.HasPrefix(a, "--metrics=") {
-			v, ok := strings.CutPrefix(a, "--metrics=")
-			if !ok {
-				if i+1 == len(args) {
-					return nil, o, errors.New("option --metrics requires an argument")
-				}
-				i++
-				v = args[i]
+		if v, ok, err := cutValue(args, &i, "--pcap"); ok {
+			if err == nil && v == "" {
+				err = errors.New("option --pcap requires a file name")
+			}
+			if err != nil {
+				return nil, o, err
+			}
+			o.Pcap = v
+			continue
+		}
+		if v, ok, err := cutValue(args, &i, "--metrics"); ok {
+			if err != nil {
+				return nil, o, err
 			}
 			if _, _, err := net.SplitHostPort(v); err != nil {
 				return nil, o, fmt.Errorf("--metrics %q: want host:port: %w", v, err)
@@ -229,27 +210,69 @@ func SplitOptions(args []string) ([]string, Options, error) {
 			o.Metrics = v
 			continue
 		}
-		var val string
+		v, ok, err := cutValue(args, &i, "--timeout")
 		switch {
-		case a == "--timeout":
-			if i+1 == len(args) {
-				return nil, o, errors.New("option --timeout requires an argument")
-			}
-			i++
-			val = args[i]
-		case strings.HasPrefix(a, "--timeout="):
-			val = strings.TrimPrefix(a, "--timeout=")
-		default:
+		case !ok:
 			rest = append(rest, a)
 			continue
+		case err != nil:
+			return nil, o, err
 		}
-		d, err := parseSeconds(val)
+		d, err := parseSeconds(v)
 		if err != nil {
-			return nil, o, fmt.Errorf("--timeout %q: %w", val, err)
+			return nil, o, fmt.Errorf("--timeout %q: %w", v, err)
 		}
 		o.Timeout = d
 	}
 	return rest, o, nil
+}
+
+// cutValue reports whether args[*i] is the option name with a value,
+// "name=V" or "name V" (then *i moves past V), and returns V; the error
+// is for a name with nothing after it.
+func cutValue(args []string, i *int, name string) (v string, ok bool, err error) {
+	if v, ok := strings.CutPrefix(args[*i], name+"="); ok {
+		return v, true, nil
+	}
+	if args[*i] != name {
+		return "", false, nil
+	}
+	if *i+1 == len(args) {
+		return "", true, fmt.Errorf("option %s requires an argument", name)
+	}
+	*i++
+	return args[*i], true, nil
+}
+
+// ifAddr is one address of a network interface.
+type ifAddr struct {
+	name string
+	p    netip.Prefix
+}
+
+// upAddrs returns the addresses of the interfaces that are up and not
+// loopbacks, in the system's order.
+func upAddrs() ([]ifAddr, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	var out []ifAddr
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				out = append(out, ifAddr{ifc.Name, p})
+			}
+		}
+	}
+	return out, nil
 }
 
 func parseSeconds(s string) (time.Duration, error) {
