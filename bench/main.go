@@ -68,7 +68,7 @@
 //     peer's WRITE (QP.Query's expected PSN, then the byte) before writing
 //     the next, and for its own WRITE's completion. Sleeping: normal
 //     devices, completions in CQ.Wait, the arrival wait yielding between
-//     looks (write_lat -e). Busy-poll: qp.InterfaceOptions.BusyPoll
+//     looks (write_lat -e). Busy-poll: qp.ModeBusyPoll
 //     devices, every wait spinning on CQ.Poll/Device.Poll
 //     (GOROCE_BUSYPOLL=1). B's end (write_lat's server) runs in a process
 //     of its own started in namespace B (bench -child peer-goroce), as

@@ -55,7 +55,7 @@ func (p *rdmaPair) Close() {
 }
 
 // openEnd opens a device on side s of pair with backend (in busy-poll
-// mode with busy: qp.InterfaceOptions.BusyPoll, no receive or timer
+// mode with busy: qp.ModeBusyPoll, no receive or timer
 // goroutine, the application's polling drives the device) and registers
 // a buffer on it.
 //
@@ -78,7 +78,10 @@ func openEndOn(do func(func() error) error, ifname, backend string, busy bool, s
 	e := &rdmaEnd{}
 	err := do(func() error {
 		var err error
-		o := qp.InterfaceOptions{Backend: backend, Logger: logger, Seed: seed, BusyPoll: busy}
+		o := qp.InterfaceOptions{Backend: backend, Logger: logger, Seed: seed}
+		if busy {
+			o.Mode = qp.ModeBusyPoll
+		}
 		if tune != nil {
 			tune(&o)
 		}

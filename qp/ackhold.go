@@ -25,7 +25,7 @@ import "time"
 //     resume timer of the self-driving waiters sends it even when nobody
 //     calls again;
 //   - in busy-poll mode, which has no timers of its own, busyHoldCheck
-//     after the hold at the latest: the device's hold timer (holdT) sends
+//     after the hold at the latest: the busy-poll driver's hold timer (holdT) sends
 //     what is still held then. An application that stops polling after
 //     its last completion (perftest's and rc_pingpong's loops do, before
 //     their final exchange over TCP) must not leave the peer retrying the
@@ -64,22 +64,9 @@ func (d *Device) holdTouched(now time.Time) {
 		}
 		d.touch(q)
 	}
-	if d.holdT != nil && len(d.held) > 0 && !d.holdTArmed {
-		d.holdTArmed = true
-		d.holdT.Reset(busyHoldCheck)
+	if len(d.held) > 0 {
+		d.drv.acksHeld()
 	}
-}
-
-// holdFire is the busy-poll hold timer's firing: whatever is held now
-// leaves (a hold made just before leaves early, alone: harmless), and the
-// next hold arms the timer again.
-func (d *Device) holdFire() {
-	d.mu.Lock()
-	d.holdTArmed = false
-	if !d.closed {
-		d.flushHeld()
-	}
-	d.unlock()
 }
 
 // flushHeld sends every held ACK (d.mu held); they leave when the caller

@@ -33,7 +33,7 @@ func openIdleBusy(t *testing.T) (*Device, *nic.MemLink) {
 	t.Helper()
 	la, lb := nic.NewMemPair(nic.MemConfig{})
 	t.Cleanup(func() { la.Close(); lb.Close() })
-	d, err := Open(Config{Link: lb, IP: netip.MustParseAddr("198.18.0.2"), BusyPoll: true})
+	d, err := Open(Config{Link: lb, IP: netip.MustParseAddr("198.18.0.2"), Mode: ModeBusyPoll})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 package qp
 
-// Busy-poll mode (Config.BusyPoll): caller-driven progress on a real link.
+// Busy-poll mode (ModeBusyPoll): caller-driven progress on a real link.
 //
 // A device normally runs a driver goroutine parked in the Go runtime's
 // network poller (driver.go; two goroutines on a link without nic.Waiter).
@@ -14,7 +14,7 @@ package qp
 //     cannot hold the device mutex), hands them to the engines, runs
 //     every engine whose deadline (retransmission, RNR, ACK timers) has
 //     passed on the real clock, and writes what they produced, all under
-//     the device mutex (Device.drive, as the goroutines of the normal
+//     the device mutex (Device.drive, as the goroutines of the threaded
 //     mode do).
 //   - CQ.Wait and CQ.WaitEvent spin on that until a completion, or the
 //     event, or the end of the context. They never sleep: a waiting thread
@@ -23,7 +23,7 @@ package qp
 //     only every goschedEvery fruitless looks, not at each (see below).
 //   - Every yieldEvery-th consecutive Device.Poll that found nothing, from
 //     any of these or called directly, yields the OS thread (below).
-//   - PostSend, PostRecv, Modify work as in the normal mode (a post writes
+//   - PostSend, PostRecv, Modify work as in the threaded mode (a post writes
 //     its frames at once).
 //
 // The consequence: a device makes no progress while nobody polls it. Its
@@ -31,9 +31,9 @@ package qp
 // that only serves as an RDMA target (posts nothing, polls no CQ: the
 // server side of perftest's write_bw/read_bw, or a peer waiting on a TCP
 // socket between phases) must keep the device going, with Device.Progress
-// in a goroutine of its own, or open the device without BusyPoll.
+// in a goroutine of its own, or open the device in ModeThreaded.
 //
-// Manual mode (Config.Manual, the deterministic simulator) is different:
+// Manual mode (ModeManual, the deterministic simulator) is different:
 // the simulator alone calls Device.Poll, with its own clock, and CQ.Poll,
 // CQ.Wait and CQ.WaitEvent there never drive the device, so the
 // simulation's step accounting is not disturbed.
@@ -42,12 +42,14 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	satomic "sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/memreg"
+	"github.com/goroce/goroce/nic"
 )
 
-var errNotBusy = errors.New("qp: Progress: the device is not in busy-poll mode (Config.BusyPoll)")
-
-// BusyPoll reports whether the device was opened in busy-poll mode.
-func (d *Device) BusyPoll() bool { return d.busy }
+var errNotBusy = errors.New("qp: Progress: the device is not in busy-poll mode (Config.Mode ModeBusyPoll)")
 
 // yieldEvery is how many consecutive fruitless polls of a busy-poll device
 // pass before one gives the processor back to the OS (sched_yield(2)).
@@ -58,17 +60,80 @@ const yieldEvery = 4
 // runtime.Gosched calls.
 const goschedEvery = 64
 
-// busyProgress runs one Device.Poll when d is in busy-poll mode (not in
-// manual mode, and not after Close); Poll yields the OS thread after
-// yieldEvery fruitless polls in a row (busyIdle).
-func (d *Device) busyProgress() {
-	if d == nil || !d.busy {
-		return
-	}
-	d.Poll()
+// busyDriver is ModeBusyPoll's driver: no goroutines; whoever polls
+// drives the device.
+type busyDriver struct {
+	linkPoller
+	idle satomic.Uint32 // consecutive polls that found nothing
+	// holdT sends held ACKs nobody else sent (ackhold.go); holdTArmed:
+	// under d.mu, it is set.
+	holdT      *time.Timer
+	holdTArmed bool
 }
 
-// busyIdle is Device.Poll's yield policy in busy-poll mode: n is what the
+func newBusyDriver(d *Device, pl nic.Poller) *busyDriver {
+	b := &busyDriver{linkPoller: newLinkPoller(d, pl)}
+	d.mrs.SetWaitHooks(memreg.WaitHooks{Wait: b.spinWrite})
+	b.holdT = time.AfterFunc(time.Hour, b.holdFire)
+	b.holdT.Stop()
+	return b
+}
+
+func (b *busyDriver) stop()                { b.holdT.Stop() }
+func (b *busyDriver) closeLink() error     { return b.d.closeOwnedLink() }
+func (b *busyDriver) unlockPost(time.Time) { b.d.unlock() }
+func (b *busyDriver) waitCQ(ctx context.Context, cq *CQ, wcs []WC) (int, error) {
+	return b.spinWait(ctx, cq, wcs)
+}
+
+// pollCQ: CQ.Poll drives the device (Device.Poll, which yields the OS
+// thread after yieldEvery fruitless polls in a row: idled).
+func (b *busyDriver) pollCQ() { b.poll() }
+
+// poll is Device.Poll in busy-poll mode: at most busyPollBatches batches
+// of frames, holding the ACKs owed for the poller's next post; nothing on
+// a closed device.
+func (b *busyDriver) poll() int {
+	d := b.d
+	d.mu.Lock()
+	n := 0
+	if !d.closed {
+		// The poller is about to run: what this poll receives holds its
+		// ACKs for the poller's next post (ackhold.go), and those of the
+		// previous poll leave first.
+		d.flushHeld()
+		d.holdAcks = true
+		n = b.readLink(busyPollBatches)
+		d.holdAcks = false
+	}
+	d.unlock()
+	b.idled(n)
+	b.dispatchGSI()
+	return n
+}
+
+// acksHeld arms the hold timer (d.mu held).
+func (b *busyDriver) acksHeld() {
+	if !b.holdTArmed {
+		b.holdTArmed = true
+		b.holdT.Reset(busyHoldCheck)
+	}
+}
+
+// holdFire is the hold timer's firing: whatever is held now leaves (a
+// hold made just before leaves early, alone: harmless), and the next hold
+// arms the timer again.
+func (b *busyDriver) holdFire() {
+	d := b.d
+	d.mu.Lock()
+	b.holdTArmed = false
+	if !d.closed {
+		d.flushHeld()
+	}
+	d.unlock()
+}
+
+// idled is Device.Poll's yield policy in busy-poll mode: n is what the
 // poll handled. After yieldEvery consecutive polls that found nothing, it
 // yields the OS thread (osYield), so a spinning thread cannot starve the
 // kernel work the device is waiting for.
@@ -112,12 +177,12 @@ func (d *Device) busyProgress() {
 // RETRY_EXC_ERR), p50 4–29 ms and p99 36–220 ms, as with a Gosched at each
 // look (p50 4–9 ms, p99 209–272 ms): under such load a busy-poll thread
 // mostly waits for its turn on a CPU.
-func (d *Device) busyIdle(n int) {
+func (b *busyDriver) idled(n int) {
 	if n > 0 {
-		d.idle.Store(0)
+		b.idle.Store(0)
 		return
 	}
-	if d.idle.Add(1)%yieldEvery == 0 {
+	if b.idle.Add(1)%yieldEvery == 0 {
 		osYield()
 	}
 }
@@ -138,17 +203,17 @@ var gosched = runtime.Gosched
 
 // Progress drives a busy-poll device until ctx ends or the device is
 // closed, spinning on Device.Poll (which yields the OS thread now and
-// then, busyIdle): it burns a core. Run it in its own goroutine when
+// then): it burns a core. Run it in its own goroutine when
 // nothing else polls the device's CQs but the device must still answer its peer (an
 // RDMA WRITE/READ/atomic target). It returns ctx's error, or ErrClosed.
 // On a device in the normal or manual mode it returns an error at once.
-func (d *Device) Progress(ctx context.Context) error {
-	if !d.busy {
-		return errNotBusy
-	}
+func (d *Device) Progress(ctx context.Context) error { return d.drv.progress(ctx) }
+
+func (b *busyDriver) progress(ctx context.Context) error {
+	d := b.d
 	done := ctx.Done()
 	for spins := 1; ; spins++ {
-		d.busyProgress()
+		b.poll()
 		if d.isClosed() {
 			return ErrClosed
 		}
@@ -167,12 +232,9 @@ func (d *Device) isClosed() bool {
 	return d.closed
 }
 
-// busy reports whether Poll and Wait must drive the CQ's device.
-func (cq *CQ) busy() bool { return cq.dev != nil && cq.dev.busy }
-
 // spinWait is CQ.Wait in busy-poll mode: Poll (which drives the device)
 // until a completion arrives or ctx ends.
-func (cq *CQ) spinWait(ctx context.Context, wcs []WC) (int, error) {
+func (b *busyDriver) spinWait(ctx context.Context, cq *CQ, wcs []WC) (int, error) {
 	done := ctx.Done()
 	for spins := 1; ; spins++ {
 		n, err := cq.Poll(wcs)
@@ -184,19 +246,19 @@ func (cq *CQ) spinWait(ctx context.Context, wcs []WC) (int, error) {
 			return 0, ctx.Err()
 		default:
 		}
-		if cq.dev.isClosed() {
+		if b.d.isClosed() {
 			return 0, ErrClosed
 		}
 		busyPause(spins)
 	}
 }
 
-// spinEvent is CQ.WaitEvent in busy-poll mode: drive the device until the
+// waitEvent is CQ.WaitEvent in busy-poll mode: drive the device until the
 // armed notification fires or ctx ends.
-func (cq *CQ) spinEvent(ctx context.Context) error {
+func (b *busyDriver) waitEvent(ctx context.Context, cq *CQ) error {
 	done := ctx.Done()
 	for spins := 1; ; spins++ {
-		cq.dev.busyProgress()
+		b.poll()
 		select {
 		case <-cq.event:
 			return nil
@@ -204,7 +266,7 @@ func (cq *CQ) spinEvent(ctx context.Context) error {
 			return ctx.Err()
 		default:
 		}
-		if cq.dev.isClosed() {
+		if b.d.isClosed() {
 			return ErrClosed
 		}
 		busyPause(spins)

@@ -21,7 +21,7 @@ func TestBusyPollYieldsWhenIdle(t *testing.T) {
 	la, lb := nic.NewMemPair(nic.MemConfig{})
 	defer la.Close()
 	defer lb.Close()
-	d, err := Open(Config{Link: lb, IP: netip.MustParseAddr("198.18.0.2"), BusyPoll: true})
+	d, err := Open(Config{Link: lb, IP: netip.MustParseAddr("198.18.0.2"), Mode: ModeBusyPoll})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestBusyPollYieldsWhenIdle(t *testing.T) {
 	if yields != 4 {
 		t.Fatalf("yields %d, want 4", yields)
 	}
-	m, err := Open(Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"), Manual: true})
+	m, err := Open(Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"), Mode: ModeManual})
 	if err != nil {
 		t.Fatal(err)
 	}

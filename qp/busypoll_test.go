@@ -57,7 +57,7 @@ func driveByCQ(t testing.TB, e *xend) {
 // frames on the wire and the counters are checked as in TestOpsMatrix.
 func TestBusyPollOps(t *testing.T) {
 	x := newX(t, xopts{size: 1<<20 + 4096, busyPoll: true})
-	if !x.a.dev.BusyPoll() || !x.b.dev.BusyPoll() {
+	if x.a.dev.Mode() != qp.ModeBusyPoll || x.b.dev.Mode() != qp.ModeBusyPoll {
 		t.Fatal("devices not in busy-poll mode")
 	}
 	driveByCQ(t, x.b)
@@ -203,7 +203,7 @@ func TestBusyPollProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if err := d.Progress(context.Background()); err == nil || d.BusyPoll() {
+	if err := d.Progress(context.Background()); err == nil || d.Mode() == qp.ModeBusyPoll {
 		t.Fatalf("Progress on a normal device = %v", err)
 	}
 }
@@ -212,18 +212,18 @@ func TestBusyPollProgress(t *testing.T) {
 type plainLink struct{ nic.Link }
 
 // TestBusyPollOpenErrors: busy-poll needs a link with TryReadBatch, and
-// excludes manual mode.
+// the mode must be one of the three.
 func TestBusyPollOpenErrors(t *testing.T) {
 	la, lb := nic.NewMemPair(nic.MemConfig{})
 	defer la.Close()
 	defer lb.Close()
-	if _, err := qp.Open(qp.Config{Link: la, IP: ipA, Manual: true, BusyPoll: true}); err == nil {
-		t.Fatal("Manual and BusyPoll together accepted")
+	if _, err := qp.Open(qp.Config{Link: la, IP: ipA, Mode: qp.ModeManual + 1}); !errors.Is(err, qp.ErrInvalidArgument) {
+		t.Fatalf("unknown mode: %v", err)
 	}
-	if _, err := qp.Open(qp.Config{Link: plainLink{la}, IP: ipA, BusyPoll: true}); err == nil {
+	if _, err := qp.Open(qp.Config{Link: plainLink{la}, IP: ipA, Mode: qp.ModeBusyPoll}); err == nil {
 		t.Fatal("busy-poll on a link without TryReadBatch accepted")
 	}
-	if _, err := qp.Open(qp.Config{Link: plainLink{la}, IP: ipA, Manual: true}); err == nil {
+	if _, err := qp.Open(qp.Config{Link: plainLink{la}, IP: ipA, Mode: qp.ModeManual}); err == nil {
 		t.Fatal("manual mode on a link without TryReadBatch accepted")
 	}
 }
@@ -238,7 +238,7 @@ func TestCQPollDrivesOnlyBusyDevices(t *testing.T) {
 				la, lb := nic.NewMemPair(nic.MemConfig{})
 				defer la.Close()
 				defer lb.Close()
-				d, err := qp.Open(qp.Config{Link: lb, IP: ipB, Manual: mode == "manual", BusyPoll: mode == "busy",
+				d, err := qp.Open(qp.Config{Link: lb, IP: ipB, Mode: map[string]qp.Mode{"manual": qp.ModeManual, "busy": qp.ModeBusyPoll}[mode],
 					Neighbors: map[netip.Addr]net.HardwareAddr{ipA: la.HardwareAddr()}})
 				if err != nil {
 					t.Fatal(err)

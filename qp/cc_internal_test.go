@@ -45,7 +45,7 @@ func newCCRig(t *testing.T, cc *CCParams) *ccRig {
 	macP, _ := net.ParseMAC("7c:fe:90:64:3b:32")
 	r.la, r.lb = nic.NewMemPair(nic.MemConfig{Clock: r.now, MACA: macD, MACB: macP})
 	peer := netip.MustParseAddr("10.0.17.1")
-	d, err := Open(Config{Link: r.la, IP: netip.MustParseAddr("10.0.18.1"), Manual: true, Now: r.now, CC: cc,
+	d, err := Open(Config{Link: r.la, IP: netip.MustParseAddr("10.0.18.1"), Mode: ModeManual, Now: r.now, CC: cc,
 		Neighbors: map[netip.Addr]net.HardwareAddr{peer: macP}})
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,8 @@ import "time"
 // busy QPs (a single stream, a ping-pong) writes every post at once, and
 // so does one whose link the driver goroutine is not reading (a
 // self-driving waiter or nobody owns it: the waiter may leave without
-// another pass) or that is not in the normal mode.
+// another pass) or that is not in the threaded mode on a nic.Waiter link
+// (only selfDriver corks).
 const (
 	// corkQPs is how many QPs must have an engine deadline (in the heap:
 	// outstanding requests waiting for their ACK timers) before posts
@@ -38,17 +39,17 @@ const (
 )
 
 // unlockPost ends a post's call (d.mu held; endCall done): it corks the
-// frames the post produced when the device is busy enough (see above),
-// else writes them as unlock does.
-func (d *Device) unlockPost(now time.Time) {
-	if d.waiter == nil || d.owner != ownerDriver || d.closed ||
+// frames the post produced when the device is busy enough and the driver
+// goroutine reads the link (see above), else writes them as unlock does.
+func (s *selfDriver) unlockPost(now time.Time) {
+	d := s.d
+	if s.owner != ownerDriver || d.closed ||
 		len(d.heap) < corkQPs || len(d.tx.frames) == 0 || len(d.tx.frames) >= corkFrames {
 		d.unlock()
-		d.kick()
 		return
 	}
-	if e := now.Add(corkDelay); d.armed.IsZero() || e.Before(d.armed) {
-		d.arm(e)
+	if e := now.Add(corkDelay); s.armed.IsZero() || e.Before(s.armed) {
+		s.arm(e)
 	}
 	d.corked++
 	d.mu.Unlock()

@@ -67,9 +67,7 @@ func (s *cqSink) Complete(wc *transport.WC) { (*CQ)(s).complete((*WC)(wc)) }
 // the device lock held). On a full CQ the completion is lost and the CQ
 // goes to the error state (ErrCQOverrun).
 func (cq *CQ) complete(wc *WC) {
-	if d := cq.dev; d.selfCQ == cq && !d.ownerDrive {
-		d.kickOwner() // from another goroutine than the one driving for cq
-	}
+	cq.dev.drv.completed(cq) // a goroutine driving the link for cq looks again
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	if cq.n == len(cq.ring) {
@@ -105,7 +103,7 @@ func (cq *CQ) signal() {
 // Poll moves up to len(wcs) completions into wcs (ibv_poll_cq). On a
 // busy-poll device it first drives the device (Device.Poll).
 func (cq *CQ) Poll(wcs []WC) (int, error) {
-	cq.dev.busyProgress()
+	cq.dev.drv.pollCQ()
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	return cq.take(wcs)
@@ -145,9 +143,11 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 // WaitEvent blocks until an armed notification fires (ibv_get_cq_event).
 // On a busy-poll device it spins, driving the device, instead.
 func (cq *CQ) WaitEvent(ctx context.Context) error {
-	if cq.busy() {
-		return cq.spinEvent(ctx)
-	}
+	return cq.dev.drv.waitEvent(ctx, cq)
+}
+
+// sleepEvent is WaitEvent where the device runs without the caller.
+func (cq *CQ) sleepEvent(ctx context.Context) error {
 	select {
 	case <-cq.event:
 		return nil
@@ -167,10 +167,14 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	if len(wcs) == 0 {
 		return 0, fmt.Errorf("qp: CQ.Wait: no room for a completion (empty wcs): %w", ErrInvalidArgument)
 	}
-	if cq.busy() {
-		return cq.spinWait(ctx, wcs)
-	}
-	self := cq.dev.selfDrives() && !cq.passive
+	return cq.dev.drv.waitCQ(ctx, cq, wcs)
+}
+
+// sleepWait is CQ.Wait where the caller need not drive the device: it
+// sleeps until a completion arrives, or, with empty set (self-driving
+// waiters, selfdrive.go), calls empty to wait while the CQ is empty (cq.mu
+// held, and held again on return).
+func (cq *CQ) sleepWait(ctx context.Context, wcs []WC, empty func(context.Context, *CQ) error) (int, error) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	for {
@@ -180,8 +184,8 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 			}
 			return n, err
 		}
-		if self {
-			if err := cq.waitCQ(ctx); err != nil {
+		if empty != nil {
+			if err := empty(ctx, cq); err != nil {
 				return 0, err
 			}
 			continue

@@ -17,7 +17,7 @@ import (
 // ErrCQOverrun.
 func TestCQWaitWakesEveryWaiter(t *testing.T) {
 	la, _ := nic.NewMemPair(nic.MemConfig{})
-	d, err := Open(Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"), Manual: true})
+	d, err := Open(Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"), Mode: ModeManual})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,9 +39,9 @@
 // n, driving the device like CQ.Wait. Nothing changes on the wire
 // (writewait.go).
 //
-// Two modes start no goroutines. Manual (Config.Manual): the deterministic
-// simulator calls Device.Poll itself with a fake clock. Busy-poll
-// (Config.BusyPoll): the application's own polling drives the device on the
+// Two modes (Config.Mode) start no goroutines. ModeManual: the deterministic
+// simulator calls Device.Poll itself with a fake clock. ModeBusyPoll: the
+// application's own polling drives the device on the
 // real clock — CQ.Poll reads the link and runs expired timers first, and
 // CQ.Wait spins instead of sleeping (see busypoll.go).
 package qp
@@ -107,19 +107,12 @@ type Config struct {
 	// OpenInterface sets it from the interface's namespace (ip_default_ttl). Zero
 	// keeps the application's value.
 	RouteHopLimit uint8
-	// Manual starts no goroutines: the caller drives the device with Poll
-	// and NextDeadline, in one goroutine, with its own (fake) clock. This is
-	// how the deterministic simulator runs whole devices. CQs never drive a
-	// manual device.
-	Manual bool
-	// BusyPoll starts no goroutines either, but keeps the real clock (or
-	// Now) and lets the application drive the device: CQ.Poll runs
-	// Device.Poll first, and CQ.Wait/WaitEvent spin on it, burning a core,
-	// instead of sleeping (busypoll.go). A device nobody polls makes no
-	// progress; Device.Progress keeps one going. Both modes need a link with
-	// a non-blocking TryReadBatch (the in-memory link, nic/afpacket,
-	// nic/afxdp, nic/udp). Manual and BusyPoll are exclusive.
-	BusyPoll bool
+	// Mode is how the device makes progress: who reads the link and runs
+	// the engines' timers. The zero value, ModeThreaded, starts the
+	// device's own goroutines; ModeBusyPoll and ModeManual start none (see
+	// Mode). Both need a link with a non-blocking TryReadBatch (nic.Poller:
+	// the in-memory link, nic/afpacket, nic/afxdp, nic/udp).
+	Mode Mode
 	// CC, when set, turns RoCEv2 congestion control on: ECN marking, CNPs
 	// and DCQCN with these parameters (cc.go; DefaultCCParams). Off by
 	// default, as rxe has none.
@@ -162,24 +155,12 @@ type Device struct {
 	qpSeq   uint64       // creation counter: QP.seq
 	heap    deadlineHeap // QPs with an engine deadline (deadline.go)
 	due     []*QP        // timers' scratch
-	waiter  nic.Waiter   // normal mode on a link that waits in the runtime poller (driver.go)
-	armed   time.Time    // the waiter's deadline as last set (zero: none)
+	// drv is how the device makes progress (driver.go), chosen by Open
+	// from Config.Mode.
+	drv driver
 	// customClock: Config.Now was given; deadlines are converted to the
 	// real clock for the link.
 	customClock bool
-	// Who reads the link, and the waiters that would (selfdrive.go).
-	owner         linkOwner // under mu
-	selfCQ        *CQ       // under mu: the CQ a self-driving owner waits on
-	ownerDrive    bool      // under mu: that owner is in its drive pass
-	linkWaiters   satomic.Int32
-	kickPending   satomic.Bool
-	linkFree      chan struct{} // cap 1: the link has no reader
-	resumeT       *time.Timer
-	resumeAt      time.Time // under mu, real clock: when the driver takes the link back
-	resumeTimerAt time.Time // under mu: when resumeT fires (zero: stopped)
-	releases      uint64    // under mu: releaseLink calls (resumeFire re-arms while they go on)
-	releasesSeen  uint64    // under mu: releases at the resume timer's last firing
-	rb            *rxBatch  // the link reader's buffers
 	// qpnLimit is the highest QP number handed out (maxQPN; tests lower
 	// it to reach the wrap quickly).
 	qpnLimit uint32
@@ -196,10 +177,6 @@ type Device struct {
 	// call (ackhold.go); holdAcks makes drive hold them.
 	held     []*QP
 	holdAcks bool
-	// holdT (busy-poll mode) sends held ACKs nobody else sent
-	// (ackhold.go); holdTArmed: under mu, it is set.
-	holdT      *time.Timer
-	holdTArmed bool
 	// onAsync, when set, also receives the CQ-overrun events (with d.mu
 	// held), for tests.
 	onAsync func(asyncEvent)
@@ -212,12 +189,6 @@ type Device struct {
 
 	cc *CCParams // congestion control (cc.go); nil: off
 
-	poller nic.Poller     // manual and busy-poll modes: the link's non-blocking read
-	rx     *rxBatch       // manual and busy-poll modes: Poll's buffers
-	busy   bool           // busy-poll mode: CQs drive the device
-	idle   satomic.Uint32 // busy-poll: consecutive polls that found nothing
-
-	wake   chan struct{}
 	done   chan struct{}
 	wg     sync.WaitGroup
 	closed bool
@@ -262,7 +233,7 @@ func Open(cfg Config) (*Device, error) {
 	d := &Device{log: log,
 		cfg: cfg, mrs: memreg.NewTable(cfg.Seed), atomics: atomic.NewExecutor(),
 		qps: map[uint32]*QP{}, nextQPN: minQPN, qpnLimit: maxQPN, now: cfg.Now,
-		wake: make(chan struct{}, 1), done: make(chan struct{}), customClock: custom,
+		done: make(chan struct{}), customClock: custom,
 	}
 	copy(d.mac[:], cfg.Link.HardwareAddr())
 	d.gids = []GID{linkLocal(d.mac)}
@@ -281,33 +252,12 @@ func Open(cfg Config) (*Device, error) {
 	if err := d.ccSetup(); err != nil {
 		return nil, fmt.Errorf("qp: open device: %w", err)
 	}
-	if cfg.Manual && cfg.BusyPoll {
-		return nil, fmt.Errorf("qp: open device: Manual and BusyPoll are exclusive")
+	drv, err := newDriver(d)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Manual || cfg.BusyPoll {
-		tr, ok := cfg.Link.(nic.Poller)
-		if !ok {
-			return nil, fmt.Errorf("qp: open device: manual and busy-poll modes need a link with a non-blocking TryReadBatch (%T has none)", cfg.Link)
-		}
-		d.poller, d.rx = tr, newRxBatch(cfg.Link)
-		d.busy = cfg.BusyPoll
-		if d.busy {
-			d.mrs.SetWaitHooks(memreg.WaitHooks{Wait: d.spinWrite})
-			d.holdT = time.AfterFunc(time.Hour, d.holdFire)
-			d.holdT.Stop()
-		}
-		return d, nil
-	}
-	if w, ok := nic.CanWait(cfg.Link); ok {
-		d.waiter = w
-		d.initSelfDrive()
-		d.wg.Add(1)
-		go d.driveLoop()
-		return d, nil
-	}
-	d.wg.Add(2)
-	go d.rxLoop()
-	go d.timerLoop()
+	d.drv = drv
+	drv.start()
 	return d, nil
 }
 
@@ -390,23 +340,18 @@ func (d *Device) Close() error {
 			leave()
 		}
 	}()
-	if d.resumeT != nil {
-		d.resumeT.Stop()
-	}
-	if d.holdT != nil {
-		d.holdT.Stop()
-	}
+	d.drv.stop()
 	d.unlock() // held ACKs and corked posts (cork.go) leave before the link closes
 	d.mrs.Close(ErrClosed)
 	if g := d.gsi.Load(); g != nil {
 		g.stop()
 	}
-	if d.poller != nil && !d.busy {
-		if p := d.pcap.Load(); p != nil {
-			p.Flush()
-		}
-		return nil // the simulator owns the links
-	}
+	return d.drv.closeLink()
+}
+
+// closeOwnedLink is Close's end for a device that owns its link (every
+// driver but the manual one).
+func (d *Device) closeOwnedLink() error {
 	// Frames handed off before closed was set (the ACK of what a waiter
 	// just completed, often) are being written outside d.mu; let them
 	// leave before the link closes, as a NIC's last frames do.
@@ -436,9 +381,9 @@ type asyncEvent struct {
 }
 
 // endCall finishes a call into the engines (d.mu held): QPs whose CQ
-// overran go to ERR, and a driver parked with a later deadline than the
-// engines' earliest is re-armed. The frames the engines produced leave in
-// unlock.
+// overran go to ERR, and the driver learns that the engines' earliest
+// deadline may have moved (a driver parked with a later one re-arms). The
+// frames the engines produced leave in unlock.
 func (d *Device) endCall(now time.Time) {
 	if d.mcLoopN > 0 {
 		d.deliverLoopedMcast(now)
@@ -446,12 +391,7 @@ func (d *Device) endCall(now time.Time) {
 	if len(d.failedCQs) > 0 {
 		d.failCQs(now)
 	}
-	if d.waiter != nil && !d.holdAcks { // a holding pass arms after it (selfDrive)
-		if e := d.earliest(); !e.IsZero() && (d.armed.IsZero() || e.Before(d.armed)) {
-			d.arm(e)
-			d.deadlineMoved()
-		}
-	}
+	d.drv.callEnded()
 }
 
 // unlock releases d.mu and then writes the frames the engines produced
@@ -552,15 +492,13 @@ func newRxBatch(l nic.Link) *rxBatch {
 
 // drive is the device's one unit of work, whoever runs it (the driver
 // goroutine, or the receive and timer goroutines, or Poll in the manual and
-// busy-poll modes), with d.mu held: input the n frames read into b, then,
+// busy-poll modes: the drivers), with d.mu held, after the caller sent the
+// ACKs held for it (flushHeld) if it should: input the n frames read into b, then,
 // with timers set, tick every engine whose deadline has passed. The frames
 // the engines produced leave when the caller unlocks. It returns the frames
 // and timer expiries handled and the earliest engine deadline left (zero
 // if none).
 func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Time) {
-	if !d.busy {
-		d.flushHeld() // busy-poll mode: at the start of the next Poll (poll)
-	}
 	now := d.now()
 	if p := d.pcap.Load(); p != nil && n > 0 {
 		p.writeRx(d.now, b, n)
@@ -589,27 +527,6 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 	}
 	d.endCall(now)
 	return n + fired, next
-}
-
-// rxLoop reads frame batches (blocking) and drives the device with each.
-func (d *Device) rxLoop() {
-	defer d.wg.Done()
-	b := newRxBatch(d.cfg.Link)
-	for {
-		n, err := d.cfg.Link.ReadBatch(b.bufs, b.sizes)
-		if err != nil {
-			d.linkFailed(err)
-			return
-		}
-		d.mu.Lock()
-		if d.closed {
-			d.mu.Unlock()
-			return
-		}
-		d.drive(b, n, true)
-		d.unlock()
-		d.kick()
-	}
 }
 
 // input parses one frame and hands it to its QP. Called with d.mu held.
@@ -653,48 +570,6 @@ func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
 	// add it once; a repeat later in the batch is harmless).
 	if k := len(d.touched); k == 0 || d.touched[k-1] != q {
 		d.touched = append(d.touched, q)
-	}
-}
-
-// kick wakes the timer goroutine (a link without nic.Waiter) to recompute
-// the earliest deadline.
-func (d *Device) kick() {
-	if d.waiter != nil || d.poller != nil {
-		return
-	}
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
-
-// timerLoop drives the device at the engines' deadlines, and recomputes
-// the next one whenever another call may have moved it (kick).
-func (d *Device) timerLoop() {
-	defer d.wg.Done()
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		d.mu.Lock()
-		_, next := d.drive(nil, 0, true)
-		d.unlock()
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(next.Sub(d.now()), 0)
-		}
-		t.Reset(wait)
-		select {
-		case <-d.done:
-			return
-		case <-d.wake:
-			if !t.Stop() {
-				select {
-				case <-t.C:
-				default:
-				}
-			}
-		case <-t.C:
-		}
 	}
 }
 

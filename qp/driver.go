@@ -1,121 +1,169 @@
 package qp
 
 import (
-	"errors"
-	"os"
+	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/goroce/goroce/nic"
 )
 
-// The normal mode's progress, on a link that can wait in the Go runtime's
-// network poller (nic.Waiter: the udp, afpacket, afxdp and in-memory links):
-// one driver goroutine per device, and no other. It reads the link
-// (WaitReadBatch) and, when nothing is waiting, parks in the runtime poller
-// with the link's wait deadline set to the engines' earliest deadline
-// (armed), so a frame or that deadline wakes it, whichever comes first;
-// then it inputs the frames, runs the due timers and writes what the
-// engines produced. No OS thread blocks in a system call for it, and no
-// goroutine is woken when the application posts: PostSend and the others
-// run the engine and write its frames themselves, and re-arm the wait
-// deadline only when the engines' earliest deadline moved before the
-// armed one (endCall). A later one is left armed (the driver finds nothing
-// due then, and re-arms), so the common post-ACK-complete cycle costs no
-// re-arm at all.
+// Mode is how a Device makes progress (Config.Mode): who reads its link,
+// runs the engines' timers and delivers completions to waiters.
+type Mode uint8
+
+const (
+	// ModeThreaded, the zero value, runs the device with goroutines of
+	// its own: one driver goroutine on a link that waits in the Go
+	// runtime's network poller (nic.Waiter), and a goroutine waiting in
+	// CQ.Wait or MR.WaitWrite reads the link itself while the driver
+	// lets it (selfdrive.go); a receive and a timer goroutine on any
+	// other link. Applications need not drive anything.
+	ModeThreaded Mode = iota
+	// ModeBusyPoll starts no goroutines but keeps the real clock (or
+	// Config.Now) and lets the application drive the device: CQ.Poll runs
+	// Device.Poll first, and CQ.Wait, CQ.WaitEvent and MR.WaitWrite spin
+	// on it, burning a core, instead of sleeping (busypoll.go). A device
+	// nobody polls makes no progress; Device.Progress keeps one going.
+	ModeBusyPoll
+	// ModeManual starts no goroutines: the caller drives the device with
+	// Device.Poll and Device.NextDeadline, in one goroutine, with its own
+	// (fake) clock. This is how the deterministic simulator runs whole
+	// devices. CQs never drive a manual device, and Close leaves its link
+	// open (the simulator owns it).
+	ModeManual
+)
+
+// String returns the mode's name: threaded, busy-poll or manual.
+func (m Mode) String() string {
+	switch m {
+	case ModeThreaded:
+		return "threaded"
+	case ModeBusyPoll:
+		return "busy-poll"
+	case ModeManual:
+		return "manual"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Mode returns the mode the device was opened in (Config.Mode).
+func (d *Device) Mode() Mode { return d.cfg.Mode }
+
+// driver is how a device makes progress on its link: who reads it, who runs
+// the engines' timers, how a post's frames leave, how CQ.Wait,
+// CQ.WaitEvent and MR.WaitWrite wait, and what Close stops. Open picks one
+// driver, once, from Config.Mode and what the link can do (newDriver), as
+// gVisor's fdbased link endpoint picks its packet dispatcher once; nothing
+// else in the package looks at the mode. There are four:
 //
-// Links without nic.Waiter keep two goroutines: rxLoop, blocked in
-// ReadBatch, and timerLoop, woken by kick after every post.
-
-// driveErrPause bounds how fast the driver retries a link that keeps
-// failing with an error other than a deadline or ErrClosed.
-const driveErrPause = time.Millisecond
-
-// arm sets the driver's wait deadline (d.mu held).
-func (d *Device) arm(t time.Time) {
-	if t.Equal(d.armed) {
-		return
-	}
-	d.armed = t
-	if !t.IsZero() && d.customClock {
-		// The link's deadline is on the real clock.
-		t = time.Now().Add(t.Sub(d.now()))
-	}
-	d.waiter.SetWaitDeadline(t)
-	if d.kickPending.Load() {
-		// A kick (selfdrive.go) raced this call: keep its past deadline,
-		// so the owner's wait returns and the owner re-arms.
-		d.waiter.SetWaitDeadline(kickedArm)
-	}
+//   - selfDriver (ModeThreaded on a nic.Waiter link; selfdrive.go): one
+//     driver goroutine parked in the Go runtime's network poller, which
+//     lends the link to goroutines waiting in CQ.Wait and MR.WaitWrite so
+//     they read it themselves; posts cork while many QPs wait (cork.go).
+//   - threadedDriver (ModeThreaded on any other link; threaded.go): a
+//     receive goroutine blocked in ReadBatch and a timer goroutine.
+//   - busyDriver (ModeBusyPoll; busypoll.go): no goroutines; CQ.Poll,
+//     CQ.Wait, CQ.WaitEvent, MR.WaitWrite and Device.Progress run
+//     Device.Poll, on the real clock.
+//   - manualDriver (ModeManual; manual.go): no goroutines; only the caller's
+//     Device.Poll drives the device, on its own clock.
+//
+// A driver serves one link: it owns the link's receive side (buffers, wait
+// deadline, who reads it) and shares the engines, the QP table and the
+// deadline heap with the rest of the device under Device.mu. A device with
+// several queues (one link per queue, QPs spread over them by UDP source
+// port, as RSS spreads flows) would run one driver per queue, each with
+// its own link and buffers; what is per device (the engines' state under
+// Device.mu) stays one.
+//
+// Methods marked "d.mu held" are called with Device.mu held; the others
+// without.
+type driver interface {
+	// start begins the driver's work once the device is built (Open).
+	start()
+	// poll is Device.Poll: it handles the frames due on the link and the
+	// expired timers and returns how many. Drivers with goroutines of
+	// their own do nothing.
+	poll() int
+	// pollCQ is CQ.Poll's prologue: a busy-poll device is driven by it.
+	pollCQ()
+	// progress is Device.Progress: drive the device until ctx ends or it
+	// closes (busy-poll mode only; the others return errNotBusy).
+	progress(ctx context.Context) error
+	// waitCQ is CQ.Wait (wcs not empty).
+	waitCQ(ctx context.Context, cq *CQ, wcs []WC) (int, error)
+	// waitEvent is CQ.WaitEvent.
+	waitEvent(ctx context.Context, cq *CQ) error
+	// completed is told that an engine completed into cq (d.mu held):
+	// a goroutine driving the link for cq must look again.
+	completed(cq *CQ)
+	// callEnded is endCall's hook (d.mu held): the engines' earliest
+	// deadline may have moved.
+	callEnded()
+	// unlockPost ends a post's call (d.mu held; endCall done): it
+	// releases d.mu and writes the post's frames, or corks them (cork.go).
+	unlockPost(now time.Time)
+	// kick is called after a call other than a post that may have moved
+	// an engine deadline, once d.mu is released.
+	kick()
+	// acksHeld is told that drive held owed ACKs (d.mu held; ackhold.go).
+	acksHeld()
+	// stop is Close's first half (d.mu held, the device just marked
+	// closed): stop the driver's timers.
+	stop()
+	// closeLink is Close's second half (no lock): let the frames being
+	// written leave, close the link (unless its owner is someone else),
+	// and wait for the driver's goroutines.
+	closeLink() error
+	// startGSI starts the dispatch of the GSI's MADs (d.mu held): a
+	// goroutine of its own, or nothing where Device.Poll dispatches them.
+	startGSI(g *GSI)
 }
 
-// armLazy is arm for a self-driving waiter (d.mu held): a deadline still
-// ahead and no later than t is left as it is. The waiter then wakes at
-// that deadline, finds nothing due and arms again: one spurious wake-up per
-// kept deadline (an ACK timeout, or ctxSlice for a cancellable context); arming
-// for the new WRITE's later ACK timeout on every post of a ping-pong
-// would modify a runtime timer on every round trip, and the runtime wakes
-// a second thread for each such change when none waits in the poller
-// (wakeNetPoller), a context switch per round trip on a 2-CPU guest.
-func (d *Device) armLazy(t time.Time) {
-	if a := d.armed; !a.IsZero() && a.After(d.now()) && !t.IsZero() && !t.Before(a) {
-		return
+// newDriver picks the device's driver from Config.Mode and the link (Open,
+// once).
+func newDriver(d *Device) (driver, error) {
+	switch d.cfg.Mode {
+	case ModeThreaded:
+		if w, ok := nic.CanWait(d.cfg.Link); ok {
+			return newSelfDriver(d, w), nil
+		}
+		return newThreadedDriver(d), nil
+	case ModeBusyPoll, ModeManual:
+		pl, ok := d.cfg.Link.(nic.Poller)
+		if !ok {
+			return nil, fmt.Errorf("qp: open device: %v mode needs a link with a non-blocking TryReadBatch (%T has none)", d.cfg.Mode, d.cfg.Link)
+		}
+		if d.cfg.Mode == ModeManual {
+			return &manualDriver{linkPoller: newLinkPoller(d, pl)}, nil
+		}
+		return newBusyDriver(d, pl), nil
 	}
-	d.arm(t)
+	return nil, fmt.Errorf("qp: open device: unknown mode %v: %w", d.cfg.Mode, ErrInvalidArgument)
 }
 
-// parked is the driver goroutine while it has given the link up: it waits
-// for the resume timer, until resumeFire gives the link back (true) or the
-// device closes (false).
-func (d *Device) parked() bool {
-	for {
-		select {
-		case <-d.resumeT.C:
-			if d.resumeFire() {
-				return true
-			}
-		case <-d.done:
-			return false
-		}
-	}
+// goroutineDriver is what the two drivers with goroutines of their own
+// (threadedDriver, selfDriver) share.
+type goroutineDriver struct{ d *Device }
+
+func (goroutineDriver) poll() int                                     { return 0 }
+func (goroutineDriver) pollCQ()                                       {}
+func (goroutineDriver) progress(context.Context) error                { return errNotBusy }
+func (goroutineDriver) acksHeld()                                     {}
+func (g goroutineDriver) waitEvent(ctx context.Context, cq *CQ) error { return cq.sleepEvent(ctx) }
+
+// startGSI runs the GSI's dispatch in a goroutine of its own.
+func (g goroutineDriver) startGSI(gsi *GSI) {
+	var gctx context.Context
+	gctx, gsi.cancel = context.WithCancel(context.Background())
+	g.d.wg.Add(1)
+	go gsi.dispatchLoop(gctx)
 }
 
-// driveLoop is the driver goroutine. After a pass that found waiters
-// that would read the link themselves, it gives the link up and sleeps
-// until the resume timer hands it back (selfdrive.go).
-func (d *Device) driveLoop() {
-	defer d.wg.Done()
-	b := d.rb
-	for {
-		n, err := d.waiter.WaitReadBatch(b.bufs, b.sizes)
-		if err != nil {
-			n = 0
-			if errors.Is(err, nic.ErrClosed) {
-				d.linkFailed(err) // DEVICE_FATAL unless the device closed it
-				return
-			}
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				if d.isClosed() {
-					return
-				}
-				time.Sleep(driveErrPause)
-			}
-		}
-		d.mu.Lock()
-		if d.closed {
-			d.mu.Unlock()
-			return
-		}
-		d.kicked()
-		_, next := d.drive(b, n, true)
-		d.arm(next)
-		if d.linkWaiters.Load() > 0 {
-			d.releaseLink()
-			d.unlock()
-			if !d.parked() {
-				return
-			}
-			continue
-		}
-		d.unlock()
-	}
-}
+// closeLink lets the frames handed off before the device was marked
+// closed (the ACK of what a waiter just completed, often) leave (they are
+// written outside d.mu), as a NIC's last frames do, then closes the link
+// and waits for the goroutines.
+func (g goroutineDriver) closeLink() error { return g.d.closeOwnedLink() }

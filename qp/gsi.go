@@ -177,12 +177,7 @@ func (d *Device) GSI() (*GSI, error) {
 		d.mu.Unlock()
 		return fail(ErrClosed)
 	}
-	if d.poller == nil {
-		var gctx context.Context
-		gctx, g.cancel = context.WithCancel(context.Background())
-		d.wg.Add(1)
-		go g.dispatchLoop(gctx)
-	}
+	d.drv.startGSI(g)
 	d.gsi.Store(g)
 	d.mu.Unlock()
 	return g, nil

@@ -120,16 +120,17 @@ type InterfaceOptions struct {
 	Pcap *PcapWriter
 	// WrapLink, when set, wraps the backend link before the device uses it
 	// (fault injection, taps). The wrapper's Close must close the link it
-	// wraps. With BusyPoll the wrapper must have TryReadBatch too.
+	// wraps. In ModeBusyPoll the wrapper must have TryReadBatch too.
 	WrapLink func(nic.Link) nic.Link
-	// BusyPoll opens the device in busy-poll mode (Config.BusyPoll): no
-	// receive or timer goroutine; the application's CQ.Poll/Wait drive the
-	// device and spin instead of sleeping, burning a core per polling
-	// thread, for the lowest round-trip latency. A device nobody polls does
-	// not answer its peer: run Device.Progress in a goroutine when the
-	// application only serves as an RDMA target. Every backend supports it
-	// (the backends' non-blocking TryReadBatch).
-	BusyPoll bool
+	// Mode is the device's mode (Config.Mode): ModeThreaded (the default)
+	// or ModeBusyPoll: no receive or timer goroutine; the application's
+	// CQ.Poll/Wait drive the device and spin instead of sleeping, burning a
+	// core per polling thread, for the lowest round-trip latency. A device
+	// nobody polls does not answer its peer: run Device.Progress in a
+	// goroutine when the application only serves as an RDMA target. Every
+	// backend supports it (the backends' non-blocking TryReadBatch).
+	// ModeManual (the simulator's) is refused.
+	Mode Mode
 }
 
 // InterfaceInfo describes a device opened by OpenInterface.

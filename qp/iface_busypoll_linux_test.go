@@ -31,10 +31,10 @@ func TestInterfaceBusyPollEachBackend(t *testing.T) {
 
 func busyPollBackend(t *testing.T, p *netns.Pair, backend string) {
 	mk := func(s netns.Side) *qp.Device {
-		dev, info := open(t, p, s, qp.InterfaceOptions{Backend: backend, BusyPoll: true, Seed: int64(s) + 1})
+		dev, info := open(t, p, s, qp.InterfaceOptions{Backend: backend, Mode: qp.ModeBusyPoll, Seed: int64(s) + 1})
 		t.Cleanup(func() { dev.Close() })
-		if !dev.BusyPoll() || info.Backend != backend {
-			t.Fatalf("busy-poll %v, backend %s", dev.BusyPoll(), info.Backend)
+		if dev.Mode() != qp.ModeBusyPoll || info.Backend != backend {
+			t.Fatalf("mode %v, backend %s", dev.Mode(), info.Backend)
 		}
 		return dev
 	}
@@ -125,7 +125,7 @@ type noTry struct{ nic.Link }
 func TestInterfaceBusyPollNeedsTryRead(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
 	err := p.Do(netns.A, func() error {
-		dev, _, err := qp.OpenInterface(context.Background(), p.A.Ifname, qp.InterfaceOptions{Backend: qp.BackendAFPacket, BusyPoll: true, Logger: quiet,
+		dev, _, err := qp.OpenInterface(context.Background(), p.A.Ifname, qp.InterfaceOptions{Backend: qp.BackendAFPacket, Mode: qp.ModeBusyPoll, Logger: quiet,
 			WrapLink: func(l nic.Link) nic.Link { return noTry{l} }})
 		if dev != nil {
 			dev.Close()

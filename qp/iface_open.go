@@ -65,6 +65,9 @@ import (
 // auto opens the UDP backend (logged; InterfaceInfo.Fallback says why).
 // The UDP backend works the same everywhere.
 func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Device, *InterfaceInfo, error) {
+	if o.Mode != ModeThreaded && o.Mode != ModeBusyPoll {
+		return nil, nil, fmt.Errorf("qp: open interface %s: mode %v: %w", ifname, o.Mode, ErrInvalidArgument)
+	}
 	pr, err := prepare(ctx, ifname, &o)
 	if err != nil {
 		return nil, nil, err
@@ -78,14 +81,14 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 	owned := &ownedLink{Link: dlink, closers: pr.closers}
 	pr.cfg.Link = owned
 	pr.cfg.Pcap = o.Pcap
-	if o.BusyPoll {
+	if o.Mode == ModeBusyPoll {
 		pl, err := newPolledLink(owned)
 		if err != nil {
 			owned.Close()
 			return nil, nil, err
 		}
 		pr.cfg.Link = pl
-		pr.cfg.BusyPoll = true
+		pr.cfg.Mode = ModeBusyPoll
 	} else if w, ok := dlink.(nic.Waiter); ok {
 		pr.cfg.Link = &waitedLink{ownedLink: owned, w: w}
 	}
@@ -109,7 +112,7 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 	info.GIDs = dev.GIDs()
 	o.Logger.Info("qp: device open", "name", o.Name, "ifname", ifname, "backend", info.Backend,
 		"mode", info.Mode, "ip", info.IP, "netdev_mtu", info.NetdevMTU, "link_mtu", info.LinkMTU, "path_mtu", info.PathMTU,
-		"port_held", info.PortHeld, "busy_poll", o.BusyPoll)
+		"port_held", info.PortHeld, "device_mode", o.Mode)
 	return dev, info, nil
 }
 
@@ -118,7 +121,7 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 // device, for raw frame measurements on the same interface. Closing the
 // link releases the port hold too. InterfaceInfo.GIDs is nil;
 // InterfaceInfo.PathMTU is what a device on this link would use. WrapLink
-// and BusyPoll are ignored.
+// and Mode are ignored.
 func OpenInterfaceLink(ctx context.Context, ifname string, o InterfaceOptions) (nic.Link, *InterfaceInfo, error) {
 	pr, err := prepare(ctx, ifname, &o)
 	if err != nil {

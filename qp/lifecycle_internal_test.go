@@ -164,7 +164,7 @@ func TestQPNWrap(t *testing.T) {
 // mutex (and every poster and poller behind it) for the whole flood.
 func TestBusyPollBounded(t *testing.T) {
 	la, lb := nic.NewMemPair(nic.MemConfig{})
-	d, err := Open(Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"), BusyPoll: true,
+	d, err := Open(Config{Link: la, IP: netip.MustParseAddr("198.18.0.1"), Mode: ModeBusyPoll,
 		Neighbors: map[netip.Addr]net.HardwareAddr{}})
 	if err != nil {
 		t.Fatal(err)

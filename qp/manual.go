@@ -1,6 +1,11 @@
 package qp
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/goroce/goroce/nic"
+)
 
 // busyPollBatches bounds the link batches one busy-poll Device.Poll reads:
 // it holds the device mutex, so a peer flooding the link must not keep
@@ -14,53 +19,60 @@ const busyPollBatches = 4
 // busyPollBatches batches of them. Frames go first, timers after the
 // last batch, as in one round of the receive and timer goroutines. It
 // returns the number of frames and timer expiries handled, so a simulator
-// knows whether anything happened. In the normal mode, and on a closed
+// knows whether anything happened. In the threaded mode, and on a closed
 // busy-poll device, it does nothing. With a GSI (Device.GSI), it then runs
 // the handlers of the MADs that arrived, outside the device's lock. In
 // busy-poll mode every fourth consecutive Poll that found nothing
 // yields the OS thread (sched_yield(2); busypoll.go says why).
-func (d *Device) Poll() int {
-	n := d.poll()
-	if d.busy {
-		d.busyIdle(n)
-	}
-	if g := d.gsi.Load(); g != nil && d.poller != nil {
-		g.dispatchPending()
-	}
-	return n
+func (d *Device) Poll() int { return d.drv.poll() }
+
+// NextDeadline returns the earliest engine deadline of the device.
+func (d *Device) NextDeadline() (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	next := d.earliest()
+	return next, !next.IsZero()
 }
 
-func (d *Device) poll() int {
-	if d.poller == nil {
-		return 0
-	}
-	d.mu.Lock()
-	defer d.unlock()
-	if d.busy && d.closed {
-		return 0
-	}
-	if d.busy {
-		// The poller is about to run: what this poll receives holds its
-		// ACKs for the poller's next post (ackhold.go), and those of the
-		// previous poll leave first.
-		d.flushHeld()
-		d.holdAcks = true
-		defer func() { d.holdAcks = false }()
-	}
+// linkPoller is what the two drivers without goroutines (manualDriver,
+// busyDriver) share: the link's non-blocking read and Poll's buffers.
+// Device.Poll dispatches the GSI's MADs.
+type linkPoller struct {
+	d      *Device
+	poller nic.Poller
+	rx     *rxBatch
+}
+
+func newLinkPoller(d *Device, pl nic.Poller) linkPoller {
+	return linkPoller{d: d, poller: pl, rx: newRxBatch(d.cfg.Link)}
+}
+
+func (linkPoller) start()        {}
+func (linkPoller) kick()         {}
+func (linkPoller) callEnded()    {}
+func (linkPoller) completed(*CQ) {}
+func (linkPoller) startGSI(*GSI) {}
+
+// readLink reads the frames on the link (d.mu held), at most maxBatches
+// batches of them (0: until the link is empty), drives the device with
+// each, and runs the expired timers after the last. It returns the frames
+// and timer expiries handled.
+func (p *linkPoller) readLink(maxBatches int) int {
+	d := p.d
 	events := 0
 	for batches := 0; ; batches++ {
 		n := 0
-		if !d.busy || batches < busyPollBatches {
+		if maxBatches == 0 || batches < maxBatches {
 			// An error (a closed link) ends this look at the link, like
 			// the receive goroutine stops on one; a transient one is
 			// retried at the next poll.
 			var err error
-			if n, err = d.poller.TryReadBatch(d.rx.bufs, d.rx.sizes); err != nil {
+			if n, err = p.poller.TryReadBatch(p.rx.bufs, p.rx.sizes); err != nil {
 				n = 0
 			}
 		}
 		last := n == 0
-		k, _ := d.drive(d.rx, n, last)
+		k, _ := d.drive(p.rx, n, last)
 		events += k
 		if last {
 			return events
@@ -69,10 +81,46 @@ func (d *Device) poll() int {
 	}
 }
 
-// NextDeadline returns the earliest engine deadline of the device.
-func (d *Device) NextDeadline() (time.Time, bool) {
+// dispatchGSI runs the handlers of the MADs that arrived (no lock).
+func (p *linkPoller) dispatchGSI() {
+	if g := p.d.gsi.Load(); g != nil {
+		g.dispatchPending()
+	}
+}
+
+// manualDriver is ModeManual's driver: only the caller's Device.Poll
+// drives the device, on the caller's clock (the simulator's). CQs never
+// drive it, their waits only sleep, and Close leaves the link to its
+// owner.
+type manualDriver struct{ linkPoller }
+
+// poll is Device.Poll in manual mode: every frame due on the link.
+func (m *manualDriver) poll() int {
+	d := m.d
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	next := d.earliest()
-	return next, !next.IsZero()
+	d.flushHeld()
+	n := m.readLink(0)
+	d.unlock()
+	m.dispatchGSI()
+	return n
+}
+
+func (m *manualDriver) pollCQ()                        {}
+func (m *manualDriver) progress(context.Context) error { return errNotBusy }
+func (m *manualDriver) unlockPost(time.Time)           { m.d.unlock() }
+func (m *manualDriver) acksHeld()                      {}
+func (m *manualDriver) stop()                          {}
+func (m *manualDriver) waitEvent(ctx context.Context, cq *CQ) error {
+	return cq.sleepEvent(ctx)
+}
+func (m *manualDriver) waitCQ(ctx context.Context, cq *CQ, wcs []WC) (int, error) {
+	return cq.sleepWait(ctx, wcs, nil)
+}
+
+// closeLink leaves the link open: the simulator owns the links.
+func (m *manualDriver) closeLink() error {
+	if p := m.d.pcap.Load(); p != nil {
+		p.Flush()
+	}
+	return nil
 }

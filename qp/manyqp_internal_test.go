@@ -27,13 +27,13 @@ func newManyQPEnds(t *testing.T, n int) *manyQPEnds {
 	now := func() time.Time { return e.clock }
 	la, lb := nic.NewMemPair(nic.MemConfig{Seed: 1})
 	var err error
-	e.a, err = Open(Config{Link: la, IP: memoryPairIPA, Manual: true, Now: now, Seed: 1,
+	e.a, err = Open(Config{Link: la, IP: memoryPairIPA, Mode: ModeManual, Now: now, Seed: 1,
 		Neighbors: map[netip.Addr]net.HardwareAddr{memoryPairIPB: lb.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.a.Close() })
-	e.b, err = Open(Config{Link: lb, IP: memoryPairIPB, Manual: true, Now: now, Seed: 2,
+	e.b, err = Open(Config{Link: lb, IP: memoryPairIPB, Mode: ModeManual, Now: now, Seed: 2,
 		Neighbors: map[netip.Addr]net.HardwareAddr{memoryPairIPA: la.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)

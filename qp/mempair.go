@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -17,8 +18,10 @@ type MemoryPairOptions struct {
 	// Tap, when set, receives every frame that crosses the link as a pcap
 	// stream (Ethernet), readable by Wireshark and `goroce dump`.
 	Tap io.Writer
-	// BusyPoll opens both devices in busy-poll mode (Config.BusyPoll).
-	BusyPoll bool
+	// Mode is both devices' mode (Config.Mode): ModeThreaded (the
+	// default) or ModeBusyPoll. Manual devices come from package sim, which
+	// owns their clock and links.
+	Mode Mode
 }
 
 // The addresses of the two devices OpenMemoryPair returns (198.18.0.0/15
@@ -35,8 +38,11 @@ var (
 // to end: tests, examples and the demo use it. A device on a real network
 // interface comes from OpenInterface instead. Close both devices when done.
 func OpenMemoryPair(o MemoryPairOptions) (a, b *Device, err error) {
+	if o.Mode == ModeManual {
+		return nil, nil, fmt.Errorf("qp: OpenMemoryPair: manual devices come from package sim: %w", ErrInvalidArgument)
+	}
 	la, lb := nic.NewMemPair(nic.MemConfig{MTU: o.MTU, Tap: o.Tap, Seed: o.Seed})
-	a, err = Open(Config{Name: "goroce-a", Link: la, IP: memoryPairIPA, Seed: o.Seed, BusyPoll: o.BusyPoll,
+	a, err = Open(Config{Name: "goroce-a", Link: la, IP: memoryPairIPA, Seed: o.Seed, Mode: o.Mode,
 		Neighbors: map[netip.Addr]net.HardwareAddr{memoryPairIPB: lb.HardwareAddr()}})
 	if err != nil {
 		la.Close()
@@ -47,7 +53,7 @@ func OpenMemoryPair(o MemoryPairOptions) (a, b *Device, err error) {
 	if seedB != 0 {
 		seedB++
 	}
-	b, err = Open(Config{Name: "goroce-b", Link: lb, IP: memoryPairIPB, Seed: seedB, BusyPoll: o.BusyPoll,
+	b, err = Open(Config{Name: "goroce-b", Link: lb, IP: memoryPairIPB, Seed: seedB, Mode: o.Mode,
 		Neighbors: map[netip.Addr]net.HardwareAddr{memoryPairIPA: la.HardwareAddr()}})
 	if err != nil {
 		a.Close()

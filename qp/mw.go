@@ -113,7 +113,7 @@ func (q *QP) BindMW(mw *MW, b MWBindAttr) (uint32, error) {
 	d.touch(q)
 	d.endCall(now)
 	d.unlock()
-	d.kick()
+	d.drv.kick()
 	if err != nil {
 		return 0, err
 	}

@@ -236,7 +236,7 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 	d.touch(q)
 	d.endCall(now)
 	d.unlock()
-	d.kick()
+	d.drv.kick()
 	return err
 }
 
@@ -332,7 +332,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	err := q.eng.PostSend(wr.engine(), now)
 	d.touch(q)
 	d.endCall(now)
-	d.unlockPost(now)
+	d.drv.unlockPost(now)
 	return err
 }
 
@@ -371,7 +371,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	d.touch(q)
 	d.endCall(now)
-	d.unlockPost(now)
+	d.drv.unlockPost(now)
 	return n, err
 }
 

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	satomic "sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
 )
 
-// Self-driving waiters (normal mode on a nic.Waiter link).
+// Self-driving waiters (selfDriver: ModeThreaded on a nic.Waiter link).
 //
 // A goroutine sleeping in CQ.Wait or MR.WaitWrite while the driver
 // goroutine reads the link is woken by it: the driver parses the frame,
@@ -22,7 +23,7 @@ import (
 // (WaitReadBatch), inputs the frames, runs the due timers, writes what
 // the engines produced, and returns as soon as what it waits for is there.
 //
-// One goroutine at a time reads the link: its owner (d.owner, under d.mu)
+// One goroutine at a time reads the link: its owner (owner, under d.mu)
 // is the driver goroutine, a self-driving waiter, or nobody.
 //
 //   - A waiter takes the link when nobody has it (tryOwn). When the driver
@@ -92,62 +93,226 @@ func (w waitFor) ready() bool {
 	return w.mr.Writes() > w.after || w.mr.WriteErr() != nil
 }
 
-// selfDrives reports whether waiters may drive the device.
-func (d *Device) selfDrives() bool { return d.waiter != nil }
+// selfDriver is the driver of ModeThreaded on a nic.Waiter link: the
+// driver goroutine (driveLoop) and the self-driving waiters, one reader of
+// the link at a time.
+type selfDriver struct {
+	goroutineDriver
+	waiter nic.Waiter
+	rb     *rxBatch // the link reader's buffers (one reader at a time)
 
-// initSelfDrive sets self-driving up (Open, before the driver starts).
-func (d *Device) initSelfDrive() {
-	d.rb = newRxBatch(d.cfg.Link)
-	d.linkFree = make(chan struct{}, 1)
+	// Under d.mu:
+	armed         time.Time // the link's wait deadline as last set (zero: none)
+	owner         linkOwner // who reads the link
+	selfCQ        *CQ       // the CQ a self-driving owner waits on
+	ownerDrive    bool      // that owner is in its drive pass
+	resumeAt      time.Time // real clock: when the driver takes the link back
+	resumeTimerAt time.Time // when resumeT fires (zero: stopped)
+	releases      uint64    // releaseLink calls (resumeFire re-arms while they go on)
+	releasesSeen  uint64    // releases at the resume timer's last firing
+
+	linkWaiters satomic.Int32
+	kickPending satomic.Bool
+	linkFree    chan struct{} // cap 1: the link has no reader
+	resumeT     *time.Timer
+}
+
+// newSelfDriver sets self-driving up (Open, before the driver starts).
+func newSelfDriver(d *Device, w nic.Waiter) *selfDriver {
+	s := &selfDriver{goroutineDriver: goroutineDriver{d}, waiter: w,
+		rb: newRxBatch(d.cfg.Link), linkFree: make(chan struct{}, 1)}
 	// A channel timer the parked driver goroutine selects on (driveLoop),
 	// not an AfterFunc: a firing then readies that goroutine instead of
 	// starting one (and a thread to run it) every resumeAfter of a
 	// ping-pong.
-	d.resumeT = time.NewTimer(time.Hour)
-	d.resumeT.Stop()
-	d.mrs.SetWaitHooks(memregHooks(d))
+	s.resumeT = time.NewTimer(time.Hour)
+	s.resumeT.Stop()
+	d.mrs.SetWaitHooks(memreg.WaitHooks{Wait: s.waitWrite, Kick: s.kickOwner})
+	return s
+}
+
+func (s *selfDriver) start() {
+	s.d.wg.Add(1)
+	go s.driveLoop()
+}
+
+func (s *selfDriver) stop() { s.resumeT.Stop() }
+
+// kick: a post writes its own frames and callEnded re-arms the link.
+func (s *selfDriver) kick() {}
+
+// completed kicks the link's owner when a completion into the CQ it waits
+// on came from another goroutine than the one driving for it.
+func (s *selfDriver) completed(cq *CQ) {
+	if s.selfCQ == cq && !s.ownerDrive {
+		s.kickOwner()
+	}
+}
+
+// callEnded re-arms a link parked with a later deadline than the engines'
+// earliest (d.mu held); a holding pass arms after it (selfDrive).
+func (s *selfDriver) callEnded() {
+	if s.d.holdAcks {
+		return
+	}
+	if e := s.d.earliest(); !e.IsZero() && (s.armed.IsZero() || e.Before(s.armed)) {
+		s.arm(e)
+		s.deadlineMoved()
+	}
 }
 
 // tryOwn makes the calling waiter the link's owner if nobody has it.
-func (d *Device) tryOwn(cq *CQ) bool {
+func (s *selfDriver) tryOwn(cq *CQ) bool {
+	d := s.d
 	d.mu.Lock()
 	d.flushHeld() // the application waits: its turn is over (ackhold.go)
-	ok := d.owner == ownerNone && !d.closed
+	ok := s.owner == ownerNone && !d.closed
 	if ok {
-		d.owner, d.selfCQ = ownerWaiter, cq
+		s.owner, s.selfCQ = ownerWaiter, cq
 	}
 	d.unlock()
 	return ok
 }
 
 // leave gives the link up after a self-driving wait.
-func (d *Device) leave() {
-	d.mu.Lock()
-	d.releaseLink()
-	d.mu.Unlock()
+func (s *selfDriver) leave() {
+	s.d.mu.Lock()
+	s.releaseLink()
+	s.d.mu.Unlock()
+}
+
+// selfDriver: ModeThreaded on a link that can wait in the Go runtime's
+// network poller (nic.Waiter: the udp, afpacket, afxdp and in-memory links):
+// one driver goroutine per device, and no other. It reads the link
+// (WaitReadBatch) and, when nothing is waiting, parks in the runtime poller
+// with the link's wait deadline set to the engines' earliest deadline
+// (armed), so a frame or that deadline wakes it, whichever comes first;
+// then it inputs the frames, runs the due timers and writes what the
+// engines produced. No OS thread blocks in a system call for it, and no
+// goroutine is woken when the application posts: PostSend and the others
+// run the engine and write its frames themselves, and re-arm the wait
+// deadline only when the engines' earliest deadline moved before the
+// armed one (callEnded). A later one is left armed (the driver finds nothing
+// due then, and re-arms), so the common post-ACK-complete cycle costs no
+// re-arm at all.
+
+// driveErrPause bounds how fast the driver retries a link that keeps
+// failing with an error other than a deadline or ErrClosed.
+const driveErrPause = time.Millisecond
+
+// arm sets the link's wait deadline (d.mu held).
+func (s *selfDriver) arm(t time.Time) {
+	if t.Equal(s.armed) {
+		return
+	}
+	s.armed = t
+	if !t.IsZero() && s.d.customClock {
+		// The link's deadline is on the real clock.
+		t = time.Now().Add(t.Sub(s.d.now()))
+	}
+	s.waiter.SetWaitDeadline(t)
+	if s.kickPending.Load() {
+		// A kick (kickOwner) raced this call: keep its past deadline,
+		// so the owner's wait returns and the owner re-arms.
+		s.waiter.SetWaitDeadline(kickedArm)
+	}
+}
+
+// armLazy is arm for a self-driving waiter (d.mu held): a deadline still
+// ahead and no later than t is left as it is. The waiter then wakes at
+// that deadline, finds nothing due and arms again: one spurious wake-up per
+// kept deadline (an ACK timeout, or ctxSlice for a cancellable context); arming
+// for the new WRITE's later ACK timeout on every post of a ping-pong
+// would modify a runtime timer on every round trip, and the runtime wakes
+// a second thread for each such change when none waits in the poller
+// (wakeNetPoller), a context switch per round trip on a 2-CPU guest.
+func (s *selfDriver) armLazy(t time.Time) {
+	if a := s.armed; !a.IsZero() && a.After(s.d.now()) && !t.IsZero() && !t.Before(a) {
+		return
+	}
+	s.arm(t)
+}
+
+// parked is the driver goroutine while it has given the link up: it waits
+// for the resume timer, until resumeFire gives the link back (true) or the
+// device closes (false).
+func (s *selfDriver) parked() bool {
+	for {
+		select {
+		case <-s.resumeT.C:
+			if s.resumeFire() {
+				return true
+			}
+		case <-s.d.done:
+			return false
+		}
+	}
+}
+
+// driveLoop is the driver goroutine. After a pass that found waiters
+// that would read the link themselves, it gives the link up and sleeps
+// until the resume timer hands it back.
+func (s *selfDriver) driveLoop() {
+	d := s.d
+	defer d.wg.Done()
+	b := s.rb
+	for {
+		n, err := s.waiter.WaitReadBatch(b.bufs, b.sizes)
+		if err != nil {
+			n = 0
+			if errors.Is(err, nic.ErrClosed) {
+				d.linkFailed(err) // DEVICE_FATAL unless the device closed it
+				return
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				if d.isClosed() {
+					return
+				}
+				time.Sleep(driveErrPause)
+			}
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return
+		}
+		s.kicked()
+		d.flushHeld()
+		_, next := d.drive(b, n, true)
+		s.arm(next)
+		if s.linkWaiters.Load() > 0 {
+			s.releaseLink()
+			d.unlock()
+			if !s.parked() {
+				return
+			}
+			continue
+		}
+		d.unlock()
+	}
 }
 
 // releaseLink leaves the link without a reader (d.mu held): a sleeping
 // waiter is told (linkFree), and the driver goroutine takes it back at the
 // resume time unless a waiter takes it first.
-func (d *Device) releaseLink() {
-	d.owner, d.selfCQ = ownerNone, nil
-	d.releases++
+func (s *selfDriver) releaseLink() {
+	s.owner, s.selfCQ = ownerNone, nil
+	s.releases++
 	now := time.Now()
 	at := now.Add(resumeAfter)
-	if e := d.earliest(); !e.IsZero() {
-		if er := d.realTime(e); er.Before(at) {
+	if e := s.d.earliest(); !e.IsZero() {
+		if er := s.d.realTime(e); er.Before(at) {
 			at = er
 		}
 	}
-	d.resumeAt = at
-	if d.resumeTimerAt.IsZero() || at.Before(d.resumeTimerAt) {
-		d.resumeTimerAt = at
-		d.resumeT.Reset(max(at.Sub(now), 0))
+	s.resumeAt = at
+	if s.resumeTimerAt.IsZero() || at.Before(s.resumeTimerAt) {
+		s.resumeTimerAt = at
+		s.resumeT.Reset(max(at.Sub(now), 0))
 	}
-	if d.linkWaiters.Load() > 0 {
+	if s.linkWaiters.Load() > 0 {
 		select {
-		case d.linkFree <- struct{}{}:
+		case s.linkFree <- struct{}{}:
 		default:
 		}
 	}
@@ -164,14 +329,15 @@ func (d *Device) realTime(t time.Time) time.Time {
 // resumeFire is the resume timer's firing, run by the parked driver
 // goroutine: it reports whether the driver takes the link back (nobody has
 // it by the resume time).
-func (d *Device) resumeFire() bool {
+func (s *selfDriver) resumeFire() bool {
+	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.resumeTimerAt = time.Time{}
+	s.resumeTimerAt = time.Time{}
 	if d.closed {
 		return false
 	}
-	if d.owner != ownerNone {
+	if s.owner != ownerNone {
 		// A waiter reads the link. While waiters keep leaving and coming
 		// back (a ping-pong), the timer re-arms itself here, so that
 		// releaseLink finds it set for an earlier time and leaves it: a
@@ -179,56 +345,57 @@ func (d *Device) resumeFire() bool {
 		// round trip, makes the runtime wake a second thread for it
 		// (wakeNetPoller), a context switch per round trip. Otherwise the
 		// next releaseLink sets it, and an idle device has no timer.
-		if d.releases != d.releasesSeen {
-			d.releasesSeen = d.releases
-			d.resumeTimerAt = time.Now().Add(resumeAfter)
-			d.resumeT.Reset(resumeAfter)
+		if s.releases != s.releasesSeen {
+			s.releasesSeen = s.releases
+			s.resumeTimerAt = time.Now().Add(resumeAfter)
+			s.resumeT.Reset(resumeAfter)
 		}
 		return false
 	}
-	if now := time.Now(); now.Before(d.resumeAt) {
-		d.resumeTimerAt = d.resumeAt
-		d.resumeT.Reset(d.resumeAt.Sub(now))
+	if now := time.Now(); now.Before(s.resumeAt) {
+		s.resumeTimerAt = s.resumeAt
+		s.resumeT.Reset(s.resumeAt.Sub(now))
 		return false
 	}
-	d.owner = ownerDriver
+	s.owner = ownerDriver
 	// The leaving waiter did not arm the link for what is due after it
 	// (held ACKs, selfDrive): the driver's first wait ends at the earliest
 	// deadline.
-	d.arm(d.earliest())
+	s.arm(d.earliest())
 	return true
 }
 
-// deadlineMoved is endCall's hook (d.mu held): with nobody on the link,
-// an earlier engine deadline brings the resume time forward.
-func (d *Device) deadlineMoved() {
-	if d.owner == ownerNone {
-		d.releaseLink()
+// deadlineMoved is callEnded's (d.mu held): with nobody on the link, an
+// earlier engine deadline brings the resume time forward.
+func (s *selfDriver) deadlineMoved() {
+	if s.owner == ownerNone {
+		s.releaseLink()
 	}
 }
 
 // kickOwner makes the link's owner return from its wait and look again.
 // Any goroutine may call it, with or without d.mu.
-func (d *Device) kickOwner() {
-	d.kickPending.Store(true)
-	d.waiter.SetWaitDeadline(kickedArm)
+func (s *selfDriver) kickOwner() {
+	s.kickPending.Store(true)
+	s.waiter.SetWaitDeadline(kickedArm)
 }
 
 // kicked is called by the owner after each wait (d.mu held): a pending
 // kick is consumed, and the next arm sets the deadline again.
-func (d *Device) kicked() {
-	if d.kickPending.Swap(false) {
-		d.armed = kickedArm
+func (s *selfDriver) kicked() {
+	if s.kickPending.Swap(false) {
+		s.armed = kickedArm
 	}
 }
 
 // selfDrive reads the link and drives the device (the caller owns the
 // link) until w is ready, ctx ends, or the device is closed.
-func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
+func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
+	d := s.d
 	done := ctx.Done()
-	b := d.rb
+	b := s.rb
 	d.mu.Lock()
-	d.armLazy(d.ctxBound(ctx, d.earliest()))
+	s.armLazy(d.ctxBound(ctx, d.earliest()))
 	d.mu.Unlock()
 	for {
 		if w.ready() {
@@ -239,7 +406,7 @@ func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
 				return err
 			}
 		}
-		n, err := d.waiter.WaitReadBatch(b.bufs, b.sizes)
+		n, err := s.waiter.WaitReadBatch(b.bufs, b.sizes)
 		if err != nil {
 			n = 0
 			if errors.Is(err, nic.ErrClosed) {
@@ -257,10 +424,11 @@ func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
 			d.mu.Unlock()
 			return ErrClosed
 		}
-		d.kicked()
-		d.ownerDrive, d.holdAcks = true, true
+		s.kicked()
+		s.ownerDrive, d.holdAcks = true, true
+		d.flushHeld()
 		d.drive(b, n, true)
-		d.ownerDrive, d.holdAcks = false, false
+		s.ownerDrive, d.holdAcks = false, false
 		if w.ready() {
 			// Leaving: the next wait arms the link. Arming it now for
 			// the held ACKs' end would modify a runtime timer (and wake a
@@ -270,7 +438,7 @@ func (d *Device) selfDrive(ctx context.Context, w waitFor) error {
 		}
 		// Still waiting: nothing of the application's follows soon.
 		d.flushHeld()
-		d.armLazy(d.ctxBound(ctx, d.earliest()))
+		s.armLazy(d.ctxBound(ctx, d.earliest()))
 		d.unlock()
 	}
 }
@@ -296,26 +464,34 @@ func (d *Device) ctxBound(ctx context.Context, next time.Time) time.Time {
 	return next
 }
 
-// waitCQ is CQ.Wait's wait when the CQ is empty (cq.mu held, and held
+// waitCQ is CQ.Wait: a passive CQ (the GSI's) only sleeps; the others
+// drive the device while they wait when nobody else reads the link.
+func (s *selfDriver) waitCQ(ctx context.Context, cq *CQ, wcs []WC) (int, error) {
+	if cq.passive {
+		return cq.sleepWait(ctx, wcs, nil)
+	}
+	return cq.sleepWait(ctx, wcs, s.waitEmpty)
+}
+
+// waitEmpty is CQ.Wait's wait when the CQ is empty (cq.mu held, and held
 // again on return): drive the device if nobody reads the link, else sleep
 // until a completion, a free link, or the end of ctx. cq.mu is released
 // before d.mu is taken (the engines complete under d.mu, then take cq.mu).
 // The waiter counts itself in linkWaiters before it looks at the owner, so
 // an owner leaving after that look signals linkFree.
-func (cq *CQ) waitCQ(ctx context.Context) error {
-	d := cq.dev
-	d.linkWaiters.Add(1)
+func (s *selfDriver) waitEmpty(ctx context.Context, cq *CQ) error {
+	s.linkWaiters.Add(1)
 	cq.mu.Unlock()
-	if d.tryOwn(cq) {
-		d.linkWaiters.Add(-1)
-		err := d.selfDrive(ctx, waitFor{cq: cq})
-		d.leave()
+	if s.tryOwn(cq) {
+		s.linkWaiters.Add(-1)
+		err := s.selfDrive(ctx, waitFor{cq: cq})
+		s.leave()
 		cq.mu.Lock()
 		return err
 	}
 	cq.mu.Lock()
 	if cq.n > 0 || cq.overrun {
-		d.linkWaiters.Add(-1)
+		s.linkWaiters.Add(-1)
 		return nil
 	}
 	cq.waiters++
@@ -323,27 +499,20 @@ func (cq *CQ) waitCQ(ctx context.Context) error {
 	var err error
 	select {
 	case <-cq.wake:
-	case <-d.linkFree:
+	case <-s.linkFree:
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	d.linkWaiters.Add(-1)
+	s.linkWaiters.Add(-1)
 	cq.mu.Lock()
 	cq.waiters--
 	return err
 }
 
-// memregHooks are the device's part in MR.WaitWrite.
-func memregHooks(d *Device) (h memreg.WaitHooks) {
-	h.Wait = d.waitWrite
-	h.Kick = d.kickOwner
-	return h
-}
-
 // waitWrite is MR.WaitWrite on this device's MRs: drive the device while
 // nobody reads the link, else sleep on the MR until the WRITE, a free
 // link, or the end of ctx.
-func (d *Device) waitWrite(ctx context.Context, mr *memreg.MR, after uint64) (uint64, error) {
+func (s *selfDriver) waitWrite(ctx context.Context, mr *memreg.MR, after uint64) (uint64, error) {
 	for {
 		if c := mr.Writes(); c > after {
 			return c, nil
@@ -351,11 +520,11 @@ func (d *Device) waitWrite(ctx context.Context, mr *memreg.MR, after uint64) (ui
 		if err := mr.WriteErr(); err != nil {
 			return mr.Writes(), err
 		}
-		d.linkWaiters.Add(1)
-		if d.tryOwn(nil) {
-			d.linkWaiters.Add(-1)
-			err := d.selfDrive(ctx, waitFor{mr: mr, after: after})
-			d.leave()
+		s.linkWaiters.Add(1)
+		if s.tryOwn(nil) {
+			s.linkWaiters.Add(-1)
+			err := s.selfDrive(ctx, waitFor{mr: mr, after: after})
+			s.leave()
 			if c := mr.Writes(); c > after {
 				return c, nil
 			}
@@ -367,8 +536,8 @@ func (d *Device) waitWrite(ctx context.Context, mr *memreg.MR, after uint64) (ui
 			}
 			continue
 		}
-		c, err := mr.SleepWrite(ctx, after, d.linkFree)
-		d.linkWaiters.Add(-1)
+		c, err := mr.SleepWrite(ctx, after, s.linkFree)
+		s.linkWaiters.Add(-1)
 		if err != nil || c > after {
 			return c, err
 		}

@@ -32,10 +32,10 @@ import (
 
 // spinWrite is MR.WaitWrite on a busy-poll device: drive it until the
 // WRITE, the MR's failure, or the end of ctx.
-func (d *Device) spinWrite(ctx context.Context, mr *memreg.MR, after uint64) (uint64, error) {
+func (b *busyDriver) spinWrite(ctx context.Context, mr *memreg.MR, after uint64) (uint64, error) {
 	done := ctx.Done()
 	for spins := 1; ; spins++ {
-		d.busyProgress()
+		b.poll()
 		if c := mr.Writes(); c > after {
 			return c, nil
 		}

@@ -91,7 +91,7 @@ func NewFabric(cfg FabricConfig) (*Fabric, error) {
 	}
 	for i := range ips {
 		d, err := qp.Open(qp.Config{Name: fmt.Sprintf("fabric%d", i), Link: sw.Port(i), IP: ips[i],
-			Seed: keySeed(cfg.Seed) + int64(i), Neighbors: neigh, Manual: true, Now: f.clock.Now, CC: cfg.CC})
+			Seed: keySeed(cfg.Seed) + int64(i), Neighbors: neigh, Mode: qp.ModeManual, Now: f.clock.Now, CC: cfg.CC})
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("sim: fabric host %d: %w", i, err)

@@ -43,8 +43,8 @@
 //
 // # Real-time modes
 //
-// Config.Mode Goroutines opens the same pair in qp's normal mode (receive and
-// timer goroutines, the real clock) and BusyPoll in busy-poll mode (CQ
+// Config.Mode Goroutines opens the same pair in qp's threaded mode (its driver
+// goroutines, the real clock) and BusyPoll in busy-poll mode (CQ
 // polling drives the devices). They are not deterministic, but they run the
 // same faults and the same setup code (ConnectQPs) over the devices as an
 // application runs in production; RunUntil and Wait then wait in real time.
@@ -88,17 +88,28 @@ type LinkStats = nic.MemStats
 type Mode int
 
 const (
-	// Manual runs the devices without goroutines on the simulation's
+	// Manual runs the devices without goroutines (qp.ModeManual) on the simulation's
 	// Clock; the application drives them with Step, RunUntil, RunFor and
 	// Wait. Deterministic.
 	Manual Mode = iota
-	// Goroutines runs the devices in qp's normal mode, with their receive
-	// and timer goroutines, on the real clock.
+	// Goroutines runs the devices in qp's threaded mode (qp.ModeThreaded),
+	// with their driver goroutines, on the real clock.
 	Goroutines
 	// BusyPoll runs the devices in qp's busy-poll mode on the real clock:
-	// CQ.Poll and CQ.Wait drive them (qp.Config.BusyPoll).
+	// CQ.Poll and CQ.Wait drive them (qp.ModeBusyPoll).
 	BusyPoll
 )
+
+// qpMode is the qp device mode that runs m.
+func (m Mode) qpMode() qp.Mode {
+	switch m {
+	case Manual:
+		return qp.ModeManual
+	case BusyPoll:
+		return qp.ModeBusyPoll
+	}
+	return qp.ModeThreaded
+}
 
 func (m Mode) String() string {
 	switch m {
@@ -232,7 +243,7 @@ func NewPair(cfg Config) (*Net, error) {
 	open := func(name string, l *nic.MemLink, ip, peer netip.Addr, peerMAC net.HardwareAddr, seed int64) (*Endpoint, error) {
 		c := qp.Config{Name: name, Link: l, IP: ip, Seed: seed, RetryCnt7Infinite: cfg.RetryCnt7Infinite,
 			Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC},
-			Manual:    cfg.Mode == Manual, BusyPoll: cfg.Mode == BusyPoll}
+			Mode:      cfg.Mode.qpMode()}
 		if cfg.Mode == Manual {
 			c.Now = n.clock.Now
 		}

@@ -514,7 +514,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 }
 
 // TryReadBatch is ReadBatch without blocking, for callers that drive the
-// link by polling (qp.Config.BusyPoll): it copies out the frames already on
+// link by polling (qp.ModeBusyPoll): it copies out the frames already on
 // the RX ring and returns 0 when there are none. With the ring empty it
 // costs one atomic load and no system call, unless the kernel asked to be
 // woken on the fill ring (XDP_RING_NEED_WAKEUP: a zero-copy driver that ran

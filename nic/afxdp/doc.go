@@ -46,7 +46,7 @@
 // poll(2) on the socket and an eventfd only when the RX ring is empty (or,
 // with Options.BusyPoll, after spinning on the ring for that long). Close
 // writes the eventfd, which wakes every sleeper. TryReadBatch, for callers
-// that poll (qp.Config.BusyPoll), never sleeps: on an empty ring it is one
+// that poll (qp.ModeBusyPoll), never sleeps: on an empty ring it is one
 // atomic load of the producer index and returns 0. Transmitting costs one
 // sendto(2) "kick" per batch, and only when the kernel asks for one
 // (XDP_RING_NEED_WAKEUP on the TX ring; in copy mode it always does). The

@@ -323,7 +323,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 }
 
 // TryReadBatch is ReadBatch without blocking, for callers that drive the
-// link by polling (qp.Config.BusyPoll), returning 0 when no datagram is
+// link by polling (qp.ModeBusyPoll), returning 0 when no datagram is
 // waiting. On Linux it is one recvmmsg(2) with MSG_DONTWAIT (a UDP socket
 // has no ring to look at, so each call is one system call even when it finds
 // nothing), or none while segments of a coalesced datagram still wait

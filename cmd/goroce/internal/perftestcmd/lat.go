@@ -26,7 +26,7 @@ import (
 // extension: the device wakes it when a WRITE lands in the MR) instead of
 // spinning; the wire and the peer do not change.
 func (r *runner) latWrite(p *tool.Poller, size uint64, peer []perftest.KeyMsg) ([]float64, error) {
-	sleep := p.Events && !r.dev.BusyPoll()
+	sleep := p.Events && r.dev.Mode() != qp.ModeBusyPoll
 	iters := r.f.Iters
 	var sge [1]qp.SGE
 	wr := r.sendWR(0, size, peer[0], &sge)

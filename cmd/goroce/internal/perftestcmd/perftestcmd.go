@@ -686,7 +686,7 @@ func (r *runner) increaseAddr(addr *uint64, size, cnt, base uint64) {
 func (r *runner) traffic(size uint64, peer []perftest.KeyMsg) (perftest.BWReport, error) {
 	tctx, watch := tool.WatchProgress(r.ctx, r.env.Idle)
 	defer watch.Stop()
-	p := &tool.Poller{Ctx: tctx, Events: r.f.Events, Busy: r.dev.BusyPoll(), Watch: watch}
+	p := &tool.Poller{Ctx: tctx, Events: r.f.Events, Busy: r.dev.Mode() == qp.ModeBusyPoll, Watch: watch}
 	r.prog.Stop() // the loops' polls drive a busy-poll device
 	defer r.prog.Start()
 	switch {

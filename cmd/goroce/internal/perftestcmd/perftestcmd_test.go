@@ -12,6 +12,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool/tooltest"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 )
 
 var (
@@ -353,7 +354,7 @@ func TestBusyPoll(t *testing.T) {
 		{perftest.SendBW, []string{"-s", "64", "-n", "30"}, 64, 30, 1, 1},
 	} {
 		t.Run(tc.test.String(), func(t *testing.T) {
-			open := tooltest.MemDevicesMode(t, nic.MemConfig{Seed: 11}, true)
+			open := tooltest.MemDevicesMode(t, nic.MemConfig{Seed: 11}, qp.ModeBusyPoll)
 			run := func(env tool.Env, args []string) int { return Run(env, tc.test, args) }
 			s, c := tooltest.RunPair(t, run, open, tc.args, tc.args)
 			if s.Code != 0 || c.Code != 0 {

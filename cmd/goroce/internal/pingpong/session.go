@@ -104,7 +104,7 @@ func (s *Session) Close() {
 func (s *Session) Traffic(events bool, loop func(*tool.Poller) error) (time.Duration, error) {
 	tctx, watch := tool.WatchProgress(s.Ctx, s.Env.Idle)
 	defer watch.Stop()
-	p := &tool.Poller{Ctx: tctx, Events: events, Busy: s.Dev.BusyPoll(), Watch: watch}
+	p := &tool.Poller{Ctx: tctx, Events: events, Busy: s.Dev.Mode() == qp.ModeBusyPoll, Watch: watch}
 	s.prog.Stop()
 	defer s.prog.Start()
 	start := time.Now()

@@ -15,15 +15,15 @@ import (
 // BenchmarkPingpong is goroce pingpong's loop (strict SEND/RECV
 // ping-pong, 4096-byte messages, busy polling) between two goroce devices
 // over the in-memory link: one op is one 200-iteration run of both sides;
-// with the devices in the normal mode and in busy-poll mode (the loops'
+// with the devices in the threaded mode and in busy-poll mode (the loops'
 // CQ polls drive the devices).
 func BenchmarkPingpong(b *testing.B) {
-	b.Run("normal", func(b *testing.B) { benchPingpong(b, false) })
-	b.Run("busypoll", func(b *testing.B) { benchPingpong(b, true) })
+	b.Run("normal", func(b *testing.B) { benchPingpong(b, qp.ModeThreaded) })
+	b.Run("busypoll", func(b *testing.B) { benchPingpong(b, qp.ModeBusyPoll) })
 }
 
-func benchPingpong(b *testing.B, busy bool) {
-	open := tooltest.MemDevicesMode(b, nic.MemConfig{Seed: 9}, busy)
+func benchPingpong(b *testing.B, mode qp.Mode) {
+	open := tooltest.MemDevicesMode(b, nic.MemConfig{Seed: 9}, mode)
 	f := pingpong.DefaultFlags()
 	f.GIDIndex, f.RxDepth = 1, 500
 	var pps [2]*endpoint

@@ -11,6 +11,7 @@ import (
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool/tooltest"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/qp"
 )
 
 var ppLocalRE = regexp.MustCompile(`^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:198\.18\.0\.[12]$`)
@@ -125,7 +126,7 @@ func TestPingpongTxDrop(t *testing.T) {
 // goroutines): its loop must drive the device through its CQ polls, and
 // the Progressor between the phases.
 func TestBusyPoll(t *testing.T) {
-	open := tooltest.MemDevicesMode(t, nic.MemConfig{Seed: 11}, true)
+	open := tooltest.MemDevicesMode(t, nic.MemConfig{Seed: 11}, qp.ModeBusyPoll)
 	args := []string{"-g", "1", "-n", "20", "-c", "-s", "5000"}
 	s, c := tooltest.RunPair(t, Run, open, args, args)
 	if s.Code != 0 || c.Code != 0 {

@@ -83,7 +83,10 @@ func OpenDevice(ctx context.Context, name string) (*qp.Device, error) {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	o := qp.InterfaceOptions{Backend: backend, Logger: logger, BusyPoll: os.Getenv("GOROCE_BUSYPOLL") == "1"}
+	o := qp.InterfaceOptions{Backend: backend, Logger: logger}
+	if os.Getenv("GOROCE_BUSYPOLL") == "1" {
+		o.Mode = qp.ModeBusyPoll
+	}
 	p, seed, err := TxDropFromEnv()
 	if err != nil {
 		return nil, err
@@ -443,7 +446,7 @@ func (w *ProgressWatch) Stop() {
 type Poller struct {
 	Ctx    context.Context
 	Events bool           // sleep on CQ events (-e) instead of polling
-	Busy   bool           // the device is in busy-poll mode (qp.Device.BusyPoll)
+	Busy   bool           // the device is in busy-poll mode (qp.ModeBusyPoll)
 	Watch  *ProgressWatch // learns of every completion
 }
 
@@ -516,7 +519,7 @@ func (p *Poller) IdleWait(spins int) error {
 	return nil
 }
 
-// Progressor keeps a busy-poll device (qp.Config.BusyPoll, which runs no
+// Progressor keeps a busy-poll device (qp.ModeBusyPoll, which runs no
 // goroutine of its own) answering its peer while the tool is not polling
 // it: during the exchanges, on a perftest server that is only an RDMA
 // target, between phases. The traffic loops stop it and drive the device
@@ -528,7 +531,7 @@ type Progressor struct {
 }
 
 func (p *Progressor) Start() {
-	if p.Dev == nil || !p.Dev.BusyPoll() || p.cancel != nil {
+	if p.Dev == nil || p.Dev.Mode() != qp.ModeBusyPoll || p.cancel != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -24,24 +24,24 @@ import (
 // (198.18.0.1) and "b" (198.18.0.2), the names -d selects in the tests.
 func MemDevices(t testing.TB, cfg nic.MemConfig) func(ctx context.Context, name string) (*qp.Device, error) {
 	t.Helper()
-	return MemDevicesMode(t, cfg, false)
+	return MemDevicesMode(t, cfg, qp.ModeThreaded)
 }
 
-// MemDevicesMode is MemDevices with the devices in busy-poll mode
-// (qp.Config.BusyPoll: no device goroutines) when busy is set.
-func MemDevicesMode(t testing.TB, cfg nic.MemConfig, busy bool) func(ctx context.Context, name string) (*qp.Device, error) {
+// MemDevicesMode is MemDevices with the devices in mode (qp.ModeBusyPoll:
+// no device goroutines).
+func MemDevicesMode(t testing.TB, cfg nic.MemConfig, mode qp.Mode) func(ctx context.Context, name string) (*qp.Device, error) {
 	t.Helper()
-	return memDevicesOpts(t, cfg, busy, nil)
+	return memDevicesOpts(t, cfg, mode, nil)
 }
 
 // MemDevicesWrap is MemDevices with each device's link wrapped (side 0
 // for "a", 1 for "b").
 func MemDevicesWrap(t testing.TB, cfg nic.MemConfig, wrap func(l nic.Link, side uint64) nic.Link) func(ctx context.Context, name string) (*qp.Device, error) {
 	t.Helper()
-	return memDevicesOpts(t, cfg, false, wrap)
+	return memDevicesOpts(t, cfg, qp.ModeThreaded, wrap)
 }
 
-func memDevicesOpts(t testing.TB, cfg nic.MemConfig, busy bool, wrap func(l nic.Link, side uint64) nic.Link) func(ctx context.Context, name string) (*qp.Device, error) {
+func memDevicesOpts(t testing.TB, cfg nic.MemConfig, mode qp.Mode, wrap func(l nic.Link, side uint64) nic.Link) func(ctx context.Context, name string) (*qp.Device, error) {
 	t.Helper()
 	ma, mb := nic.NewMemPair(cfg)
 	var la, lb nic.Link = ma, mb
@@ -49,12 +49,12 @@ func memDevicesOpts(t testing.TB, cfg nic.MemConfig, busy bool, wrap func(l nic.
 		la, lb = wrap(ma, 0), wrap(mb, 1)
 	}
 	ipA, ipB := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
-	a, err := qp.Open(qp.Config{Name: "goroce-a", Link: la, IP: ipA, Seed: 1, BusyPoll: busy,
+	a, err := qp.Open(qp.Config{Name: "goroce-a", Link: la, IP: ipA, Seed: 1, Mode: mode,
 		Neighbors: map[netip.Addr]net.HardwareAddr{ipB: mb.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := qp.Open(qp.Config{Name: "goroce-b", Link: lb, IP: ipB, Seed: 2, BusyPoll: busy,
+	b, err := qp.Open(qp.Config{Name: "goroce-b", Link: lb, IP: ipB, Seed: 2, Mode: mode,
 		Neighbors: map[netip.Addr]net.HardwareAddr{ipA: ma.HardwareAddr()}})
 	if err != nil {
 		t.Fatal(err)
