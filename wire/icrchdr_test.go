@@ -85,8 +85,10 @@ func TestNewICRCHeaderRefuses(t *testing.T) {
 }
 
 // BenchmarkICRCHeader compares ICRC with a precomputed ICRCHeader's Sum on
-// the same packet, alternating blocks (the ratio "sum/icrc" is what a busy
-// machine leaves comparable).
+// the same packet in alternating blocks of 64 calls, and reports each one's
+// fastest block per call (icrc-ns, sum-ns) and their ratio (sum/icrc): the
+// fastest block is the one no other process interrupted, which keeps the
+// figures usable on a busy machine.
 func BenchmarkICRCHeader(b *testing.B) {
 	for _, size := range append([]int{0, 16}, benchSizes...) {
 		b.Run(sizeName(size), func(b *testing.B) {
@@ -95,8 +97,8 @@ func BenchmarkICRCHeader(b *testing.B) {
 			n, _ := Build(buf, &f, size)
 			l3 := buf[EthernetLen : n-ICRCLen]
 			h, _ := NewICRCHeader(l3)
-			const block = 256
-			var ticrc, tsum time.Duration
+			const block = 64
+			ticrc, tsum := time.Duration(1<<62), time.Duration(1<<62)
 			var sink uint32
 			for b.Loop() {
 				t0 := time.Now()
@@ -108,13 +110,13 @@ func BenchmarkICRCHeader(b *testing.B) {
 					sink += h.Sum(l3)
 				}
 				t2 := time.Now()
-				ticrc += t1.Sub(t0)
-				tsum += t2.Sub(t1)
+				ticrc = min(ticrc, t1.Sub(t0))
+				tsum = min(tsum, t2.Sub(t1))
 			}
 			_ = sink
 			b.ReportMetric(float64(tsum)/float64(ticrc), "sum/icrc")
-			b.ReportMetric(float64(ticrc.Nanoseconds())/float64(b.N*block), "icrc-ns")
-			b.ReportMetric(float64(tsum.Nanoseconds())/float64(b.N*block), "sum-ns")
+			b.ReportMetric(float64(ticrc.Nanoseconds())/block, "icrc-ns")
+			b.ReportMetric(float64(tsum.Nanoseconds())/block, "sum-ns")
 		})
 	}
 }
