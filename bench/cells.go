@@ -170,30 +170,39 @@ func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(i
 	}
 	pmtu := min(r.infoA.PathMTU, r.infoB.PathMTU)
 	res.addSection(section{backend: b, mtu: mtu, pmtu: pmtu})
-	small, err := rate(r, sizeSmall, lim(maxFrames)) // closes B's link
+	// oneRate measures one frame size: on AF_XDP with -raw-sink process
+	// (the default) B's end is a process of its own (rawsink.go), else a
+	// goroutine of this one on a pair of links opened afresh.
+	oneRate := func(payload int) (rawRate, error) {
+		if b == qp.BackendAFXDP && c.rawSink == "process" {
+			return rateSink(pair, b, payload, lim(maxFrames))
+		}
+		r, err := openRaw(pair, b)
+		if err != nil {
+			return rawRate{}, err
+		}
+		defer r.Close()
+		return rate(r, payload, lim(maxFrames)) // closes B's link
+	}
 	r.Close()
+	small, err := oneRate(sizeSmall)
 	record(res, key{b, mtu, mRawSmallFPS}, small.framesPerSec(), err)
 	if err == nil {
 		res.add(key{b, mtu, mRawSmallLen}, float64(small.frameLen))
 	}
-	progress("%s: raw %d B frames %s/s, %.2f µs process CPU per frame, %d of %d sent received (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), small.cpuPerFrame(), small.frames, small.sent, err)
+	progress("%s: raw %d B frames %s/s, %.2f µs CPU per frame (both ends), %d of %d sent received (%v)", tag, small.frameLen, fmtRate(small.framesPerSec()), small.cpuPerFrame(), small.frames, small.sent, err)
 	if err == nil && small.cpuErr == nil {
 		res.add(key{b, mtu, mRawSmallFPS + ".cpu"}, small.cpuPerFrame())
 	}
 	if err == nil {
 		measureRawref(pair, mtu, b, tag, small.frameLen, mRawRefSmallFPS, lim, c, res)
 	}
-	if r, err = openRaw(pair, b); err != nil {
-		res.fail(key{b, mtu, mRawFullGbps}, err)
-		return
-	}
-	full, err := rate(r, pmtu, lim(maxFrames))
-	r.Close()
+	full, err := oneRate(pmtu)
 	recordRate(res, key{b, mtu, ""}, "raw.full", int64(full.frames)*int64(full.payload), full.elapsed, full.cpu, firstErr(err, full.cpuErr), err)
 	if err == nil {
 		res.add(key{b, mtu, mRawFullLen}, float64(full.frameLen))
 	}
-	progress("%s: raw %d B frames %s payload, %s frames/s, %.2f µs process CPU per frame, %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), fmtRate(full.framesPerSec()), full.cpuPerFrame(), full.frames, full.sent, err)
+	progress("%s: raw %d B frames %s payload, %s frames/s, %.2f µs CPU per frame (both ends), %d of %d sent received (%v)", tag, full.frameLen, fmtGbit(full.payloadBitsPerSec()/1e9), fmtRate(full.framesPerSec()), full.cpuPerFrame(), full.frames, full.sent, err)
 	if err == nil && full.cpuErr == nil {
 		res.add(key{b, mtu, mRawFullFPS + ".cpu"}, full.cpuPerFrame())
 	}

@@ -37,6 +37,11 @@
 //     WRITE and the ACK of the peer's one in each kick; on copy-mode
 //     AF_XDP the kernel's work per frame, not per kick, is most of a
 //     round trip.
+//     On AF_XDP the receiving end of the one-way rates is a process of
+//     its own in namespace B (-raw-sink process, rawsink.go; -raw-sink
+//     goroutine: this process), which times its own frames, first to
+//     last, as the reference's receiver does; the CPU per frame adds its
+//     CPU time to this process's.
 //     The one-way rates rewrite every frame's PSN and compute its ICRC
 //     before each WriteBatch (the work RoCEv2 asks of any sender); the
 //     batch is the link's BatchSize (AF_XDP: 256, one sendto kick each,
@@ -186,6 +191,7 @@ type config struct {
 	rttOnly  bool            // -latency: only the round trips
 	rawref   string          // -rawref: the reference sender's binary (rawref.go)
 	bwOnly   map[string]bool // -bw: the bw cell's op.size streams to run (nil: all)
+	rawSink  string          // -raw-sink: where the AF_XDP raw rate's receiver runs
 	// placements are where the sleeping round trips' ends run (pin.go).
 	placements []placement
 }
@@ -219,6 +225,7 @@ func main() {
 	peerIfname := flag.String("peer-ifname", "", "") // internal: peer-goroce's interface
 	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	rawref := flag.String("rawref", "", "with the raw cell on afxdp: also run the raw AF_XDP reference sender (a rawref module directory such as ../shared/rawref, or its built xsk binary) after each raw rate (rawref.go)")
+	flag.StringVar(&c.rawSink, "raw-sink", "process", "where the AF_XDP raw rate's receiving end runs: process (its own, as the reference's; rawsink.go) or goroutine (this process)")
 	bwOnly := flag.String("bw", "", "the bw cell's streams to run, comma-separated op.size (WRITE.64,WRITE.65536,READ.4096...; default all)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
@@ -262,6 +269,9 @@ func main() {
 		for _, s := range strings.Split(*bwOnly, ",") {
 			c.bwOnly[s] = true
 		}
+	}
+	if c.rawSink != "process" && c.rawSink != "goroutine" {
+		fatalf(2, "-raw-sink is process or goroutine, not %q", c.rawSink)
 	}
 	if c.latPeer != "process" && c.latPeer != "goroutine" {
 		fatalf(2, "-lat-peer is process or goroutine, not %q", c.latPeer)

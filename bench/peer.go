@@ -32,6 +32,9 @@ import (
 //   - peer-raw, peer-raw2: the raw busy ping-pong's far end: opens
 //     -peer-ifname's backend link, prints "ready", echoes frames (in
 //     batches of two for peer-raw2) until stdin ends.
+//   - raw-sink: the raw rate's receiving end on AF_XDP (rawsink.go):
+//     prints "ready", reads frames until stdin ends, prints "frames N
+//     first T0 last T1".
 //   - peer-tcp: the TCP ping-pong's echo end: prints "port N", echoes one
 //     connection until it closes.
 //   - trace-goroce, trace-tcp: the syscalls cell's traced client, with a
@@ -126,6 +129,8 @@ func runChild(name string, c config, ifname string, busy bool) int {
 			frames = 2
 		}
 		err = rawPeer(ifname, c.backends[0], frames, true)
+	case "raw-sink":
+		err = rawSink(ifname, c.backends[0])
 	case "peer-tcp":
 		err = tcpPeer()
 	case "trace-goroce", "trace-tcp":
