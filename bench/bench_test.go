@@ -399,3 +399,28 @@ func TestPlacements(t *testing.T) {
 		t.Errorf("restored: threads allowed %v, before %v", got, before)
 	}
 }
+
+// TestWriteRawref: with only the raw rates and the reference's measured
+// (the rawrate cell with -rawref), the AF_XDP section is the comparison
+// table, ratios of medians.
+func TestWriteRawref(t *testing.T) {
+	r := newResults()
+	r.addSection(section{backend: "afxdp", mtu: 1500, mode: "native", pmtu: 1024})
+	for m, v := range map[string][]float64{
+		mRawSmallFPS: {400e3, 500e3}, mRawRefSmallFPS: {500e3}, mRawSmallLen: {138},
+		mRawFullFPS: {270e3}, mRawRefFullFPS: {300e3}, mRawFullLen: {1098},
+		mRawFullFPS + ".cpu": {2.0}, mRawRefFullFPS + ".cpu": {2.5},
+	} {
+		for _, x := range v {
+			r.add(key{"afxdp", 1500, m}, x)
+		}
+	}
+	var b strings.Builder
+	writeSection(&b, r, r.sections[0])
+	out := b.String()
+	for _, want := range []string{"## afxdp (native), MTU 1500, path MTU 1024", "| 64 B WRITE frames (138 bytes) |", "0.90×", "| path-MTU WRITE frames (1098 bytes) |", "0.80×"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -251,12 +251,19 @@ func writeSection(w io.Writer, r *results, s section) {
 		}
 		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s |", rs.what, rawC, tcpC, groC, vr, vt))
 	}
-	if len(lines) == 0 {
-		return
-	}
 	mode := s.mode
 	if mode == "" {
 		mode = "?"
+	}
+	if len(lines) == 0 {
+		// The raw rates alone (the rawrate cell): only their comparison
+		// with the reference, if it ran.
+		var buf strings.Builder
+		writeRawref(&buf, r, b, mtu)
+		if buf.Len() > 0 {
+			fmt.Fprintf(w, "## %s (%s), MTU %d, path MTU %d\n\n%s", b, mode, mtu, s.pmtu, buf.String())
+		}
+		return
 	}
 	fmt.Fprintf(w, "## %s (%s), MTU %d, path MTU %d\n\n", b, mode, mtu, s.pmtu)
 	fmt.Fprintln(w, "| measure | raw backend | TCP, same veth | goroce | goroce/raw | goroce/TCP |")
