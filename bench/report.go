@@ -556,7 +556,7 @@ func writeRawref(w io.Writer, r *results, b string, mtu int) {
 	}
 	fmt.Fprintln(w, "The raw cell against the raw AF_XDP reference sender (-rawref: copy mode, 256 descriptors per kick, PSN and ICRC per frame), each right after the other, frames per second at the same frame length:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| frames | raw cell (nic link), frames/s | reference, frames/s | raw cell/reference | raw cell, CPU µs per frame (its process: both ends) | reference, CPU µs per frame (sender + receiver processes) | raw cell/reference |")
+	fmt.Fprintln(w, "| frames | raw cell (nic link), frames/s | reference, frames/s | raw cell/reference | raw cell, CPU µs per frame (sender + receiver processes) | reference, CPU µs per frame (sender + receiver processes) | raw cell/reference |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
