@@ -59,8 +59,8 @@ var (
 	ErrClosed      = errors.New("cm: closed")
 )
 
-// Options configure Listen, Dial, ListenUD and DialUD. A nil *Options takes
-// every default.
+// Options configure Listen, Dial, ListenUD, DialUD and JoinMulticast. They
+// are passed by value, as qp's are; the zero Options takes every default.
 type Options struct {
 	// PD, SendCQ and RecvCQ are used for the connection's QP. Nil: the
 	// connection makes its own (one CQ of Cap.MaxSendWR + Cap.MaxRecvWR
@@ -218,8 +218,8 @@ func Register(dev *qp.Device) (unregister func(), err error) {
 // Listen listens for RC connection requests on addr ("ip:port"; an
 // unspecified IP listens on every address of the device): the service ID
 // of the TCP port space for port, as rdma_listen. ctx bounds the setup.
-func Listen(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Listener, error) {
-	l, err := listen(ctx, dev, addr, opts)
+func Listen(ctx context.Context, dev *qp.Device, addr string, opts Options) (*Listener, error) {
+	l, err := listen(ctx, dev, addr, &opts)
 	if err != nil {
 		return nil, opError("listen", addr, err)
 	}
@@ -234,10 +234,10 @@ func Listen(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*L
 // or by the device's resolve timeout when ctx has no deadline): an
 // unreachable address fails there instead of after the REQ's retries.
 // Errors are *OpError.
-func Dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Conn, error) {
+func Dial(ctx context.Context, dev *qp.Device, addr string, opts Options) (*Conn, error) {
 	ctx, cancel := withTimeout(ctx, opts)
 	defer cancel()
-	c, err := dial(ctx, dev, addr, opts)
+	c, err := dial(ctx, dev, addr, &opts)
 	if err != nil {
 		return nil, opError("dial", addr, err)
 	}
@@ -245,8 +245,8 @@ func Dial(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*Con
 }
 
 // withTimeout bounds ctx by opts.Timeout when it is set.
-func withTimeout(ctx context.Context, opts *Options) (context.Context, context.CancelFunc) {
-	if opts != nil && opts.Timeout > 0 {
+func withTimeout(ctx context.Context, opts Options) (context.Context, context.CancelFunc) {
+	if opts.Timeout > 0 {
 		return context.WithTimeout(ctx, opts.Timeout)
 	}
 	return ctx, func() {}
@@ -255,10 +255,10 @@ func withTimeout(ctx context.Context, opts *Options) (context.Context, context.C
 // DialUD resolves the UD service at addr through SIDR (SIDR_REQ →
 // SIDR_REP): the peer's QPN and Q_Key, and a local UD QP to send to it.
 // ctx and Options.Timeout bound it; errors are *OpError.
-func DialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDEndpoint, error) {
+func DialUD(ctx context.Context, dev *qp.Device, addr string, opts Options) (*UDEndpoint, error) {
 	ctx, cancel := withTimeout(ctx, opts)
 	defer cancel()
-	e, err := dialUD(ctx, dev, addr, opts)
+	e, err := dialUD(ctx, dev, addr, &opts)
 	if err != nil {
 		return nil, opError("dial ud", addr, err)
 	}
@@ -267,8 +267,8 @@ func DialUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*U
 
 // ListenUD answers SIDR_REQs for addr's port (the UDP port space) with its
 // UD QP's QPN and Q_Key (rdma_cm's RDMA_UDP_QKEY 0x01234567).
-func ListenUD(ctx context.Context, dev *qp.Device, addr string, opts *Options) (*UDListener, error) {
-	l, err := listenUD(ctx, dev, addr, opts)
+func ListenUD(ctx context.Context, dev *qp.Device, addr string, opts Options) (*UDListener, error) {
+	l, err := listenUD(ctx, dev, addr, &opts)
 	if err != nil {
 		return nil, opError("listen ud", addr, err)
 	}

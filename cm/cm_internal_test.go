@@ -79,7 +79,7 @@ type endpoints struct {
 
 // connect listens on b, dials from a, accepts, and checks the connection
 // end to end: QP states, the PSN semantics, private data, one SEND.
-func connect(t *testing.T, ctx context.Context, a, b *qp.Device, lo, do *Options) endpoints {
+func connect(t *testing.T, ctx context.Context, a, b *qp.Device, lo, do Options) endpoints {
 	t.Helper()
 	l, err := Listen(ctx, b, addrB, lo)
 	if err != nil {
@@ -164,8 +164,8 @@ func TestDialAcceptClose(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		e := connect(t, ctx, a, b,
-			&Options{PrivateData: []byte("rep-data")},
-			&Options{PrivateData: []byte("req-data")})
+			Options{PrivateData: []byte("rep-data")},
+			Options{PrivateData: []byte("req-data")})
 		if got := e.client.PrivateData(); !bytes.Equal(got, padded("rep-data", mad.REPPrivateDataLen)) {
 			t.Errorf("client sees private data %q", got)
 		}
@@ -199,7 +199,7 @@ func TestRealGSI(t *testing.T) {
 		a, b := devPair(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		if err := e.server.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
@@ -221,7 +221,7 @@ func TestGSIRecoveryKeepsCM(t *testing.T) {
 		a, b := devPair(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		e.client.Close()
 		<-e.server.Done()
 		e.server.Close()
@@ -235,7 +235,7 @@ func TestGSIRecoveryKeepsCM(t *testing.T) {
 			}
 		}
 		const addr2 = "198.18.0.2:7175"
-		l, err := Listen(ctx, b, addr2, nil)
+		l, err := Listen(ctx, b, addr2, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +248,7 @@ func TestGSIRecoveryKeepsCM(t *testing.T) {
 			}
 			accepted <- c
 		}()
-		c, err := Dial(ctx, a, addr2, nil)
+		c, err := Dial(ctx, a, addr2, Options{})
 		if err != nil {
 			t.Fatalf("Dial after the recovery: %v", err)
 		}

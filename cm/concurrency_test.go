@@ -22,7 +22,7 @@ func dialMany(t *testing.T, a, b *qp.Device, n int, lossy bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	l, err := cm.Listen(ctx, b, "198.18.0.2:7174", nil)
+	l, err := cm.Listen(ctx, b, "198.18.0.2:7174", cm.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func dialMany(t *testing.T, a, b *qp.Device, n int, lossy bool) {
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			c, err := cm.Dial(ctx, a, "198.18.0.2:7174", &cm.Options{PrivateData: []byte(fmt.Sprint(i))})
+			c, err := cm.Dial(ctx, a, "198.18.0.2:7174", cm.Options{PrivateData: []byte(fmt.Sprint(i))})
 			if err != nil {
 				errs <- fmt.Errorf("Dial %d: %w", i, err)
 				return

@@ -36,18 +36,18 @@ func TestOpErrors(t *testing.T) {
 			_, a, b := setup(t, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			l, err := Listen(ctx, b, addrB, nil)
+			l, err := Listen(ctx, b, addrB, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			_, err = Dial(ctx, a, "198.18.0.2:7175", nil)
+			_, err = Dial(ctx, a, "198.18.0.2:7175", Options{})
 			if oe := check(t, err, "dial", "198.18.0.2:7175", ErrConnRefused, ErrRejected); oe.Timeout() {
 				t.Fatal("a REJ is no timeout")
 			}
-			_, err = DialUD(ctx, a, "198.18.0.2:7175", nil)
+			_, err = DialUD(ctx, a, "198.18.0.2:7175", Options{})
 			check(t, err, "dial ud", "198.18.0.2:7175", ErrConnRefused)
-			_, err = Listen(ctx, b, "198.18.0.2", nil)
+			_, err = Listen(ctx, b, "198.18.0.2", Options{})
 			check(t, err, "listen", "198.18.0.2")
 		})
 	})
@@ -56,7 +56,7 @@ func TestOpErrors(t *testing.T) {
 			_, _, b := setup(t, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			l, err := Listen(context.Background(), b, addrB, nil)
+			l, err := Listen(context.Background(), b, addrB, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,13 +76,13 @@ func TestOpErrors(t *testing.T) {
 			n, a, b := setup(t, func(from, to string, h mad.Header, m mad.Message) (bool, bool) {
 				return m.Name() == "REQ", false
 			})
-			l, err := Listen(context.Background(), b, addrB, nil)
+			l, err := Listen(context.Background(), b, addrB, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Close()
 			start := time.Now()
-			_, err = Dial(context.Background(), a, addrB, &Options{Timeout: 10 * time.Second})
+			_, err = Dial(context.Background(), a, addrB, Options{Timeout: 10 * time.Second})
 			if took := time.Since(start); took != 10*time.Second {
 				t.Errorf("Dial returned after %v (fake clock), want Options.Timeout's 10 s", took)
 			}
@@ -101,7 +101,7 @@ func TestOpErrors(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			n, a, _ := setup(t, nil)
 			start := time.Now()
-			_, err := Dial(context.Background(), a, "198.18.0.9:7174", nil)
+			_, err := Dial(context.Background(), a, "198.18.0.9:7174", Options{})
 			check(t, err, "dial", "198.18.0.9:7174")
 			t.Log(err)
 			if took := time.Since(start); took > 3*time.Second {
@@ -110,7 +110,7 @@ func TestOpErrors(t *testing.T) {
 			if k := n.count("REQ"); k != 0 {
 				t.Errorf("%d REQs to an unresolvable address", k)
 			}
-			_, err = DialUD(context.Background(), a, "198.18.0.9:7000", nil)
+			_, err = DialUD(context.Background(), a, "198.18.0.9:7000", Options{})
 			check(t, err, "dial ud", "198.18.0.9:7000")
 			if k := n.count("SIDR_REQ"); k != 0 {
 				t.Errorf("%d SIDR_REQs to an unresolvable address", k)

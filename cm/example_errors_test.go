@@ -25,16 +25,16 @@ func Example_errors() {
 	defer a.Close()
 	defer b.Close()
 
-	l, err := cm.Listen(ctx, b, "198.18.0.2:7174", nil)
+	l, err := cm.Listen(ctx, b, "198.18.0.2:7174", cm.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Close()
 	// Nobody listens on port 7175: B's CM rejects the REQ (invalid
 	// service ID), which is rdma_cm's ECONNREFUSED.
-	_, err = cm.Dial(ctx, a, "198.18.0.2:7175", nil)
+	_, err = cm.Dial(ctx, a, "198.18.0.2:7175", cm.Options{})
 	fmt.Println("no listener:", errors.Is(err, cm.ErrConnRefused))
-	c, err := cm.Dial(ctx, a, "198.18.0.2:7174", nil)
+	c, err := cm.Dial(ctx, a, "198.18.0.2:7174", cm.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}

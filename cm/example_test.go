@@ -30,7 +30,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	l, err := cm.Listen(ctx, b, "198.18.0.2:7174", &cm.Options{PD: pdB,
+	l, err := cm.Listen(ctx, b, "198.18.0.2:7174", cm.Options{PD: pdB,
 		Prepare: func(q *qp.QP) error {
 			return q.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{mrB.SGE(0, 64)}})
 		}})
@@ -40,7 +40,7 @@ func Example() {
 	defer l.Close()
 
 	// Client: REQ → REP → RTU; the QP comes back in RTS.
-	c, err := cm.Dial(ctx, a, "198.18.0.2:7174", &cm.Options{PrivateData: []byte("hi")})
+	c, err := cm.Dial(ctx, a, "198.18.0.2:7174", cm.Options{PrivateData: []byte("hi")})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestLostMessages(t *testing.T) {
 				n, a, b := setup(t, dropNth(tc.drop, 1))
 				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 				defer cancel()
-				e := connect(t, ctx, a, b, nil, nil)
+				e := connect(t, ctx, a, b, Options{}, Options{})
 				if err := e.client.Close(); err != nil {
 					t.Fatalf("Close: %v", err)
 				}
@@ -102,7 +102,7 @@ func TestDuplicateREQ(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		if k := n.count("REP"); k != 1 {
 			t.Errorf("%d REPs for a duplicated REQ", k)
 		}
@@ -135,7 +135,7 @@ func TestStaleREQ(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		mu.Lock()
 		n.inject(ipA, ipB, req)
 		mu.Unlock()
@@ -191,12 +191,12 @@ func TestMRAForREP(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		l, err := Listen(ctx, b, addrB, nil)
+		l, err := Listen(ctx, b, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		c, err := Dial(ctx, a, addrB, nil)
+		c, err := Dial(ctx, a, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestNoListener(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer unregister()
-		_, err = Dial(ctx, a, "198.18.0.2:4000", nil)
+		_, err = Dial(ctx, a, "198.18.0.2:4000", Options{})
 		var re *RejectError
 		if !errors.Is(err, ErrConnRefused) || !errors.Is(err, ErrRejected) || !errors.As(err, &re) ||
 			re.Reason != mad.RejInvalidServiceID {
@@ -242,7 +242,7 @@ func TestConsumerReject(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		var got *Request
-		l, err := Listen(ctx, b, addrB, &Options{Accept: func(r *Request) ([]byte, error) {
+		l, err := Listen(ctx, b, addrB, Options{Accept: func(r *Request) ([]byte, error) {
 			got = r
 			return nil, Reject([]byte("go away"))
 		}})
@@ -250,7 +250,7 @@ func TestConsumerReject(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		_, err = Dial(ctx, a, addrB, &Options{PrivateData: []byte("let me in")})
+		_, err = Dial(ctx, a, addrB, Options{PrivateData: []byte("let me in")})
 		var re *RejectError
 		if !errors.Is(err, ErrRejected) || errors.Is(err, ErrConnRefused) || !errors.As(err, &re) ||
 			re.Reason != mad.RejConsumerDefined || !bytes.Equal(re.PrivateData, padded("go away", mad.REJPrivateDataLen)) {
@@ -272,13 +272,13 @@ func TestDialTimeout(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		l, err := Listen(ctx, b, addrB, nil)
+		l, err := Listen(ctx, b, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
 		start := time.Now()
-		_, err = Dial(ctx, a, addrB, nil)
+		_, err = Dial(ctx, a, addrB, Options{})
 		if !errors.Is(err, ErrTimeout) {
 			t.Fatalf("Dial: %v", err)
 		}
@@ -300,14 +300,14 @@ func TestDialContext(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		l, err := Listen(ctx, b, addrB, nil)
+		l, err := Listen(ctx, b, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
 		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer dcancel()
-		if _, err := Dial(dctx, a, addrB, nil); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := Dial(dctx, a, addrB, Options{}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Dial: %v", err)
 		}
 		synctest.Wait()
@@ -322,7 +322,7 @@ func TestDialContext(t *testing.T) {
 		}
 		cctx, ccancel := context.WithCancel(ctx)
 		ccancel()
-		if _, err := Dial(cctx, a, addrB, nil); !errors.Is(err, context.Canceled) {
+		if _, err := Dial(cctx, a, addrB, Options{}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Dial with a cancelled ctx: %v", err)
 		}
 		actx, acancel := context.WithCancel(ctx)
@@ -339,7 +339,7 @@ func TestCloseFromServer(t *testing.T) {
 		_, a, b := setup(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		if err := e.server.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -364,22 +364,22 @@ func TestBacklogAndListenerClose(t *testing.T) {
 		_, a, b := setup(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		l, err := Listen(ctx, b, addrB, &Options{Backlog: 1})
+		l, err := Listen(ctx, b, addrB, Options{Backlog: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c1, err := Dial(ctx, a, addrB, nil)
+		c1, err := Dial(ctx, a, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c1.Close()
 		synctest.Wait() // the RTU: c1 is in the backlog
-		_, err = Dial(ctx, a, addrB, nil)
+		_, err = Dial(ctx, a, addrB, Options{})
 		var re *RejectError
 		if !errors.As(err, &re) || re.Reason != mad.RejNoResources {
 			t.Fatalf("Dial beyond the backlog: %v", err)
 		}
-		if _, err := Listen(ctx, b, addrB, nil); !errors.Is(err, ErrAddrInUse) {
+		if _, err := Listen(ctx, b, addrB, Options{}); !errors.Is(err, ErrAddrInUse) {
 			t.Fatalf("second Listen on the port: %v", err)
 		}
 		l.Close()
@@ -387,7 +387,7 @@ func TestBacklogAndListenerClose(t *testing.T) {
 			t.Fatalf("Accept after Close: %v", err)
 		}
 		<-c1.Done() // the backlog's connection was closed: DREQ
-		if _, err := Dial(ctx, a, addrB, nil); !errors.Is(err, ErrConnRefused) {
+		if _, err := Dial(ctx, a, addrB, Options{}); !errors.Is(err, ErrConnRefused) {
 			t.Fatalf("Dial after the listener closed: %v", err)
 		}
 	})
@@ -401,14 +401,14 @@ func TestDialUDContext(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		l, err := ListenUD(ctx, b, "198.18.0.2:7000", nil)
+		l, err := ListenUD(ctx, b, "198.18.0.2:7000", Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
 		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer dcancel()
-		if _, err := DialUD(dctx, a, "198.18.0.2:7000", nil); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := DialUD(dctx, a, "198.18.0.2:7000", Options{}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("DialUD: %v", err)
 		}
 		if k := n.count("SIDR_REQ"); k != 3 { // at 0, 4.096 and 8.192 s
@@ -426,7 +426,7 @@ func TestGarbageMADs(t *testing.T) {
 		n, a, b := setup(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		l, err := Listen(ctx, b, addrB, nil)
+		l, err := Listen(ctx, b, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -463,7 +463,7 @@ func TestGarbageMADs(t *testing.T) {
 			t.Errorf("%d MADs in, %d received + %d invalid", sent+1, s.Received, s.Invalid)
 		}
 		l.Close()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		e.client.Close()
 		e.server.Close()
 	})
@@ -496,7 +496,7 @@ func TestCrossingDREQs(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		start := time.Now()
 		var wg sync.WaitGroup
 		for _, c := range []*Conn{e.client, e.server} {
@@ -543,7 +543,7 @@ func TestMRAForREQ(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		const want = 8192*time.Millisecond + 2048*time.Millisecond
 		if g := gaps(n.times("REQ")); len(g) != 1 || g[0] != want {
 			t.Errorf("REQ resent after %v, want once after %v (MRA service timeout 21 + the path's 19)", g, want)

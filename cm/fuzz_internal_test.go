@@ -100,7 +100,7 @@ func fuzzAgent(t *testing.T, data []byte) {
 	n, a, b := setup(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	e := connect(t, ctx, a, b, nil, nil)
+	e := connect(t, ctx, a, b, Options{}, Options{})
 	cl, cr, _ := ids(e.client)
 	sl, sr, _ := ids(e.server)
 	qpns := []uint32{e.client.QP().QPN(), e.server.QP().QPN()}

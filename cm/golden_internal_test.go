@@ -75,7 +75,7 @@ func TestREQREPMatchKernel(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil) // rping's conn param: 1/1, retry 7, RNR 7
+		e := connect(t, ctx, a, b, Options{}, Options{}) // rping's conn param: 1/1, retry 7, RNR 7
 		e.client.Close()
 		e.server.Close()
 	})

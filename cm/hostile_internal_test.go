@@ -59,7 +59,7 @@ func TestForgedREJAnyRemote(t *testing.T) {
 		n, a, b := setup(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		defer e.client.Close()
 		defer e.server.Close()
 		sl, _, _ := ids(e.server)
@@ -90,7 +90,7 @@ func TestForgedFromWrongSource(t *testing.T) {
 		n, a, b := setup(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		defer e.client.Close()
 		defer e.server.Close()
 		sl, sr, _ := ids(e.server)
@@ -168,10 +168,10 @@ func TestSequentialGuessREJ(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		e.client.Close()
 		e.server.Close()
-		c, err := Dial(ctx, a, addrB, nil)
+		c, err := Dial(ctx, a, addrB, Options{})
 		if err != nil {
 			t.Fatalf("the second Dial, under 4096 guessed REJs: %v", err)
 		}
@@ -200,7 +200,7 @@ func TestStaleREQFromElsewhere(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		e := connect(t, ctx, a, b, nil, nil)
+		e := connect(t, ctx, a, b, Options{}, Options{})
 		defer e.client.Close()
 		defer e.server.Close()
 		mu.Lock()
@@ -273,7 +273,7 @@ func TestHalfOpenFlood(t *testing.T) {
 		a, b := devPairResolving(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Hour)
 		defer cancel()
-		l, err := Listen(ctx, b, addrB, nil)
+		l, err := Listen(ctx, b, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +285,7 @@ func TestHalfOpenFlood(t *testing.T) {
 			start := time.Now()
 			dctx, dcancel := context.WithTimeout(ctx, time.Minute)
 			defer dcancel()
-			c, err := Dial(dctx, a, addrB, nil)
+			c, err := Dial(dctx, a, addrB, Options{})
 			if err != nil {
 				t.Fatalf("after %s: Dial: %v", what, err)
 			}
@@ -342,7 +342,7 @@ func TestSpoofedSourcesDoNotStall(t *testing.T) {
 		n, a, b := setup(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		l, err := Listen(ctx, b, addrB, nil)
+		l, err := Listen(ctx, b, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +359,7 @@ func TestSpoofedSourcesDoNotStall(t *testing.T) {
 			n.inject(ipC, ipB, forge(uint64(i), &mad.DREQ{LocalCommID: uint32(200 + i), RemoteCommID: uint32(300 + i)}))
 		}
 		start := time.Now()
-		c, err := Dial(ctx, a, addrB, nil)
+		c, err := Dial(ctx, a, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +401,7 @@ func TestFloodGoroutines(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		release := make(chan struct{})
-		ul, err := ListenUD(ctx, b, "198.18.0.2:7000", &Options{Accept: func(*Request) ([]byte, error) {
+		ul, err := ListenUD(ctx, b, "198.18.0.2:7000", Options{Accept: func(*Request) ([]byte, error) {
 			<-release
 			return nil, nil
 		}})
@@ -409,7 +409,7 @@ func TestFloodGoroutines(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ul.Close()
-		l, err := Listen(ctx, b, addrB, nil)
+		l, err := Listen(ctx, b, addrB, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

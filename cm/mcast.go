@@ -64,7 +64,7 @@ type Multicast struct {
 // attached to the group's MGID unless flags is JoinSendOnlyFullMember.
 // Options.Local, when set, must be an address of dev (rdma_bind_addr).
 // ctx bounds the join (nothing waits on the network).
-func JoinMulticast(ctx context.Context, dev *qp.Device, group netip.Addr, opts *Options, flags JoinFlags) (*Multicast, error) {
+func JoinMulticast(ctx context.Context, dev *qp.Device, group netip.Addr, opts Options, flags JoinFlags) (*Multicast, error) {
 	o := opts.withDefaults()
 	group = group.Unmap()
 	switch {

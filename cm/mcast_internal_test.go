@@ -28,7 +28,7 @@ func TestJoinMulticast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv, err := JoinMulticast(ctx, b, group, &Options{PD: pdB, Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4},
+	recv, err := JoinMulticast(ctx, b, group, Options{PD: pdB, Cap: qp.Caps{MaxSendWR: 4, MaxRecvWR: 4},
 		Prepare: func(q *qp.QP) error {
 			for i := range 4 {
 				if err := q.PostRecv(&qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{{Addr: mrB.IOVA() + uint64(i*(qp.GRHLen+64)), Length: qp.GRHLen + 64, LKey: mrB.LKey()}}}); err != nil {
@@ -49,7 +49,7 @@ func TestJoinMulticast(t *testing.T) {
 	if av := recv.AH().AV(); av.HopLimit != 64 || av.DGID != recv.MGID() || av.DMAC != [6]byte{1, 0, 0x5e, 1, 2, 3} {
 		t.Fatalf("join's AH: %+v", av)
 	}
-	send, err := JoinMulticast(ctx, a, group, nil, JoinSendOnlyFullMember)
+	send, err := JoinMulticast(ctx, a, group, Options{}, JoinSendOnlyFullMember)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,11 +86,11 @@ func TestJoinMulticast(t *testing.T) {
 		g    string
 		want error
 	}{{"ff0e::1", errors.ErrUnsupported}, {"198.18.0.9", syscall.EINVAL}, {"0.0.0.0", syscall.EINVAL}} {
-		if _, err := JoinMulticast(ctx, a, netip.MustParseAddr(c.g), nil, JoinFullMember); !errors.Is(err, c.want) {
+		if _, err := JoinMulticast(ctx, a, netip.MustParseAddr(c.g), Options{}, JoinFullMember); !errors.Is(err, c.want) {
 			t.Errorf("join %s: %v, want %v", c.g, err, c.want)
 		}
 	}
-	if _, err := JoinMulticast(ctx, a, group, &Options{Local: netip.MustParseAddrPort("198.18.0.77:0")}, JoinFullMember); err == nil {
+	if _, err := JoinMulticast(ctx, a, group, Options{Local: netip.MustParseAddrPort("198.18.0.77:0")}, JoinFullMember); err == nil {
 		t.Error("join bound to an address not the device's succeeded")
 	}
 	q := recv.QP()

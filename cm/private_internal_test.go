@@ -32,10 +32,10 @@ func TestPrivateDataTrailingZeros(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var seen []byte
-		e := connect(t, ctx, a, b, &Options{Accept: func(r *Request) ([]byte, error) {
+		e := connect(t, ctx, a, b, Options{Accept: func(r *Request) ([]byte, error) {
 			seen = r.PrivateData
 			return rep, nil
-		}}, &Options{PrivateData: req})
+		}}, Options{PrivateData: req})
 		wantREQ := padded(string(req), mad.REQPrivateDataLen-mad.CMAHeaderLen)
 		if !bytes.Equal(seen, wantREQ) {
 			t.Errorf("Accept saw %x, want %x", seen, wantREQ)
@@ -55,12 +55,12 @@ func TestPrivateDataTrailingZeros(t *testing.T) {
 		_, a, b := setup(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		l, err := Listen(ctx, b, addrB, &Options{Accept: func(*Request) ([]byte, error) { return nil, Reject(rej) }})
+		l, err := Listen(ctx, b, addrB, Options{Accept: func(*Request) ([]byte, error) { return nil, Reject(rej) }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		_, err = Dial(ctx, a, addrB, &Options{PrivateData: req})
+		_, err = Dial(ctx, a, addrB, Options{PrivateData: req})
 		var re *RejectError
 		if !errors.As(err, &re) || !bytes.Equal(re.PrivateData, padded(string(rej), mad.REJPrivateDataLen)) {
 			t.Fatalf("Dial: %v, want a REJ with %x padded to %d", err, rej, mad.REJPrivateDataLen)
@@ -71,7 +71,7 @@ func TestPrivateDataTrailingZeros(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var seen []byte
-		l, err := ListenUD(ctx, b, "198.18.0.2:7000", &Options{Accept: func(r *Request) ([]byte, error) {
+		l, err := ListenUD(ctx, b, "198.18.0.2:7000", Options{Accept: func(r *Request) ([]byte, error) {
 			seen = r.PrivateData
 			return rep, nil
 		}})
@@ -79,7 +79,7 @@ func TestPrivateDataTrailingZeros(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		e, err := DialUD(ctx, a, "198.18.0.2:7000", &Options{PrivateData: req})
+		e, err := DialUD(ctx, a, "198.18.0.2:7000", Options{PrivateData: req})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ func TestDialAcceptUC(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		uc := &Options{QPType: qp.QPTypeUC}
+		uc := Options{QPType: qp.QPTypeUC}
 		e := connect(t, ctx, a, b, uc, uc)
 		for _, c := range []*Conn{e.client, e.server} {
 			if c.QP().Type() != qp.QPTypeUC {
@@ -49,7 +49,7 @@ func TestDialAcceptUC(t *testing.T) {
 			t.Fatalf("REQ service ID %#x transport %v resources %d/%d", r.ServiceID, r.TransportType, r.ResponderResources, r.InitiatorDepth)
 		}
 		// RC to the same port: the TCP space has no listener there.
-		if _, err := Dial(ctx, a, addrB, nil); !errors.Is(err, ErrConnRefused) {
+		if _, err := Dial(ctx, a, addrB, Options{}); !errors.Is(err, ErrConnRefused) {
 			t.Fatalf("RC Dial to a UC listener's port: %v", err)
 		}
 		e.client.Close()

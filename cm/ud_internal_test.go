@@ -21,13 +21,13 @@ func TestSIDR(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
 		var got *Request
-		l, err := ListenUD(ctx, b, "198.18.0.2:7000", &Options{PrivateData: []byte("welcome"),
+		l, err := ListenUD(ctx, b, "198.18.0.2:7000", Options{PrivateData: []byte("welcome"),
 			Accept: func(r *Request) ([]byte, error) { got = r; return nil, nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		e, err := DialUD(ctx, a, "198.18.0.2:7000", &Options{PrivateData: []byte("udaddy")})
+		e, err := DialUD(ctx, a, "198.18.0.2:7000", Options{PrivateData: []byte("udaddy")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,24 +77,24 @@ func TestSIDRRefusedAndRejected(t *testing.T) {
 		_, a, b := setup(t, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
-		l, err := ListenUD(ctx, b, "198.18.0.2:7000", &Options{
+		l, err := ListenUD(ctx, b, "198.18.0.2:7000", Options{
 			Accept: func(r *Request) ([]byte, error) { return nil, Reject([]byte("full")) }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		_, err = DialUD(ctx, a, "198.18.0.2:7001", nil)
+		_, err = DialUD(ctx, a, "198.18.0.2:7001", Options{})
 		var se *SIDRError
 		if !errors.Is(err, ErrConnRefused) || !errors.As(err, &se) || se.Status != mad.SIDRUnsupported {
 			t.Fatalf("DialUD to a port nobody listens on: %v", err)
 		}
-		_, err = DialUD(ctx, a, "198.18.0.2:7000", nil)
+		_, err = DialUD(ctx, a, "198.18.0.2:7000", Options{})
 		if !errors.Is(err, ErrRejected) || errors.Is(err, ErrConnRefused) || !errors.As(err, &se) ||
 			se.Status != mad.SIDRReject || !bytes.Equal(se.PrivateData, padded("full", mad.SIDRREPPrivateDataLen)) {
 			t.Fatalf("DialUD rejected by Accept: %v", err)
 		}
 		// The RC port space is another one: a UD listener does not take REQs.
-		if _, err := Dial(ctx, a, "198.18.0.2:7000", nil); !errors.Is(err, ErrConnRefused) {
+		if _, err := Dial(ctx, a, "198.18.0.2:7000", Options{}); !errors.Is(err, ErrConnRefused) {
 			t.Fatalf("Dial to a UD port: %v", err)
 		}
 	})

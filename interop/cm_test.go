@@ -64,7 +64,7 @@ func TestCM(t *testing.T) {
 			t.Fatal(err)
 		}
 		dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err = cm.Dial(dctx, dev, fmt.Sprintf("%v:7999", vm), nil)
+		_, err = cm.Dial(dctx, dev, fmt.Sprintf("%v:7999", vm), cm.Options{})
 		dcancel()
 		c.Stop()
 		var re *cm.RejectError
@@ -104,7 +104,7 @@ func TestCM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := cm.Listen(ctx, dev, fmt.Sprintf("%v:7174", host), &cm.Options{PD: pd,
+		l, err := cm.Listen(ctx, dev, fmt.Sprintf("%v:7174", host), cm.Options{PD: pd,
 			Prepare: func(q *qp.QP) error {
 				// rping posts its receive before rdma_accept/rdma_connect.
 				for i := range 2 {
@@ -239,7 +239,7 @@ func dialUdaddy(t *testing.T, ctx context.Context, h *Harness, dev *qp.Device) {
 	var e *cm.UDEndpoint
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
-		e, err = cm.DialUD(dctx, dev, fmt.Sprintf("%v:7174", vm), &cm.Options{PD: pd, Prepare: prepare})
+		e, err = cm.DialUD(dctx, dev, fmt.Sprintf("%v:7174", vm), cm.Options{PD: pd, Prepare: prepare})
 		dcancel()
 		if err == nil || !errors.Is(err, cm.ErrConnRefused) || time.Now().After(deadline) {
 			break
@@ -279,7 +279,7 @@ func listenUdaddy(t *testing.T, ctx context.Context, h *Harness, dev *qp.Device)
 	host := h.HostIP()
 	pd := dev.AllocPD()
 	recv, _, prepare := udBuffers(t, pd, 4)
-	l, err := cm.ListenUD(ctx, dev, fmt.Sprintf("%v:7174", host), &cm.Options{PD: pd, Prepare: prepare})
+	l, err := cm.ListenUD(ctx, dev, fmt.Sprintf("%v:7174", host), cm.Options{PD: pd, Prepare: prepare})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func dialRpingServer(t *testing.T, ctx context.Context, h *Harness, dev *qp.Devi
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &cm.Options{PD: pd, Prepare: func(q *qp.QP) error {
+	o := cm.Options{PD: pd, Prepare: func(q *qp.QP) error {
 		return q.PostRecv(&qp.RecvWR{WRID: 1, SGL: []qp.SGE{{Addr: recvMR.IOVA(), Length: 64, LKey: recvMR.LKey()}}})
 	}}
 	// rdma_cm has no TCP socket to wait for: retry while the server starts.

@@ -31,7 +31,7 @@ func dialRaw(t *testing.T, ctx context.Context, dev *qp.Device, qid uint16) *raw
 		t.Fatal(err)
 	}
 	r := &raw{t: t, mr: mr}
-	c, err := cm.Dial(ctx, dev, taddr, &cm.Options{PD: pd, ResponderResources: 16,
+	c, err := cm.Dial(ctx, dev, taddr, cm.Options{PD: pd, ResponderResources: 16,
 		PrivateData: nvmeof.CMRequest{QID: qid, HRQSize: 16, HSQSize: 15}.Encode(),
 		Prepare: func(q *qp.QP) error {
 			for i := range 16 {

@@ -83,7 +83,7 @@ func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, dep
 		q.free <- i
 	}
 	req := CMRequest{QID: qid, HRQSize: uint16(depth), HSQSize: uint16(depth - 1)}
-	conn, err := cm.Dial(ctx, dev, addr, &cm.Options{
+	conn, err := cm.Dial(ctx, dev, addr, cm.Options{
 		PD:                 pd,
 		Cap:                qp.Caps{MaxSendWR: 3*depth + 4, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1},
 		PrivateData:        req.Encode(),

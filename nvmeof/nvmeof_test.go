@@ -202,7 +202,7 @@ func TestBadQueueSizeRejected(t *testing.T) {
 		// as hsqsize 0.
 		{nil, nvmeof.CMInvalidHSQSize},
 	} {
-		_, err := cm.Dial(ctx, e.a, taddr, &cm.Options{PrivateData: tc.pd})
+		_, err := cm.Dial(ctx, e.a, taddr, cm.Options{PrivateData: tc.pd})
 		var rej *cm.RejectError
 		if !errors.As(err, &rej) || nvmeof.DecodeCMReject(rej.PrivateData) != tc.sts {
 			t.Errorf("REQ %x: %v, want REJ with sts %d", tc.pd, err, tc.sts)

@@ -147,7 +147,7 @@ func (t *Target) subsystem(nqn string) *Subsystem {
 func (t *Target) Listen(ctx context.Context, dev *qp.Device, addr string) (*cm.Listener, error) {
 	t.init()
 	maxQ := t.MaxQueueSize
-	opts := &cm.Options{
+	opts := cm.Options{
 		Cap:                qp.Caps{MaxSendWR: 3*maxQ + 8, MaxRecvWR: maxQ, MaxSendSGE: 2, MaxRecvSGE: 1},
 		ResponderResources: 16,
 		InitiatorDepth:     16,

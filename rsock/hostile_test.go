@@ -35,7 +35,7 @@ func dialRaw(t *testing.T, p *pair) *rawPeer {
 	d := connData{version: 1, flags: flagIOMap, credits: 64,
 		targetSGL: sge{addr: r.mr.IOVA(), key: r.mr.RKey(), length: 2},
 		dataBuf:   sge{addr: r.mr.IOVA() + 4096, key: r.mr.RKey(), length: 4096}}
-	r.cc, err = cm.Dial(ctx, p.a, p.addr, &cm.Options{PD: pd, PrivateData: d.marshal(),
+	r.cc, err = cm.Dial(ctx, p.a, p.addr, cm.Options{PD: pd, PrivateData: d.marshal(),
 		Cap:     qp.Caps{MaxSendWR: 64, MaxRecvWR: 64},
 		Prepare: func(q *qp.QP) error { return postRecvs(q, 64) }})
 	if err != nil {

@@ -108,8 +108,8 @@ func (o *Options) withDefaults() Options {
 	return r
 }
 
-func (o *Options) cm(pd *qp.PD, private []byte) *cm.Options {
-	return &cm.Options{
+func (o *Options) cm(pd *qp.PD, private []byte) cm.Options {
+	return cm.Options{
 		PD:          pd,
 		Cap:         qp.Caps{MaxSendWR: o.SQSize, MaxRecvWR: o.RQSize, MaxSendSGE: 2, MaxRecvSGE: 1},
 		PrivateData: private,

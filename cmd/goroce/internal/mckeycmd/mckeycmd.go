@@ -364,7 +364,7 @@ func (t *test) join(n *node, src, dst netip.Addr) (int, error) {
 			return -1, err
 		}
 	}
-	o := &cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: c, MaxRecvWR: c, MaxSendSGE: 1, MaxRecvSGE: 1},
+	o := cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: c, MaxRecvWR: c, MaxSendSGE: 1, MaxRecvSGE: 1},
 		BlockSelfMcastLoopback: t.f.NoLoopback} // -l: rdma_create_qp_ex with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
 	if !t.f.Sender && t.f.MessageCount > 0 {
 		o.Prepare = func(q *qp.QP) error { // post_recvs

@@ -53,7 +53,7 @@ func (r *runner) connectCM() (net.Conn, error) {
 	if m.mr, err = pd.RegMR(m.buf, qp.LocalWrite); err != nil {
 		return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
 	}
-	opts := &cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1},
+	opts := cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Cap: qp.Caps{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1},
 		RetryCount: 7, RNRRetry: 7, Prepare: m.prepare}
 	addr := netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(r.f.Port))
 	if r.server {
@@ -108,13 +108,13 @@ func (r *runner) cmListen(n perftest.Negotiated) error {
 // dataOptions are the data connections' options: QPs sized as ctx_init
 // sizes them; READ and atomic tests ask for out_reads responder resources
 // and initiator depth.
-func (r *runner) dataOptions() *cm.Options {
+func (r *runner) dataOptions() cm.Options {
 	f := r.f
 	maxRecv := 1
 	if r.verb == perftest.Send {
 		maxRecv = f.RxDepth
 	}
-	opts := &cm.Options{PD: r.pd, SendCQ: r.scq, RecvCQ: r.rcq,
+	opts := cm.Options{PD: r.pd, SendCQ: r.scq, RecvCQ: r.rcq,
 		Cap:        qp.Caps{MaxSendWR: f.TxDepth, MaxRecvWR: maxRecv, MaxSendSGE: 1, MaxRecvSGE: 1},
 		RetryCount: 7, RNRRetry: 7}
 	if r.verb == perftest.Read || r.verb == perftest.Atomic {

@@ -26,7 +26,7 @@ func (cb *controlBlock) runPersistent() int {
 	cb.env.Stderr = &lockedWriter{w: cb.env.Stderr}
 	var mu sync.Mutex
 	pending := map[*qp.QP]*controlBlock{}
-	opts := &cm.Options{
+	opts := cm.Options{
 		// No PD or CQ: each connection makes its own, as rping_setup_qp
 		// does for each clone. Its CQ has 18 entries where rping's has
 		// 32: at most 16 sends and 2 receives are outstanding.

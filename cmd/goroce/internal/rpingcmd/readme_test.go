@@ -30,7 +30,7 @@ func pingOnce(ctx context.Context, dev *qp.Device, addr string, data []byte) ([]
 	recv := func(q *qp.QP) error { // the receive for the server's go-ahead, posted before it can come
 		return q.PostRecv(&qp.RecvWR{SGL: []qp.SGE{{Addr: ctlMR.IOVA() + 16, Length: 16, LKey: ctlMR.LKey()}}})
 	}
-	c, err := cm.Dial(ctx, dev, addr, &cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Prepare: recv}) // REQ → REP → RTU, as rdma_connect
+	c, err := cm.Dial(ctx, dev, addr, cm.Options{PD: pd, SendCQ: cq, RecvCQ: cq, Prepare: recv}) // REQ → REP → RTU, as rdma_connect
 	if err != nil {
 		return nil, err
 	}

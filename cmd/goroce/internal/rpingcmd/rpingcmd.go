@@ -377,8 +377,8 @@ func (cb *controlBlock) freeBuffers() {
 // rdma_accept: the caps of rping_create_qp, rping_init_conn_param's
 // responder resources and initiator depth 1, retry and RNR retry 7, and
 // the first receive posted before the connection is made.
-func (cb *controlBlock) cmOptions() *cm.Options {
-	return &cm.Options{PD: cb.pd, SendCQ: cb.cq, RecvCQ: cb.cq,
+func (cb *controlBlock) cmOptions() cm.Options {
+	return cm.Options{PD: cb.pd, SendCQ: cb.cq, RecvCQ: cb.cq,
 		Cap:                qp.Caps{MaxSendWR: sqDepth, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1},
 		ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetry: 7,
 		Prepare: func(q *qp.QP) error {

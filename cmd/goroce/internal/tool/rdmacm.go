@@ -183,7 +183,7 @@ func CMEvent(err error) (event string, status int) {
 // tools do; with one (--timeout) a refused connection (nobody listens yet:
 // REJ invalid service ID) is retried until the deadline, so that a script
 // may start both ends at once.
-func DialRetry(ctx context.Context, dev *qp.Device, addr netip.AddrPort, opts *cm.Options) (*cm.Conn, error) {
+func DialRetry(ctx context.Context, dev *qp.Device, addr netip.AddrPort, opts cm.Options) (*cm.Conn, error) {
 	_, retry := ctx.Deadline()
 	for {
 		c, err := cm.Dial(ctx, dev, addr.String(), opts)
@@ -199,7 +199,7 @@ func DialRetry(ctx context.Context, dev *qp.Device, addr netip.AddrPort, opts *c
 }
 
 // DialUDRetry is cm.DialUD with DialRetry's retries.
-func DialUDRetry(ctx context.Context, dev *qp.Device, addr netip.AddrPort, opts *cm.Options) (*cm.UDEndpoint, error) {
+func DialUDRetry(ctx context.Context, dev *qp.Device, addr netip.AddrPort, opts cm.Options) (*cm.UDEndpoint, error) {
 	_, retry := ctx.Deadline()
 	for {
 		e, err := cm.DialUD(ctx, dev, addr.String(), opts)

@@ -339,7 +339,7 @@ func (t *test) runServer(dev string) int {
 }
 
 func (t *test) serve(d *qp.Device, pd *qp.PD, scq, rcq *qp.CQ, addr netip.AddrPort) int {
-	opts := &cm.Options{PD: pd, SendCQ: scq, RecvCQ: rcq, Cap: t.caps(),
+	opts := cm.Options{PD: pd, SendCQ: scq, RecvCQ: rcq, Cap: t.caps(),
 		Accept: func(*cm.Request) ([]byte, error) {
 			t.mu.Lock()
 			defer t.mu.Unlock()
@@ -564,7 +564,7 @@ func (t *test) connect(n *node, addr netip.AddrPort, src netip.Addr) error {
 	if src.IsValid() {
 		o.Local = netip.AddrPortFrom(src, 0)
 	}
-	c, err := tool.DialRetry(t.ctx, t.dev, addr, &o)
+	c, err := tool.DialRetry(t.ctx, t.dev, addr, o)
 	if err != nil {
 		return err
 	}

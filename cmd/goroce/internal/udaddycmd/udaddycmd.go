@@ -362,7 +362,7 @@ func (t *test) resolve(n *node, addr netip.AddrPort, src netip.Addr) error {
 		t.printf("udaddy: failed to create messages: %d\n", -1)
 		return &setupError{err}
 	}
-	o := &cm.Options{PD: n.pd, SendCQ: cq, RecvCQ: cq,
+	o := cm.Options{PD: n.pd, SendCQ: cq, RecvCQ: cq,
 		Cap:     qp.Caps{MaxSendWR: t.count(), MaxRecvWR: t.count(), MaxSendSGE: 1, MaxRecvSGE: 1},
 		Prepare: func(q *qp.QP) error { return t.postRecvs(n, q, t.count()) }}
 	if src.IsValid() {
@@ -439,7 +439,7 @@ func (t *test) runServer(dev string) int {
 	requests := make(chan struct{}, t.f.Connections)
 	var mu sync.Mutex
 	seen := 0
-	o := &cm.Options{PD: srv.pd, SendCQ: cq, RecvCQ: cq,
+	o := cm.Options{PD: srv.pd, SendCQ: cq, RecvCQ: cq,
 		Cap:     qp.Caps{MaxSendWR: total, MaxRecvWR: total, MaxSendSGE: 1, MaxRecvSGE: 1},
 		Prepare: func(q *qp.QP) error { return t.postRecvs(srv, q, total) },
 		Accept: func(*cm.Request) ([]byte, error) {
