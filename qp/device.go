@@ -94,7 +94,8 @@ type Config struct {
 	// ResolveTimeout bounds one Resolve call whose context has no deadline
 	// (0: DefaultResolveTimeout). A context with a deadline is used as it is.
 	ResolveTimeout time.Duration
-	// Seed makes memory keys deterministic (0: random).
+	// Seed makes memory keys deterministic and QP numbers start at 0x11
+	// as rxe's (0: random keys and a random first QP number).
 	Seed int64
 	// RetryCnt7Infinite selects rxe's retry_cnt == 7 semantics (see transport.Config).
 	RetryCnt7Infinite bool
@@ -232,7 +233,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := &Device{log: log,
 		cfg: cfg, mrs: memreg.NewTable(cfg.Seed), atomics: atomic.NewExecutor(),
-		qps: map[uint32]*QP{}, nextQPN: minQPN, qpnLimit: maxQPN, now: cfg.Now,
+		qps: map[uint32]*QP{}, nextQPN: firstQPN(cfg.Seed), qpnLimit: maxQPN, now: cfg.Now,
 		done: make(chan struct{}), customClock: custom,
 	}
 	copy(d.mac[:], cfg.Link.HardwareAddr())

@@ -90,7 +90,7 @@ func Example_ud() {
 	}
 	send(ea, ah, eb.q.QPN(), "ping")
 	wc := recv(eb)
-	fmt.Printf("B got %q: %d bytes (40 + 4) from QP %#x\n", eb.buf[qp.GRHLen:wc.ByteLen], wc.ByteLen, wc.SrcQP)
+	fmt.Printf("B got %q: %d bytes (40 + 4) from A's QP: %v\n", eb.buf[qp.GRHLen:wc.ByteLen], wc.ByteLen, wc.SrcQP == ea.q.QPN())
 
 	back, err := qp.AHAttrFromWC(&wc, eb.buf[:qp.GRHLen])
 	if err != nil {
@@ -104,7 +104,7 @@ func Example_ud() {
 	wc = recv(ea)
 	fmt.Printf("A got %q from %v\n", ea.buf[qp.GRHLen:wc.ByteLen], back.GID)
 	// Output:
-	// B got "ping": 44 bytes (40 + 4) from QP 0x11
+	// B got "ping": 44 bytes (40 + 4) from A's QP: true
 	// A got "pong" from ::ffff:198.18.0.1
 }
 

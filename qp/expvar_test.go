@@ -61,9 +61,9 @@ func TestExpvar(t *testing.T) {
 		if v, ok := vb.HW["rx_write_requests"]; !ok || v != 0 {
 			t.Fatalf("mlx5's rx_write_requests in hw_counters: %d, %v", v, ok)
 		}
-		q := va.QPs["0x11"]
+		q := va.QPs[fmt.Sprintf("%#x", x.a.qp.QPN())]
 		if q.State != "RTS" || q.HW["rdma_sends"] != 3 {
-			t.Fatalf("QP 0x11: %+v", q)
+			t.Fatalf("QP %#x: %+v", x.a.qp.QPN(), q)
 		}
 		if va.Port["port_xmit_packets"] == 0 || va.Port["port_xmit_data"] == 0 {
 			t.Fatalf("port counters %v", va.Port)

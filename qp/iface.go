@@ -82,7 +82,8 @@ type InterfaceOptions struct {
 	Logger *slog.Logger
 	// RetryCnt7Infinite selects rxe's retry_cnt == 7 semantics.
 	RetryCnt7Infinite bool
-	// Seed makes memory keys deterministic (0: random).
+	// Seed makes memory keys deterministic and QP numbers start at 0x11
+	// as rxe's (0: random keys and a random first QP number).
 	Seed int64
 	// ResolveTimeout bounds one neighbour resolution when the context
 	// given to QP.Connect or QP.Modify has no deadline (Config.ResolveTimeout;

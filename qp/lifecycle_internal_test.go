@@ -112,6 +112,9 @@ func TestQPNWrap(t *testing.T) {
 		cq, _ := d.CreateCQ(4)
 		pd := d.AllocPD()
 		ia := InitAttr{SendCQ: cq, RecvCQ: cq, Cap: Caps{MaxSendWR: 1, MaxRecvWR: 1}}
+		d.mu.Lock()
+		d.nextQPN = minQPN // the first number is random (firstQPN)
+		d.mu.Unlock()
 		live, err := pd.CreateQP(ia) // 0x11 stays live through the wrap
 		if err != nil {
 			t.Fatal(err)

@@ -13,7 +13,8 @@ import (
 type MemoryPairOptions struct {
 	// MTU is the link's IP MTU (default 1500: path MTU 1024).
 	MTU int
-	// Seed makes memory keys deterministic (0: random).
+	// Seed makes memory keys deterministic and QP numbers start at 0x11
+	// as rxe's (0: random keys and a random first QP number).
 	Seed int64
 	// Tap, when set, receives every frame that crosses the link as a pcap
 	// stream (Ethernet), readable by Wireshark and `goroce dump`.

@@ -2,6 +2,8 @@ package qp
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -70,6 +72,22 @@ const (
 	minQPN = 0x11
 	maxQPN = 0xFFFFFF
 )
+
+// firstQPN is where a device starts handing out QP numbers: random in
+// [minQPN, maxQPN], or minQPN (rxe's RXE_QPN_MIN) when seed is not 0. rxe
+// starts every device at 0x11, but goroce runs many devices (processes)
+// on one host address, and a peer connected to one of them must not take
+// another's QPs for its own stale connections (nvme-rdma's CM REJs them as
+// stale). A seeded device is deterministic, and keeps rxe's numbers so the
+// seeded captures and their goldens (dump's testdata) stay as they are.
+func firstQPN(seed int64) uint32 {
+	if seed != 0 {
+		return minQPN
+	}
+	var b [4]byte
+	_, _ = crand.Read(b[:]) // never fails (Go 1.24+ crypto/rand)
+	return minQPN + binary.LittleEndian.Uint32(b[:])%(maxQPN-minQPN+1)
+}
 
 // CreateQP creates a QP (RC, or UD with InitAttr.Type) in the RESET state
 // (ibv_create_qp).
