@@ -119,7 +119,8 @@ func nvmeRun(ctx context.Context, ns *nvmeof.HostNamespace, write bool, bs int, 
 				}
 				if err != nil {
 					if ctx.Err() == nil {
-						first.Store(&err)
+						e := err // only this escapes: err's own heap cell would cost an allocation per I/O
+						first.Store(&e)
 					}
 					return
 				}

@@ -26,14 +26,25 @@ type hqueue struct {
 	dataMR *qp.MR
 	slots  []hslot
 	free   chan int
-	mu     sync.Mutex
-	dead   chan struct{}
-	errv   error
-	once   sync.Once
-	log    *slog.Logger
+	mu     sync.Mutex // posts
+	// Posts are combined: a submitter adds its work requests to pending
+	// and, unless another is posting (posting), posts pending in one
+	// PostSendList until it is empty, so commands submitted while a post
+	// is under way share the next (one doorbell and link write for many).
+	pmu      sync.Mutex
+	pending  []qp.SendWR
+	spare    []qp.SendWR
+	posting  bool
+	recvs    []qp.RecvWR // one per response buffer, reused
+	recvSGEs []qp.SGE
+	dead     chan struct{}
+	errv     error
+	once     sync.Once
+	log      *slog.Logger
 }
 
 type hslot struct {
+	sge   [1]qp.SGE // the command SEND's
 	ch    chan Completion
 	mw    *qp.MW
 	rkey  uint32 // the window's current rkey
@@ -72,6 +83,12 @@ func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, dep
 	if err != nil {
 		cleanup()
 		return nil, err
+	}
+	q.pending, q.spare = make([]qp.SendWR, 0, 3*depth), make([]qp.SendWR, 0, 3*depth)
+	q.recvs, q.recvSGEs = make([]qp.RecvWR, depth), make([]qp.SGE, depth)
+	for i := range q.recvs {
+		q.recvSGEs[i] = qp.SGE{Addr: q.cqeMR.IOVA() + uint64(i*CQESize), Length: CQESize, LKey: q.cqeMR.LKey()}
+		q.recvs[i] = qp.RecvWR{WRID: uint64(hkRecv)<<56 | uint64(i), SGL: q.recvSGEs[i : i+1]}
 	}
 	for i := range q.slots {
 		mw, err := pd.AllocMW(qp.MWType2)
@@ -112,9 +129,38 @@ func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, dep
 	return q, nil
 }
 
-func (q *hqueue) recvWR(i int) *qp.RecvWR {
-	return &qp.RecvWR{WRID: uint64(hkRecv)<<56 | uint64(i), SGL: []qp.SGE{{
-		Addr: q.cqeMR.IOVA() + uint64(i*CQESize), Length: CQESize, LKey: q.cqeMR.LKey()}}}
+func (q *hqueue) recvWR(i int) *qp.RecvWR { return &q.recvs[i] }
+
+// post posts wrs, combined with those of concurrent submitters (see
+// hqueue.pending).
+func (q *hqueue) post(wrs []qp.SendWR) error {
+	q.pmu.Lock()
+	q.pending = append(q.pending, wrs...)
+	if q.posting {
+		q.pmu.Unlock()
+		return nil // the poster posts them, or fails the queue
+	}
+	q.posting = true
+	for len(q.pending) > 0 {
+		batch := q.pending
+		q.pending = q.spare[:0]
+		q.pmu.Unlock()
+		q.mu.Lock()
+		_, err := q.conn.QP().PostSendList(batch)
+		q.mu.Unlock()
+		clear(batch)
+		q.pmu.Lock()
+		q.spare = batch[:0]
+		if err != nil {
+			q.posting = false
+			q.pending = q.pending[:0]
+			q.pmu.Unlock()
+			return err
+		}
+	}
+	q.posting = false
+	q.pmu.Unlock()
+	return nil
 }
 
 func (q *hqueue) err() error {
@@ -251,13 +297,10 @@ func (q *hqueue) submit(ctx context.Context, cmd *Command, data []byte, toHost b
 	}
 	sqe := q.sqeMR.Bytes()[idx*SQESize : (idx+1)*SQESize]
 	copy(sqe, cmd[:])
-	wrs[nwr] = qp.SendWR{WRID: uint64(hkSend)<<56 | uint64(idx), Opcode: qp.WRSend, Flags: qp.SendSignaled,
-		SGL: []qp.SGE{{Addr: q.sqeMR.IOVA() + uint64(idx*SQESize), Length: SQESize, LKey: q.sqeMR.LKey()}}}
+	s.sge[0] = qp.SGE{Addr: q.sqeMR.IOVA() + uint64(idx*SQESize), Length: SQESize, LKey: q.sqeMR.LKey()}
+	wrs[nwr] = qp.SendWR{WRID: uint64(hkSend)<<56 | uint64(idx), Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: s.sge[:]}
 	nwr++
-	q.mu.Lock()
-	_, err := q.conn.QP().PostSendList(wrs[:nwr])
-	q.mu.Unlock()
-	if err != nil {
+	if err := q.post(wrs[:nwr]); err != nil {
 		q.fail(fmt.Errorf("nvmeof: post command: %w", err))
 		return Completion{}, err
 	}
