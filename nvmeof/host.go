@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -150,6 +151,30 @@ type HostOptions struct {
 	MaxTransfer int
 	// Logger receives debug and warning messages (nil: none).
 	Logger *slog.Logger
+	// OnAsyncEvent, if set, is called (on the controller's event
+	// goroutine) with every asynchronous event the target reports. The
+	// host keeps an Asynchronous Event Request outstanding on an I/O
+	// controller whose OAES has namespace attribute notices, enables them,
+	// and on one reads the changed namespace list (log page 04h) and
+	// identifies the namespaces again, so HostNamespace.Size follows a
+	// resize, before calling OnAsyncEvent, as the Linux host's scan work
+	// does.
+	OnAsyncEvent func(AsyncEvent)
+}
+
+// AsyncEvent is a completed Asynchronous Event Request: completion dword 0
+// (type, information, log page) and, for a namespace attribute notice, the
+// changed namespace list it read.
+type AsyncEvent struct {
+	Type, Info, LogPage uint8
+	// ChangedNS are the namespaces the changed namespace log listed
+	// (0xffffffff: more than 1024).
+	ChangedNS []uint32
+}
+
+// NamespaceChanged reports whether e is a namespace attribute notice.
+func (e AsyncEvent) NamespaceChanged() bool {
+	return e.Type == aerTypeNotice && e.Info == aerNoticeNSAttr && e.LogPage == LogChangedNS
 }
 
 func (o *HostOptions) withDefaults() HostOptions {
@@ -271,13 +296,100 @@ func Dial(ctx context.Context, dev *qp.Device, addr, subNQN string, opts *HostOp
 			return fail(fmt.Errorf("%w: namespace %d has LBA data size 2^%d", ErrProtocol, nsid, ds))
 		}
 		bs := 1 << ds
-		c.ns = append(c.ns, &HostNamespace{c: c, id: nsid, bs: bs, size: int64(le.Uint64(id)) * int64(bs)})
+		n := &HostNamespace{c: c, id: nsid, bs: bs}
+		n.size.Store(int64(le.Uint64(id)) * int64(bs))
+		c.ns = append(c.ns, n)
+	}
+	if le.Uint32(c.ident[92:])&(1<<aenBitNSAttr) != 0 {
+		// nvme_enable_aen: the notices the controller supports, and an
+		// AER outstanding (nvme_queue_async_events).
+		cmd = Command{}
+		cmd.SetHeader(AdminSetFeatures, 0, 0)
+		cmd.SetCDW(10, FeatAsyncEvent)
+		cmd.SetCDW(11, 1<<aenBitNSAttr)
+		if _, err := c.admin.submit(ctx, &cmd, nil, false); err != nil {
+			return fail(fmt.Errorf("nvmeof: set features async event configuration: %w", err))
+		}
+		c.wg.Add(1)
+		go c.asyncEvents()
 	}
 	if o.KeepAlive > 0 && o.KeepAliveInterval >= 0 {
 		c.wg.Add(1)
 		go c.keepAlive()
 	}
 	return c, nil
+}
+
+// asyncEvents keeps one Asynchronous Event Request outstanding and handles
+// what completes it (nvme_complete_async_event, nvme_scan_work).
+func (c *Controller) asyncEvents() {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.stop:
+		case <-c.admin.dead:
+		}
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		var cmd Command
+		cmd.SetHeader(AdminAsyncEvent, 0, 0)
+		cqe, err := c.admin.submit(ctx, &cmd, nil, false)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.o.Logger.Warn("nvmeof: asynchronous event request failed", "err", err)
+			}
+			return
+		}
+		ev := AsyncEvent{Type: uint8(cqe.Result & 7), Info: uint8(cqe.Result >> 8), LogPage: uint8(cqe.Result >> 16)}
+		c.o.Logger.Debug("nvmeof: asynchronous event", "type", ev.Type, "info", ev.Info, "log", ev.LogPage)
+		if ev.NamespaceChanged() {
+			if ev.ChangedNS, err = c.rescan(ctx); err != nil {
+				c.o.Logger.Warn("nvmeof: rescan after a namespace notice", "err", err)
+			}
+		}
+		if c.o.OnAsyncEvent != nil {
+			c.o.OnAsyncEvent(ev)
+		}
+	}
+}
+
+// rescan reads (and so clears) the changed namespace list and identifies
+// the namespaces on it again, updating their sizes.
+func (c *Controller) rescan(ctx context.Context) ([]uint32, error) {
+	page := make([]byte, 4096)
+	var cmd Command
+	cmd.SetHeader(AdminGetLogPage, 0, 0xffffffff)
+	numd := uint32(len(page)/4 - 1)
+	cmd.SetCDW(10, LogChangedNS|numd<<16)
+	cmd.SetCDW(11, numd>>16)
+	if _, err := c.admin.submit(ctx, &cmd, page, true); err != nil {
+		return nil, fmt.Errorf("nvmeof: changed namespace log: %w", err)
+	}
+	var changed []uint32
+	for i := 0; i < len(page); i += 4 {
+		nsid := le.Uint32(page[i:])
+		if nsid == 0 {
+			break
+		}
+		changed = append(changed, nsid)
+	}
+	id := make([]byte, IdentifySize)
+	for _, n := range c.ns {
+		if len(changed) > 0 && changed[0] != 0xffffffff && !slices.Contains(changed, n.id) {
+			continue
+		}
+		cmd = Command{}
+		cmd.SetHeader(AdminIdentify, 0, n.id)
+		cmd.SetCDW(10, CNSNamespace)
+		if _, err := c.admin.submit(ctx, &cmd, id, true); err != nil {
+			return changed, fmt.Errorf("nvmeof: identify namespace %d: %w", n.id, err)
+		}
+		n.size.Store(int64(le.Uint64(id)) * int64(n.bs))
+	}
+	return changed, nil
 }
 
 func withPort(addr string) string {
@@ -498,7 +610,7 @@ type HostNamespace struct {
 	c    *Controller
 	id   uint32
 	bs   int
-	size int64
+	size atomic.Int64
 }
 
 // ID is the namespace ID.
@@ -508,7 +620,9 @@ func (n *HostNamespace) ID() uint32 { return n.id }
 func (n *HostNamespace) BlockSize() int { return n.bs }
 
 // Size is the namespace's size in bytes.
-func (n *HostNamespace) Size() int64 { return n.size }
+// It follows the target's namespace attribute notices (see
+// HostOptions.OnAsyncEvent).
+func (n *HostNamespace) Size() int64 { return n.size.Load() }
 
 func (n *HostNamespace) queue() *hqueue {
 	return n.c.io[int(n.c.rr.Add(1))%len(n.c.io)]

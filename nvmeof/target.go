@@ -27,6 +27,17 @@ type Namespace struct {
 	BlockSize int
 	// UUID identifies the namespace (zero: derived from the NQN and ID).
 	UUID [16]byte
+
+	served atomic.Int64 // the size served: Size, until Target.Resize
+}
+
+// ServedSize is the namespace's size as served now: Size, or what
+// Target.Resize set.
+func (ns *Namespace) ServedSize() int64 {
+	if n := ns.served.Load(); n != 0 {
+		return n
+	}
+	return ns.Size
 }
 
 // Subsystem is an NVM subsystem a Target serves.
@@ -248,10 +259,16 @@ type controller struct {
 	hostNQN string
 	hostID  [16]byte
 
-	mu                                           sync.Mutex
-	cc, csts                                     uint32
-	kato                                         uint32 // seconds
-	aen                                          uint32
+	mu       sync.Mutex
+	cc, csts uint32
+	kato     uint32 // seconds
+	aen      uint32
+	// Asynchronous events (nvmet's async_events, aen_masked and
+	// changed_ns_list): results waiting for an AER command, the notices
+	// masked until their log page is read, the changed namespaces.
+	events                                       []uint32
+	aenMasked                                    uint32
+	changedNS                                    []uint32
 	admin                                        *tqueue
 	queues                                       map[uint16]*tqueue
 	aers                                         []*trsp
@@ -395,7 +412,7 @@ type tqueue struct {
 	qid   uint16
 	size  int
 	ctrl  *controller
-	sqhd  uint16
+	sqhd  atomic.Uint32 // SQ head: advanced by every completion (nvmet's cmpxchg), AERs' too
 
 	recvMR  *qp.MR
 	slotLen int
@@ -404,6 +421,12 @@ type tqueue struct {
 	all     []*trsp
 	mu      sync.Mutex // PostSend from the queue goroutine and AER completion
 	closing atomic.Bool
+	// batch collects the queue goroutine's work requests while it handles
+	// one poll's completions; flush posts them in one PostSendList (one
+	// doorbell, one link write for the whole batch).
+	batch []qp.SendWR
+	recv  qp.RecvWR // postRecv's, reused
+	rsge  [1]qp.SGE
 }
 
 // trsp is one command in flight at the target: the SQE, its data buffer
@@ -422,7 +445,12 @@ type trsp struct {
 	rspMR   *qp.MR
 	cqe     Completion
 	q       *tqueue
+	ns      *Namespace // an I/O command's namespace
 	execute func(r *trsp) (status uint16)
+	// The work requests of the data transfer and the response, with
+	// their SGEs: reused, so posting allocates nothing.
+	wr  [2]qp.SendWR
+	sge [2]qp.SGE
 }
 
 const (
@@ -454,8 +482,9 @@ func newTQueue(t *Target, q *qp.QP) (*tqueue, error) {
 }
 
 func (tq *tqueue) postRecv(i int) error {
-	return tq.q.PostRecv(&qp.RecvWR{WRID: wrid(kindRecv, i), SGL: []qp.SGE{{
-		Addr: tq.recvMR.IOVA() + uint64(i*tq.slotLen), Length: uint32(tq.slotLen), LKey: tq.recvMR.LKey()}}})
+	tq.rsge[0] = qp.SGE{Addr: tq.recvMR.IOVA() + uint64(i*tq.slotLen), Length: uint32(tq.slotLen), LKey: tq.recvMR.LKey()}
+	tq.recv = qp.RecvWR{WRID: wrid(kindRecv, i), SGL: tq.rsge[:]}
+	return tq.q.PostRecv(&tq.recv)
 }
 
 func (tq *tqueue) getRsp() (*trsp, error) {
@@ -476,6 +505,7 @@ func (tq *tqueue) getRsp() (*trsp, error) {
 
 func (tq *tqueue) putRsp(r *trsp) {
 	r.execute = nil
+	r.ns = nil
 	r.data = nil
 	r.xfer = 0
 	r.inval = false
@@ -517,6 +547,7 @@ func (tq *tqueue) run(ctx context.Context) {
 	defer tq.teardown()
 	cq := tq.conn.RecvCQ()
 	wcs := make([]qp.WC, 32)
+	tq.batch = make([]qp.SendWR, 0, 3*len(wcs))
 	for {
 		n, err := cq.Wait(ctx, wcs)
 		if err != nil {
@@ -524,10 +555,35 @@ func (tq *tqueue) run(ctx context.Context) {
 		}
 		for i := range wcs[:n] {
 			if !tq.completion(&wcs[i]) {
+				tq.flush()
 				return
 			}
 		}
+		if !tq.flush() {
+			return
+		}
 	}
+}
+
+// queue adds wrs to the batch the queue goroutine posts at the end of its
+// poll (flush).
+func (tq *tqueue) queue(wrs ...qp.SendWR) { tq.batch = append(tq.batch, wrs...) }
+
+// flush posts the batch; false if that failed (the QP is gone or in ERR).
+func (tq *tqueue) flush() bool {
+	if len(tq.batch) == 0 {
+		return true
+	}
+	tq.mu.Lock()
+	_, err := tq.q.PostSendList(tq.batch)
+	tq.mu.Unlock()
+	clear(tq.batch) // drop the SGL references
+	tq.batch = tq.batch[:0]
+	if err != nil {
+		tq.t.log().Debug("nvmeof: post", "qid", tq.qid, "err", err)
+		return false
+	}
+	return true
 }
 
 func (tq *tqueue) teardown() {
@@ -609,10 +665,10 @@ func (tq *tqueue) capsule(slot, n int) bool {
 	}
 	if r.xfer > 0 && !r.toHost && r.sgl.Keyed() {
 		// Host data: fetch it with RDMA READ, execute on its completion.
-		err := tq.post(&qp.SendWR{WRID: wrid(kindRead, r.idx), Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
-			SGL:        []qp.SGE{{Addr: r.dataMR.IOVA(), Length: uint32(r.xfer), LKey: r.dataMR.LKey()}},
-			RemoteAddr: r.sgl.Addr, RKey: r.sgl.Key})
-		return err == nil
+		r.sge[0] = qp.SGE{Addr: r.dataMR.IOVA(), Length: uint32(r.xfer), LKey: r.dataMR.LKey()}
+		tq.queue(qp.SendWR{WRID: wrid(kindRead, r.idx), Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
+			SGL: r.sge[:1], RemoteAddr: r.sgl.Addr, RKey: r.sgl.Key})
+		return true
 	}
 	st := r.execute(r)
 	if st == holdResponse {
@@ -624,50 +680,65 @@ func (tq *tqueue) capsule(slot, n int) bool {
 
 const holdResponse = 0xffff
 
-func (tq *tqueue) post(wr *qp.SendWR) error {
-	tq.mu.Lock()
-	defer tq.mu.Unlock()
-	return tq.q.PostSend(wr)
+// finish queues r's completion (on the queue goroutine): RDMA WRITE of
+// the data (reads that succeeded) chained with the CQE's SEND,
+// SEND_WITH_INV when the host's descriptor asked for invalidation.
+func (tq *tqueue) finish(r *trsp, status uint16) {
+	tq.complete(r, status)
+	tq.queue(r.wrs()...)
 }
 
-// finish sends r's completion: RDMA WRITE of the data (reads that
-// succeeded) chained with the CQE's SEND, SEND_WITH_INV when the host's
-// descriptor asked for invalidation.
-func (tq *tqueue) finish(r *trsp, status uint16) {
+// complete fills r's CQE.
+func (tq *tqueue) complete(r *trsp, status uint16) {
 	if status != 0 {
 		tq.t.stats.Errors.Add(1)
 	}
+	head := tq.sqhd.Load()
 	if tq.size > 0 {
-		tq.sqhd = uint16((int(tq.sqhd) + 1) % tq.size)
+		for {
+			head = tq.sqhd.Load()
+			next := uint32((int(head) + 1) % tq.size)
+			if tq.sqhd.CompareAndSwap(head, next) {
+				head = next
+				break
+			}
+		}
 	}
-	r.cqe.SQHead = tq.sqhd
+	r.cqe.SQHead = uint16(head)
 	r.cqe.SQID = tq.qid
 	r.cqe.CID = r.cmd.CID()
 	r.cqe.Status = status
-	tq.send(r)
 }
 
-func (tq *tqueue) send(r *trsp) {
-	r.cqe.Encode(r.rspMR.Bytes())
-	wrs := make([]qp.SendWR, 0, 2)
-	if r.cqe.Status == 0 && r.toHost && r.xfer > 0 {
-		wrs = append(wrs, qp.SendWR{WRID: wrid(kindNone, r.idx), Opcode: qp.WRRDMAWrite,
-			SGL:        []qp.SGE{{Addr: r.dataMR.IOVA(), Length: uint32(r.xfer), LKey: r.dataMR.LKey()}},
-			RemoteAddr: r.sgl.Addr, RKey: r.sgl.Key})
-	}
-	s := qp.SendWR{WRID: wrid(kindSend, r.idx), Opcode: qp.WRSend, Flags: qp.SendSignaled,
-		SGL: []qp.SGE{{Addr: r.rspMR.IOVA(), Length: CQESize, LKey: r.rspMR.LKey()}}}
-	if r.inval {
-		s.Opcode = qp.WRSendWithInv
-		s.InvRKey = r.sgl.Key
-	}
-	wrs = append(wrs, s)
+// sendNow posts r's completion from outside the queue goroutine (an
+// asynchronous event's).
+func (tq *tqueue) sendNow(r *trsp) {
 	tq.mu.Lock()
-	_, err := tq.q.PostSendList(wrs)
+	_, err := tq.q.PostSendList(r.wrs())
 	tq.mu.Unlock()
 	if err != nil {
 		tq.t.log().Debug("nvmeof: post response", "err", err)
 	}
+}
+
+// wrs encodes r's CQE and returns the work requests that send it (in r's
+// own storage).
+func (r *trsp) wrs() []qp.SendWR {
+	r.cqe.Encode(r.rspMR.Bytes())
+	n := 0
+	if r.cqe.Status == 0 && r.toHost && r.xfer > 0 {
+		r.sge[0] = qp.SGE{Addr: r.dataMR.IOVA(), Length: uint32(r.xfer), LKey: r.dataMR.LKey()}
+		r.wr[0] = qp.SendWR{WRID: wrid(kindNone, r.idx), Opcode: qp.WRRDMAWrite,
+			SGL: r.sge[0:1], RemoteAddr: r.sgl.Addr, RKey: r.sgl.Key}
+		n++
+	}
+	r.sge[1] = qp.SGE{Addr: r.rspMR.IOVA(), Length: CQESize, LKey: r.rspMR.LKey()}
+	r.wr[n] = qp.SendWR{WRID: wrid(kindSend, r.idx), Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: r.sge[1:2]}
+	if r.inval {
+		r.wr[n].Opcode = qp.WRSendWithInv
+		r.wr[n].InvRKey = r.sgl.Key
+	}
+	return r.wr[:n+1]
 }
 
 // mapSGL checks the data pointer (nvmet_rdma_map_sgl) and the transfer
@@ -818,7 +889,7 @@ func (tq *tqueue) connect(r *trsp) uint16 {
 		t.stats.Controllers.Add(1)
 		tq.ctrl = ctrl
 		tq.qid = 0
-		tq.sqhd = 0
+		tq.sqhd.Store(0)
 		tq.size = int(sqsize) + 1
 		go ctrl.keepAlive()
 		t.log().Info("nvmeof: created controller", "ctrl", ctrl.id, "subsystem", d.SubNQN, "host", d.HostNQN)
@@ -856,7 +927,7 @@ func (tq *tqueue) connect(r *trsp) uint16 {
 	ctrl.mu.Unlock()
 	tq.ctrl = ctrl
 	tq.qid = qid
-	tq.sqhd = 0
+	tq.sqhd.Store(0)
 	tq.size = int(sqsize) + 1
 	t.log().Debug("nvmeof: added queue", "qid", qid, "ctrl", ctrl.id)
 	return 0

@@ -1,6 +1,7 @@
 package nvmeof
 
 import (
+	"fmt"
 	"math/bits"
 	"strconv"
 )
@@ -79,6 +80,8 @@ func (tq *tqueue) keepAliveCmd(r *trsp) uint16 {
 	return 0
 }
 
+// asyncEvent holds an Asynchronous Event Request until an event completes
+// it (nvmet_execute_async_event), or completes it now with a pending one.
 func (tq *tqueue) asyncEvent(r *trsp) uint16 {
 	ctrl := tq.ctrl
 	ctrl.mu.Lock()
@@ -86,8 +89,120 @@ func (tq *tqueue) asyncEvent(r *trsp) uint16 {
 	if len(ctrl.aers) >= aerLimit {
 		return StatusAsyncLimit | StatusDNR
 	}
+	if len(ctrl.events) > 0 {
+		r.cqe.Result = uint64(ctrl.events[0])
+		ctrl.events = ctrl.events[1:]
+		return 0
+	}
 	ctrl.aers = append(ctrl.aers, r)
 	return holdResponse
+}
+
+// Asynchronous event notices (NVMe 1.4 figure 146, include/linux/nvme.h).
+const (
+	aerTypeNotice   = 2
+	aerNoticeNSAttr = 0    // NVME_AER_NOTICE_NS_CHANGED
+	aenBitNSAttr    = 8    // NVME_AEN_BIT_NS_ATTR: in Set Features 0x0b and OAES
+	maxChangedNS    = 1024 // NVME_MAX_CHANGED_NAMESPACES
+)
+
+// Resize changes the size a namespace of subsystem nqn serves (nvmet's
+// revalidate_size: a file that grew, a device that was resized) and, as
+// nvmet_ns_changed does, adds the namespace to every controller's changed
+// namespace list and sends the controllers that enabled namespace
+// attribute notices an asynchronous event (notice, "namespace attribute
+// changed", log page 04h). A second notice waits until the host has read
+// that log page. size must be a positive multiple of the block size and
+// fit the backend (a backend with Size() int64 is checked).
+func (t *Target) Resize(nqn string, nsid uint32, size int64) error {
+	t.init()
+	sub := t.subsystem(nqn)
+	if sub == nil {
+		return fmt.Errorf("nvmeof: resize: no subsystem %q", nqn)
+	}
+	var ns *Namespace
+	for _, n := range sub.Namespaces {
+		if n.ID == nsid {
+			ns = n
+		}
+	}
+	if ns == nil {
+		return fmt.Errorf("nvmeof: resize: subsystem %q has no namespace %d", nqn, nsid)
+	}
+	if size <= 0 || size%int64(ns.BlockSize) != 0 {
+		return fmt.Errorf("nvmeof: resize: size %d is not a positive multiple of %d", size, ns.BlockSize)
+	}
+	if b, ok := ns.Backend.(interface{ Size() int64 }); ok && size > b.Size() {
+		return fmt.Errorf("nvmeof: resize: size %d beyond the backend's %d bytes", size, b.Size())
+	}
+	if ns.ServedSize() == size {
+		return nil
+	}
+	ns.served.Store(size)
+	t.nsChanged(sub, nsid)
+	return nil
+}
+
+// nsChanged is nvmet_ns_changed.
+func (t *Target) nsChanged(sub *Subsystem, nsid uint32) {
+	t.mu.Lock()
+	var ctrls []*controller
+	for _, c := range t.ctrls {
+		if c.subsys == sub {
+			ctrls = append(ctrls, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range ctrls {
+		c.mu.Lock()
+		c.addChangedNS(nsid)
+		if c.aen&(1<<aenBitNSAttr) == 0 || c.aenMasked&(1<<aenBitNSAttr) != 0 {
+			c.mu.Unlock()
+			continue
+		}
+		c.aenMasked |= 1 << aenBitNSAttr
+		c.events = append(c.events, aerTypeNotice|aerNoticeNSAttr<<8|LogChangedNS<<16)
+		c.mu.Unlock()
+		c.fireEvents()
+	}
+}
+
+// addChangedNS is nvmet_add_to_changed_ns_log: once the list is full it
+// holds 0xffffffff alone. Called with c.mu held.
+func (c *controller) addChangedNS(nsid uint32) {
+	if len(c.changedNS) == 1 && c.changedNS[0] == 0xffffffff {
+		return
+	}
+	for _, n := range c.changedNS {
+		if n == nsid {
+			return
+		}
+	}
+	if len(c.changedNS) == maxChangedNS {
+		c.changedNS = append(c.changedNS[:0], 0xffffffff)
+		return
+	}
+	c.changedNS = append(c.changedNS, nsid)
+}
+
+// fireEvents completes held AERs with pending events
+// (nvmet_async_event_work).
+func (c *controller) fireEvents() {
+	for {
+		c.mu.Lock()
+		if len(c.events) == 0 || len(c.aers) == 0 || c.admin == nil {
+			c.mu.Unlock()
+			return
+		}
+		r, ev := c.aers[0], c.events[0]
+		c.aers, c.events = c.aers[1:], c.events[1:]
+		admin := c.admin
+		c.mu.Unlock()
+		r.cqe.Result = uint64(ev)
+		admin.complete(r, 0)
+		admin.sendNow(r)
+		c.t.log().Debug("nvmeof: asynchronous event", "ctrl", c.id, "result", fmt.Sprintf("%#x", ev))
+	}
 }
 
 func (tq *tqueue) setFeatures(r *trsp) uint16 {
@@ -175,7 +290,7 @@ func (tq *tqueue) identify(r *trsp) uint16 {
 		if ns == nil {
 			return 0 // an inactive namespace: zeroes
 		}
-		nlb := uint64(ns.Size / int64(ns.BlockSize))
+		nlb := uint64(ns.ServedSize() / int64(ns.BlockSize))
 		le.PutUint64(d[0:], nlb)
 		le.PutUint64(d[8:], nlb)
 		le.PutUint64(d[16:], nlb)
@@ -298,7 +413,18 @@ func (tq *tqueue) getLogPage(r *trsp) uint16 {
 	case lid == LogFWSlot, lid == LogEffects:
 		page = make([]byte, 512)
 	case lid == LogChangedNS:
+		// nvmet_execute_get_log_changed_ns: the list, cleared, and the
+		// notice unmasked unless Retain Asynchronous Event is set.
 		page = make([]byte, 4096)
+		ctrl.mu.Lock()
+		for i, n := range ctrl.changedNS {
+			le.PutUint32(page[4*i:], n)
+		}
+		ctrl.changedNS = ctrl.changedNS[:0]
+		if c.CDW(10)&(1<<15) == 0 {
+			ctrl.aenMasked &^= 1 << aenBitNSAttr
+		}
+		ctrl.mu.Unlock()
 	default:
 		return StatusInvalidField | StatusDNR
 	}
@@ -355,51 +481,67 @@ func (tq *tqueue) parseIO(r *trsp) uint16 {
 	if ns == nil {
 		return StatusInvalidNS | StatusDNR
 	}
+	r.ns = ns
 	switch c.Opcode() {
 	case IORead, IOWrite:
 		r.xfer = int(c.NLB()) * ns.BlockSize
-		r.execute = func(r *trsp) uint16 { return tq.rw(r, ns) }
+		r.execute = execRW
 	case IOFlush:
-		r.execute = func(r *trsp) uint16 {
-			if s, ok := ns.Backend.(syncer); ok {
-				if err := s.Sync(); err != nil {
-					return StatusInternal | StatusDNR
-				}
-			}
-			return 0
-		}
+		r.execute = execFlush
 	case IOWriteZeroes:
-		r.execute = func(r *trsp) uint16 {
-			off, n := int64(c.SLBA())*int64(ns.BlockSize), int64(c.NLB())*int64(ns.BlockSize)
-			if c.SLBA() > uint64(ns.Size) || off+n > ns.Size {
-				return StatusCapExceeded | StatusDNR
-			}
-			if err := zeroRange(ns.Backend, off, n); err != nil {
-				return StatusInternal | StatusDNR
-			}
-			return 0
-		}
+		r.execute = execWriteZeroes
 	case IODSM:
-		need := int(c.CDW(10)&0xff+1) * 16
-		r.xfer, r.lte = need, true
-		r.execute = func(r *trsp) uint16 {
-			if c.CDW(11)&(1<<2) == 0 { // not deallocate
-				return 0
-			}
-			for i := 0; i+16 <= need && i+16 <= len(r.data); i += 16 {
-				nlb, slba := le.Uint32(r.data[i+4:]), le.Uint64(r.data[i+8:])
-				off, n := int64(slba)*int64(ns.BlockSize), int64(nlb)*int64(ns.BlockSize)
-				if slba > uint64(ns.Size) || off+n > ns.Size {
-					return StatusCapExceeded | StatusDNR
-				}
-				if err := zeroRange(ns.Backend, off, n); err != nil {
-					return StatusInternal | StatusDNR
-				}
-			}
-			return 0
-		}
+		r.xfer, r.lte = dsmLen(c), true
+		r.execute = execDSM
 	default:
 		return StatusInvalidOpcode | StatusDNR
+	}
+	return 0
+}
+
+// The I/O commands' handlers are functions, not closures, so parsing a
+// command allocates nothing.
+
+func execRW(r *trsp) uint16 { return r.q.rw(r, r.ns) }
+
+func execFlush(r *trsp) uint16 {
+	if s, ok := r.ns.Backend.(syncer); ok {
+		if err := s.Sync(); err != nil {
+			return StatusInternal | StatusDNR
+		}
+	}
+	return 0
+}
+
+func execWriteZeroes(r *trsp) uint16 {
+	c, ns := &r.cmd, r.ns
+	off, n := int64(c.SLBA())*int64(ns.BlockSize), int64(c.NLB())*int64(ns.BlockSize)
+	if size := ns.ServedSize(); c.SLBA() > uint64(size) || off+n > size {
+		return StatusCapExceeded | StatusDNR
+	}
+	if err := zeroRange(ns.Backend, off, n); err != nil {
+		return StatusInternal | StatusDNR
+	}
+	return 0
+}
+
+func dsmLen(c *Command) int { return int(c.CDW(10)&0xff+1) * 16 }
+
+func execDSM(r *trsp) uint16 {
+	c, ns := &r.cmd, r.ns
+	if c.CDW(11)&(1<<2) == 0 { // not deallocate
+		return 0
+	}
+	need := dsmLen(c)
+	for i := 0; i+16 <= need && i+16 <= len(r.data); i += 16 {
+		nlb, slba := le.Uint32(r.data[i+4:]), le.Uint64(r.data[i+8:])
+		off, n := int64(slba)*int64(ns.BlockSize), int64(nlb)*int64(ns.BlockSize)
+		if size := ns.ServedSize(); slba > uint64(size) || off+n > size {
+			return StatusCapExceeded | StatusDNR
+		}
+		if err := zeroRange(ns.Backend, off, n); err != nil {
+			return StatusInternal | StatusDNR
+		}
 	}
 	return 0
 }
@@ -408,7 +550,7 @@ func (tq *tqueue) rw(r *trsp, ns *Namespace) uint16 {
 	c := &r.cmd
 	slba := c.SLBA()
 	off := int64(slba) * int64(ns.BlockSize)
-	if slba > uint64(ns.Size) || off+int64(r.xfer) > ns.Size {
+	if size := ns.ServedSize(); slba > uint64(size) || off+int64(r.xfer) > size {
 		return StatusCapExceeded | StatusDNR
 	}
 	ctrl := tq.ctrl

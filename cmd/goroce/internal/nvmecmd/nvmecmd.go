@@ -110,7 +110,7 @@ func RunTarget(env tool.Env, args []string) int {
 	var ram, size int64
 	fs.Var(sizeFlag{&ram}, "ram", "serve a namespace of SIZE bytes in memory (suffixes k, M, G)")
 	file := fs.String("file", "", "serve the file PATH (synced on Flush)")
-	fs.Var(sizeFlag{&size}, "size", "with --file: the namespace size (the file is extended; default its size)")
+	fs.Var(sizeFlag{&size}, "size", "with --file: the namespace size (the file is extended; default its size; SIGHUP serves the file's size then)")
 	bs := fs.Int("bs", 512, "LBA size: 512 or 4096")
 	verbose := fs.Bool("v", false, "log connections and errors to stderr")
 	pcap := fs.String("pcap", "", "write the frames the device sends and receives to this pcap file (AF_XDP traffic included)")
@@ -161,6 +161,33 @@ func RunTarget(env tool.Env, args []string) int {
 	fmt.Fprintf(env.Stdout, "nvmet: listening on %v, subsystem %s, namespace 1: %d bytes (%d-byte blocks)\n", l.Addr(), *nqn, ns.Size, ns.BlockSize)
 	if env.Listening != nil {
 		env.Listening(nil)
+	}
+	if f, ok := ns.Backend.(*os.File); ok {
+		// SIGHUP: the file's size is read again and a change served, with
+		// the namespace attribute notice (nvmet's revalidate_size).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+				}
+				st, err := f.Stat()
+				if err != nil {
+					fmt.Fprintf(env.Stderr, "nvmet: SIGHUP: %v\n", err)
+					continue
+				}
+				n := st.Size() - st.Size()%int64(ns.BlockSize)
+				if err := t.Resize(*nqn, ns.ID, n); err != nil {
+					fmt.Fprintf(env.Stderr, "nvmet: SIGHUP: %v\n", err)
+					continue
+				}
+				fmt.Fprintf(env.Stdout, "nvmet: namespace 1: %d bytes\n", ns.ServedSize())
+			}
+		}()
 	}
 	err = t.Serve(ctx, l)
 	l.Close()
