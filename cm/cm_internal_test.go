@@ -230,7 +230,7 @@ func TestGSIRecoveryKeepsCM(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := g.QP().Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+			if err := g.QP().Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
 				t.Fatal(err)
 			}
 		}

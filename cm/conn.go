@@ -128,7 +128,7 @@ func newConn(a *agent, dev *qp.Device, o *Options) (*conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: access},
+	if err := c.qp.Modify(ctx, qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: access},
 		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
 		c.free()
 		return nil, err
@@ -146,7 +146,7 @@ func newConn(a *agent, dev *qp.Device, o *Options) (*conn, error) {
 func (c *conn) free() {
 	if c.qp != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = c.qp.Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState)
+		_ = c.qp.Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState)
 		cancel()
 	}
 	_ = c.resources.free()
@@ -188,22 +188,22 @@ func (c *conn) connect(ctx context.Context, p path) error {
 	if c.qp.Type() == qp.QPTypeUC {
 		// cm_init_qp_rtr_attr / cm_init_qp_rts_attr for IB_QPT_UC: the
 		// path, MTU, QPN and PSNs only.
-		if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
+		if err := c.qp.Modify(ctx, qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
 			RQPSN: wire.PSN(p.rqPSN), AV: av}, qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN); err != nil {
 			return fmt.Errorf("cm: QP to RTR: %w", err)
 		}
-		if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTS, SQPSN: wire.PSN(p.sqPSN)}, qp.AttrState|qp.AttrSQPSN); err != nil {
+		if err := c.qp.Modify(ctx, qp.Attr{State: qp.StateRTS, SQPSN: wire.PSN(p.sqPSN)}, qp.AttrState|qp.AttrSQPSN); err != nil {
 			return fmt.Errorf("cm: QP to RTS: %w", err)
 		}
 		return nil
 	}
-	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
+	if err := c.qp.Modify(ctx, qp.Attr{State: qp.StateRTR, PathMTU: p.mtu, DestQPN: p.destQPN,
 		RQPSN: wire.PSN(p.rqPSN), MaxDestRdAtomic: p.maxDestRd, MinRNRTimer: 0, AV: av},
 		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|
 			qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
 		return fmt.Errorf("cm: QP to RTR: %w", err)
 	}
-	if err := c.qp.Modify(ctx, &qp.Attr{State: qp.StateRTS, Timeout: p.timeout, RetryCnt: p.retry,
+	if err := c.qp.Modify(ctx, qp.Attr{State: qp.StateRTS, Timeout: p.timeout, RetryCnt: p.retry,
 		RNRRetry: p.rnr, SQPSN: wire.PSN(p.sqPSN), MaxRdAtomic: p.maxRd},
 		qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrSQPSN|
 			qp.AttrMaxQPRdAtomic); err != nil {
@@ -507,7 +507,7 @@ func (c *conn) disconnected(reason error) {
 		c.reason = reason
 		c.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = c.qp.Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState)
+		_ = c.qp.Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState)
 		cancel()
 		close(c.done)
 	})

@@ -97,7 +97,7 @@ func newUDQP(dev *qp.Device, o *Options, qkey uint32) (resources, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := r.qp.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, QKey: qkey},
+	if err := r.qp.Modify(ctx, qp.Attr{State: qp.StateInit, Port: 1, QKey: qkey},
 		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
 		return fail(err)
 	}
@@ -106,10 +106,10 @@ func newUDQP(dev *qp.Device, o *Options, qkey uint32) (resources, error) {
 			return fail(fmt.Errorf("cm: Prepare: %w", err))
 		}
 	}
-	if err := r.qp.Modify(ctx, &qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
+	if err := r.qp.Modify(ctx, qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
 		return fail(err)
 	}
-	if err := r.qp.Modify(ctx, &qp.Attr{State: qp.StateRTS, SQPSN: 0}, qp.AttrState|qp.AttrSQPSN); err != nil {
+	if err := r.qp.Modify(ctx, qp.Attr{State: qp.StateRTS, SQPSN: 0}, qp.AttrState|qp.AttrSQPSN); err != nil {
 		return fail(err)
 	}
 	return r, nil

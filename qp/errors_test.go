@@ -491,7 +491,7 @@ func TestRecoverAfterError(t *testing.T) {
 		expectWC(t, a.scq, 1, transport.WCRemAccessErr, 0)
 		expectWC(t, b.rcq, 50, transport.WCWRFlushErr, 0)
 		for _, e := range []*xend{a, b} {
-			if err := e.qp.Modify(context.Background(), &qp.Attr{State: transport.StateReset}, transport.AttrState); err != nil {
+			if err := e.qp.Modify(context.Background(), qp.Attr{State: transport.StateReset}, transport.AttrState); err != nil {
 				t.Fatal(err)
 			}
 		}

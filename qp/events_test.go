@@ -125,11 +125,11 @@ func TestAsyncEventCommEst(t *testing.T) {
 			t.Fatal(err)
 		}
 		// B only to RTR, as a passive side whose CM RTU was lost.
-		if err := qb.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: qp.RemoteWrite},
+		if err := qb.Modify(ctx, qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: qp.RemoteWrite},
 			qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
 			t.Fatal(err)
 		}
-		if err := qb.Modify(ctx, &qp.Attr{State: qp.StateRTR, PathMTU: qp.MTU1024, DestQPN: qa.QPN(), RQPSN: 9,
+		if err := qb.Modify(ctx, qp.Attr{State: qp.StateRTR, PathMTU: qp.MTU1024, DestQPN: qa.QPN(), RQPSN: 9,
 			MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: qp.AV{DGID: gidA, SGIDIndex: uint8(b.IPv4GIDIndex()), HopLimit: 64}},
 			qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
 			t.Fatal(err)
@@ -310,7 +310,7 @@ func TestAsyncEventSRQErr(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Modify(context.Background(), &qp.Attr{State: qp.StateInit, Port: 1, QKey: 7}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
+		if err := q.Modify(context.Background(), qp.Attr{State: qp.StateInit, Port: 1, QKey: 7}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
 			t.Fatal(err)
 		}
 		close(l.fail)

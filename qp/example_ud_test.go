@@ -52,7 +52,7 @@ func Example_ud() {
 			{qp.Attr{State: qp.StateRTR}, qp.AttrState},
 			{qp.Attr{State: qp.StateRTS}, qp.AttrState | qp.AttrSQPSN},
 		} {
-			if err := e.q.Modify(ctx, &s.a, s.mask); err != nil {
+			if err := e.q.Modify(ctx, s.a, s.mask); err != nil {
 				log.Fatal(err)
 			}
 		}

@@ -187,13 +187,13 @@ func (d *Device) GSI() (*GSI, error) {
 // with the GSI Q_Key, RTR, RTS.
 func (g *GSI) bringUp() error {
 	ctx := context.Background()
-	if err := g.qp.Modify(ctx, &Attr{State: StateInit, Port: 1, QKey: GSIQKey}, AttrState|AttrPKeyIndex|AttrPort|AttrQKey); err != nil {
+	if err := g.qp.Modify(ctx, Attr{State: StateInit, Port: 1, QKey: GSIQKey}, AttrState|AttrPKeyIndex|AttrPort|AttrQKey); err != nil {
 		return err
 	}
-	if err := g.qp.Modify(ctx, &Attr{State: StateRTR}, AttrState); err != nil {
+	if err := g.qp.Modify(ctx, Attr{State: StateRTR}, AttrState); err != nil {
 		return err
 	}
-	return g.qp.Modify(ctx, &Attr{State: StateRTS}, AttrState|AttrSQPSN)
+	return g.qp.Modify(ctx, Attr{State: StateRTS}, AttrState|AttrSQPSN)
 }
 
 // postAll posts every receive slot.
@@ -223,7 +223,7 @@ func (g *GSI) recover() bool {
 	if g.qp.State() != StateErr || g.d.isClosed() {
 		return false
 	}
-	err := g.qp.Modify(context.Background(), &Attr{State: StateReset}, AttrState)
+	err := g.qp.Modify(context.Background(), Attr{State: StateReset}, AttrState)
 	if err == nil {
 		err = g.bringUp()
 	}

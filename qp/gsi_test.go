@@ -310,7 +310,7 @@ func TestGSIRecovery(t *testing.T) {
 	}
 	exchange(10)
 	// A's QP1 to ERR: its dispatcher finds the 256 flushed receives.
-	if err := ga.QP().Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+	if err := ga.QP().Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.RunUntil(func() bool { return ga.QP().State() == qp.StateRTS }, time.Second); err != nil {
@@ -318,7 +318,7 @@ func TestGSIRecovery(t *testing.T) {
 	}
 	exchange(20)
 	// B's QP1 to ERR, and B sends at once: Send recovers first.
-	if err := gb.QP().Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+	if err := gb.QP().Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	exchange(30)

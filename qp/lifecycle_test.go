@@ -36,7 +36,7 @@ func TestDestroyedQPRefusesWork(t *testing.T) {
 			{"PostSend", a.qp.PostSend(write)},
 			{"PostSendList", func() error { _, err := a.qp.PostSendList([]qp.SendWR{*write}); return err }()},
 			{"PostRecv", a.qp.PostRecv(&qp.RecvWR{WRID: 2, SGL: []qp.SGE{a.sge(0, 64)}})},
-			{"Modify", a.qp.Modify(context.Background(), &qp.Attr{State: qp.StateErr}, qp.AttrState)},
+			{"Modify", a.qp.Modify(context.Background(), qp.Attr{State: qp.StateErr}, qp.AttrState)},
 			{"Destroy", a.qp.Destroy()},
 		} {
 			if !errors.Is(c.err, qp.ErrDestroyed) {
@@ -75,7 +75,7 @@ func TestClosedDeviceRefusesWork(t *testing.T) {
 			{"PostSend", a.qp.PostSend(&qp.SendWR{Opcode: qp.WRRDMAWrite, Flags: qp.SendSignaled, SGL: []qp.SGE{a.sge(0, 8)},
 				RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})},
 			{"PostRecv", a.qp.PostRecv(&qp.RecvWR{SGL: []qp.SGE{a.sge(0, 8)}})},
-			{"Modify", a.qp.Modify(context.Background(), &qp.Attr{State: qp.StateErr}, qp.AttrState)},
+			{"Modify", a.qp.Modify(context.Background(), qp.Attr{State: qp.StateErr}, qp.AttrState)},
 			{"CreateCQ", errCQ},
 			{"CreateQP", errQP},
 			{"RegMR", errMR},

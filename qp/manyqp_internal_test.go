@@ -179,7 +179,7 @@ func TestCommEstAmongUnconnectedQPs(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%2 == 0 {
-			if err := q.Modify(ctx, &Attr{State: StateInit, Port: 1, AccessFlags: RemoteWrite},
+			if err := q.Modify(ctx, Attr{State: StateInit, Port: 1, AccessFlags: RemoteWrite},
 				AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
 				t.Fatal(err)
 			}
@@ -199,11 +199,11 @@ func TestCommEstAmongUnconnectedQPs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// B's end only to RTR, as a passive side whose RTU was lost.
-	if err := qb.Modify(ctx, &Attr{State: StateInit, Port: 1, AccessFlags: RemoteWrite},
+	if err := qb.Modify(ctx, Attr{State: StateInit, Port: 1, AccessFlags: RemoteWrite},
 		AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	if err := qb.Modify(ctx, &Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: qa.QPN(), RQPSN: 9,
+	if err := qb.Modify(ctx, Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: qa.QPN(), RQPSN: 9,
 		MaxDestRdAtomic: 1, MinRNRTimer: 12, AV: AV{DGID: gidA, SGIDIndex: uint8(e.b.IPv4GIDIndex()), HopLimit: 64}},
 		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer); err != nil {
 		t.Fatal(err)

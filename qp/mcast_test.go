@@ -245,7 +245,7 @@ func TestUDMulticastLoopback(t *testing.T) {
 		{qp.Attr{State: qp.StateRTR}, qp.AttrState},
 		{qp.Attr{State: qp.StateRTS}, qp.AttrState | qp.AttrSQPSN},
 	} {
-		if err := blk.Modify(ctx, &m.a, m.mask); err != nil {
+		if err := blk.Modify(ctx, m.a, m.mask); err != nil {
 			t.Fatal(err)
 		}
 	}

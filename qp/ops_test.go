@@ -521,7 +521,7 @@ func TestInline(t *testing.T) {
 		data := pattern(3, 200)
 		copy(a.buf, data)
 		x.recv(b, 1, b.sge(dstOff, 256))
-		if err := a.qp.Modify(context.Background(), &qp.Attr{State: transport.StateSQD}, transport.AttrState); err != nil {
+		if err := a.qp.Modify(context.Background(), qp.Attr{State: transport.StateSQD}, transport.AttrState); err != nil {
 			t.Fatal(err)
 		}
 		x.post(a, &qp.SendWR{WRID: 1, Opcode: transport.WRSend, Flags: transport.SendSignaled | transport.SendInline,
@@ -533,7 +533,7 @@ func TestInline(t *testing.T) {
 		if f := x.next(); len(f) != 0 {
 			t.Fatalf("frames sent in SQD: %v", f)
 		}
-		if err := a.qp.Modify(context.Background(), &qp.Attr{State: transport.StateRTS}, transport.AttrState); err != nil {
+		if err := a.qp.Modify(context.Background(), qp.Attr{State: transport.StateRTS}, transport.AttrState); err != nil {
 			t.Fatal(err)
 		}
 		expectWC(t, a.scq, 1, transport.WCSuccess, transport.WCSend)

@@ -213,8 +213,10 @@ func (q *QP) Counters() Counters {
 // Config.ResolveTimeout (default DefaultResolveTimeout) bounds it. An
 // AV.DMAC that is not all zeros is used as given, without resolving: the
 // Ethernet source of the peer's connection request, which the kernel's CM
-// puts into the passive side's path the same way (cm_req_handler).
-func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
+// puts into the passive side's path the same way (cm_req_handler). a is
+// taken by value, like every attribute set of this package; Query returns
+// what the QP holds afterwards (the AV with its SGID and MACs).
+func (q *QP) Modify(ctx context.Context, a Attr, mask AttrMask) error {
 	d := q.dev
 	d.mu.Lock()
 	err := q.usable()
@@ -250,7 +252,7 @@ func (q *QP) Modify(ctx context.Context, a *Attr, mask AttrMask) error {
 		return err
 	}
 	now := d.now()
-	err = q.eng.Modify(a, mask, now)
+	err = q.eng.Modify(&a, mask, now)
 	d.touch(q)
 	d.endCall(now)
 	d.unlock()
@@ -507,28 +509,28 @@ func (q *QP) Connect(ctx context.Context, r Remote, o ConnectOptions) error {
 		r.MTU = q.dev.maxMTU
 	}
 	if q.State() == StateReset {
-		if err := q.Modify(ctx, &Attr{State: StateInit, Port: 1, AccessFlags: o.Access},
+		if err := q.Modify(ctx, Attr{State: StateInit, Port: 1, AccessFlags: o.Access},
 			AttrState|AttrPKeyIndex|AttrPort|AttrAccessFlags); err != nil {
 			return err
 		}
 	}
 	if q.eng.Type() == QPTypeUC {
 		// UC takes no reliability attributes (ibv_uc_pingpong's calls).
-		if err := q.Modify(ctx, &Attr{State: StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
+		if err := q.Modify(ctx, Attr{State: StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
 			AV: AV{DGID: r.GID, SGIDIndex: o.SGIDIndex, HopLimit: o.HopLimit, TrafficClass: o.TrafficClass}},
 			AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN); err != nil {
 			return err
 		}
-		return q.Modify(ctx, &Attr{State: StateRTS, SQPSN: wire.PSN(o.SQPSN)}, AttrState|AttrSQPSN)
+		return q.Modify(ctx, Attr{State: StateRTS, SQPSN: wire.PSN(o.SQPSN)}, AttrState|AttrSQPSN)
 	}
-	if err := q.Modify(ctx, &Attr{State: StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
+	if err := q.Modify(ctx, Attr{State: StateRTR, PathMTU: r.MTU, DestQPN: r.QPN, RQPSN: wire.PSN(r.PSN),
 		MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer,
 		AV: AV{DGID: r.GID, SGIDIndex: o.SGIDIndex, HopLimit: o.HopLimit, TrafficClass: o.TrafficClass}},
 		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|
 			AttrMaxDestRdAtomic|AttrMinRNRTimer); err != nil {
 		return err
 	}
-	return q.Modify(ctx, &Attr{State: StateRTS, Timeout: o.Timeout, RetryCnt: o.RetryCnt, RNRRetry: o.RNRRetry,
+	return q.Modify(ctx, Attr{State: StateRTS, Timeout: o.Timeout, RetryCnt: o.RetryCnt, RNRRetry: o.RNRRetry,
 		SQPSN: wire.PSN(o.SQPSN), MaxRdAtomic: o.MaxRdAtomic},
 		AttrState|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|
 			AttrMaxQPRdAtomic)

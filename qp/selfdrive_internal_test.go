@@ -239,7 +239,7 @@ func TestSelfDriveKick(t *testing.T) {
 		if o := p.a.linkOwner(); o != ownerWaiter {
 			t.Fatalf("A's link owner %v while a waiter waits, want the waiter", o)
 		}
-		if err := p.qa.Modify(context.Background(), &Attr{State: StateErr}, AttrState); err != nil {
+		if err := p.qa.Modify(context.Background(), Attr{State: StateErr}, AttrState); err != nil {
 			t.Fatal(err)
 		}
 		if wc := <-got; wc.WRID != 5 || wc.Status != WCWRFlushErr {

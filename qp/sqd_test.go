@@ -32,7 +32,7 @@ func TestSQDrained(t *testing.T) {
 			x.post(a, &qp.SendWR{WRID: uint64(i), Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
 				SGL: []qp.SGE{a.sge(0, 8192)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 		}
-		if err := a.qp.Modify(ctx, &qp.Attr{State: qp.StateSQD}, qp.AttrState); err != nil {
+		if err := a.qp.Modify(ctx, qp.Attr{State: qp.StateSQD}, qp.AttrState); err != nil {
 			t.Fatal(err)
 		}
 		x.post(a, &qp.SendWR{WRID: 3, Opcode: transport.WRRDMAWrite, Flags: transport.SendSignaled,
@@ -51,25 +51,25 @@ func TestSQDrained(t *testing.T) {
 		x.settle()
 		noEventNow(t, a.dev, "after the drain")
 		noWC(t, a.scq, "the WR posted in SQD")
-		if err := a.qp.Modify(ctx, &qp.Attr{State: qp.StateRTS}, qp.AttrState); err != nil {
+		if err := a.qp.Modify(ctx, qp.Attr{State: qp.StateRTS}, qp.AttrState); err != nil {
 			t.Fatal(err)
 		}
 		expectWC(t, a.scq, 3, transport.WCSuccess, transport.WCRDMAWrite)
 
 		// Empty send queue: drained at once, and again on the next entry.
 		for range 2 {
-			if err := a.qp.Modify(ctx, &qp.Attr{State: qp.StateSQD}, qp.AttrState); err != nil {
+			if err := a.qp.Modify(ctx, qp.Attr{State: qp.StateSQD}, qp.AttrState); err != nil {
 				t.Fatal(err)
 			}
 			if ev, err := a.dev.AsyncEvent(ctx); err != nil || ev.Type != qp.EventSQDrained {
 				t.Fatalf("empty SQ: %v %v", ev.Type, err)
 			}
 			// SQD → SQD is not a new entry (rxe: cur_state != SQD).
-			if err := a.qp.Modify(ctx, &qp.Attr{State: qp.StateSQD}, qp.AttrState); err != nil {
+			if err := a.qp.Modify(ctx, qp.Attr{State: qp.StateSQD}, qp.AttrState); err != nil {
 				t.Fatal(err)
 			}
 			noEventNow(t, a.dev, "SQD to SQD")
-			if err := a.qp.Modify(ctx, &qp.Attr{State: qp.StateRTS}, qp.AttrState); err != nil {
+			if err := a.qp.Modify(ctx, qp.Attr{State: qp.StateRTS}, qp.AttrState); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -414,7 +414,7 @@ func TestSRQLastWQEReached(t *testing.T) {
 		t.Fatalf("extra event %v", ev.Type)
 	}
 	// ERR to ERR is no new entry: no second event.
-	if err := r.bq[0].Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+	if err := r.bq[0].Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	if ev, ok := event(r.n.B.Dev); ok {
@@ -427,7 +427,7 @@ func TestSRQLastWQEReached(t *testing.T) {
 	}
 	r.wait(r.acq)
 	// The application moves QP 1 to ERR: the event again.
-	if err := r.bq[1].Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+	if err := r.bq[1].Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	if ev, ok := event(r.n.B.Dev); !ok || ev.Type != qp.EventQPLastWQEReached || ev.QP != r.bq[1] {
@@ -439,7 +439,7 @@ func TestSRQLastWQEReached(t *testing.T) {
 		if st == qp.StateInit {
 			mask |= qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags
 		}
-		if err := r.bq[1].Modify(ctx, &qp.Attr{State: st, Port: 1}, mask); err != nil {
+		if err := r.bq[1].Modify(ctx, qp.Attr{State: st, Port: 1}, mask); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -447,7 +447,7 @@ func TestSRQLastWQEReached(t *testing.T) {
 		t.Fatalf("second entry into ERR: event %v (queued %v), want QP_LAST_WQE_REACHED", ev.Type, ok)
 	}
 	// A's QPs have no SRQ: ERR raises nothing there.
-	if err := r.aq[1].Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
+	if err := r.aq[1].Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	if ev, ok := event(r.n.A.Dev); ok {

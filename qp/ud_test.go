@@ -45,14 +45,14 @@ func newUDEnd(t *testing.T, ep *sim.Endpoint, qkey uint32, sqpsn uint32) *udEnd 
 	}
 	ctx := context.Background()
 	// ibv_ud_pingpong's three modify calls, unchanged.
-	if err := e.q.Modify(ctx, &qp.Attr{State: qp.StateInit, PKeyIndex: 0, Port: 1, QKey: qkey},
+	if err := e.q.Modify(ctx, qp.Attr{State: qp.StateInit, PKeyIndex: 0, Port: 1, QKey: qkey},
 		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.q.Modify(ctx, &qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
+	if err := e.q.Modify(ctx, qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.q.Modify(ctx, &qp.Attr{State: qp.StateRTS, SQPSN: wire.PSN(sqpsn)}, qp.AttrState|qp.AttrSQPSN); err != nil {
+	if err := e.q.Modify(ctx, qp.Attr{State: qp.StateRTS, SQPSN: wire.PSN(sqpsn)}, qp.AttrState|qp.AttrSQPSN); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -210,10 +210,10 @@ func TestUDDrops(t *testing.T) {
 
 	// A QP in INIT takes no datagrams.
 	c0 := newUDEnd(t, n.B, udQKey, 0)
-	if err := c0.q.Modify(context.Background(), &qp.Attr{State: qp.StateReset}, qp.AttrState); err != nil {
+	if err := c0.q.Modify(context.Background(), qp.Attr{State: qp.StateReset}, qp.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	if err := c0.q.Modify(context.Background(), &qp.Attr{State: qp.StateInit, Port: 1, QKey: udQKey},
+	if err := c0.q.Modify(context.Background(), qp.Attr{State: qp.StateInit, Port: 1, QKey: udQKey},
 		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +268,10 @@ func TestUDPostErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := u.Modify(context.Background(), &qp.Attr{State: qp.StateInit, Port: 1}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort); !errors.Is(err, qp.ErrInvalidArgument) {
+	if err := u.Modify(context.Background(), qp.Attr{State: qp.StateInit, Port: 1}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort); !errors.Is(err, qp.ErrInvalidArgument) {
 		t.Fatalf("INIT without Q_Key: %v", err)
 	}
-	if err := u.Modify(context.Background(), &qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: qp.RemoteWrite},
+	if err := u.Modify(context.Background(), qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: qp.RemoteWrite},
 		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey|qp.AttrAccessFlags); !errors.Is(err, qp.ErrInvalidArgument) {
 		t.Fatalf("INIT with access flags: %v", err)
 	}
@@ -350,7 +350,7 @@ func TestUDLossy(t *testing.T) {
 		{qp.Attr{State: qp.StateInit, Port: 1, QKey: udQKey}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrQKey},
 		{qp.Attr{State: qp.StateRTR}, qp.AttrState},
 	} {
-		if err := rq.Modify(ctx, &s.a, s.mask); err != nil {
+		if err := rq.Modify(ctx, s.a, s.mask); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -419,10 +419,10 @@ func TestUDOnSRQ(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Modify(ctx, &qp.Attr{State: qp.StateInit, Port: 1, QKey: udQKey}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
+		if err := q.Modify(ctx, qp.Attr{State: qp.StateInit, Port: 1, QKey: udQKey}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Modify(ctx, &qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
+		if err := q.Modify(ctx, qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
 			t.Fatal(err)
 		}
 		qs[i] = q

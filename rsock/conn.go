@@ -238,7 +238,7 @@ func tcpAddr(ap netip.AddrPort) *net.TCPAddr { return net.TCPAddrFromAddrPort(ap
 func (c *Conn) killQP() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = c.q.Modify(ctx, &qp.Attr{State: qp.StateErr}, qp.AttrState)
+	_ = c.q.Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState)
 }
 
 // wakeAll wakes every goroutine sleeping in wait (c.mu held).

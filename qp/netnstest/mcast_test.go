@@ -90,7 +90,7 @@ func TestMulticastOverVeth(t *testing.T) {
 					{qp.Attr{State: qp.StateRTR}, qp.AttrState},
 					{qp.Attr{State: qp.StateRTS}, qp.AttrState | qp.AttrSQPSN},
 				} {
-					if err := u.q.Modify(ctx, &m.a, m.mask); err != nil {
+					if err := u.q.Modify(ctx, m.a, m.mask); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -554,7 +554,7 @@ func (p *Progressor) Stop() {
 // ModifyToInit is the RESET→INIT transition both tools make right after
 // creating the QP (pp_init_ctx, ctx_modify_qp_to_init).
 func ModifyToInit(ctx context.Context, q *qp.QP, port int, access qp.Access) error {
-	return q.Modify(ctx, &qp.Attr{State: qp.StateInit, PKeyIndex: 0, Port: uint8(port), AccessFlags: access},
+	return q.Modify(ctx, qp.Attr{State: qp.StateInit, PKeyIndex: 0, Port: uint8(port), AccessFlags: access},
 		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags)
 }
 
@@ -607,7 +607,7 @@ func ModifyToRTS(ctx context.Context, q *qp.QP, a ConnectAttrs) error {
 		// transition (PROTOCOL.md §4), and so do we.
 		return fmt.Errorf("%w: the peer sent no GID (RoCE needs -g/-x on both sides)", ErrRTR)
 	}
-	if err := q.Modify(ctx, &attr, mask); err != nil {
+	if err := q.Modify(ctx, attr, mask); err != nil {
 		return fmt.Errorf("%w: %w", ErrRTR, err)
 	}
 	attr = qp.Attr{State: qp.StateRTS, Timeout: a.Timeout, RetryCnt: 7, RNRRetry: 7, SQPSN: wire.PSN(a.SQPSN),
@@ -616,7 +616,7 @@ func ModifyToRTS(ctx context.Context, q *qp.QP, a ConnectAttrs) error {
 	if uc {
 		mask = qp.AttrState | qp.AttrSQPSN
 	}
-	if err := q.Modify(ctx, &attr, mask); err != nil {
+	if err := q.Modify(ctx, attr, mask); err != nil {
 		return fmt.Errorf("%w: %w", ErrRTS, err)
 	}
 	return nil

@@ -111,7 +111,7 @@ func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*endpo
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't create QP: %w", err)
 	}
-	if err := pp.QP.Modify(ctx, &qp.Attr{State: qp.StateInit, PKeyIndex: 0, Port: uint8(f.IBPort), QKey: qkey},
+	if err := pp.QP.Modify(ctx, qp.Attr{State: qp.StateInit, PKeyIndex: 0, Port: uint8(f.IBPort), QKey: qkey},
 		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
 		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
@@ -133,10 +133,10 @@ func initEndpoint(ctx context.Context, dev *qp.Device, f pingpong.Flags) (*endpo
 // not zero; without one there is no path on RoCE and, as on rxe,
 // ibv_create_ah fails.
 func connect(ctx context.Context, pp *pingpong.PingPong, f pingpong.Flags, my, rem pingpong.Dest) error {
-	if err := pp.QP.Modify(ctx, &qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
+	if err := pp.QP.Modify(ctx, qp.Attr{State: qp.StateRTR}, qp.AttrState); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTR: %w", err)
 	}
-	if err := pp.QP.Modify(ctx, &qp.Attr{State: qp.StateRTS, SQPSN: wire.PSN(my.PSN)}, qp.AttrState|qp.AttrSQPSN); err != nil {
+	if err := pp.QP.Modify(ctx, qp.Attr{State: qp.StateRTS, SQPSN: wire.PSN(my.PSN)}, qp.AttrState|qp.AttrSQPSN); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
 	}
 	var zero [8]byte
