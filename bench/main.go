@@ -63,6 +63,9 @@
 //     CQ.Wait. WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
 //     beyond max_rd_atomic (16) wait in the send queue as on a NIC.
 //     Message rate and goodput from the first post to the last completion.
+//     -afxdp-batch, -afxdp-chunk and -afxdp-frames override the AF_XDP
+//     links' BatchSize, FrameSize and NumFrames everywhere (children
+//     too), to compare defaults.
 //     -bw WRITE.64,WRITE.65536 runs only those streams; the devices'
 //     goroutines carry the pprof label end=A or end=B and the posting
 //     goroutine end=app (-cpuprofile; bench/profile.sh splits a perf
@@ -226,6 +229,9 @@ func main() {
 	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	rawref := flag.String("rawref", "", "with the raw cell on afxdp: also run the raw AF_XDP reference sender (a rawref module directory such as ../shared/rawref, or its built xsk binary) after each raw rate (rawref.go)")
 	flag.StringVar(&c.rawSink, "raw-sink", "process", "where the AF_XDP raw rate's receiving end runs: process (its own, as the reference's; rawsink.go) or goroutine (this process)")
+	flag.IntVar(&afxdpOpts.BatchSize, "afxdp-batch", 0, "AF_XDP links' BatchSize (0: the backend's default), for experiments")
+	flag.IntVar(&afxdpOpts.FrameSize, "afxdp-chunk", 0, "AF_XDP UMEM chunk size, 2048 or 4096 (0: the backend's default)")
+	flag.IntVar(&afxdpOpts.NumFrames, "afxdp-frames", 0, "AF_XDP UMEM chunks (rings of half as many; 0: the backend's default)")
 	bwOnly := flag.String("bw", "", "the bw cell's streams to run, comma-separated op.size (WRITE.64,WRITE.65536,READ.4096...; default all)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")

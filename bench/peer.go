@@ -60,6 +60,7 @@ func startPeer(pair *netns.Pair, args ...string) (*peerProc, error) {
 	if peerCPU >= 0 {
 		args = append(args, "-cpu", strconv.Itoa(peerCPU))
 	}
+	args = append(args, afxdpFlags()...)
 	cmd := pair.Command(netns.B, exe, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

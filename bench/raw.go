@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/nic/afxdp"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
@@ -44,7 +46,7 @@ func openRaw(pair *netns.Pair, backend string) (*rawPair, error) {
 		var info *qp.InterfaceInfo
 		err := pair.Do(s, func() error {
 			var err error
-			l, info, err = qp.OpenInterfaceLink(ctx, pair.End(s).Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+			l, info, err = qp.OpenInterfaceLink(ctx, pair.End(s).Ifname, linkOptions(backend))
 			return err
 		})
 		return l, info, err
@@ -255,7 +257,7 @@ func openRawPeer(pair *netns.Pair, backend string, frames int, child string) (*r
 	var info *qp.InterfaceInfo
 	if err := pair.Do(netns.A, func() error {
 		var err error
-		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, linkOptions(backend))
 		return err
 	}); err != nil {
 		return nil, err
@@ -411,7 +413,7 @@ func echoBack(l nic.Link, bufs [][]byte, sizes []int, out [][]byte) error {
 // batches of frames frames on ifname until stdin ends.
 func rawPeer(ifname, backend string, frames int, sleep bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	l, _, err := qp.OpenInterfaceLink(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+	l, _, err := qp.OpenInterfaceLink(ctx, ifname, linkOptions(backend))
 	cancel()
 	if err != nil {
 		return err
@@ -467,4 +469,29 @@ func unwrapTo[T any](l nic.Link, usable func(T) bool) (T, bool) {
 		}
 		l = u.Unwrap()
 	}
+}
+
+// afxdpOpts tunes every AF_XDP link bench opens (-afxdp-batch,
+// -afxdp-chunk, -afxdp-frames; zero fields keep the backend's defaults),
+// in this process and, through afxdpFlags, in its children.
+var afxdpOpts afxdp.Options
+
+// linkOptions are the options bench opens backend's links and devices
+// with.
+func linkOptions(backend string) qp.InterfaceOptions {
+	return qp.InterfaceOptions{Backend: backend, Logger: logger, AFXDP: afxdpOpts}
+}
+
+// afxdpFlags passes afxdpOpts on to a child process.
+func afxdpFlags() []string {
+	var f []string
+	for _, o := range []struct {
+		name string
+		v    int
+	}{{"-afxdp-batch", afxdpOpts.BatchSize}, {"-afxdp-chunk", afxdpOpts.FrameSize}, {"-afxdp-frames", afxdpOpts.NumFrames}} {
+		if o.v != 0 {
+			f = append(f, o.name, strconv.Itoa(o.v))
+		}
+	}
+	return f
 }

@@ -32,7 +32,7 @@ func rateSink(pair *netns.Pair, backend string, payload int, lim limit) (rawRate
 	var info *qp.InterfaceInfo
 	if err := pair.Do(netns.A, func() error {
 		var err error
-		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, linkOptions(backend))
 		return err
 	}); err != nil {
 		return rawRate{}, err
@@ -105,7 +105,7 @@ func rateSink(pair *netns.Pair, backend string, payload int, lim limit) (rawRate
 // last of them).
 func rawSink(ifname, backend string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	l, _, err := qp.OpenInterfaceLink(ctx, ifname, qp.InterfaceOptions{Backend: backend, Logger: logger})
+	l, _, err := qp.OpenInterfaceLink(ctx, ifname, linkOptions(backend))
 	cancel()
 	if err != nil {
 		return err

@@ -78,7 +78,8 @@ func openEndOn(do func(func() error) error, ifname, backend string, busy bool, s
 	e := &rdmaEnd{}
 	err := do(func() error {
 		var err error
-		o := qp.InterfaceOptions{Backend: backend, Logger: logger, Seed: seed}
+		o := linkOptions(backend)
+		o.Seed = seed
 		if busy {
 			o.Mode = qp.ModeBusyPoll
 		}
