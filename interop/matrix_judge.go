@@ -322,13 +322,7 @@ func judgeExplain(r *CellResult, s *dumpjson.Summary, src, dst string, causes ma
 			fail("explain: retransmission with cause %q, not one %s explains: %s", a.Cause, causeWord(causes), a.Text)
 		}
 	}
-	switch n := explained(r.ExplainedBy, causes); {
-	case r.Retrans > 0 && n == 0:
-		fail("explain: %d retransmitted PSNs but no retransmission explained by %s (causes %s; %d anomalies, retransmissions by cause: %s)",
-			r.Retrans, causeWord(causes), setString(causes, func(c string) string { return c }), r.Explained, byString(r.ExplainedBy))
-	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
-		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))
-	}
+	retransExplained(r, causes, fail)
 	r.Completed = 0
 	for _, v := range s.Verdicts {
 		if !isData(v) {
@@ -339,6 +333,19 @@ func judgeExplain(r *CellResult, s *dumpjson.Summary, src, dst string, causes ma
 			fail("explain: data flow %s > %s dqpn %#x: %d operations, %d completed, %d failed, %d unanswered: %s",
 				v.Src, v.Dst, v.DQPN, v.Operations, v.Completed, v.Failed, v.Unanswered, v.Text)
 		}
+	}
+}
+
+// retransExplained is the end of judgeExplain and judgeExplainFlows: the
+// flow summary's retransmitted PSNs must have a retransmission explained
+// by causes, and the explanations a retransmission the summary counts.
+func retransExplained(r *CellResult, causes map[string]bool, fail func(format string, a ...any)) {
+	switch n := explained(r.ExplainedBy, causes); {
+	case r.Retrans > 0 && n == 0:
+		fail("explain: %d retransmitted PSNs but no retransmission explained by %s (causes %s; %d anomalies, retransmissions by cause: %s)",
+			r.Retrans, causeWord(causes), setString(causes, func(c string) string { return c }), r.Explained, byString(r.ExplainedBy))
+	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
+		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))
 	}
 }
 
@@ -412,13 +419,7 @@ func judgeExplainFlows(r *CellResult, s *dumpjson.Summary, causes map[string]boo
 			fail("explain: retransmission with cause %q, not one %s explains: %s", a.Cause, causeWord(causes), a.Text)
 		}
 	}
-	switch n := explained(r.ExplainedBy, causes); {
-	case r.Retrans > 0 && n == 0:
-		fail("explain: %d retransmitted PSNs but no retransmission explained by %s (causes %s; %d anomalies, retransmissions by cause: %s)",
-			r.Retrans, causeWord(causes), setString(causes, func(c string) string { return c }), r.Explained, byString(r.ExplainedBy))
-	case r.Retrans == 0 && len(r.ExplainedBy) > 0:
-		fail("explain: retransmissions (%s) where the flow summary counts none", byString(r.ExplainedBy))
-	}
+	retransExplained(r, causes, fail)
 }
 
 // RunDump runs `bin dump --json [flags] pcap` and parses it.
