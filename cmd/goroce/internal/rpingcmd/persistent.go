@@ -2,11 +2,9 @@ package rpingcmd
 
 import (
 	"io"
-	"net/netip"
 	"sync"
 
 	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -52,18 +50,11 @@ func (cb *controlBlock) runPersistent() int {
 			mu.Unlock()
 			return nil
 		}}
-	addr := netip.AddrPortFrom(cb.f.Addr, uint16(cb.f.Port))
-	l, err := cm.Listen(cb.ctx, cb.dev, addr.String(), opts)
-	if err != nil {
-		cb.errf("rdma_bind_addr: %v\n", err)
+	l := cb.listen(opts)
+	if l == nil {
 		return exitFail
 	}
 	defer l.Close()
-	if cb.env.Listening != nil {
-		cb.env.Listening(tool.CMAddr(l.Addr()))
-	}
-	cb.debugf("rdma_bind_addr successful\n")
-	cb.debugf("rdma_listen\n")
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {

@@ -413,18 +413,11 @@ func (cb *controlBlock) runServer() int {
 		return exitFail
 	}
 	defer cb.freeBuffers()
-	addr := netip.AddrPortFrom(cb.f.Addr, uint16(cb.f.Port))
-	l, err := cm.Listen(cb.ctx, cb.dev, addr.String(), cb.cmOptions())
-	if err != nil {
-		cb.errf("rdma_bind_addr: %v\n", err)
+	l := cb.listen(cb.cmOptions())
+	if l == nil {
 		return exitFail
 	}
 	defer l.Close()
-	if cb.env.Listening != nil {
-		cb.env.Listening(tool.CMAddr(l.Addr()))
-	}
-	cb.debugf("rdma_bind_addr successful\n")
-	cb.debugf("rdma_listen\n")
 	conn, err := l.Accept(cb.ctx)
 	if err != nil {
 		if cb.ctx.Err() != nil {
@@ -501,6 +494,36 @@ func (cb *controlBlock) runClient() int {
 }
 
 var errNoRoute = errors.New("no route to the address")
+
+// listen is rping's rdma_bind_addr and rdma_listen: a Listener on -a and
+// -p, announced to env.Listening; nil (the error printed) when the
+// address cannot be bound.
+func (cb *controlBlock) listen(opts cm.Options) *cm.Listener {
+	addr := netip.AddrPortFrom(cb.f.Addr, uint16(cb.f.Port))
+	l, err := cm.Listen(cb.ctx, cb.dev, addr.String(), opts)
+	if err != nil {
+		cb.errf("rdma_bind_addr: %v\n", err)
+		return nil
+	}
+	if cb.env.Listening != nil {
+		cb.env.Listening(tool.CMAddr(l.Addr()))
+	}
+	cb.debugf("rdma_bind_addr successful\n")
+	cb.debugf("rdma_listen\n")
+	return l
+}
+
+// waitFor is rping's sem_wait and the check after it: it waits and
+// reports whether the state is want, printing "wait for NAME state N" when
+// it is not.
+func (cb *controlBlock) waitFor(want state, name string) bool {
+	cb.wait()
+	if cb.state != want {
+		cb.errf("wait for %s state %d\n", name, cb.state)
+		return false
+	}
+	return true
+}
 
 // wait is sem_wait on the semaphore the CQ handler posts: it handles
 // completions (rping_cq_event_handler) until one that posts it (a RECV,
@@ -678,9 +701,7 @@ func (cb *controlBlock) testServer() int {
 	ret := 0
 	for {
 		// Wait for client's Start STAG/TO/Len
-		cb.wait()
-		if cb.state != stRDMAReadAdv {
-			cb.errf("wait for RDMA_READ_ADV state %d\n", cb.state)
+		if !cb.waitFor(stRDMAReadAdv, "RDMA_READ_ADV") {
 			ret = -1
 			break
 		}
@@ -693,9 +714,7 @@ func (cb *controlBlock) testServer() int {
 			break
 		}
 		cb.debugf("server posted rdma read req \n")
-		cb.wait()
-		if cb.state != stRDMAReadComplete {
-			cb.errf("wait for RDMA_READ_COMPLETE state %d\n", cb.state)
+		if !cb.waitFor(stRDMAReadComplete, "RDMA_READ_COMPLETE") {
 			ret = -1
 			break
 		}
@@ -708,9 +727,7 @@ func (cb *controlBlock) testServer() int {
 			break
 		}
 		cb.debugf("server posted go ahead\n")
-		cb.wait()
-		if cb.state != stRDMAWriteAdv {
-			cb.errf("wait for RDMA_WRITE_ADV state %d\n", cb.state)
+		if !cb.waitFor(stRDMAWriteAdv, "RDMA_WRITE_ADV") {
 			ret = -1
 			break
 		}
@@ -723,9 +740,7 @@ func (cb *controlBlock) testServer() int {
 			ret = -1
 			break
 		}
-		cb.wait()
-		if cb.state != stRDMAWriteComplete {
-			cb.errf("wait for RDMA_WRITE_COMPLETE state %d\n", cb.state)
+		if !cb.waitFor(stRDMAWriteComplete, "RDMA_WRITE_COMPLETE") {
 			ret = -1
 			break
 		}
@@ -755,9 +770,7 @@ func (cb *controlBlock) testClient() int {
 			return -1
 		}
 		// Wait for server to ACK
-		cb.wait()
-		if cb.state != stRDMAWriteAdv {
-			cb.errf("wait for RDMA_WRITE_ADV state %d\n", cb.state)
+		if !cb.waitFor(stRDMAWriteAdv, "RDMA_WRITE_ADV") {
 			return cb.endState(-1)
 		}
 		cb.formatSend(cb.rdmaMR)
@@ -765,9 +778,7 @@ func (cb *controlBlock) testClient() int {
 			return -1
 		}
 		// Wait for the server to say the RDMA Write is complete.
-		cb.wait()
-		if cb.state != stRDMAWriteComplete {
-			cb.errf("wait for RDMA_WRITE_COMPLETE state %d\n", cb.state)
+		if !cb.waitFor(stRDMAWriteComplete, "RDMA_WRITE_COMPLETE") {
 			return cb.endState(-1)
 		}
 		if cb.f.Validate && string(cb.startBuf) != string(cb.rdmaBuf) {
