@@ -201,7 +201,20 @@ func demoOps(w io.Writer, a, b *demoEnd, count int, seed int64, mtuBytes int) (o
 }
 
 func printDemoCounters(w io.Writer, a, b *demoEnd, ma, mb sim.LinkStats) {
-	ca, cb := a.dev.Counters(), b.dev.Counters()
+	printCounters(w, a.dev, b.dev)
+	ra, rb := a.dev.RxStats(), b.dev.RxStats()
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "rx_bad_icrc_dropped", ra.BadICRC, rb.BadICRC)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "rx_malformed_dropped", ra.ParseErrors+ra.NotRoCE, rb.ParseErrors+rb.NotRoCE)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_dropped", ma.Dropped, mb.Dropped)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_duplicated", ma.Duplicated, mb.Duplicated)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_reordered", ma.Reordered, mb.Reordered)
+	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_corrupted", ma.Corrupted, mb.Corrupted)
+}
+
+// printCounters prints the devices' counters that are not zero on either,
+// side by side.
+func printCounters(w io.Writer, a, b *qp.Device) {
+	ca, cb := a.Counters(), b.Counters()
 	fmt.Fprintf(w, "\n%-24s %10s %10s\n", "counter", "A", "B")
 	ca.Each(func(name string, v uint64) {
 		var vb uint64
@@ -214,13 +227,6 @@ func printDemoCounters(w io.Writer, a, b *demoEnd, ma, mb sim.LinkStats) {
 			fmt.Fprintf(w, "%-24s %10d %10d\n", name, v, vb)
 		}
 	})
-	ra, rb := a.dev.RxStats(), b.dev.RxStats()
-	fmt.Fprintf(w, "%-24s %10d %10d\n", "rx_bad_icrc_dropped", ra.BadICRC, rb.BadICRC)
-	fmt.Fprintf(w, "%-24s %10d %10d\n", "rx_malformed_dropped", ra.ParseErrors+ra.NotRoCE, rb.ParseErrors+rb.NotRoCE)
-	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_dropped", ma.Dropped, mb.Dropped)
-	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_duplicated", ma.Duplicated, mb.Duplicated)
-	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_reordered", ma.Reordered, mb.Reordered)
-	fmt.Fprintf(w, "%-24s %10d %10d\n", "link_corrupted", ma.Corrupted, mb.Corrupted)
 }
 
 const demoHalf = 1 << 20
@@ -258,6 +264,20 @@ func waitWC(cq *qp.CQ) (qp.WC, error) {
 		return wc[0], err
 	}
 	return wc[0], nil
+}
+
+// postWait posts wr on a's QP and waits for its completion, fenced before
+// and after (demoFence).
+func postWait(a, b *demoEnd, wr *qp.SendWR) error {
+	demoFence(a, b)
+	if err := a.qp.PostSend(wr); err != nil {
+		return err
+	}
+	if _, err := waitWC(a.scq); err != nil {
+		return err
+	}
+	demoFence(a, b)
+	return nil
 }
 
 // demoFence orders this goroutine's accesses to registered memory with both
@@ -338,14 +358,9 @@ func demoWrite(a, b *demoEnd, i, size int, op qp.WROpcode, rng *rand.Rand) (int,
 	}
 	wr := &qp.SendWR{WRID: uint64(i), Opcode: op, Flags: qp.SendSignaled, SGL: []qp.SGE{a.sge(0, size)},
 		RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), Imm: 0xBEEF0000 + uint32(i)}
-	demoFence(a, b)
-	if err := a.qp.PostSend(wr); err != nil {
+	if err := postWait(a, b, wr); err != nil {
 		return 0, err
 	}
-	if _, err := waitWC(a.scq); err != nil {
-		return 0, err
-	}
-	demoFence(a, b)
 	if op == qp.WRRDMAWriteWithImm {
 		wc, err := waitWC(b.rcq)
 		if err != nil {
@@ -367,14 +382,9 @@ func demoRead(a, b *demoEnd, i, size int, rng *rand.Rand) (int, error) {
 	clear(a.buf[:size+1])
 	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(0, size)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey()}
-	demoFence(a, b)
-	if err := a.qp.PostSend(wr); err != nil {
+	if err := postWait(a, b, wr); err != nil {
 		return 0, err
 	}
-	if _, err := waitWC(a.scq); err != nil {
-		return 0, err
-	}
-	demoFence(a, b)
 	if !bytes.Equal(a.buf[:size], remote) || a.buf[size] != 0 {
 		return 0, fmt.Errorf("read %d: local buffer differs from the %d remote bytes", i, size)
 	}
@@ -389,14 +399,9 @@ func demoFetchAdd(a, b *demoEnd, i int) (int, error) {
 	add := uint64(i*1000 + 1)
 	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRAtomicFetchAdd, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), CompareAdd: add}
-	demoFence(a, b)
-	if err := a.qp.PostSend(wr); err != nil {
+	if err := postWait(a, b, wr); err != nil {
 		return 0, err
 	}
-	if _, err := waitWC(a.scq); err != nil {
-		return 0, err
-	}
-	demoFence(a, b)
 	if got := binary.LittleEndian.Uint64(a.buf[:8]); got != before {
 		return 0, fmt.Errorf("fetch_add %d returned %d, want %d", i, got, before)
 	}
@@ -417,14 +422,9 @@ func demoCmpSwap(a, b *demoEnd, i int) (int, error) {
 	swap := 0xABCD0000 + uint64(i)
 	wr := &qp.SendWR{WRID: uint64(i), Opcode: qp.WRAtomicCmpAndSwp, Flags: qp.SendSignaled,
 		SGL: []qp.SGE{a.sge(0, 8)}, RemoteAddr: b.mr.IOVA() + demoHalf, RKey: b.mr.RKey(), CompareAdd: compare, Swap: swap}
-	demoFence(a, b)
-	if err := a.qp.PostSend(wr); err != nil {
+	if err := postWait(a, b, wr); err != nil {
 		return 0, err
 	}
-	if _, err := waitWC(a.scq); err != nil {
-		return 0, err
-	}
-	demoFence(a, b)
 	if got := binary.LittleEndian.Uint64(a.buf[:8]); got != before {
 		return 0, fmt.Errorf("cmp_swap %d returned %d, want %d", i, got, before)
 	}

@@ -170,19 +170,7 @@ func runDemoNetns(env tool.Env, c demoNetnsConfig) int {
 	}
 	ok := demoOps(stdout, a, b, c.count, c.seed, pmtu.Bytes())
 	if c.loss > 0 || !ok {
-		ca, cb := a.dev.Counters(), b.dev.Counters()
-		fmt.Fprintf(stdout, "\n%-24s %10s %10s\n", "counter", "A", "B")
-		ca.Each(func(name string, v uint64) {
-			var vb uint64
-			cb.Each(func(n string, x uint64) {
-				if n == name {
-					vb = x
-				}
-			})
-			if v != 0 || vb != 0 {
-				fmt.Fprintf(stdout, "%-24s %10d %10d\n", name, v, vb)
-			}
-		})
+		printCounters(stdout, a.dev, b.dev)
 		if c.loss > 0 {
 			fmt.Fprintf(stdout, "%-24s %10d %10d\n", "link_dropped", dropped(drops[0]), dropped(drops[1]))
 		}
