@@ -7,6 +7,7 @@ package getopt
 import (
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -93,4 +94,37 @@ func lookupLong(fs *flag.FlagSet, name string) *flag.Flag {
 		return nil
 	}
 	return found
+}
+
+// Opt is one option of a command line as Short returns it: the letter and
+// its value ("" for a switch).
+type Opt struct {
+	Name, Value string
+}
+
+// Short parses args as getopt(3) with optstring does ("s:b:m": -s and -b
+// take a value, -m is a switch): the options in order, then the positional
+// arguments. The error is getopt's complaint (an unknown letter, a missing
+// value).
+func Short(optstring string, args []string) ([]Opt, []string, error) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for i := 0; i < len(optstring); i++ {
+		name := optstring[i : i+1]
+		if i+1 < len(optstring) && optstring[i+1] == ':' {
+			fs.String(name, "", "")
+			i++
+		} else {
+			fs.Bool(name, false, "")
+		}
+	}
+	flags, pos, err := Rewrite(fs, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := make([]Opt, len(flags))
+	for i, f := range flags {
+		opts[i].Name, opts[i].Value, _ = strings.Cut(f[1:], "=")
+	}
+	return opts, pos, nil
 }

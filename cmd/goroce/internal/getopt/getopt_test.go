@@ -27,3 +27,21 @@ func TestRewrite(t *testing.T) {
 		}
 	}
 }
+
+// TestShort: getopt(3)'s optstring, clustered switches, attached and
+// separate values, options after positional arguments.
+func TestShort(t *testing.T) {
+	opts, pos, err := Short("s:b:m", []string{"-ms", "198.18.0.1", "host", "-b198.18.0.2", "--", "-x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Opt{{"m", ""}, {"s", "198.18.0.1"}, {"b", "198.18.0.2"}}
+	if !slices.Equal(opts, want) || !slices.Equal(pos, []string{"host", "-x"}) {
+		t.Errorf("Short = %q, %q; want %q, %q", opts, pos, want, []string{"host", "-x"})
+	}
+	for _, bad := range [][]string{{"-x"}, {"-s"}, {"--sb", "1"}} {
+		if _, _, err := Short("s:b:m", bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

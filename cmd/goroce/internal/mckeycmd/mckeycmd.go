@@ -14,7 +14,6 @@ package mckeycmd
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -82,22 +81,14 @@ goroce options:
 // exits 1).
 func ParseFlags(args []string, stdout io.Writer) (f Flags, ok bool) {
 	f = Flags{Connections: 1, MessageCount: 10, MessageSize: 100, PortSpace: portSpaceUDP, Pause: DefaultPause}
-	fs := flag.NewFlagSet("mckey", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	for _, n := range []string{"m", "M", "b", "c", "C", "S", "p"} {
-		fs.String(n, "", "")
-	}
-	for _, n := range []string{"s", "o", "l"} {
-		fs.Bool(n, false, "")
-	}
-	opts, pos, err := getopt.Rewrite(fs, args)
+	opts, pos, err := getopt.Short("m:M:sb:c:C:S:p:ol", args)
 	if err != nil || len(pos) > 0 {
 		fmt.Fprint(stdout, usageText)
 		return f, false
 	}
 	for _, o := range opts {
-		name, val, _ := strings.Cut(o[1:], "=")
-		switch name {
+		val := o.Value
+		switch o.Name {
 		case "m":
 			f.Dst = val
 		case "M":

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"flag"
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cmd/goroce/internal/getopt"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
@@ -105,23 +104,18 @@ func parse(env tool.Env, args []string, io bool) (f flags, ok bool) {
 	if io {
 		f.name = "riostream"
 	}
-	fs := flag.NewFlagSet(f.name, flag.ContinueOnError)
-	fs.SetOutput(io2discard{})
-	names := []string{"s", "b", "f", "B", "i", "I", "C", "S", "p", "T"}
+	optstring := "s:b:f:B:i:I:C:S:p:T:"
 	if !io {
-		names = append(names, "k")
+		optstring += "k:"
 	}
-	for _, n := range names {
-		fs.String(n, "", "")
-	}
-	opts, pos, err := getopt.Rewrite(fs, args)
+	opts, pos, err := getopt.Short(optstring, args)
 	if err != nil || len(pos) > 0 {
 		fmt.Fprint(env.Stdout, usage(f.name, io))
 		return f, false
 	}
 	for _, o := range opts {
-		name, val, _ := strings.Cut(o[1:], "=")
-		switch name {
+		val := o.Value
+		switch o.Name {
 		case "s":
 			f.dst = val
 		case "b":
@@ -160,10 +154,6 @@ func parse(env tool.Env, args []string, io bool) (f flags, ok bool) {
 	}
 	return f, true
 }
-
-type io2discard struct{}
-
-func (io2discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func prefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
 

@@ -13,7 +13,6 @@ package ucmatosecmd
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -72,20 +71,14 @@ goroce options:
 // (cmatose prints its usage to stdout and exits 1).
 func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, ok bool) {
 	f = Flags{Connections: 1, MessageCount: 10, MessageSize: 100, Port: strconv.Itoa(DefaultPort), TOS: -1, AckTimeout: -1}
-	fs := flag.NewFlagSet("ucmatose", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	for _, n := range []string{"s", "b", "f", "P", "c", "C", "S", "t", "p", "a"} {
-		fs.String(n, "", "")
-	}
-	fs.Bool("m", false, "")
-	opts, pos, err := getopt.Rewrite(fs, args)
+	opts, pos, err := getopt.Short("s:b:f:P:c:C:S:t:p:a:m", args)
 	if err != nil || len(pos) > 0 {
 		fmt.Fprint(stdout, usageText)
 		return f, false
 	}
 	for _, o := range opts {
-		name, val, _ := strings.Cut(o[1:], "=")
-		switch name {
+		val := o.Value
+		switch o.Name {
 		case "s":
 			f.Dst = val
 		case "b":

@@ -14,7 +14,6 @@ package udaddycmd
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -70,19 +69,14 @@ goroce options:
 // (udaddy prints its usage to stdout and exits 1).
 func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, ok bool) {
 	f = Flags{Connections: 1, MessageCount: 10, MessageSize: 100, TOS: -1, PortSpace: portSpaceUDP}
-	fs := flag.NewFlagSet("udaddy", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	for _, n := range []string{"s", "b", "c", "C", "S", "t", "p", "P", "f"} {
-		fs.String(n, "", "")
-	}
-	opts, pos, err := getopt.Rewrite(fs, args)
+	opts, pos, err := getopt.Short("s:b:c:C:S:t:p:P:f:", args)
 	if err != nil || len(pos) > 0 {
 		fmt.Fprint(stdout, usageText)
 		return f, false
 	}
 	for _, o := range opts {
-		name, val, _ := strings.Cut(o[1:], "=")
-		switch name {
+		val := o.Value
+		switch o.Name {
 		case "s":
 			f.Dst = val
 		case "b":
