@@ -57,7 +57,7 @@ function cat(f) {
 	if (f ~ /nic\/afxdp\.|nic\/internal\/sockio\.\(\*BatchWait\)\.Wait|afxdp\.\(\*Link\)/) return "nic ring handling (descriptors, UMEM copies)"
 	if (f ~ /transport\./) return "engine (transport)"
 	if (f ~ /runtime\.gcBgMarkWorker|runtime\.gcDrain|runtime\.mallocgc|runtime\.bgsweep|runtime\.scavenge/) return "GC and allocation"
-	if (f ~ /runtime\.netpoll|epoll_wait|do_epoll|sys_poll|do_sys_poll|runtime\.futex|futex_|runtime\.usleep|do_nanosleep|runtime\.findRunnable|runtime\.schedule|runtime\.park_m|runtime\.mcall|runtime\.goready|runtime\.ready|runtime\.wakep|runtime\.notewakeup|runtime\.notesleep|runtime\.stopm|runtime\.startm|runtime\.handoffp|runtime\.entersyscall|runtime\.exitsyscall|sockio\.\(\*Parker\)|runtime\.gopark|runtime\.Gosched|runtime\.osyield|sched_yield|schedule$|__schedule/) return "waits, wake-ups and goroutine hand-offs (scheduler, netpoll, futex)"
+	if (f ~ /runtime\.netpoll|epoll_wait|do_epoll|sys_poll|do_sys_poll|runtime\.futex|futex_|runtime\.usleep|do_nanosleep|runtime\.findRunnable|runtime\.schedule|runtime\.park_m|runtime\.mcall|runtime\.goready|runtime\.ready|runtime\.wakep|runtime\.notewakeup|runtime\.notesleep|runtime\.stopm|runtime\.startm|runtime\.handoffp|runtime\.entersyscall|runtime\.exitsyscall|sockio\.\(\*Parker\)|runtime\.gopark|runtime\.Gosched|runtime\.osyield|sched_yield|^schedule$|^__schedule$/) return "waits, wake-ups and goroutine hand-offs (scheduler, netpoll, futex)"
 	if (f ~ /qp\./) return "device (qp: drive loop, batches, posts)"
 	if (f ~ /main\.rate|main\.bwRun|main\.bw$/) return "bench loop"
 	return ""
@@ -79,6 +79,7 @@ function flush(   i, c) {
 		if (c != "") {
 			cnt[c]++
 			if (c ~ /^kick/) { kick[st[0]]++; kc = c }
+			if (c ~ /^waits/) { wait[st[i]]++; wc = c }
 			return
 		}
 	}
@@ -103,4 +104,10 @@ END {
 		printf("%d\t| %s | %.1f %% | %.3f |\n", kick[f], f, 100 * kick[f] / cnt[kc], per) | "sort -rn | head -12 | cut -f2-"
 	}
 	close("sort -rn | head -12 | cut -f2-")
+	printf "\nInside the waits, by the frame that named the category (the top 8):\n\n| frame | share of the waits | µs per %s |\n|---|---|---|\n", unit
+	for (f in wait) {
+		per = n > 0 ? wait[f] / hz / n * 1e6 : 0
+		printf("%d\t| %s | %.1f %% | %.3f |\n", wait[f], f, 100 * wait[f] / cnt[wc], per) | "sort -rn | head -8 | cut -f2-"
+	}
+	close("sort -rn | head -8 | cut -f2-")
 }' "$dir/symtab" "$dir/script"
