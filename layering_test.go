@@ -116,7 +116,8 @@ func TestLayering(t *testing.T) {
 	}
 
 	// client_golang only for the programs that import metrics/: no library
-	// package outside metrics depends on it (qp publishes through expvar).
+	// package outside metrics depends on it (qp/qpexpvar publishes through
+	// expvar).
 	for _, path := range paths {
 		p := pkgs[path]
 		if !own(path) || under(path, "metrics", "cmd", "interop", "bench") {
@@ -130,6 +131,15 @@ func TestLayering(t *testing.T) {
 				t.Errorf("%s depends on %s: only metrics/ (and programs) may: %s", rel(path), d, chain(pkgs, path, d))
 				break
 			}
+		}
+	}
+
+	// qp links no HTTP stack: expvar, which serves /debug/vars through
+	// net/http (and brings crypto/tls), is in qp/qpexpvar.
+	if p := pkgs[module+"/qp"]; p != nil {
+		checked["qp without net/http"] = true
+		if slices.Contains(p.Deps, "net/http") {
+			t.Errorf("qp depends on net/http: %s", chain(pkgs, module+"/qp", "net/http"))
 		}
 	}
 
@@ -151,7 +161,7 @@ func TestLayering(t *testing.T) {
 		}
 	}
 
-	for _, c := range []string{"wire", "mad", "memreg", "atomic", "transport", "cm", "rsock", "nvmeof", "nic", "qp", "sim", "cmd/goroce", "qp without prometheus"} {
+	for _, c := range []string{"wire", "mad", "memreg", "atomic", "transport", "cm", "rsock", "nvmeof", "nic", "qp", "sim", "cmd/goroce", "qp without prometheus", "qp without net/http"} {
 		if !checked[c] {
 			t.Errorf("no package %s in the build graph: the layering rules name packages that no longer exist", c)
 		}

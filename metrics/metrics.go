@@ -2,7 +2,7 @@
 // collector (github.com/prometheus/client_golang). It is separate from qp
 // so that only the programs that import it depend on client_golang; qp
 // itself publishes the same counters through the standard library's
-// expvar (qp.Device.Expvar).
+// expvar (qp/qpexpvar).
 //
 // Metric names (docs/metrics.md has the full list with their origin):
 //

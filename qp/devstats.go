@@ -1,9 +1,7 @@
 package qp
 
 import (
-	"expvar"
 	"fmt"
-	"sync"
 
 	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/transport"
@@ -72,8 +70,8 @@ func (d *Device) Stats() Stats {
 	return s
 }
 
-// Map is the snapshot as nested maps of names (the layout of the
-// device's expvar): hw_counters holds rxe's counters under their rxe
+// Map is the snapshot as nested maps of names (the layout qp/qpexpvar
+// publishes): hw_counters holds rxe's counters under their rxe
 // names and mlx5's under theirs, goroce_counters goroce's own, port_counters the sysfs port
 // counters, rx the receive-path drops, link the backend's counters, and
 // qps each QP's (by QP number in hex) state and counters.
@@ -119,27 +117,3 @@ func counterMaps(c *Counters) (hw, own map[string]uint64) {
 	}
 	return hw, own
 }
-
-// Expvar returns the device's counters as an expvar.Var (a snapshot taken
-// each time it is read; see Stats.Map for the layout).
-func (d *Device) Expvar() expvar.Var {
-	return expvar.Func(func() any {
-		s := d.Stats()
-		return s.Map()
-	})
-}
-
-// PublishExpvar publishes Expvar under name (expvar.Publish: /debug/vars
-// of net/http's DefaultServeMux shows it). Unlike expvar.Publish it
-// returns an error, instead of panicking, when the name is taken.
-func (d *Device) PublishExpvar(name string) error {
-	expvarMu.Lock()
-	defer expvarMu.Unlock()
-	if expvar.Get(name) != nil {
-		return fmt.Errorf("qp: expvar %q is already published", name)
-	}
-	expvar.Publish(name, d.Expvar())
-	return nil
-}
-
-var expvarMu sync.Mutex // PublishExpvar's check and publish are one step

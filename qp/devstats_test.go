@@ -8,13 +8,11 @@ import (
 	"github.com/goroce/goroce/qp"
 )
 
-// TestExpvar: the device's expvar is JSON with rxe's counters under
-// hw_counters (rdma_sends/rdma_recvs counting 3 SENDs and their 3 receive
-// completions), goroce's own under goroce_counters, and the QP's.
-// expvarRuns numbers TestExpvar's runs in this process.
-var expvarRuns int
-
-func TestExpvar(t *testing.T) {
+// TestStatsMap: the device's Stats.Map (what qp/qpexpvar publishes) is
+// JSON with rxe's counters under hw_counters (rdma_sends/rdma_recvs
+// counting 3 SENDs and their 3 receive completions), goroce's own under
+// goroce_counters, and the QP's.
+func TestStatsMap(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		x := newX(t, xopts{})
 		for i := range 3 {
@@ -34,11 +32,18 @@ func TestExpvar(t *testing.T) {
 			Port   map[string]uint64 `json:"port_counters"`
 			QPs    map[string]qpv    `json:"qps"`
 		}
-		if err := json.Unmarshal([]byte(x.a.dev.Expvar().String()), &va); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal([]byte(x.b.dev.Expvar().String()), &vb); err != nil {
-			t.Fatal(err)
+		for _, c := range []struct {
+			dev *qp.Device
+			v   any
+		}{{x.a.dev, &va}, {x.b.dev, &vb}} {
+			s := c.dev.Stats()
+			j, err := json.Marshal(s.Map())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(j, c.v); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if va.HW["rdma_sends"] != 3 || vb.HW["rdma_recvs"] != 3 || va.HW["rdma_recvs"] != 0 {
 			t.Fatalf("rdma_sends %d (A), rdma_recvs %d (B) %d (A); want 3, 3, 0", va.HW["rdma_sends"], vb.HW["rdma_recvs"], va.HW["rdma_recvs"])
@@ -67,16 +72,6 @@ func TestExpvar(t *testing.T) {
 		}
 		if va.Port["port_xmit_packets"] == 0 || va.Port["port_xmit_data"] == 0 {
 			t.Fatalf("port counters %v", va.Port)
-		}
-		// expvar names are process-global and cannot be removed: a name
-		// of its own per run, so -count=N works.
-		expvarRuns++
-		name := fmt.Sprintf("goroce_test_a_%d", expvarRuns)
-		if err := x.a.dev.PublishExpvar(name); err != nil {
-			t.Fatal(err)
-		}
-		if err := x.b.dev.PublishExpvar(name); err == nil {
-			t.Fatal("PublishExpvar under a taken name succeeded")
 		}
 	})
 }
