@@ -698,63 +698,62 @@ func (cb *controlBlock) post(wr *qp.SendWR) bool {
 func (cb *controlBlock) testServer() int {
 	cb.prog.Stop() // the CQ waits drive a busy-poll device
 	defer cb.prog.Start()
-	ret := 0
-	for {
-		// Wait for client's Start STAG/TO/Len
-		if !cb.waitFor(stRDMAReadAdv, "RDMA_READ_ADV") {
-			ret = -1
-			break
-		}
-		cb.debugf("server received sink adv\n")
-		cb.rdmaWR.Opcode = qp.WRRDMARead
-		cb.rdmaWR.RKey, cb.rdmaWR.RemoteAddr = cb.remote.RKey, cb.remote.Buf
-		cb.rdmaSGE[0].Length = cb.remote.Size
-		if !cb.post(&cb.rdmaWR) {
-			ret = -1
-			break
-		}
-		cb.debugf("server posted rdma read req \n")
-		if !cb.waitFor(stRDMAReadComplete, "RDMA_READ_COMPLETE") {
-			ret = -1
-			break
-		}
-		cb.debugf("server received read complete\n")
-		if cb.f.Verbose {
-			fmt.Fprintf(cb.env.Stdout, "server ping data: %s\n", CString(cb.rdmaBuf))
-		}
-		if !cb.post(&cb.sqWR) {
-			ret = -1
-			break
-		}
-		cb.debugf("server posted go ahead\n")
-		if !cb.waitFor(stRDMAWriteAdv, "RDMA_WRITE_ADV") {
-			ret = -1
-			break
-		}
-		cb.debugf("server received sink adv\n")
-		cb.rdmaWR.Opcode = qp.WRRDMAWrite
-		cb.rdmaWR.RKey, cb.rdmaWR.RemoteAddr = cb.remote.RKey, cb.remote.Buf
-		cb.rdmaSGE[0].Length = uint32(len(CString(cb.rdmaBuf)) + 1)
-		cb.debugf("rdma write from lkey %x laddr %x len %d\n", cb.rdmaSGE[0].LKey, cb.rdmaSGE[0].Addr, cb.rdmaSGE[0].Length)
-		if !cb.post(&cb.rdmaWR) {
-			ret = -1
-			break
-		}
-		if !cb.waitFor(stRDMAWriteComplete, "RDMA_WRITE_COMPLETE") {
-			ret = -1
-			break
-		}
-		cb.debugf("server rdma write complete \n")
-		if !cb.post(&cb.sqWR) {
-			ret = -1
-			break
-		}
-		cb.debugf("server posted go ahead\n")
+	for cb.serveRound() {
 	}
 	if cb.state == stDisconnected {
 		return 0
 	}
-	return ret
+	return -1
+}
+
+// serveRound is one round of rping_test_server's loop: the client's
+// advertisement, our RDMA READ of its buffer, go ahead, its second
+// advertisement, our RDMA WRITE back, go ahead. It reports false at the
+// first step that fails (the peer's disconnect included).
+func (cb *controlBlock) serveRound() bool {
+	// Wait for client's Start STAG/TO/Len
+	if !cb.waitFor(stRDMAReadAdv, "RDMA_READ_ADV") {
+		return false
+	}
+	cb.debugf("server received sink adv\n")
+	cb.rdmaWR.Opcode = qp.WRRDMARead
+	cb.rdmaWR.RKey, cb.rdmaWR.RemoteAddr = cb.remote.RKey, cb.remote.Buf
+	cb.rdmaSGE[0].Length = cb.remote.Size
+	if !cb.post(&cb.rdmaWR) {
+		return false
+	}
+	cb.debugf("server posted rdma read req \n")
+	if !cb.waitFor(stRDMAReadComplete, "RDMA_READ_COMPLETE") {
+		return false
+	}
+	cb.debugf("server received read complete\n")
+	if cb.f.Verbose {
+		fmt.Fprintf(cb.env.Stdout, "server ping data: %s\n", CString(cb.rdmaBuf))
+	}
+	if !cb.post(&cb.sqWR) {
+		return false
+	}
+	cb.debugf("server posted go ahead\n")
+	if !cb.waitFor(stRDMAWriteAdv, "RDMA_WRITE_ADV") {
+		return false
+	}
+	cb.debugf("server received sink adv\n")
+	cb.rdmaWR.Opcode = qp.WRRDMAWrite
+	cb.rdmaWR.RKey, cb.rdmaWR.RemoteAddr = cb.remote.RKey, cb.remote.Buf
+	cb.rdmaSGE[0].Length = uint32(len(CString(cb.rdmaBuf)) + 1)
+	cb.debugf("rdma write from lkey %x laddr %x len %d\n", cb.rdmaSGE[0].LKey, cb.rdmaSGE[0].Addr, cb.rdmaSGE[0].Length)
+	if !cb.post(&cb.rdmaWR) {
+		return false
+	}
+	if !cb.waitFor(stRDMAWriteComplete, "RDMA_WRITE_COMPLETE") {
+		return false
+	}
+	cb.debugf("server rdma write complete \n")
+	if !cb.post(&cb.sqWR) {
+		return false
+	}
+	cb.debugf("server posted go ahead\n")
+	return true
 }
 
 // testClient is rping_test_client.
