@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/cmd/goroce/internal/getopt"
 	"github.com/goroce/goroce/cmd/goroce/internal/tool"
 	"github.com/goroce/goroce/qp"
@@ -373,18 +372,7 @@ func (t *test) connect() error {
 // dialRetry is rsock.Dial; with a deadline (--timeout) a refused connection
 // is retried until it, as tool.DialRetry does.
 func dialRetry(ctx context.Context, dev *qp.Device, addr string, o *rsock.Options) (*rsock.Conn, error) {
-	_, retry := ctx.Deadline()
-	for {
-		c, err := rsock.Dial(ctx, dev, addr, o)
-		if err == nil || !retry || !errors.Is(err, cm.ErrConnRefused) {
-			return c, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return tool.RetryRefused(ctx, func() (*rsock.Conn, error) { return rsock.Dial(ctx, dev, addr, o) })
 }
 
 func acceptCtx(ctx context.Context, l net.Listener) (net.Conn, error) {

@@ -184,15 +184,22 @@ func CMEvent(err error) (event string, status int) {
 // REJ invalid service ID) is retried until the deadline, so that a script
 // may start both ends at once.
 func DialRetry(ctx context.Context, dev *qp.Device, addr netip.AddrPort, opts cm.Options) (*cm.Conn, error) {
+	return RetryRefused(ctx, func() (*cm.Conn, error) { return cm.Dial(ctx, dev, addr.String(), opts) })
+}
+
+// RetryRefused calls dial once without a deadline on ctx; with one, again
+// every 100 ms while its error is cm.ErrConnRefused, until the deadline.
+func RetryRefused[T any](ctx context.Context, dial func() (T, error)) (T, error) {
 	_, retry := ctx.Deadline()
 	for {
-		c, err := cm.Dial(ctx, dev, addr.String(), opts)
+		c, err := dial()
 		if err == nil || !retry || !errors.Is(err, cm.ErrConnRefused) {
 			return c, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err)
+			var zero T
+			return zero, fmt.Errorf("%w (last attempt: %w)", context.Cause(ctx), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
