@@ -251,15 +251,13 @@ func (t *test) run(dev string) int {
 		t.f.MessageCount = 0 // create_message
 	}
 	t.printf("mckey: joining\n")
-	d, err := tool.OpenCMDevice(t.ctx, t.env, dev, src)
+	d, prog, err := tool.StartCMDevice(t.ctx, t.env, dev, src)
 	if err != nil {
 		fmt.Fprintf(t.env.Stderr, "goroce mckey: %v\n", tool.DeviceError(dev, err))
 		return -1
 	}
-	t.dev = d
-	prog := &tool.Progressor{Dev: d}
-	prog.Start()
 	defer prog.Stop()
+	t.dev = d
 	for i := range t.f.Connections {
 		t.nodes = append(t.nodes, &node{id: i})
 	}

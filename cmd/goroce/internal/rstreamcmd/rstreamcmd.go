@@ -238,14 +238,12 @@ func run(env tool.Env, args []string, io bool) int {
 				addrs = append(addrs, a)
 			}
 		}
-		d, err := tool.OpenCMDevice(ctx, env, dev, addrs...)
+		d, prog, err := tool.StartCMDevice(ctx, env, dev, addrs...)
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "No RDMA devices were detected (%v)\n", err)
 			return 1
 		}
 		defer d.Close()
-		prog := &tool.Progressor{Dev: d}
-		prog.Start()
 		defer prog.Stop()
 		t.dev = d
 	}

@@ -133,6 +133,19 @@ func InterfaceFor(a netip.Addr) string {
 	return subnet
 }
 
+// StartCMDevice is OpenCMDevice with a Progressor for the device, started
+// (it drives a busy-poll device while the tool waits); the caller stops it
+// before closing the device.
+func StartCMDevice(ctx context.Context, env Env, dev string, addrs ...netip.Addr) (*qp.Device, *Progressor, error) {
+	d, err := OpenCMDevice(ctx, env, dev, addrs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	prog := &Progressor{Dev: d}
+	prog.Start()
+	return d, prog, nil
+}
+
 // OpenCMDevice opens the device of an rdma_cm tool: the interface --dev
 // named, else the one holding (or routing, by subnet) the first of addrs
 // that is a concrete address, else env's default.

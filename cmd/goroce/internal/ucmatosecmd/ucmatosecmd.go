@@ -307,15 +307,13 @@ func (t *test) runServer(dev string) int {
 		t.printf("cmatose: getrdmaaddr error: Servname not supported for ai_socktype\n")
 		return -1
 	}
-	d, err := tool.OpenCMDevice(t.ctx, t.env, dev, bind)
+	d, prog, err := tool.StartCMDevice(t.ctx, t.env, dev, bind)
 	if err != nil {
 		fmt.Fprintf(t.env.Stderr, "No RDMA devices were detected (%v)\n", err)
 		return -1
 	}
-	t.dev = d
-	prog := &tool.Progressor{Dev: d}
-	prog.Start()
 	defer prog.Stop()
+	t.dev = d
 	// The listener's connections share one PD and a send and a receive CQ
 	// large enough for all of them.
 	pd := d.AllocPD()
@@ -445,15 +443,13 @@ func (t *test) runClient(dev string) int {
 		t.printf("cmatose: getaddrinfo error: Servname not supported for ai_socktype\n")
 		return -1
 	}
-	d, err := tool.OpenCMDevice(t.ctx, t.env, dev, src, dst)
+	d, prog, err := tool.StartCMDevice(t.ctx, t.env, dev, src, dst)
 	if err != nil {
 		fmt.Fprintf(t.env.Stderr, "No RDMA devices were detected (%v)\n", err)
 		return -1
 	}
-	t.dev = d
-	prog := &tool.Progressor{Dev: d}
-	prog.Start()
 	defer prog.Stop()
+	t.dev = d
 	t.printf("cmatose: connecting\n")
 	// Every connection is resolved and connected at once, as the client's
 	// rdma_resolve_addr loop starts them all before waiting for events.

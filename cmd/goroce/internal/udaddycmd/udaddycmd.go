@@ -279,15 +279,13 @@ func (t *test) runClient(dev string) int {
 			return -1
 		}
 	}
-	d, err := tool.OpenCMDevice(t.ctx, t.env, dev, src, dst)
+	d, prog, err := tool.StartCMDevice(t.ctx, t.env, dev, src, dst)
 	if err != nil {
 		fmt.Fprintf(t.env.Stderr, "No RDMA devices were detected (%v)\n", err)
 		return -1
 	}
-	t.dev = d
-	prog := &tool.Progressor{Dev: d}
-	prog.Start()
 	defer prog.Stop()
+	t.dev = d
 	t.printf("udaddy: connecting\n")
 	t.nodes = make([]*node, t.f.Connections)
 	errs := make([]error, t.f.Connections)
@@ -405,15 +403,13 @@ func (t *test) runServer(dev string) int {
 		}
 		bind = a
 	}
-	d, err := tool.OpenCMDevice(t.ctx, t.env, dev, bind)
+	d, prog, err := tool.StartCMDevice(t.ctx, t.env, dev, bind)
 	if err != nil {
 		fmt.Fprintf(t.env.Stderr, "No RDMA devices were detected (%v)\n", err)
 		return -1
 	}
-	t.dev = d
-	prog := &tool.Progressor{Dev: d}
-	prog.Start()
 	defer prog.Stop()
+	t.dev = d
 	if err := t.verify(); err != nil {
 		return -22
 	}
