@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 )
 
@@ -139,6 +140,16 @@ func ReadAll(r io.Reader) ([]Record, error) {
 		rec.Data = append([]byte(nil), rec.Data...)
 		out = append(out, rec)
 	}
+}
+
+// ReadFile returns copies of every record in the pcap file at path.
+func ReadFile(path string) ([]Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadAll(f)
 }
 
 // Writer writes a nanosecond-resolution little-endian pcap stream. It is not

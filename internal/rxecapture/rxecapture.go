@@ -27,12 +27,7 @@ type Msg struct {
 // dropping retransmissions by sequence number. Each message of these tools
 // leaves in one write() and so in one segment.
 func TCPMessages(path string, port uint16) ([]Msg, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	recs, err := pcapfile.ReadAll(f)
+	recs, err := pcapfile.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -116,12 +111,7 @@ type RoCEMsg struct {
 // RoCEMessages parses every RoCEv2 packet of the pcap at path (frames that
 // are not RoCEv2, or do not parse, are skipped).
 func RoCEMessages(path string) ([]RoCEMsg, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	recs, err := pcapfile.ReadAll(f)
+	recs, err := pcapfile.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
