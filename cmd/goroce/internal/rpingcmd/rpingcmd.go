@@ -403,13 +403,22 @@ func (cb *controlBlock) cmEventError(err error) int {
 	return exitFail
 }
 
-func (cb *controlBlock) runServer() int {
+// setup is rping's setup_qp and rping_setup_buffers, with their failure
+// lines; the caller frees the buffers.
+func (cb *controlBlock) setup() bool {
 	if err := cb.setupQP(); err != nil {
 		cb.errf("setup_qp failed: %d\n", -1)
-		return exitFail
+		return false
 	}
 	if err := cb.setupBuffers(); err != nil {
 		cb.errf("rping_setup_buffers failed: %d\n", -1)
+		return false
+	}
+	return true
+}
+
+func (cb *controlBlock) runServer() int {
+	if !cb.setup() {
 		return exitFail
 	}
 	defer cb.freeBuffers()
@@ -453,12 +462,7 @@ func (cb *controlBlock) runClient() int {
 		return cb.cmEventError(fmt.Errorf("resolve %v: %w", cb.f.Addr, errNoRoute))
 	}
 	cb.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
-	if err := cb.setupQP(); err != nil {
-		cb.errf("setup_qp failed: %d\n", -1)
-		return exitFail
-	}
-	if err := cb.setupBuffers(); err != nil {
-		cb.errf("rping_setup_buffers failed: %d\n", -1)
+	if !cb.setup() {
 		return exitFail
 	}
 	defer cb.freeBuffers()
