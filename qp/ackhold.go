@@ -54,17 +54,17 @@ const ackHold = resumeAfter
 const busyHoldCheck = 4 * time.Millisecond
 
 // holdTouched ends the receive batch of every touched QP, holding the owed
-// ACKs (d.mu held): drive's ending when d.holdAcks is set.
+// ACKs (d.mu held): drive's ending when d.call.holdAcks is set.
 func (d *Device) holdTouched(now time.Time) {
 	until := now.Add(ackHold)
-	for _, q := range d.touched {
+	for _, q := range d.call.touched {
 		if q.eng.HoldAck(now, until) && !q.ackHeld {
 			q.ackHeld = true
-			d.held = append(d.held, q)
+			d.call.held = append(d.call.held, q)
 		}
 		d.touch(q)
 	}
-	if len(d.held) > 0 {
+	if len(d.call.held) > 0 {
 		d.drv.acksHeld()
 	}
 }
@@ -72,11 +72,11 @@ func (d *Device) holdTouched(now time.Time) {
 // flushHeld sends every held ACK (d.mu held); they leave when the caller
 // unlocks, ahead of what the same call produces after it.
 func (d *Device) flushHeld() {
-	if len(d.held) == 0 {
+	if len(d.call.held) == 0 {
 		return
 	}
 	now := d.now()
-	for _, q := range d.held {
+	for _, q := range d.call.held {
 		q.ackHeld = false
 		if q.destroyed {
 			continue
@@ -84,6 +84,6 @@ func (d *Device) flushHeld() {
 		q.eng.EndBatch(now)
 		d.touch(q)
 	}
-	clear(d.held)
-	d.held = d.held[:0]
+	clear(d.call.held)
+	d.call.held = d.call.held[:0]
 }

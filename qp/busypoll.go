@@ -102,9 +102,9 @@ func (b *busyDriver) poll() int {
 		// ACKs for the poller's next post (ackhold.go), and those of the
 		// previous poll leave first.
 		d.flushHeld()
-		d.holdAcks = true
+		d.call.holdAcks = true
 		n = b.readLink(busyPollBatches)
-		d.holdAcks = false
+		d.call.holdAcks = false
 	}
 	d.unlock()
 	b.idled(n)

@@ -91,14 +91,14 @@ func (d *Device) ccInput(q *QP, pkt *wire.Packet, now time.Time) bool {
 		return false
 	}
 	q.eng.Counters[CntNPECNMarkedRoCEPackets]++
-	d.counters[CntNPECNMarkedRoCEPackets]++
+	d.stats.counters[CntNPECNMarkedRoCEPackets]++
 	if q.cc.sentCNP && now.Sub(q.cc.lastCNP) < d.cc.NPMinTimeBetweenCNPs {
 		return false
 	}
 	if d.sendCNP(q, pkt) {
 		q.cc.sentCNP, q.cc.lastCNP = true, now
 		q.eng.Counters[CntNPCNPSent]++
-		d.counters[CntNPCNPSent]++
+		d.stats.counters[CntNPCNPSent]++
 	}
 	return false
 }

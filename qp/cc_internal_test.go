@@ -52,7 +52,7 @@ func newCCRig(t *testing.T, cc *CCParams) *ccRig {
 	}
 	t.Cleanup(func() { d.Close(); r.la.Close(); r.lb.Close() })
 	r.d = d
-	d.nextQPN = 0x118
+	d.tab.nextQPN = 0x118
 	cq, err := d.CreateCQ(64)
 	if err != nil {
 		t.Fatal(err)

@@ -44,13 +44,13 @@ const (
 func (s *selfDriver) unlockPost(now time.Time) {
 	d := s.d
 	if s.owner != ownerDriver || d.closed ||
-		len(d.heap) < corkQPs || len(d.tx.frames) == 0 || len(d.tx.frames) >= corkFrames {
+		len(d.deadlines.heap) < corkQPs || len(d.tx.frames) == 0 || len(d.tx.frames) >= corkFrames {
 		d.unlock()
 		return
 	}
 	if e := now.Add(corkDelay); s.armed.IsZero() || e.Before(s.armed) {
 		s.arm(e)
 	}
-	d.corked++
+	d.stats.corked++
 	d.mu.Unlock()
 }

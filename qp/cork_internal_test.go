@@ -101,7 +101,7 @@ func TestCorkManyBusyQPs(t *testing.T) {
 		}
 		corkWrite(t, qs[1], mr)
 		d.mu.Lock()
-		corked := d.corked
+		corked := d.stats.corked
 		d.mu.Unlock()
 		if want := uint64(1 + corkFrames - 1 + 1); corked != want {
 			t.Errorf("%d posts corked, want %d", corked, want)

@@ -73,7 +73,7 @@ func (cq *CQ) complete(wc *WC) {
 	if cq.n == len(cq.ring) {
 		if !cq.overrun {
 			cq.overrun = true
-			cq.dev.failedCQs = append(cq.dev.failedCQs, cq)
+			cq.dev.call.failedCQs = append(cq.dev.call.failedCQs, cq)
 			cq.signal()
 		}
 		return

@@ -94,7 +94,7 @@ func (h deadlineHeap) fix(i int) {
 func (d *Device) touch(q *QP) {
 	dl, ok := q.eng.Deadline()
 	if !ok || q.destroyed {
-		d.heap.remove(q)
+		d.deadlines.heap.remove(q)
 		return
 	}
 	if q.hidx >= 0 {
@@ -102,19 +102,19 @@ func (d *Device) touch(q *QP) {
 			return
 		}
 		q.dl = dl
-		d.heap.fix(q.hidx)
+		d.deadlines.heap.fix(q.hidx)
 		return
 	}
 	q.dl = dl
-	d.heap.push(q)
+	d.deadlines.heap.push(q)
 }
 
 // earliest is the earliest engine deadline of the device (zero if none).
 func (d *Device) earliest() time.Time {
-	if len(d.heap) == 0 {
+	if len(d.deadlines.heap) == 0 {
 		return time.Time{}
 	}
-	return d.heap[0].dl
+	return d.deadlines.heap[0].dl
 }
 
 // timers runs the engine timers (d.mu held): with fire set, every engine
@@ -123,10 +123,10 @@ func (d *Device) earliest() time.Time {
 // many ticked and the earliest deadline left (zero if none).
 func (d *Device) timers(now time.Time, fire bool) (fired int, next time.Time) {
 	if fire {
-		due := d.due[:0]
-		for len(d.heap) > 0 && !d.heap[0].dl.After(now) {
-			q := d.heap[0]
-			d.heap.remove(q)
+		due := d.deadlines.due[:0]
+		for len(d.deadlines.heap) > 0 && !d.deadlines.heap[0].dl.After(now) {
+			q := d.deadlines.heap[0]
+			d.deadlines.heap.remove(q)
 			due = append(due, q)
 		}
 		if len(due) > 1 {
@@ -138,7 +138,7 @@ func (d *Device) timers(now time.Time, fire bool) (fired int, next time.Time) {
 			due[i] = nil
 		}
 		fired = len(due)
-		d.due = due[:0]
+		d.deadlines.due = due[:0]
 	}
 	return fired, d.earliest()
 }

@@ -132,42 +132,92 @@ type Config struct {
 }
 
 // Device is one RoCE device bound to a link.
+//
+// Its fields are grouped by concern. What Open sets and nothing changes
+// comes first; then the engine lock, mu, and what it guards (the QP table,
+// the timers, one call's bookkeeping, multicast, the statistics, the async
+// events' state); then the parts with locks of their own (the transmit
+// batch, the resolver, the GSI's creation) and the driver, which keeps the
+// link's receive side (driver.go).
+//
+// Lock order. A goroutine holding one of these may take only those after
+// it:
+//
+//	Device.mu             the engine lock: every engine call, everything "under mu"
+//	CQ.mu                 a completion into a CQ (the engines complete under Device.mu)
+//	asyncQueue.mu         the async event queue (a leaf)
+//	txBatch.mu            taken under Device.mu by handoff, held past its
+//	                      release while the batch is written (unlock)
+//	PcapWriter.mu         the capture (a leaf, under Device.mu or txBatch.mu)
+//
+// The memory-registration table's locks (memreg) are taken under
+// Device.mu by the engines and without it by RegMR. gsiMu and
+// GSI.dispatchMu come before Device.mu (creating the GSI's QP, its MAD
+// handlers' posts), never under it; resolveCalls.mu is a leaf taken
+// without Device.mu. A data-path frame
+// costs Device.mu once per batch (not per frame), CQ.mu per completion and
+// txBatch.mu once per written batch.
 type Device struct {
-	cfg     Config
-	log     *slog.Logger // cfg.Logger, or a discarding one
-	mu      sync.Mutex   // serialises every engine call
-	mac     [6]byte
-	gids    []GID
-	maxMTU  transport.MTU
-	mrs     *memreg.Table
-	atomics *atomic.Executor
+	// Set by Open, read-only after.
+	cfg         Config
+	log         *slog.Logger // cfg.Logger, or a discarding one
+	now         func() time.Time
+	customClock bool // Config.Now was given: the link's deadlines are converted to the real clock
+	mac         [6]byte
+	gids        []GID
+	maxMTU      transport.MTU
+	cc          *CCParams        // congestion control (cc.go); nil: off
+	mrs         *memreg.Table    // its own locks
+	atomics     *atomic.Executor // used under mu
+	// drv is how the device makes progress (driver.go), chosen by Open
+	// from Config.Mode: its link's receive side and the wait policies.
+	drv driver
+
+	mu        sync.Mutex // the engine lock: serialises every engine call; guards what follows up to tx
+	closed    bool
+	tab       qpTable     // QPs and SRQs (qp.go)
+	deadlines timerQueue  // the engines' deadlines (deadline.go)
+	call      callState   // what one call into the engines collects
+	mc        mcastState  // multicast groups and looped datagrams (mcast.go)
+	stats     deviceStats // counters
+	ev        eventState  // AsyncEvent's queue and what feeds it (events.go)
+	// onAsync, when set, also receives the CQ-overrun events (with d.mu
+	// held), for tests.
+	onAsync func(asyncEvent)
+
+	// With locks of their own.
+	tx    txBatch                     // frames to write; tx.mu is taken after mu
+	res   resolveCalls                // Config.Resolve calls in progress (qp.go)
+	pcap  satomic.Pointer[PcapWriter] // the device's capture (pcap.go); nil: off
+	gsi   satomic.Pointer[GSI]        // QP1, once Device.GSI made it (gsi.go)
+	gsiMu sync.Mutex                  // serialises its creation
+
+	done chan struct{}  // closed by Close
+	wg   sync.WaitGroup // the device's goroutines (the driver's, the GSI's)
+}
+
+// qpTable is the device's queue pairs and shared receive queues (under
+// Device.mu).
+type qpTable struct {
 	qps     map[uint32]*QP
 	qpList  []*QP  // creation order
 	srqs    []*SRQ // not destroyed, creation order
-	// mcast are the multicast groups with QPs attached (mcast.go).
-	mcast map[GID]*mcastGroup
-	// mcLoop are copies of the datagrams this device's QPs sent to its
-	// groups, delivered to its attached QPs at the end of the call
-	// (mcast.go); mcLoopN of them are in use.
-	mcLoop  [][]byte
-	mcLoopN int
-	mcPkt   wire.Packet // deliverLoopedMcast's parse
 	nextQPN uint32
-	qpSeq   uint64       // creation counter: QP.seq
-	heap    deadlineHeap // QPs with an engine deadline (deadline.go)
-	due     []*QP        // timers' scratch
-	// drv is how the device makes progress (driver.go), chosen by Open
-	// from Config.Mode.
-	drv driver
-	// customClock: Config.Now was given; deadlines are converted to the
-	// real clock for the link.
-	customClock bool
+	qpSeq   uint64 // creation counter: QP.seq
 	// qpnLimit is the highest QP number handed out (maxQPN; tests lower
 	// it to reach the wrap quickly).
 	qpnLimit uint32
-	tx       txBatch
-	txMu     sync.Mutex // held while frames are written to the link; taken after mu
+}
 
+// timerQueue is the engines' deadlines (under Device.mu; deadline.go).
+type timerQueue struct {
+	heap deadlineHeap // QPs with an engine deadline
+	due  []*QP        // timers' scratch
+}
+
+// callState is what one call into the engines (a drive pass, a post)
+// collects for its end (under Device.mu).
+type callState struct {
 	// failedCQs are CQs that overran since the last endCall; their QPs
 	// still have to be moved to ERR.
 	failedCQs []*CQ
@@ -178,28 +228,32 @@ type Device struct {
 	// call (ackhold.go); holdAcks makes drive hold them.
 	held     []*QP
 	holdAcks bool
-	// onAsync, when set, also receives the CQ-overrun events (with d.mu
-	// held), for tests.
-	onAsync func(asyncEvent)
-	ev      eventState // AsyncEvent's queue and what feeds it (events.go)
-	now     func() time.Time
+}
 
+// mcastState is the device's multicast (under Device.mu; mcast.go).
+type mcastState struct {
+	// groups are the multicast groups with QPs attached.
+	groups map[GID]*mcastGroup
+	// loop are copies of the datagrams this device's QPs sent to its
+	// groups, delivered to its attached QPs at the end of the call;
+	// loopN of them are in use.
+	loop  [][]byte
+	loopN int
+	pkt   wire.Packet // deliverLoopedMcast's parse
+}
+
+// deviceStats are the device's counters (under Device.mu).
+type deviceStats struct {
 	counters transport.Counters
 	corked   uint64 // posts whose frames waited for a later write (cork.go)
-	rxStats  RxStats
+	rx       RxStats
+}
 
-	cc *CCParams // congestion control (cc.go); nil: off
-
-	done   chan struct{}
-	wg     sync.WaitGroup
-	closed bool
-
-	gsi   satomic.Pointer[GSI]        // QP1, once Device.GSI made it (gsi.go)
-	pcap  satomic.Pointer[PcapWriter] // the device's capture (pcap.go); nil: off
-	gsiMu sync.Mutex                  // serialises its creation
-
-	resolveMu sync.Mutex
-	resolving map[GID]*resolveCall // Config.Resolve calls in progress, one per IP (qp.go)
+// resolveCalls are the Config.Resolve calls in progress, one per IP
+// (qp.go).
+type resolveCalls struct {
+	mu    sync.Mutex // a leaf, taken without Device.mu
+	calls map[GID]*resolveCall
 }
 
 // RxStats count frames the device dropped before any QP saw them.
@@ -233,7 +287,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d := &Device{log: log,
 		cfg: cfg, mrs: memreg.NewTable(cfg.Seed), atomics: atomic.NewExecutor(),
-		qps: map[uint32]*QP{}, nextQPN: firstQPN(cfg.Seed), qpnLimit: maxQPN, now: cfg.Now,
+		tab: qpTable{qps: map[uint32]*QP{}, nextQPN: firstQPN(cfg.Seed), qpnLimit: maxQPN}, now: cfg.Now,
 		done: make(chan struct{}), customClock: custom,
 	}
 	copy(d.mac[:], cfg.Link.HardwareAddr())
@@ -245,7 +299,7 @@ func Open(cfg Config) (*Device, error) {
 		d.gids = append(d.gids, ip)
 	}
 	d.maxMTU = PathMTU(cfg.Link.MTU())
-	d.tx.init(cfg.Link, &d.txMu, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
+	d.tx.init(cfg.Link, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
 	d.tx.pcap, d.tx.now = &d.pcap, d.now
 	if cfg.Pcap != nil {
 		d.pcap.Store(cfg.Pcap)
@@ -314,7 +368,7 @@ func (d *Device) Counters() Counters {
 func (d *Device) RxStats() RxStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.rxStats
+	return d.stats.rx
 }
 
 // Close stops the device's goroutines and closes the link.
@@ -330,12 +384,12 @@ func (d *Device) Close() error {
 	d.closed = true
 	close(d.done)
 	var leaves []func()
-	for _, g := range d.mcast {
+	for _, g := range d.mc.groups {
 		if g.leave != nil {
 			leaves = append(leaves, g.leave)
 		}
 	}
-	d.mcast = nil
+	d.mc.groups = nil
 	defer func() {
 		for _, leave := range leaves {
 			leave()
@@ -356,8 +410,8 @@ func (d *Device) closeOwnedLink() error {
 	// Frames handed off before closed was set (the ACK of what a waiter
 	// just completed, often) are being written outside d.mu; let them
 	// leave before the link closes, as a NIC's last frames do.
-	d.txMu.Lock()
-	d.txMu.Unlock() // empty: only waits for the writer
+	d.tx.mu.Lock()
+	d.tx.mu.Unlock() // empty: only waits for the writer
 	if p := d.pcap.Load(); p != nil {
 		p.Flush()
 	}
@@ -386,10 +440,10 @@ type asyncEvent struct {
 // deadline may have moved (a driver parked with a later one re-arms). The
 // frames the engines produced leave in unlock.
 func (d *Device) endCall(now time.Time) {
-	if d.mcLoopN > 0 {
+	if d.mc.loopN > 0 {
 		d.deliverLoopedMcast(now)
 	}
-	if len(d.failedCQs) > 0 {
+	if len(d.call.failedCQs) > 0 {
 		d.failCQs(now)
 	}
 	d.drv.callEnded()
@@ -397,14 +451,14 @@ func (d *Device) endCall(now time.Time) {
 
 // unlock releases d.mu and then writes the frames the engines produced
 // while it was held, in one WriteBatch outside it: the batch is handed over
-// under d.mu with d.txMu taken, so batches reach the link in the order
+// under d.mu with d.tx.mu taken, so batches reach the link in the order
 // their calls ran, and the next call fills the other buffer meanwhile.
 func (d *Device) unlock() {
 	out := d.tx.handoff()
 	d.mu.Unlock()
 	if out != nil {
 		d.tx.write(out)
-		d.txMu.Unlock()
+		d.tx.mu.Unlock()
 	}
 }
 
@@ -414,11 +468,11 @@ func (d *Device) unlock() {
 // requests (into their other CQ where that one has room). Moving a QP to
 // ERR can overrun another CQ; the loop runs until none is left.
 func (d *Device) failCQs(now time.Time) {
-	for len(d.failedCQs) > 0 {
-		cq := d.failedCQs[0]
-		d.failedCQs = d.failedCQs[1:]
+	for len(d.call.failedCQs) > 0 {
+		cq := d.call.failedCQs[0]
+		d.call.failedCQs = d.call.failedCQs[1:]
 		d.event(asyncEvent{kind: eventCQErr, cq: cq})
-		for _, q := range d.qpList {
+		for _, q := range d.tab.qpList {
 			if (q.sendCQ == cq || q.recvCQ == cq) && q.eng.State() != StateErr && q.eng.State() != StateReset {
 				q.eng.Modify(&Attr{State: StateErr}, AttrState, now)
 				d.touch(q)
@@ -426,7 +480,7 @@ func (d *Device) failCQs(now time.Time) {
 			}
 		}
 	}
-	d.failedCQs = d.failedCQs[:0]
+	d.call.failedCQs = d.call.failedCQs[:0]
 }
 
 func (d *Device) event(ev asyncEvent) {
@@ -510,16 +564,16 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 	// ACK coalescing: end the receive batch of every QP that got a frame
 	// in it, so each sends one cumulative ACK, written with the rest of
 	// this pass, or holds it for the application's next call (ackhold.go).
-	if d.holdAcks {
+	if d.call.holdAcks {
 		d.holdTouched(now)
 	} else {
-		for _, q := range d.touched {
+		for _, q := range d.call.touched {
 			q.eng.EndBatch(now)
 			d.touch(q)
 		}
 	}
-	clear(d.touched)
-	d.touched = d.touched[:0]
+	clear(d.call.touched)
+	d.call.touched = d.call.touched[:0]
 	fired := 0
 	if timers {
 		fired, next = d.timers(now, true)
@@ -532,15 +586,15 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 
 // input parses one frame and hands it to its QP. Called with d.mu held.
 func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
-	d.rxStats.Frames++
+	d.stats.rx.Frames++
 	if err := wire.Parse(frame, pkt); err != nil {
 		switch {
 		case errors.Is(err, wire.ErrBadICRC):
-			d.rxStats.BadICRC++
+			d.stats.rx.BadICRC++
 		case errors.Is(err, wire.ErrNotRoCE), errors.Is(err, wire.ErrNotIP):
-			d.rxStats.NotRoCE++
+			d.stats.rx.NotRoCE++
 		default:
-			d.rxStats.ParseErrors++
+			d.stats.rx.ParseErrors++
 		}
 		return
 	}
@@ -550,16 +604,16 @@ func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
 		return
 	}
 	if pkt.Eth != nil && pkt.Eth.Dst() != d.mac {
-		d.rxStats.WrongDst++
+		d.stats.rx.WrongDst++
 		return
 	}
 	if dst != d.gids[1].Unmap() && netip.AddrFrom16(dst.As16()) != d.gids[1] {
-		d.rxStats.WrongDst++
+		d.stats.rx.WrongDst++
 		return
 	}
-	q := d.qps[pkt.BTH.DestQP()]
+	q := d.tab.qps[pkt.BTH.DestQP()]
 	if q == nil {
-		d.rxStats.NoQP++
+		d.stats.rx.NoQP++
 		return
 	}
 	if d.ccInput(q, pkt, now) {
@@ -569,18 +623,18 @@ func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
 	d.touch(q)
 	// Remember the QP for EndBatch in drive (consecutive frames of one QP
 	// add it once; a repeat later in the batch is harmless).
-	if k := len(d.touched); k == 0 || d.touched[k-1] != q {
-		d.touched = append(d.touched, q)
+	if k := len(d.call.touched); k == 0 || d.call.touched[k-1] != q {
+		d.call.touched = append(d.call.touched, q)
 	}
 }
 
 // txBatch collects the frames the engines produce during one call (it
 // implements transport.Output). Two buffer sets alternate: the engines fill
-// one under d.mu while the other is written to the link under d.txMu
+// one under d.mu while the other is written to the link under d.tx.mu
 // (handoff, write).
 type txBatch struct {
+	mu     sync.Mutex // held while frames are written to the link; taken after Device.mu
 	link   nic.Link
-	mu     *sync.Mutex // the device's txMu
 	bufs   [][]byte
 	frames [][]byte
 	// The other set, written by the holder of mu.
@@ -591,13 +645,13 @@ type txBatch struct {
 	now  func() time.Time
 }
 
-func (b *txBatch) init(link nic.Link, mu *sync.Mutex, frameLen int) {
+func (b *txBatch) init(link nic.Link, frameLen int) {
 	size := link.BatchSize()
 	if size <= 0 {
 		size = 32
 	}
 	size = max(size, 64)
-	b.link, b.mu = link, mu
+	b.link = link
 	mk := func() [][]byte {
 		bufs := make([][]byte, size)
 		for i := range bufs {

@@ -58,11 +58,11 @@ type Stats struct {
 func (d *Device) Stats() Stats {
 	link := d.cfg.Link.Stats()
 	d.mu.Lock()
-	s := Stats{Name: d.cfg.Name, Counters: d.countersLocked(), Rx: d.rxStats, Link: link,
+	s := Stats{Name: d.cfg.Name, Counters: d.countersLocked(), Rx: d.stats.rx, Link: link,
 		Port: PortCounters{XmitData: link.TxBytes / 4, RcvData: link.RxBytes / 4,
 			XmitPackets: link.TxFrames, RcvPackets: link.RxFrames}}
-	s.QPs = make([]QPStats, len(d.qpList))
-	for i, q := range d.qpList {
+	s.QPs = make([]QPStats, len(d.tab.qpList))
+	for i, q := range d.tab.qpList {
 		s.QPs[i] = QPStats{QPN: q.eng.QPN(), State: q.eng.State(), Counters: q.eng.Counters}
 	}
 	d.mu.Unlock()

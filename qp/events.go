@@ -195,7 +195,7 @@ func (d *Device) portState(active, up bool) {
 	case active:
 		d.raise(AsyncEvent{Type: EventPortActive, Port: 1})
 	default:
-		d.counters[CntLinkDowned]++
+		d.stats.counters[CntLinkDowned]++
 		d.raise(AsyncEvent{Type: EventPortErr, Port: 1})
 	}
 }
@@ -209,7 +209,7 @@ func (d *Device) portGone() {
 	}
 	if !d.ev.portDown {
 		d.ev.portDown = true
-		d.counters[CntLinkDowned]++
+		d.stats.counters[CntLinkDowned]++
 		d.raise(AsyncEvent{Type: EventPortErr, Port: 1})
 	}
 	d.ev.ifDown = true
@@ -323,7 +323,7 @@ func (h *qpHooks) Frame() []byte {
 // Send implements transport.Output.
 func (h *qpHooks) Send(n int) {
 	h.out.Send(n)
-	if h.buf[0]&1 != 0 && len(h.d.mcast) > 0 {
+	if h.buf[0]&1 != 0 && len(h.d.mc.groups) > 0 {
 		h.d.loopMcast(h.eng.QPN(), h.buf[:n]) // a group's datagram (mcast.go)
 	}
 }
@@ -383,13 +383,13 @@ func (d *Device) linkFailed(err error) {
 // QP_LAST_WQE_REACHED.
 func (d *Device) failSRQs() {
 	now := d.now()
-	for _, s := range d.srqs {
+	for _, s := range d.tab.srqs {
 		if s.destroyed || s.failed {
 			continue
 		}
 		s.failed = true
 		d.raise(AsyncEvent{Type: EventSRQErr, SRQ: s})
-		for _, q := range d.qpList {
+		for _, q := range d.tab.qpList {
 			if q.srq == s && q.eng.State() != StateErr && q.eng.State() != StateReset {
 				q.eng.Modify(&Attr{State: StateErr}, AttrState, now)
 				d.touch(q)

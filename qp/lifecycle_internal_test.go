@@ -113,14 +113,14 @@ func TestQPNWrap(t *testing.T) {
 		pd := d.AllocPD()
 		ia := InitAttr{SendCQ: cq, RecvCQ: cq, Cap: Caps{MaxSendWR: 1, MaxRecvWR: 1}}
 		d.mu.Lock()
-		d.nextQPN = minQPN // the first number is random (firstQPN)
+		d.tab.nextQPN = minQPN // the first number is random (firstQPN)
 		d.mu.Unlock()
 		live, err := pd.CreateQP(ia) // 0x11 stays live through the wrap
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.mu.Lock()
-		d.nextQPN = maxQPN - 2
+		d.tab.nextQPN = maxQPN - 2
 		d.mu.Unlock()
 		var got []uint32
 		for range 5 {
@@ -140,7 +140,7 @@ func TestQPNWrap(t *testing.T) {
 
 		// Exhaustion, with the range cut to 16 numbers.
 		d.mu.Lock()
-		d.qpnLimit = minQPN + 15
+		d.tab.qpnLimit = minQPN + 15
 		d.mu.Unlock()
 		qps := []*QP{live}
 		for len(qps) < 16 {

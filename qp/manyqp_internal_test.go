@@ -116,7 +116,7 @@ func TestManyQPsPostWork(t *testing.T) {
 		e.write(t, e.qa[i])
 	}
 	e.a.mu.Lock()
-	inHeap := len(e.a.heap)
+	inHeap := len(e.a.deadlines.heap)
 	e.a.mu.Unlock()
 	if inHeap != n/2 {
 		t.Fatalf("%d QPs in the heap after posting on %d", inHeap, n/2)
@@ -124,11 +124,11 @@ func TestManyQPsPostWork(t *testing.T) {
 	for i := 1; i < n; i += 2 {
 		e.clock = e.clock.Add(time.Microsecond)
 		e.a.mu.Lock()
-		before, size := heapIndexes(e.a.qpList), len(e.a.heap)
+		before, size := heapIndexes(e.a.tab.qpList), len(e.a.deadlines.heap)
 		e.a.mu.Unlock()
 		e.write(t, e.qa[i]) // idle: pushed
 		e.a.mu.Lock()
-		moved, top := heapMoves(e.a.qpList, before), e.a.heap[0]
+		moved, top := heapMoves(e.a.tab.qpList, before), e.a.deadlines.heap[0]
 		e.a.mu.Unlock()
 		if limit := bits.Len(uint(size+1)) + 1; moved > limit {
 			t.Fatalf("post on idle QP %d moved %d QPs in a heap of %d (at most %d)", i, moved, size, limit)
@@ -137,11 +137,11 @@ func TestManyQPsPostWork(t *testing.T) {
 			t.Fatalf("heap top is QP %#x, want the first poster %#x", top.QPN(), e.qa[0].QPN())
 		}
 		e.a.mu.Lock()
-		before = heapIndexes(e.a.qpList)
+		before = heapIndexes(e.a.tab.qpList)
 		e.a.mu.Unlock()
 		e.write(t, e.qa[i-1]) // waiting: its ACK timer runs already
 		e.a.mu.Lock()
-		moved = heapMoves(e.a.qpList, before)
+		moved = heapMoves(e.a.tab.qpList, before)
 		e.a.mu.Unlock()
 		if moved != 0 {
 			t.Fatalf("post on waiting QP %d moved %d QPs in the heap", i-1, moved)
@@ -155,7 +155,7 @@ func TestManyQPsPostWork(t *testing.T) {
 		}
 	}
 	e.a.mu.Lock()
-	left := len(e.a.heap)
+	left := len(e.a.deadlines.heap)
 	e.a.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d QPs still wait for an ACK after both ends drained the link", left)

@@ -102,7 +102,7 @@ func (q *QP) AttachMcast(gid GID, lid uint16) error {
 		d.mu.Unlock()
 		return fmt.Errorf("qp: attach mcast: a %v QP cannot join a group (UD only): %w", q.eng.Type(), ErrInvalidArgument)
 	}
-	g := d.mcast[key]
+	g := d.mc.groups[key]
 	if g != nil {
 		defer d.mu.Unlock()
 		if slices.Contains(g.qps, q) {
@@ -115,9 +115,9 @@ func (q *QP) AttachMcast(gid GID, lid uint16) error {
 		q.mcast++
 		return nil
 	}
-	if len(d.mcast) >= MaxMcastGroups {
+	if len(d.mc.groups) >= MaxMcastGroups {
 		d.mu.Unlock()
-		return fmt.Errorf("qp: attach mcast: %d groups already: %w", len(d.mcast), ErrQueueFull)
+		return fmt.Errorf("qp: attach mcast: %d groups already: %w", len(d.mc.groups), ErrQueueFull)
 	}
 	// The first QP on the group: join it on the interface outside d.mu
 	// (a socket option), then record it unless someone else did meanwhile.
@@ -137,7 +137,7 @@ func (q *QP) AttachMcast(gid GID, lid uint16) error {
 		}
 		return err
 	}
-	if g := d.mcast[key]; g != nil {
+	if g := d.mc.groups[key]; g != nil {
 		if leave != nil {
 			leave() // joined twice: the group's own membership stays
 		}
@@ -147,10 +147,10 @@ func (q *QP) AttachMcast(gid GID, lid uint16) error {
 		}
 		return nil
 	}
-	if d.mcast == nil {
-		d.mcast = map[GID]*mcastGroup{}
+	if d.mc.groups == nil {
+		d.mc.groups = map[GID]*mcastGroup{}
 	}
-	d.mcast[key] = &mcastGroup{qps: []*QP{q}, leave: leave}
+	d.mc.groups[key] = &mcastGroup{qps: []*QP{q}, leave: leave}
 	q.mcast++
 	return nil
 }
@@ -166,7 +166,7 @@ func (q *QP) DetachMcast(gid GID, lid uint16) error {
 		return fmt.Errorf("qp: QP %#x: %w", q.eng.QPN(), ErrDestroyed)
 	}
 	key := mgid(gid)
-	g := d.mcast[key]
+	g := d.mc.groups[key]
 	i := -1
 	if g != nil {
 		i = slices.Index(g.qps, q)
@@ -179,7 +179,7 @@ func (q *QP) DetachMcast(gid GID, lid uint16) error {
 	q.mcast--
 	var leave func()
 	if len(g.qps) == 0 {
-		delete(d.mcast, key)
+		delete(d.mc.groups, key)
 		leave = g.leave
 	}
 	d.mu.Unlock()
@@ -201,13 +201,13 @@ func (d *Device) inputMcast(pkt *wire.Packet, dst netip.Addr, now time.Time) {
 		v4 := m[0] == 0x01 && m[1] == 0x00 && m[2] == 0x5e && dst.Is4() && m[3] == b[13]&0x7f && m[4] == b[14] && m[5] == b[15]
 		v6 := m[0] == 0x33 && m[1] == 0x33 && [4]byte(m[2:6]) == [4]byte(b[12:16])
 		if !v4 && !v6 {
-			d.rxStats.WrongDst++
+			d.stats.rx.WrongDst++
 			return
 		}
 	}
-	g := d.mcast[key]
+	g := d.mc.groups[key]
 	if g == nil || pkt.BTH.DestQP() != MulticastQPN {
-		d.rxStats.NoQP++
+		d.stats.rx.NoQP++
 		return
 	}
 	for _, q := range g.qps {
@@ -225,30 +225,30 @@ const mcLoopMax = 256
 // It is not delivered at once: the sending QP's engine is in the middle
 // of its send, and may itself be attached.
 func (d *Device) loopMcast(from uint32, frame []byte) {
-	if q := d.qps[from]; q != nil && q.noMcastLoop {
+	if q := d.tab.qps[from]; q != nil && q.noMcastLoop {
 		return
 	}
-	if d.mcLoopN == mcLoopMax {
+	if d.mc.loopN == mcLoopMax {
 		return
 	}
-	if d.mcLoopN == len(d.mcLoop) {
-		d.mcLoop = append(d.mcLoop, nil)
+	if d.mc.loopN == len(d.mc.loop) {
+		d.mc.loop = append(d.mc.loop, nil)
 	}
-	d.mcLoop[d.mcLoopN] = append(d.mcLoop[d.mcLoopN][:0], frame...)
-	d.mcLoopN++
+	d.mc.loop[d.mc.loopN] = append(d.mc.loop[d.mc.loopN][:0], frame...)
+	d.mc.loopN++
 }
 
 // deliverLoopedMcast hands the datagrams collected by loopMcast to the
 // device's attached QPs (d.mu held, at the end of a call). The buffers
 // are kept for the next ones: no allocation once they have grown.
 func (d *Device) deliverLoopedMcast(now time.Time) {
-	for i := 0; i < d.mcLoopN; i++ {
-		if err := wire.Parse(d.mcLoop[i], &d.mcPkt); err != nil {
+	for i := 0; i < d.mc.loopN; i++ {
+		if err := wire.Parse(d.mc.loop[i], &d.mc.pkt); err != nil {
 			continue
 		}
-		if dst := d.mcPkt.DstIP(); dst.IsMulticast() {
-			d.inputMcast(&d.mcPkt, dst, now)
+		if dst := d.mc.pkt.DstIP(); dst.IsMulticast() {
+			d.inputMcast(&d.mc.pkt, dst, now)
 		}
 	}
-	d.mcLoopN = 0
+	d.mc.loopN = 0
 }

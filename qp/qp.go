@@ -48,7 +48,7 @@ type QP struct {
 	sendCQ, recvCQ *CQ
 	srq            *SRQ
 	destroyed      bool    // guarded by dev.mu
-	ackHeld        bool    // under dev.mu: in dev.held (ackhold.go)
+	ackHeld        bool    // under dev.mu: in dev.call.held (ackhold.go)
 	cc             ccState // notification point (cc.go), under dev.mu
 
 	// The device's deadline heap (deadline.go), under dev.mu.
@@ -120,47 +120,47 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 		if qpn, err = d.allocQPN(); err != nil {
 			return nil, err
 		}
-	} else if d.qps[qpn] != nil {
+	} else if d.tab.qps[qpn] != nil {
 		return nil, fmt.Errorf("qp: create QP: QP number %#x is in use: %w", qpn, ErrInvalidArgument)
 	}
 	hooks := d.qpHooks()
 	eng, err := transport.New(transport.Config{
 		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ.sink(), RecvCQ: ia.RecvCQ.sink(), Out: hooks, Events: hooks, PortMaxMTU: d.maxMTU,
-		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.counters, SRQ: srq, Type: ia.Type,
+		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.stats.counters, SRQ: srq, Type: ia.Type,
 		CC: d.cc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qp: create QP: %w", err)
 	}
 	if fixed == 0 {
-		d.nextQPN = qpn + 1
+		d.tab.nextQPN = qpn + 1
 	}
-	d.qpSeq++
-	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.qpSeq, hidx: -1,
+	d.tab.qpSeq++
+	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.tab.qpSeq, hidx: -1,
 		noMcastLoop: ia.BlockSelfMcastLoopback}
 	hooks.attach(eng, q)
 	if q.srq != nil {
 		q.srq.users++
 	}
-	d.qps[qpn] = q
-	d.qpList = append(d.qpList, q)
+	d.tab.qps[qpn] = q
+	d.tab.qpList = append(d.tab.qpList, q)
 	return q, nil
 }
 
 // allocQPN returns the next free QP number after the last one handed out,
-// wrapping from d.qpnLimit to minQPN. Called with d.mu held.
+// wrapping from d.tab.qpnLimit to minQPN. Called with d.mu held.
 func (d *Device) allocQPN() (uint32, error) {
-	limit := d.qpnLimit
-	if span := limit - minQPN + 1; uint32(len(d.qps)) >= span {
+	limit := d.tab.qpnLimit
+	if span := limit - minQPN + 1; uint32(len(d.tab.qps)) >= span {
 		return 0, fmt.Errorf("qp: create QP: all %d QP numbers are in use: %w", span, ErrQueueFull)
 	}
-	qpn := d.nextQPN
+	qpn := d.tab.nextQPN
 	for {
 		if qpn < minQPN || qpn > limit {
 			qpn = minQPN
 		}
-		if d.qps[qpn] == nil {
+		if d.tab.qps[qpn] == nil {
 			return qpn, nil
 		}
 		qpn++
@@ -315,23 +315,23 @@ func (d *Device) resolve(ctx context.Context, ip GID) (net.HardwareAddr, error) 
 // resolveCall returns the Config.Resolve call in progress for ip, starting
 // one that runs until deadline when there is none.
 func (d *Device) resolveCall(ctx context.Context, ip GID, deadline time.Time) *resolveCall {
-	d.resolveMu.Lock()
-	defer d.resolveMu.Unlock()
-	if c := d.resolving[ip]; c != nil {
+	d.res.mu.Lock()
+	defer d.res.mu.Unlock()
+	if c := d.res.calls[ip]; c != nil {
 		return c
 	}
 	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	c := &resolveCall{done: make(chan struct{}), deadline: deadline}
-	if d.resolving == nil {
-		d.resolving = map[GID]*resolveCall{}
+	if d.res.calls == nil {
+		d.res.calls = map[GID]*resolveCall{}
 	}
-	d.resolving[ip] = c
+	d.res.calls[ip] = c
 	go func() {
 		defer cancel()
 		c.mac, c.err = d.cfg.Resolve(cctx, ip)
-		d.resolveMu.Lock()
-		delete(d.resolving, ip)
-		d.resolveMu.Unlock()
+		d.res.mu.Lock()
+		delete(d.res.calls, ip)
+		d.res.mu.Unlock()
 		close(c.done)
 	}()
 	return c
@@ -433,11 +433,11 @@ func (q *QP) Destroy() error {
 	if q.srq != nil {
 		q.srq.users--
 	}
-	d.heap.remove(q)
-	delete(d.qps, q.QPN())
-	for i, x := range d.qpList {
+	d.deadlines.heap.remove(q)
+	delete(d.tab.qps, q.QPN())
+	for i, x := range d.tab.qpList {
 		if x == q {
-			d.qpList = append(d.qpList[:i], d.qpList[i+1:]...)
+			d.tab.qpList = append(d.tab.qpList[:i], d.tab.qpList[i+1:]...)
 			break
 		}
 	}

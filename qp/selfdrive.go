@@ -152,7 +152,7 @@ func (s *selfDriver) completed(cq *CQ) {
 // callEnded re-arms a link parked with a later deadline than the engines'
 // earliest (d.mu held); a holding pass arms after it (selfDrive).
 func (s *selfDriver) callEnded() {
-	if s.d.holdAcks {
+	if s.d.call.holdAcks {
 		return
 	}
 	if e := s.d.earliest(); !e.IsZero() && (s.armed.IsZero() || e.Before(s.armed)) {
@@ -425,10 +425,10 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 			return ErrClosed
 		}
 		s.kicked()
-		s.ownerDrive, d.holdAcks = true, true
+		s.ownerDrive, d.call.holdAcks = true, true
 		d.flushHeld()
 		d.drive(b, n, true)
-		s.ownerDrive, d.holdAcks = false, false
+		s.ownerDrive, d.call.holdAcks = false, false
 		if w.ready() {
 			// Leaving: the next wait arms the link. Arming it now for
 			// the held ACKs' end would modify a runtime timer (and wake a

@@ -86,7 +86,7 @@ func (pd *PD) CreateSRQ(a SRQInitAttr) (*SRQ, error) {
 		return nil, fmt.Errorf("qp: %w", err)
 	}
 	s.eng = eng
-	d.srqs = append(d.srqs, s)
+	d.tab.srqs = append(d.tab.srqs, s)
 	return s, nil
 }
 
@@ -177,7 +177,7 @@ func (s *SRQ) Destroy() error {
 		return fmt.Errorf("qp: destroy SRQ: %d QPs use it: %w", s.users, ErrSRQBusy)
 	}
 	s.destroyed = true
-	d.srqs = slices.DeleteFunc(d.srqs, func(x *SRQ) bool { return x == s })
+	d.tab.srqs = slices.DeleteFunc(d.tab.srqs, func(x *SRQ) bool { return x == s })
 	return nil
 }
 
