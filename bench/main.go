@@ -44,7 +44,7 @@
 //     CPU time to this process's.
 //     The one-way rates rewrite every frame's PSN and compute its ICRC
 //     before each WriteBatch (the work RoCEv2 asks of any sender); the
-//     batch is the link's BatchSize (AF_XDP: 256, one sendto kick each,
+//     batch is the link's BatchSize (AF_XDP at MTU 1500: 256, one kick each,
 //     XDP_MAX_TX_SKB_BUDGET 256). The rawrate cell runs these rates alone.
 //     With -rawref DIR (../shared/rawref), after each rate on AF_XDP the
 //     raw AF_XDP reference sender and receiver (rawref.go) run on the same

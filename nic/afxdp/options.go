@@ -36,7 +36,8 @@ type Options struct {
 	// receive, half transmit; every ring has NumFrames/2 descriptors.
 	NumFrames int
 	// BatchSize is what BatchSize reports (default 256, the TX budget of
-	// one copy-mode kick).
+	// one copy-mode kick, where the interface MTU is at most 1774; 64
+	// above).
 	BatchSize int
 	// Mode selects native or generic XDP (default ModeAuto).
 	Mode Mode
