@@ -69,7 +69,6 @@ type fakePort struct {
 	mu  sync.Mutex
 	h   func(from madAddr, mad []byte)
 	q   chan fakeMAD
-	wg  sync.WaitGroup
 }
 
 type fakeMAD struct {
@@ -103,9 +102,7 @@ func (p *fakePort) handle(h func(from madAddr, mad []byte)) (func(), error) {
 	p.h = h
 	p.mu.Unlock()
 	done := make(chan struct{})
-	p.wg.Add(1)
 	go func() {
-		defer p.wg.Done()
 		for {
 			select {
 			case m := <-p.q:
@@ -120,9 +117,15 @@ func (p *fakePort) handle(h func(from madAddr, mad []byte)) (func(), error) {
 			}
 		}
 	}()
+	// As qp.GSI's, unregister does not wait for a handler that is
+	// running: the agent may drop its last reference, and unregister, from
+	// inside one (a REJ that ends the last ID). Once it returns no handler
+	// starts.
 	return func() {
+		p.mu.Lock()
+		p.h = nil
+		p.mu.Unlock()
 		close(done)
-		p.wg.Wait()
 		p.n.mu.Lock()
 		if p.n.ports[p.gid] == p {
 			delete(p.n.ports, p.gid)
