@@ -13,24 +13,9 @@ type (
 	// and QPN of a failed completion. It unwraps to the Status, so
 	// errors.Is(wc.Err(), WCRemAccessErr) asks for one status.
 	CompletionError = transport.CompletionError
-	// Attr are the QP attributes of QP.Modify and QP.Query (struct
-	// ibv_qp_attr, RC subset): State, CurState, AccessFlags (RemoteWrite,
-	// RemoteRead, RemoteAtomic), PKeyIndex, Port, AV (the path), PathMTU,
-	// Timeout (local ACK timeout 4.096 µs × 2^Timeout, 0 = infinite),
-	// RetryCnt (0..7), RNRRetry (0..7, 7 = infinite), RQPSN, SQPSN,
-	// MaxRdAtomic, MaxDestRdAtomic, MinRNRTimer (RNR timer code 0..31),
-	// DestQPN, QKey (UD). Only the fields selected by the AttrMask are used.
-	Attr = transport.Attr
 	// AttrMask selects the Attr fields a QP.Modify call sets (enum
 	// ibv_qp_attr_mask): AttrState, AttrAV, AttrPathMTU, ….
 	AttrMask = transport.AttrMask
-	// AV is an address vector (struct ibv_ah_attr with its GRH): DGID (the
-	// peer's IP), SGIDIndex (1: the device's IP), HopLimit, TrafficClass,
-	// FlowLabel, SL, VLAN. QP.Modify fills SGID and the MACs.
-	AV = transport.AV
-	// Caps are the queue sizes fixed at creation (struct ibv_qp_cap):
-	// MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE.
-	Caps = transport.Caps
 	// State is a QP state (enum ibv_qp_state): StateReset … StateErr.
 	State = transport.State
 	// MTU is an IB path MTU (enum ibv_mtu): MTU256 … MTU4096.

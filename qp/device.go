@@ -474,7 +474,7 @@ func (d *Device) failCQs(now time.Time) {
 		d.event(asyncEvent{kind: eventCQErr, cq: cq})
 		for _, q := range d.tab.qpList {
 			if (q.sendCQ == cq || q.recvCQ == cq) && q.eng.State() != StateErr && q.eng.State() != StateReset {
-				q.eng.Modify(&Attr{State: StateErr}, AttrState, now)
+				q.eng.Modify(&transport.Attr{State: StateErr}, AttrState, now)
 				d.touch(q)
 				d.event(asyncEvent{kind: eventQPFatal, cq: cq, qp: q})
 			}

@@ -391,7 +391,7 @@ func (d *Device) failSRQs() {
 		d.raise(AsyncEvent{Type: EventSRQErr, SRQ: s})
 		for _, q := range d.tab.qpList {
 			if q.srq == s && q.eng.State() != StateErr && q.eng.State() != StateReset {
-				q.eng.Modify(&Attr{State: StateErr}, AttrState, now)
+				q.eng.Modify(&transport.Attr{State: StateErr}, AttrState, now)
 				d.touch(q)
 			}
 		}

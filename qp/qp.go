@@ -125,7 +125,7 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 	}
 	hooks := d.qpHooks()
 	eng, err := transport.New(transport.Config{
-		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: ia.Cap, SQSigAll: ia.SQSigAll,
+		QPN: qpn, PD: pd.pd, MRs: d.mrs, Atomics: d.atomics, Caps: transport.Caps(ia.Cap), SQSigAll: ia.SQSigAll,
 		SendCQ: ia.SendCQ.sink(), RecvCQ: ia.RecvCQ.sink(), Out: hooks, Events: hooks, PortMaxMTU: d.maxMTU,
 		RetryCnt7Infinite: d.cfg.RetryCnt7Infinite, DeviceCounters: &d.stats.counters, SRQ: srq, Type: ia.Type,
 		CC: d.cc,
@@ -196,7 +196,7 @@ func (q *QP) State() State {
 func (q *QP) Query() Attr {
 	q.dev.mu.Lock()
 	defer q.dev.mu.Unlock()
-	return q.eng.Attr()
+	return attrOf(q.eng.Attr())
 }
 
 // Counters returns this QP's counters.
@@ -252,7 +252,7 @@ func (q *QP) Modify(ctx context.Context, a Attr, mask AttrMask) error {
 		return err
 	}
 	now := d.now()
-	err = q.eng.Modify(&a, mask, now)
+	err = q.eng.Modify(a.engine(), mask, now)
 	d.touch(q)
 	d.endCall(now)
 	d.unlock()

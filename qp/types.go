@@ -2,10 +2,12 @@ package qp
 
 import (
 	"context"
+	"net/netip"
 	"unsafe"
 
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/transport"
+	"github.com/goroce/goroce/wire"
 )
 
 // The request and completion types of the verbs API. They are defined here,
@@ -160,6 +162,66 @@ func (mr *MR) SGE(off, n int) SGE {
 	return SGE{Addr: m.IOVA() + uint64(off), Length: uint32(n), LKey: m.LKey()}
 }
 
+// Attr are a QP's attributes (struct ibv_qp_attr), set by QP.Modify (only
+// the fields its AttrMask selects) and returned by QP.Query.
+type Attr struct {
+	State       State  // the state to move to (AttrState)
+	CurState    State  // the state the caller believes the QP is in (AttrCurState)
+	AccessFlags Access // the remote operations the QP accepts: RemoteWrite, RemoteRead, RemoteAtomic
+	PKeyIndex   uint16 // always 0 (one P_Key, 0xFFFF)
+	Port        uint8  // always 1
+	// AV is the path to the peer (AttrAV): QP.Modify fills in the source
+	// GID and both MACs.
+	AV      AV
+	PathMTU MTU // MTU256 … MTU4096, at most Device.ActiveMTU
+	// Timeout is the local ACK timeout, 4.096 µs × 2^Timeout (0:
+	// infinite); RetryCnt (0..7) the transport retries and RNRRetry the
+	// RNR retries (0..7, 7: infinite).
+	Timeout  uint8
+	RetryCnt uint8
+	RNRRetry uint8
+	// RQPSN is the first PSN expected from the peer, SQPSN the first one
+	// sent.
+	RQPSN wire.PSN
+	SQPSN wire.PSN
+	// MaxRdAtomic is how many READs and atomics this QP has outstanding
+	// as requester, MaxDestRdAtomic how many it accepts as responder
+	// (at most MaxRdAtomic the constant).
+	MaxRdAtomic     uint8
+	MaxDestRdAtomic uint8
+	MinRNRTimer     uint8  // the RNR NAK timer code (0..31) the responder sends
+	DestQPN         uint32 // the peer's QP number
+	QKey            uint32 // UD: the Q_Key datagrams to this QP must carry
+}
+
+// AV is an address vector (struct ibv_ah_attr with its GRH: RoCEv2 always
+// has one), plus the resolved Ethernet addresses.
+type AV struct {
+	DGID         netip.Addr // the peer's IP (IPv4-mapped or IPv6)
+	SGID         netip.Addr // ours: QP.Modify takes it from the GID table at SGIDIndex
+	SGIDIndex    uint8      // Device.IPv4GIDIndex for IPv4; index 0 (link-local) is refused
+	HopLimit     uint8      // IPv4 TTL / IPv6 hop limit (Config.RouteHopLimit replaces it)
+	TrafficClass uint8      // IPv4 TOS / IPv6 traffic class (DSCP and ECN)
+	FlowLabel    uint32     // IPv6 flow label
+	SL           uint8      // the service level (ibv_ah_attr.sl): kept, nothing sent depends on it
+	// DMAC is the peer's MAC (QP.Modify resolves it from DGID unless it is
+	// set) and SMAC the device's.
+	DMAC, SMAC [6]byte
+	// HasVLAN sends the QP's frames with one 802.1Q tag of VLAN ID VLAN.
+	HasVLAN bool
+	VLAN    uint16
+}
+
+// Caps are a QP's queue sizes, fixed at creation (struct ibv_qp_cap):
+// outstanding work requests per queue and scatter/gather elements per
+// request (at most MaxSGE).
+type Caps struct {
+	MaxSendWR  int
+	MaxRecvWR  int
+	MaxSendSGE int
+	MaxRecvSGE int
+}
+
 // The engine's forms. SendWR and RecvWR differ from theirs only in SGL's
 // element type, SGE and transport.SGE being the same struct; WC and
 // transport.WC are identical (a struct conversion, checked by the
@@ -171,12 +233,22 @@ func (wr *SendWR) engine() *transport.SendWR { return (*transport.SendWR)(unsafe
 // engine returns the request as the engine's type (the same memory).
 func (wr *RecvWR) engine() *transport.RecvWR { return (*transport.RecvWR)(unsafe.Pointer(wr)) }
 
+// engine returns the attributes as the engine's type (the same memory).
+func (a *Attr) engine() *transport.Attr { return (*transport.Attr)(unsafe.Pointer(a)) }
+
+// attrOf returns the engine's attributes as an Attr (a copy).
+func attrOf(a transport.Attr) Attr { return *(*Attr)(unsafe.Pointer(&a)) }
+
 // Compile-time checks of what the conversions rely on beyond the layout
 // test: SGE converts to transport.SGE (identical fields), WC to
 // transport.WC, and the request types have the engine's sizes.
 var (
 	_ = transport.SGE(SGE{})
 	_ = transport.WC(WC{})
+	_ = transport.AV(AV{})
+	_ = transport.Caps(Caps{})
+	_ [unsafe.Sizeof(Attr{}) - unsafe.Sizeof(transport.Attr{})]struct{}
+	_ [unsafe.Sizeof(transport.Attr{}) - unsafe.Sizeof(Attr{})]struct{}
 	_ [unsafe.Sizeof(SendWR{}) - unsafe.Sizeof(transport.SendWR{})]struct{}
 	_ [unsafe.Sizeof(transport.SendWR{}) - unsafe.Sizeof(SendWR{})]struct{}
 	_ [unsafe.Sizeof(RecvWR{}) - unsafe.Sizeof(transport.RecvWR{})]struct{}

@@ -53,6 +53,9 @@ func TestEngineLayout(t *testing.T) {
 		{reflect.TypeFor[SGE](), reflect.TypeFor[transport.SGE]()},
 		{reflect.TypeFor[WC](), reflect.TypeFor[transport.WC]()},
 		{reflect.TypeFor[MR](), reflect.TypeFor[memreg.MR]()},
+		{reflect.TypeFor[Attr](), reflect.TypeFor[transport.Attr]()},
+		{reflect.TypeFor[AV](), reflect.TypeFor[transport.AV]()},
+		{reflect.TypeFor[Caps](), reflect.TypeFor[transport.Caps]()},
 	} {
 		a, b := c[0], c[1]
 		for _, d := range sameLayout(a, b, a.String()) {
@@ -77,6 +80,13 @@ func TestEngineForms(t *testing.T) {
 	if e.WRID != 7 || e.Opcode != transport.WRRDMARead || len(e.SGL) != 2 || e.SGL[1] != (transport.SGE{Addr: 4, Length: 5, LKey: 6}) ||
 		e.RemoteAddr != 8 || e.RKey != 9 || e.AtomicData[0] != 10 {
 		t.Fatalf("engine form %+v of %+v", *e, wr)
+	}
+	a := Attr{State: StateRTR, AV: AV{SGIDIndex: 1, DMAC: [6]byte{2}}, RQPSN: 12, QKey: 13}
+	if e := a.engine(); e.State != transport.StateRTR || e.AV.SGIDIndex != 1 || e.AV.DMAC[0] != 2 || e.RQPSN != 12 || e.QKey != 13 {
+		t.Fatalf("engine form %+v of %+v", *e, a)
+	}
+	if b := attrOf(*a.engine()); b != a {
+		t.Fatalf("attrOf(engine form) = %+v, want %+v", b, a)
 	}
 	rwr := RecvWR{WRID: 11, SGL: sgl[:1]}
 	if r := rwr.engine(); r.WRID != 11 || len(r.SGL) != 1 || r.SGL[0].LKey != 3 {

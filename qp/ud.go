@@ -117,7 +117,7 @@ func (pd *PD) createAH(ctx context.Context, a AHAttr, mac net.HardwareAddr) (*AH
 	}
 	copy(av.DMAC[:], mac)
 	av.SMAC = d.mac
-	return transport.NewAH(pd.pd, av), nil
+	return transport.NewAH(pd.pd, transport.AV(av)), nil
 }
 
 // AHAttrFromWC returns the path back to the sender of a UD receive, like

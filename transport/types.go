@@ -225,11 +225,10 @@ func MTUFromBytes(n int) MTU {
 
 func (m MTU) String() string { return fmt.Sprintf("%d", m.Bytes()) }
 
-// AV is an address vector with a GRH (RoCEv2 always uses one), plus the
-// resolved L2 addresses.
+// AV is the engine's form of qp.AV (documented there).
 type AV struct {
-	DGID         netip.Addr // peer IP (IPv4 or IPv6); an IPv4-mapped GID is unmapped
-	SGID         netip.Addr // our IP
+	DGID         netip.Addr
+	SGID         netip.Addr
 	SGIDIndex    uint8
 	HopLimit     uint8
 	TrafficClass uint8
@@ -267,28 +266,30 @@ const (
 	AttrDestQPN          AttrMask = 1 << 20
 )
 
-// Attr are the QP attributes (struct ibv_qp_attr, RC subset).
+// Attr is the engine's form of qp.Attr (documented there). qp hands the
+// engine its caller's attributes in place, so the two stay identical field
+// for field (qp's TestEngineLayout).
 type Attr struct {
 	State           State
 	CurState        State
-	AccessFlags     memreg.Access // REMOTE_WRITE/READ/ATOMIC allowed on this QP
+	AccessFlags     memreg.Access
 	PKeyIndex       uint16
 	Port            uint8
 	AV              AV
 	PathMTU         MTU
-	Timeout         uint8 // local ACK timeout: 4.096 µs × 2^Timeout (0 = infinite)
-	RetryCnt        uint8 // 0..7
-	RNRRetry        uint8 // 0..7, 7 = infinite
+	Timeout         uint8
+	RetryCnt        uint8
+	RNRRetry        uint8
 	RQPSN           wire.PSN
 	SQPSN           wire.PSN
 	MaxRdAtomic     uint8
 	MaxDestRdAtomic uint8
-	MinRNRTimer     uint8 // 0..31 (RNR timer code)
+	MinRNRTimer     uint8
 	DestQPN         uint32
-	QKey            uint32 // UD: the Q_Key datagrams to this QP must carry
+	QKey            uint32
 }
 
-// Caps are the queue sizes fixed at creation (struct ibv_qp_cap).
+// Caps is the engine's form of qp.Caps (documented there).
 type Caps struct {
 	MaxSendWR  int
 	MaxRecvWR  int
