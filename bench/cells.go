@@ -237,8 +237,8 @@ func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *conf
 				if err == nil {
 					res.add(bwKey(b, mtu, op.name, size, "allocs"), t.allocsPer)
 				}
-				progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg, %d msgs, %.2f µs process CPU per msg (%v)", tag, op.name, sizeName(size),
-					fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, t.msgs, t.cpu.proc*1e6/float64(max(t.msgs, 1)), err)
+				progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg, %d msgs, %.2f µs process CPU and %.3f context switches per msg (%v)", tag, op.name, sizeName(size),
+					fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, t.msgs, t.cpu.proc*1e6/float64(max(t.msgs, 1)), float64(t.cpu.csw)/float64(max(t.msgs, 1)), err)
 			}
 		}
 	}

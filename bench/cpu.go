@@ -57,12 +57,14 @@ func parseProcStat(text string) (cpuTimes, error) {
 type cpuMark struct {
 	machine cpuTimes
 	proc    time.Duration
+	csw     int64 // this process's context switches, voluntary + involuntary
 	wall    time.Time
 	err     error
 }
 
 func markCPU() cpuMark {
-	m := cpuMark{wall: time.Now(), proc: procCPU()}
+	m := cpuMark{wall: time.Now()}
+	m.proc, m.csw = procCPU()
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		m.err = err
@@ -76,6 +78,7 @@ func markCPU() cpuMark {
 type cpuUse struct {
 	machine float64 // whole-machine busy CPU-seconds
 	proc    float64 // this process's CPU-seconds (user + system)
+	csw     int64   // this process's context switches (getrusage nvcsw + nivcsw)
 	wall    float64 // seconds
 }
 
@@ -89,17 +92,19 @@ func (m cpuMark) since(start cpuMark) (cpuUse, error) {
 	return cpuUse{
 		machine: float64(m.machine.busy()-start.machine.busy()) / userHZ,
 		proc:    (m.proc - start.proc).Seconds(),
+		csw:     m.csw - start.csw,
 		wall:    m.wall.Sub(start.wall).Seconds(),
 	}, nil
 }
 
-// procCPU is this process's user + system CPU time (getrusage RUSAGE_SELF).
-func procCPU() time.Duration {
+// procCPU is this process's user + system CPU time and its context
+// switches, voluntary and involuntary (getrusage RUSAGE_SELF).
+func procCPU() (time.Duration, int64) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw + ru.Nivcsw
 }
 
 func loadavg() string {
