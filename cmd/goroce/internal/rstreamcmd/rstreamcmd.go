@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/goroce/goroce/cmd/goroce/internal/getopt"
@@ -120,7 +119,7 @@ func parse(env tool.Env, args []string, io bool) (f flags, ok bool) {
 		case "b":
 			f.src = val
 		case "f":
-			if !prefixFold(val, "ip") && !prefixFold(val, "gid") {
+			if !tool.HasPrefixFold(val, "ip") && !tool.HasPrefixFold(val, "gid") {
 				fmt.Fprintf(env.Stderr, "Warning: unknown address format\n")
 			}
 		case "B":
@@ -134,7 +133,7 @@ func parse(env tool.Env, args []string, io bool) (f flags, ok bool) {
 			f.custom = true
 			f.count = tool.Atoi(val)
 		case "S":
-			if prefixFold(val, "all") {
+			if tool.HasPrefixFold(val, "all") {
 				f.sizeOption = 1
 			} else {
 				f.custom = true
@@ -154,8 +153,6 @@ func parse(env tool.Env, args []string, io bool) (f flags, ok bool) {
 	return f, true
 }
 
-func prefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
-
 func (f *flags) testOpt(arg string, io bool) bool {
 	if len(arg) == 1 {
 		switch arg[0] {
@@ -174,13 +171,13 @@ func (f *flags) testOpt(arg string, io bool) bool {
 		return true
 	}
 	switch {
-	case prefixFold(arg, "async"), prefixFold(arg, "block"), prefixFold(arg, "nonblock"):
-	case prefixFold(arg, "verify"):
+	case tool.HasPrefixFold(arg, "async"), tool.HasPrefixFold(arg, "block"), tool.HasPrefixFold(arg, "nonblock"):
+	case tool.HasPrefixFold(arg, "verify"):
 		f.verify = true
-	case !io && prefixFold(arg, "socket"):
+	case !io && tool.HasPrefixFold(arg, "socket"):
 		f.sockets = true
-	case !io && prefixFold(arg, "resolve"):
-	case !io && prefixFold(arg, "fork"):
+	case !io && tool.HasPrefixFold(arg, "resolve"):
+	case !io && tool.HasPrefixFold(arg, "fork"):
 		f.sockets, f.fork = true, true
 	default:
 		return false

@@ -133,6 +133,10 @@ func InterfaceFor(a netip.Addr) string {
 	return subnet
 }
 
+// HasPrefixFold is strncasecmp(s, p, strlen(p)) == 0, as the librdmacm
+// examples compare their -f and -P words.
+func HasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
+
 // StartCMDevice is OpenCMDevice with a Progressor for the device, started
 // (it drives a busy-poll device while the tool waits); the caller stops it
 // before closing the device.

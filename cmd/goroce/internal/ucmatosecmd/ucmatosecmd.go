@@ -17,7 +17,6 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/goroce/goroce/cm"
@@ -85,12 +84,12 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, ok bool) {
 			f.Src = val
 		case "f":
 			f.Format = val
-			if !hasPrefixFold(val, "ip") && !hasPrefixFold(val, "gid") && !hasPrefixFold(val, "name") {
+			if !tool.HasPrefixFold(val, "ip") && !tool.HasPrefixFold(val, "gid") && !tool.HasPrefixFold(val, "name") {
 				fmt.Fprintf(stderr, "Warning: unknown address format\n")
 			}
 		case "P":
 			f.PortSpace = val
-			if !hasPrefixFold(val, "ib") && !hasPrefixFold(val, "tcp") {
+			if !tool.HasPrefixFold(val, "ib") && !tool.HasPrefixFold(val, "tcp") {
 				fmt.Fprintf(stderr, "Warning: unknown port space format\n")
 			}
 		case "c":
@@ -114,8 +113,6 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, ok bool) {
 	return f, true
 }
 
-func hasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
-
 // Run is ucmatose on a goroce device. It returns the exit code (cmatose's
 // return status).
 func Run(env tool.Env, args []string) int {
@@ -128,9 +125,9 @@ func Run(env tool.Env, args []string) int {
 		return tool.ExitUsage
 	}
 	switch {
-	case hasPrefixFold(f.Format, "gid"):
+	case tool.HasPrefixFold(f.Format, "gid"):
 		return unsupported(env, "-f gid (AF_IB addresses)")
-	case hasPrefixFold(f.PortSpace, "ib"):
+	case tool.HasPrefixFold(f.PortSpace, "ib"):
 		return unsupported(env, "-P ib (the IB port space)")
 	case f.TOS >= 0:
 		return unsupported(env, "-t (RDMA_OPTION_ID_TOS)")

@@ -18,7 +18,6 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/goroce/goroce/cm"
@@ -95,15 +94,14 @@ func ParseFlags(args []string, stdout, stderr io.Writer) (f Flags, ok bool) {
 			f.PortSpace = int(v)
 		case "P":
 			switch {
-			case len(val) >= 5 && strings.EqualFold(val[:5], "ipoib"):
+			case tool.HasPrefixFold(val, "ipoib"):
 				f.PortSpace = 0x0002
-			case !(len(val) >= 3 && strings.EqualFold(val[:3], "udp")):
+			case !tool.HasPrefixFold(val, "udp"):
 				fmt.Fprintf(stderr, "Warning: unknown port space format\n")
 			}
 		case "f":
 			f.Format = val
-			lv := strings.ToLower(val)
-			if !strings.HasPrefix(lv, "ip") && !strings.HasPrefix(lv, "gid") && !strings.HasPrefix(lv, "name") {
+			if !tool.HasPrefixFold(val, "ip") && !tool.HasPrefixFold(val, "gid") && !tool.HasPrefixFold(val, "name") {
 				fmt.Fprintf(stderr, "Warning: unknown address format\n")
 			}
 		}
@@ -125,7 +123,7 @@ func Run(env tool.Env, args []string) int {
 	switch {
 	case f.PortSpace != portSpaceUDP:
 		return unsupported(env, fmt.Sprintf("port space %#x (only RDMA_PS_UDP)", f.PortSpace))
-	case strings.HasPrefix(strings.ToLower(f.Format), "gid"):
+	case tool.HasPrefixFold(f.Format, "gid"):
 		return unsupported(env, "-f gid (AF_IB addresses)")
 	case f.TOS >= 0:
 		return unsupported(env, "-t (RDMA_OPTION_ID_TOS)")
