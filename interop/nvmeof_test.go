@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -22,10 +23,10 @@ import (
 const (
 	nvmeHostNQN = "nqn.2014-08.org.nvmexpress:uuid:6d8a4b7e-0c1f-4e55-9a7e-2b9f1c3d4e5f"
 	nvmeHostID  = "6d8a4b7e-0c1f-4e55-9a7e-2b9f1c3d4e5f"
-	// nvmeDataMiB is the random data each direction writes and verifies.
-	// The issue asks for 64 MiB; under TCG the VM's rxe moves a few MB/s,
-	// so the suite writes 16 MiB (GOROCE_NVME_MIB overrides).
-	nvmeDataMiB = 16
+	// nvmeDataMiB is the random data each direction writes and verifies,
+	// as the issue asks (GOROCE_NVME_MIB overrides), and the data checked
+	// again under 2 % netem loss.
+	nvmeDataMiB = 64
 )
 
 func nvmeMiB() int {
@@ -54,6 +55,11 @@ func TestNVMeoF(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Kill()
+		defer func() {
+			if t.Failed() {
+				t.Logf("goroce nvmet's output:\n%s", p.Output())
+			}
+		}()
 		waitOutput(t, p, "nvmet: listening on", 30*time.Second)
 		target := fmt.Sprintf("-t rdma -a %v -s 4420 --hostnqn %s --hostid %s", h.HostIP(), nvmeHostNQN, nvmeHostID)
 
@@ -91,38 +97,62 @@ dd if=/dev/nvme0n1 bs=1M count=%d iflag=direct 2>/dev/null | sha256sum`, mib, mi
 			t.Fatalf("the target's backing file holds sha256 %s, the host wrote %s", got, sums[0][1])
 		}
 
+		// A resize: the backing file grows, SIGHUP makes goroce nvmet serve
+		// it and send the namespace attribute notice; the kernel host
+		// rescans and /dev/nvme0n1 grows.
+		grown := int64(diskMiB+8) << 20
+		if err := os.Truncate(disk, grown); err != nil {
+			t.Fatal(err)
+		}
+		p.Cmd.Process.Signal(syscall.SIGHUP)
+		r = h.Run(0, fmt.Sprintf(`for i in $(seq 150); do [ "$(cat /sys/block/nvme0n1/size)" = %d ] && break; sleep 0.2; done
+cat /sys/block/nvme0n1/size; dmesg | grep -i 'rescanning\|capacity change' | tail -2`, grown/512), time.Minute).Check(t)
+		if fmt.Sscan(r.Stdout, &sectors); sectors*512 != grown {
+			t.Fatalf("after the resize to %d bytes and its notice, /dev/nvme0n1 has %d sectors:\n%s\ngoroce nvmet: %s", grown, sectors, r, p.Output())
+		}
+		t.Logf("resize by SIGHUP: the kernel host took the notice: %s", strings.TrimSpace(r.Stdout))
+
 		// A file system: mkfs, mount, copy, unmount, e2fsck clean.
+		start = time.Now()
 		r = h.Run(0, `set -e
 mkfs.ext4 -q -F /dev/nvme0n1
 mkdir -p /mnt/n
+trap 'umount /mnt/n 2>/dev/null || true' EXIT
 mount -t ext4 /dev/nvme0n1 /mnt/n
 cp -a /usr/lib/x86_64-linux-gnu /mnt/n/lib
-cp /tmp/data /mnt/n/data
+dd if=/tmp/data of=/mnt/n/data bs=1M count=4 2>/dev/null
 (cd /usr/lib/x86_64-linux-gnu && find . -type f | sort | xargs sha256sum) > /tmp/a
 umount /mnt/n
 mount -t ext4 /dev/nvme0n1 /mnt/n
 (cd /mnt/n/lib && find . -type f | sort | xargs sha256sum) > /tmp/b
 cmp /tmp/a /tmp/b
-cmp /tmp/data /mnt/n/data
+dd if=/tmp/data bs=1M count=4 2>/dev/null | cmp - /mnt/n/data
 echo files=$(wc -l < /tmp/a)
 umount /mnt/n
 e2fsck -fn /dev/nvme0n1`, 10*time.Minute).Check(t)
-		t.Logf("ext4: %s", strings.TrimSpace(r.Stdout))
+		t.Logf("ext4 (%v): %s", time.Since(start).Round(time.Second), strings.TrimSpace(r.Stdout))
 
 		// Loss on the VM's link: the same data check through the kernel
-		// host's retransmissions.
+		// host's retransmissions, on less data: a tail loss costs an ACK
+		// timeout (LocalAckTimeout 19: 2.1 s) each way, and 64 MiB under
+		// 2 %% loss did not finish in 10 min (docs/nvmeof.md).
+		lossMiB := max(4, mib/8)
+		ctrls := strings.Count(p.Output(), "created controller")
+		start = time.Now()
 		r = h.Run(0, fmt.Sprintf(`set -e
+dmesg -C
 tc qdisc add dev eth0 root netem loss 2%%
-trap 'tc qdisc del dev eth0 root' EXIT
+trap 'tc qdisc del dev eth0 root; dmesg | grep -i nvme | tail -20 >&2' EXIT
 dd if=/dev/urandom of=/tmp/data2 bs=1M count=%d 2>/dev/null
 dd if=/tmp/data2 of=/dev/nvme0n1 bs=1M seek=1 oflag=direct 2>/dev/null
 sha256sum < /tmp/data2
-dd if=/dev/nvme0n1 bs=1M skip=1 count=%d iflag=direct 2>/dev/null | sha256sum`, mib/4, mib/4), 10*time.Minute).Check(t)
+dd if=/dev/nvme0n1 bs=1M skip=1 count=%d iflag=direct 2>/dev/null | sha256sum`, lossMiB, lossMiB), 10*time.Minute).Check(t)
 		sums = regexp.MustCompile(`(?m)^([0-9a-f]{64})`).FindAllStringSubmatch(r.Stdout, -1)
 		if len(sums) != 2 || sums[0][1] != sums[1][1] {
 			t.Fatalf("with 2%% loss, written and read-back SHA-256 differ:\n%s", r)
 		}
-		t.Logf("with netem loss 2%%: %d MiB verified", mib/4)
+		t.Logf("with netem loss 2%%: %d MiB written with dd oflag=direct and read back in %v; the kernel host reconnected %d times; its log:\n%s",
+			lossMiB, time.Since(start).Round(time.Second), strings.Count(p.Output(), "created controller")-ctrls, r.Stderr)
 
 		r = h.Run(0, "nvme disconnect -n "+nqn, time.Minute).Check(t)
 		if !strings.Contains(r.Stdout, "disconnected 1 controller") {
@@ -140,6 +170,7 @@ dd if=/dev/nvme0n1 bs=1M skip=1 count=%d iflag=direct 2>/dev/null | sha256sum`, 
 		nqn := "nqn.2026-12.io.goroce:interop-kernel"
 		vm := h.VMIP(0)
 		h.Run(0, fmt.Sprintf(`set -e
+tc qdisc del dev eth0 root 2>/dev/null || true # the loss check's, if it was killed
 truncate -s %dM /tmp/kdisk
 losetup /dev/loop0 /tmp/kdisk
 cd /sys/kernel/config/nvmet
@@ -165,7 +196,13 @@ ln -s /sys/kernel/config/nvmet/subsystems/%[2]s ports/1/subsystems/%[2]s`, diskM
 			"--write-verify", fmt.Sprintf("%dM", mib), "--offset", "1M", "--qd", "8", "--queues", "2", "--seed", "22")
 		var stdout, stderr strings.Builder
 		c.Stdout, c.Stderr = &stdout, &stderr
-		if err := c.Run(); err != nil {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		kill := time.AfterFunc(5*time.Minute, func() { c.Process.Kill() }) // a bound, not a timing check
+		err = c.Wait()
+		kill.Stop()
+		if err != nil {
 			t.Fatalf("goroce nvme io against nvmet-rdma: %v\n%s%s", err, stdout.String(), stderr.String())
 		}
 		m := regexp.MustCompile(`^sha256=([0-9a-f]{64}) bytes=(\d+)\n$`).FindStringSubmatch(stdout.String())
@@ -173,7 +210,7 @@ ln -s /sys/kernel/config/nvmet/subsystems/%[2]s ports/1/subsystems/%[2]s`, diskM
 			t.Fatalf("goroce nvme io printed %q", stdout.String())
 		}
 		t.Logf("goroce nvme io: %s (%v): %s", strings.TrimSpace(stdout.String()), time.Since(start).Round(time.Second), strings.TrimSpace(stderr.String()))
-		r := h.Run(0, fmt.Sprintf("sync; dd if=/tmp/kdisk bs=1M skip=1 count=%d 2>/dev/null | sha256sum", mib), 5*time.Minute).Check(t)
+		r := h.Run(0, fmt.Sprintf("sync /tmp/kdisk; dd if=/tmp/kdisk bs=1M skip=1 count=%d 2>/dev/null | sha256sum", mib), 5*time.Minute).Check(t)
 		if !strings.HasPrefix(r.Stdout, m[1]) {
 			t.Fatalf("the VM's backing file region has %q, goroce wrote %s", r.Stdout, m[1])
 		}
