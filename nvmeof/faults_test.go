@@ -3,6 +3,7 @@ package nvmeof_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -103,4 +104,37 @@ func TestAFXDP(t *testing.T) {
 	}
 	defer c.Close()
 	verify(t, ctx, e, c.Namespaces()[0], 5, 8<<20, 1<<20)
+}
+
+// TestIOTimeout: a target that goes silent (every frame from it dropped)
+// fails the host's queue with ErrTimeout after HostOptions.IOTimeout
+// instead of leaving ReadAt waiting; the admin queue's outstanding AER is
+// not timed.
+func TestIOTimeout(t *testing.T) {
+	n, err := sim.NewPair(sim.Config{Mode: sim.Goroutines, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := setupOn(t, n.A.Dev, n.B.Dev, taddr, 4<<20, 512, nil)
+	ctx := ctxT(t)
+	c, err := nvmeof.Dial(ctx, e.a, taddr, subNQN, &nvmeof.HostOptions{IOTimeout: 300 * time.Millisecond, NoKeepAlive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns := c.Namespaces()[0]
+	buf := make([]byte, 4096)
+	if _, err := ns.ReadAtContext(ctx, buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the AER stays outstanding past the timeout
+	if err := c.Err(); err != nil {
+		t.Fatalf("the admin queue failed while only its AER was outstanding: %v", err)
+	}
+	n.B.Link.SetFaults(sim.Faults{Drop: 1})
+	_, err = ns.ReadAtContext(ctx, buf, 0)
+	n.B.Link.SetFaults(sim.Faults{}) // the teardown's disconnects get through
+	if !errors.Is(err, nvmeof.ErrTimeout) {
+		t.Fatalf("read from a silent target: %v, want ErrTimeout", err)
+	}
 }

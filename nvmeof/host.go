@@ -149,6 +149,11 @@ type HostOptions struct {
 	// MaxTransfer bounds one command's data (default and upper bound: the
 	// target's MDTS, at most 128 KiB).
 	MaxTransfer int
+	// IOTimeout is how long a command may stay unanswered before its queue
+	// fails with ErrTimeout, ending every wait on it (default 30 s, the
+	// Linux host's io_timeout; negative: never). The Linux host then
+	// reconnects; this host does not.
+	IOTimeout time.Duration
 	// Logger receives debug and warning messages (nil: none).
 	Logger *slog.Logger
 	// OnAsyncEvent, if set, is called (on the controller's event
@@ -202,6 +207,12 @@ func (o *HostOptions) withDefaults() HostOptions {
 	}
 	if h.NoKeepAlive {
 		h.KeepAlive = 0
+	}
+	if h.IOTimeout == 0 {
+		h.IOTimeout = 30 * time.Second
+	}
+	if h.IOTimeout < 0 {
+		h.IOTimeout = 0
 	}
 	if h.MaxTransfer <= 0 || h.MaxTransfer > 128<<10 {
 		h.MaxTransfer = 128 << 10
@@ -470,7 +481,7 @@ func (c *Controller) setupAdmin(ctx context.Context) error {
 // connectQueue makes one queue: rdma_cm with the nvme_rdma_cm_req, then
 // the Connect command.
 func (c *Controller) connectQueue(ctx context.Context, qid uint16, depth int) (*hqueue, error) {
-	q, err := dialQueue(ctx, c.dev, c.addr, qid, depth, c.o.MaxTransfer, c.o.Logger)
+	q, err := dialQueue(ctx, c.dev, c.addr, qid, depth, c.o.MaxTransfer, c.o.IOTimeout, c.o.Logger)
 	if err != nil {
 		return nil, err
 	}

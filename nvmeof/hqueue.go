@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/qp"
@@ -38,13 +40,15 @@ type hqueue struct {
 	recvs    []qp.RecvWR // one per response buffer, reused
 	recvSGEs []qp.SGE
 	dead     chan struct{}
+	timeout  time.Duration // a command unanswered this long fails the queue (0: never)
 	errv     error
 	once     sync.Once
 	log      *slog.Logger
 }
 
 type hslot struct {
-	sge   [1]qp.SGE // the command SEND's
+	sge   [1]qp.SGE    // the command SEND's
+	since atomic.Int64 // when the command was posted (UnixNano; 0: no command, or one without a timeout)
 	ch    chan Completion
 	mw    *qp.MW
 	rkey  uint32 // the window's current rkey
@@ -57,15 +61,15 @@ const (
 	hkNone = 3
 )
 
-func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, depth, slotSz int, log *slog.Logger) (*hqueue, error) {
+func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, depth, slotSz int, timeout time.Duration, log *slog.Logger) (*hqueue, error) {
 	pd := dev.AllocPD()
-	q := &hqueue{pd: pd, qid: qid, depth: depth, slotSz: slotSz, free: make(chan int, depth),
+	q := &hqueue{pd: pd, qid: qid, depth: depth, slotSz: slotSz, free: make(chan int, depth), timeout: timeout,
 		dead: make(chan struct{}), slots: make([]hslot, depth), log: log}
 	var err error
 	cleanup := func() {
-		for _, s := range q.slots {
-			if s.mw != nil {
-				s.mw.Dealloc()
+		for i := range q.slots {
+			if mw := q.slots[i].mw; mw != nil {
+				mw.Dealloc()
 			}
 		}
 		for _, mr := range []*qp.MR{q.sqeMR, q.cqeMR, q.dataMR} {
@@ -96,7 +100,8 @@ func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, dep
 			cleanup()
 			return nil, err
 		}
-		q.slots[i] = hslot{ch: make(chan Completion, 1), mw: mw, rkey: mw.RKey()}
+		s := &q.slots[i]
+		s.ch, s.mw, s.rkey = make(chan Completion, 1), mw, mw.RKey()
 		q.free <- i
 	}
 	req := CMRequest{QID: qid, HRQSize: uint16(depth), HSQSize: uint16(depth - 1)}
@@ -126,7 +131,36 @@ func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, dep
 	}
 	q.conn = conn
 	go q.poll()
+	if timeout > 0 {
+		go q.watchdog()
+	}
 	return q, nil
+}
+
+// ErrTimeout is why a queue failed whose command the target did not answer
+// within HostOptions.IOTimeout.
+var ErrTimeout = errors.New("nvmeof: command timed out")
+
+// watchdog fails the queue when a command stays unanswered longer than
+// the timeout (the Linux host's nvme_rdma_timeout, which starts error
+// recovery; this host does not reconnect), so a target or path that went
+// silent ends its callers' waits with ErrTimeout instead of a hang.
+func (q *hqueue) watchdog() {
+	t := time.NewTicker(max(q.timeout/8, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-q.dead:
+			return
+		case now := <-t.C:
+			for i := range q.slots {
+				if since := q.slots[i].since.Load(); since != 0 && now.Sub(time.Unix(0, since)) > q.timeout {
+					q.fail(fmt.Errorf("%w: queue %d: command %d unanswered for %v", ErrTimeout, q.qid, i, q.timeout))
+					return
+				}
+			}
+		}
+	}
 }
 
 func (q *hqueue) recvWR(i int) *qp.RecvWR { return &q.recvs[i] }
@@ -182,8 +216,8 @@ func (q *hqueue) fail(err error) {
 
 func (q *hqueue) close() {
 	q.fail(ErrClosed)
-	for _, s := range q.slots {
-		s.mw.Dealloc()
+	for i := range q.slots {
+		q.slots[i].mw.Dealloc()
 	}
 	q.sqeMR.Deregister()
 	q.cqeMR.Deregister()
@@ -298,6 +332,9 @@ func (q *hqueue) submit(ctx context.Context, cmd *Command, data []byte, toHost b
 	sqe := q.sqeMR.Bytes()[idx*SQESize : (idx+1)*SQESize]
 	copy(sqe, cmd[:])
 	s.sge[0] = qp.SGE{Addr: q.sqeMR.IOVA() + uint64(idx*SQESize), Length: SQESize, LKey: q.sqeMR.LKey()}
+	if !(q.qid == 0 && cmd.Opcode() == AdminAsyncEvent) { // an AER waits for an event as long as it takes
+		s.since.Store(time.Now().UnixNano())
+	}
 	wrs[nwr] = qp.SendWR{WRID: uint64(hkSend)<<56 | uint64(idx), Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: s.sge[:]}
 	nwr++
 	if err := q.post(wrs[:nwr]); err != nil {
@@ -307,6 +344,7 @@ func (q *hqueue) submit(ctx context.Context, cmd *Command, data []byte, toHost b
 	var cqe Completion
 	select {
 	case cqe = <-s.ch:
+		s.since.Store(0)
 	case <-q.dead:
 		return Completion{}, q.errv
 	case <-ctx.Done():
@@ -315,6 +353,7 @@ func (q *hqueue) submit(ctx context.Context, cmd *Command, data []byte, toHost b
 		go func() {
 			select {
 			case <-s.ch:
+				s.since.Store(0)
 				q.free <- idx
 			case <-q.dead:
 			}
