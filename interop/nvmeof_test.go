@@ -140,7 +140,7 @@ e2fsck -fn /dev/nvme0n1`, 10*time.Minute).Check(t)
 		ctrls := strings.Count(p.Output(), "created controller")
 		start = time.Now()
 		r = h.Run(0, fmt.Sprintf(`set -e
-dmesg -C
+dmesg -c > /dev/null
 tc qdisc add dev eth0 root netem loss 2%%
 trap 'tc qdisc del dev eth0 root; dmesg | grep -i nvme | tail -20 >&2' EXIT
 dd if=/dev/urandom of=/tmp/data2 bs=1M count=%d 2>/dev/null
