@@ -150,23 +150,11 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	}()
 	c0 := markCPU()
 	start := time.Now()
-	sent := 0
-	var psn uint32
-	for sent < lim.n && time.Since(start) < lim.d {
-		// What every RoCEv2 sender does per frame, as the reference
-		// sender does: a new PSN, and the ICRC over the masked headers
-		// and the payload.
-		for _, f := range batch {
-			psn++
-			setPSNAndICRC(f, psn)
-		}
-		n, err := r.a.WriteBatch(batch)
-		if err != nil {
-			r.b.Close()
-			<-done
-			return rawRate{}, err
-		}
-		sent += n
+	sent, err := sendFor(r.a, batch, lim)
+	if err != nil {
+		r.b.Close()
+		<-done
+		return rawRate{}, err
 	}
 	// Let the receiver catch up (bounded), then stop it.
 	for prev, t0 := uint64(0), time.Now(); time.Since(t0) < time.Second; {
@@ -185,6 +173,27 @@ func rate(r *rawPair, payload int, lim limit) (rawRate, error) {
 	}
 	return rawRate{frames: got.Load(), sent: sent, frameLen: len(batch[0]), payload: payload,
 		elapsed: time.Unix(0, last.Load()).Sub(start), cpu: cpu, cpuErr: cpuErr}, nil
+}
+
+// sendFor writes batch to l again and again, for lim, each time with new
+// PSNs and ICRCs: what every RoCEv2 sender does per frame, as the
+// reference sender does. It returns the frames WriteBatch took.
+func sendFor(l nic.Link, batch [][]byte, lim limit) (int, error) {
+	start := time.Now()
+	sent := 0
+	var psn uint32
+	for sent < lim.n && time.Since(start) < lim.d {
+		for _, f := range batch {
+			psn++
+			setPSNAndICRC(f, psn)
+		}
+		n, err := l.WriteBatch(batch)
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
 }
 
 // setPSNAndICRC rewrites the PSN of the IPv4 RoCEv2 frame f (Ethernet
@@ -231,7 +240,7 @@ func rawBusyRTTPeer(pair *netns.Pair, backend string, frames int, lim limit) ([]
 	if frames == 2 {
 		child = "peer-raw2"
 	}
-	e, err := openRawPeer(pair, backend, frames, child)
+	e, err := openRawPeer(pair, backend, frames, 8, child)
 	if err != nil {
 		return nil, err
 	}
@@ -247,10 +256,10 @@ type rawPeerEnd struct {
 	peer *peerProc
 }
 
-// openRawPeer opens A's link, builds frames 8-byte WRITE ONLY frames to B
-// and starts the child (bench -child child) on B's interface, returning
-// once it is ready.
-func openRawPeer(pair *netns.Pair, backend string, frames int, child string) (*rawPeerEnd, error) {
+// openRawPeer opens A's link, builds frames WRITE ONLY frames to B with
+// payload bytes each (frames 0: the link's BatchSize) and starts the child
+// (bench -child child) on B's interface, returning once it is ready.
+func openRawPeer(pair *netns.Pair, backend string, frames, payload int, child string) (*rawPeerEnd, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	var l nic.Link
@@ -263,7 +272,10 @@ func openRawPeer(pair *netns.Pair, backend string, frames int, child string) (*r
 		return nil, err
 	}
 	t := rawTemplate(info.MAC, info.IP, pair.B.MAC, pair.B.Addr)
-	req, err := buildFrames(t, frames, 8)
+	if frames <= 0 {
+		frames = l.BatchSize()
+	}
+	req, err := buildFrames(t, frames, payload)
 	if err != nil {
 		l.Close()
 		return nil, err

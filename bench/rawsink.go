@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
-	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -26,49 +25,22 @@ import (
 // last. The CPU covers both processes (this one's from getrusage around
 // the sending; the sink's user+system time when it has exited).
 func rateSink(pair *netns.Pair, backend string, payload int, lim limit) (rawRate, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	var l nic.Link
-	var info *qp.InterfaceInfo
-	if err := pair.Do(netns.A, func() error {
-		var err error
-		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, linkOptions(backend))
-		return err
-	}); err != nil {
-		return rawRate{}, err
-	}
-	defer l.Close()
-	batch, err := buildFrames(rawTemplate(info.MAC, info.IP, pair.B.MAC, pair.B.Addr), l.BatchSize(), payload)
+	e, err := openRawPeer(pair, backend, 0, payload, "raw-sink")
 	if err != nil {
 		return rawRate{}, err
 	}
-	peer, err := startPeer(pair, "-child", "raw-sink", "-backends", backend, "-peer-ifname", pair.B.Ifname)
-	if err != nil {
-		return rawRate{}, err
-	}
+	l, batch, peer := e.l, e.req, e.peer
 	finished := false
 	defer func() {
 		if !finished {
 			peer.finish()
 		}
+		l.Close()
 	}()
-	if line, ok := peer.lines.next(setupTimeout + 5*time.Second); !ok || line != "ready" {
-		return rawRate{}, fmt.Errorf("raw sink: %s", strings.TrimPrefix(line, "error "))
-	}
 	c0 := markCPU()
-	start := time.Now()
-	sent := 0
-	var psn uint32
-	for sent < lim.n && time.Since(start) < lim.d {
-		for _, f := range batch {
-			psn++
-			setPSNAndICRC(f, psn)
-		}
-		n, err := l.WriteBatch(batch)
-		if err != nil {
-			return rawRate{}, err
-		}
-		sent += n
+	sent, err := sendFor(l, batch, lim)
+	if err != nil {
+		return rawRate{}, err
 	}
 	cpu, cpuErr := markCPU().since(c0)
 	if verbose {

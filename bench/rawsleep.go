@@ -36,7 +36,7 @@ func rawSleepRTTPeer(pair *netns.Pair, backend string, frames int, lim limit) ([
 	if frames == 2 {
 		child = "peer-raw-sleep2"
 	}
-	e, err := openRawPeer(pair, backend, frames, child)
+	e, err := openRawPeer(pair, backend, frames, 8, child)
 	if err != nil {
 		return nil, err
 	}

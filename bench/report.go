@@ -472,12 +472,11 @@ func writeTargets(w io.Writer, r *results) {
 	}
 	fmt.Fprintln(w, "## Targets (issue 10)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| # | target | backend | measured | goal | met |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	var lines []string
 	for _, t := range ts {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", t.n, t.what, t.backend, t.measured, t.goal, t.met)
+		lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s |", t.n, t.what, t.backend, t.measured, t.goal, t.met))
 	}
-	fmt.Fprintln(w)
+	writeTable(w, "| # | target | backend | measured | goal | met |", lines)
 }
 
 // versusRow is one row of a side-by-side table: measure m against base.
@@ -556,9 +555,15 @@ func writeRawref(w io.Writer, r *results, b string, mtu int) {
 	}
 	fmt.Fprintln(w, "The raw cell against the raw AF_XDP reference sender (-rawref: copy mode, 256 descriptors per kick, PSN and ICRC per frame), each right after the other, frames per second at the same frame length:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| frames | raw cell (nic link), frames/s | reference, frames/s | raw cell/reference | raw cell, CPU µs per frame (sender + receiver processes) | reference, CPU µs per frame (sender + receiver processes) | raw cell/reference |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
-	for _, l := range lines {
+	writeTable(w, "| frames | raw cell (nic link), frames/s | reference, frames/s | raw cell/reference | raw cell, CPU µs per frame (sender + receiver processes) | reference, CPU µs per frame (sender + receiver processes) | raw cell/reference |", lines)
+}
+
+// writeTable writes a markdown table: the header row, its separator, the
+// rows, and a blank line.
+func writeTable(w io.Writer, header string, rows []string) {
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, "|"+strings.Repeat("---|", strings.Count(header, "|")-1))
+	for _, l := range rows {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
