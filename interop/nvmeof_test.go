@@ -138,6 +138,13 @@ e2fsck -fn /dev/nvme0n1`, 10*time.Minute).Check(t)
 		// 2 %% loss did not finish in 10 min (docs/nvmeof.md).
 		lossMiB := max(4, mib/8)
 		ctrls := strings.Count(p.Output(), "created controller")
+		if dir := os.Getenv("GOROCE_NVME_PCAP"); dir != "" {
+			c, err := h.Capture(filepath.Join(dir, "nvme-loss.pcap"), "udp port 4791")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Stop()
+		}
 		start = time.Now()
 		r = h.Run(0, fmt.Sprintf(`set -e
 dmesg -c > /dev/null
