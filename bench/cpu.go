@@ -104,7 +104,7 @@ func procCPU() (time.Duration, int64) {
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw + ru.Nivcsw
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), int64(ru.Nvcsw) + int64(ru.Nivcsw)
 }
 
 func loadavg() string {
