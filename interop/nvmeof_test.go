@@ -302,7 +302,12 @@ ln -s /sys/kernel/config/nvmet/subsystems/%[1]s ports/1/subsystems/%[1]s`, nqn, 
 		defer c.Stop()
 	}
 	start := time.Now()
+	// The kernel target's MDTS lets a 1 MiB dd write go as one command, so
+	// the host would never have two in flight; goroce's (128 KiB) splits it
+	// into eight, each a REG_MR and a SEND on the send queue. The same
+	// 128 KiB limit here gives the host the same send queue.
 	r := h.Run(0, `set -e
+echo 128 > /sys/block/nvme0n1/queue/max_sectors_kb
 dmesg -c > /dev/null
 tc qdisc add dev eth0 root netem loss 2%
 trap 'tc qdisc del dev eth0 root; dmesg | grep -iE "nvme|rxe" | tail -30 >&2' EXIT
