@@ -46,7 +46,7 @@ func openRaw(pair *netns.Pair, backend string) (*rawPair, error) {
 		var info *qp.InterfaceInfo
 		err := pair.Do(s, func() error {
 			var err error
-			l, info, err = qp.OpenInterfaceLink(ctx, pair.End(s).Ifname, linkOptions(backend))
+			l, info, err = qp.OpenInterfaceLink(ctx, pair.End(s).Ifname, rawLinkOptions(pair.End(s).Ifname, backend))
 			return err
 		})
 		return l, info, err
@@ -266,7 +266,7 @@ func openRawPeer(pair *netns.Pair, backend string, frames, payload int, child st
 	var info *qp.InterfaceInfo
 	if err := pair.Do(netns.A, func() error {
 		var err error
-		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, linkOptions(backend))
+		l, info, err = qp.OpenInterfaceLink(ctx, pair.A.Ifname, rawLinkOptions(pair.A.Ifname, backend))
 		return err
 	}); err != nil {
 		return nil, err
@@ -425,7 +425,7 @@ func echoBack(l nic.Link, bufs [][]byte, sizes []int, out [][]byte) error {
 // batches of frames frames on ifname until stdin ends.
 func rawPeer(ifname, backend string, frames int, sleep bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	l, _, err := qp.OpenInterfaceLink(ctx, ifname, linkOptions(backend))
+	l, _, err := qp.OpenInterfaceLink(ctx, ifname, rawLinkOptions(ifname, backend))
 	cancel()
 	if err != nil {
 		return err
@@ -492,6 +492,26 @@ var afxdpOpts afxdp.Options
 // with.
 func linkOptions(backend string) qp.InterfaceOptions {
 	return qp.InterfaceOptions{Backend: backend, Logger: logger, AFXDP: afxdpOpts}
+}
+
+// rawLinkOptions are the options of the raw cells' links on ifname (in the
+// caller's namespace): the raw reference sender's batch and ring sizes
+// (afxdp.RawrefOptions) unless -afxdp-batch, -afxdp-chunk or -afxdp-frames
+// set them.
+func rawLinkOptions(ifname, backend string) qp.InterfaceOptions {
+	o := linkOptions(backend)
+	mtu := 1500
+	if ifi, err := net.InterfaceByName(ifname); err == nil {
+		mtu = ifi.MTU
+	}
+	ref := afxdp.RawrefOptions(mtu)
+	if o.AFXDP.BatchSize == 0 {
+		o.AFXDP.BatchSize = ref.BatchSize
+	}
+	if o.AFXDP.FrameSize == 0 && o.AFXDP.NumFrames == 0 {
+		o.AFXDP.FrameSize, o.AFXDP.NumFrames = ref.FrameSize, ref.NumFrames
+	}
+	return o
 }
 
 // afxdpFlags passes afxdpOpts on to a child process.

@@ -77,7 +77,7 @@ func rateSink(pair *netns.Pair, backend string, payload int, lim limit) (rawRate
 // last of them).
 func rawSink(ifname, backend string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	l, _, err := qp.OpenInterfaceLink(ctx, ifname, linkOptions(backend))
+	l, _, err := qp.OpenInterfaceLink(ctx, ifname, rawLinkOptions(ifname, backend))
 	cancel()
 	if err != nil {
 		return err

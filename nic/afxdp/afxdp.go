@@ -26,19 +26,17 @@ import (
 const (
 	defaultFrameSize = 4096
 	defaultNumFrames = 4096
-	// smallChunkMTU is the largest interface MTU a 2048-byte chunk carries
-	// (2048 - headroom - Ethernet header - VLAN tag): up to it Open's
-	// defaults are 8192 chunks of 2048 bytes.
-	smallChunkMTU = 2048 - xdpPacketHeadroom - ethHeaderLen - vlanTagLen
-	// defaultBatchSize is 256, the copy-mode TX budget per kick
-	// (defaultTxBudget), where the interface MTU fits a 2048-byte chunk,
-	// else largeBatchSize: goroce's device writes up to BatchSize frames
-	// per WriteBatch, one sendto each, and reads as many per wait. At MTU
-	// 1500 goroce's 64 B WRITE stream took 0.83× the CPU per message at
-	// 256 as at 64; at MTU 9000 its 64 KiB WRITE was as dear per message
-	// and slower in 3 of 3 alternations (docs/performance.md).
-	defaultBatchSize = 256
-	largeBatchSize   = 64
+	// SmallChunkMTU is the largest interface MTU a 2048-byte chunk carries
+	// (2048 - headroom - Ethernet header - VLAN tag).
+	SmallChunkMTU = 2048 - xdpPacketHeadroom - ethHeaderLen - vlanTagLen
+	// defaultBatchSize is 64 frames per WriteBatch and per wait. 256 (the
+	// copy-mode TX budget of one kick, what the raw reference sender
+	// kicks) with 8192 chunks of 2048 bytes cut goroce's CPU per 64 KiB
+	// WRITE byte to about 0.7x at MTU 1500, but on a quiet machine it cost
+	// 15-25 % of the 64 KiB WRITE and READ goodput (docs/performance.md,
+	// "Batch size"): bench's raw cells use those options (RawrefOptions),
+	// goroce's links keep 64.
+	defaultBatchSize = 64
 	defaultTxBudget  = 256
 	// xdpPacketHeadroom is what the kernel keeps in front of a received
 	// frame inside its chunk (XDP_PACKET_HEADROOM).
@@ -118,12 +116,6 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.FrameSize == 0 && opts.NumFrames == 0 && attrs.MTU <= smallChunkMTU {
-		// The same 16 MiB of UMEM as 8192 chunks of 2048 bytes: rings of
-		// 4096 descriptors, as the raw reference sender's
-		// (../shared/rawref), where frames fit half a page.
-		opts.FrameSize, opts.NumFrames = 2048, 2*defaultNumFrames
-	}
 	if opts.FrameSize == 0 {
 		opts.FrameSize = defaultFrameSize
 	}
@@ -138,9 +130,6 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = defaultBatchSize
-		if attrs.MTU > smallChunkMTU {
-			opts.BatchSize = largeBatchSize
-		}
 	}
 	if opts.TxBudget == 0 {
 		opts.TxBudget = defaultTxBudget
@@ -876,4 +865,16 @@ func txKick(fd int) error {
 
 func rxWakeup(fd int) {
 	unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+}
+
+// RawrefOptions are the options of the raw AF_XDP reference sender
+// (../shared/rawref) for an interface of the given MTU: 256 descriptors per
+// kick and rings of 4096 (8192 chunks of 2048 bytes) where the MTU fits a
+// 2048-byte chunk, else 64 per kick and 4096 chunks of 4096. bench's raw
+// cells open their links with them; goroce's own links keep Open's defaults.
+func RawrefOptions(mtu int) Options {
+	if mtu <= SmallChunkMTU {
+		return Options{BatchSize: defaultTxBudget, FrameSize: 2048, NumFrames: 2 * defaultNumFrames}
+	}
+	return Options{BatchSize: 64}
 }

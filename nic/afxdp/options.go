@@ -19,10 +19,7 @@ const (
 
 // Options configure Open. The zero value is a good default.
 type Options struct {
-	// FrameSize is the UMEM chunk size: 4096 or 2048. With neither
-	// FrameSize nor NumFrames set, an interface MTU up to 1774 gets 8192
-	// chunks of 2048 bytes (rings of 4096), a larger one 4096 chunks of
-	// 4096 (rings of 2048): 16 MiB of UMEM either way. A received
+	// FrameSize is the UMEM chunk size: 4096 (default) or 2048. A received
 	// frame larger than FrameSize-256 bytes (XDP_PACKET_HEADROOM) spans
 	// several chunks (multi-buffer, see the package doc).
 	FrameSize int
@@ -32,12 +29,11 @@ type Options struct {
 	// attaches in generic mode.
 	SingleBuffer bool
 	// NumFrames is the number of UMEM chunks, a power of two >= 64
-	// (default 4096, or 8192 with the 2048-byte chunks above). Half
+	// (default 4096). Half
 	// receive, half transmit; every ring has NumFrames/2 descriptors.
 	NumFrames int
-	// BatchSize is what BatchSize reports (default 256, the TX budget of
-	// one copy-mode kick, where the interface MTU is at most 1774; 64
-	// above).
+	// BatchSize is what BatchSize reports (default 64; RawrefOptions has
+	// the raw reference sender's 256).
 	BatchSize int
 	// Mode selects native or generic XDP (default ModeAuto).
 	Mode Mode
