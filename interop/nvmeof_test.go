@@ -182,22 +182,8 @@ dd if=/dev/nvme0n1 bs=128K skip=8 count=%d iflag=direct 2>/dev/null | sha256sum`
 	t.Run("GoroceHostKernelTarget", func(t *testing.T) {
 		nqn := "nqn.2026-12.io.goroce:interop-kernel"
 		vm := h.VMIP(0)
-		h.Run(0, fmt.Sprintf(`set -e
-tc qdisc del dev eth0 root 2>/dev/null || true # the loss check's, if it was killed
-truncate -s %dM /tmp/kdisk
-losetup /dev/loop0 /tmp/kdisk
-cd /sys/kernel/config/nvmet
-mkdir subsystems/%[2]s
-echo 1 > subsystems/%[2]s/attr_allow_any_host
-mkdir subsystems/%[2]s/namespaces/1
-echo -n /dev/loop0 > subsystems/%[2]s/namespaces/1/device_path
-echo 1 > subsystems/%[2]s/namespaces/1/enable
-mkdir ports/1
-echo rdma > ports/1/addr_trtype
-echo ipv4 > ports/1/addr_adrfam
-echo %[3]v > ports/1/addr_traddr
-echo 4420 > ports/1/addr_trsvcid
-ln -s /sys/kernel/config/nvmet/subsystems/%[2]s ports/1/subsystems/%[2]s`, diskMiB, nqn, vm), time.Minute).Check(t)
+		h.Run(0, "set -e\ntc qdisc del dev eth0 root 2>/dev/null || true # the loss check's, if it was killed\n"+
+			nvmetScript(diskMiB, nqn, vm), time.Minute).Check(t)
 
 		ents := h.HostExec(bin, "nvme", "discover", "-d", h.HostIface(), "-a", vm.String())
 		out, err := ents.CombinedOutput()
@@ -228,6 +214,26 @@ ln -s /sys/kernel/config/nvmet/subsystems/%[2]s ports/1/subsystems/%[2]s`, diskM
 			t.Fatalf("the VM's backing file region has %q, goroce wrote %s", r.Stdout, m[1])
 		}
 	})
+}
+
+// nvmetScript is the shell that exports a loop device over a diskMiB file
+// as namespace 1 of subsystem nqn on an nvmet-rdma port at addr:4420
+// (configfs, as nvmetcli would).
+func nvmetScript(diskMiB int, nqn string, addr any) string {
+	return fmt.Sprintf(`truncate -s %dM /tmp/kdisk
+losetup /dev/loop0 /tmp/kdisk
+cd /sys/kernel/config/nvmet
+mkdir subsystems/%[2]s
+echo 1 > subsystems/%[2]s/attr_allow_any_host
+mkdir subsystems/%[2]s/namespaces/1
+echo -n /dev/loop0 > subsystems/%[2]s/namespaces/1/device_path
+echo 1 > subsystems/%[2]s/namespaces/1/enable
+mkdir ports/1
+echo rdma > ports/1/addr_trtype
+echo ipv4 > ports/1/addr_adrfam
+echo %[3]v > ports/1/addr_traddr
+echo 4420 > ports/1/addr_trsvcid
+ln -s /sys/kernel/config/nvmet/subsystems/%[2]s ports/1/subsystems/%[2]s`, diskMiB, nqn, addr)
 }
 
 func waitOutput(t *testing.T, p *HostProc, s string, timeout time.Duration) {
@@ -279,21 +285,7 @@ func TestNVMeoFRxeControl(t *testing.T) {
 	h := New(t, Config{VMs: 2})
 	nqn := "nqn.2026-12.io.goroce:interop-rxe-control"
 	tgt := h.VMIP(1)
-	h.Run(1, fmt.Sprintf(`set -e
-truncate -s 64M /tmp/kdisk
-losetup /dev/loop0 /tmp/kdisk
-cd /sys/kernel/config/nvmet
-mkdir subsystems/%[1]s
-echo 1 > subsystems/%[1]s/attr_allow_any_host
-mkdir subsystems/%[1]s/namespaces/1
-echo -n /dev/loop0 > subsystems/%[1]s/namespaces/1/device_path
-echo 1 > subsystems/%[1]s/namespaces/1/enable
-mkdir ports/1
-echo rdma > ports/1/addr_trtype
-echo ipv4 > ports/1/addr_adrfam
-echo %[2]v > ports/1/addr_traddr
-echo 4420 > ports/1/addr_trsvcid
-ln -s /sys/kernel/config/nvmet/subsystems/%[1]s ports/1/subsystems/%[1]s`, nqn, tgt), time.Minute).Check(t)
+	h.Run(1, "set -e\n"+nvmetScript(64, nqn, tgt), time.Minute).Check(t)
 	h.Run(0, fmt.Sprintf("nvme connect -t rdma -a %v -s 4420 --hostnqn %s --hostid %s -n %s", tgt, nvmeHostNQN, nvmeHostID, nqn), 2*time.Minute).Check(t)
 	defer h.Run(0, "nvme disconnect -n "+nqn, time.Minute)
 	h.Run(0, `for i in $(seq 50); do [ -b /dev/nvme0n1 ] && exit 0; sleep 0.2; done; exit 1`, time.Minute).Check(t)

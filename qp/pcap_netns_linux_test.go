@@ -125,11 +125,7 @@ func TestPcapAFXDP(t *testing.T) {
 	stop()
 	t.Logf("tcpdump: %s", <-listening)
 
-	own, err := os.ReadFile(filepath.Join(dir, "own.pcap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := pcapfile.ReadAll(bytes.NewReader(own))
+	recs, err := pcapfile.ReadFile(filepath.Join(dir, "own.pcap"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,9 @@ import (
 const (
 	defaultFrameSize = 4096
 	defaultNumFrames = 4096
-	// SmallChunkMTU is the largest interface MTU a 2048-byte chunk carries
+	// smallChunkMTU is the largest interface MTU a 2048-byte chunk carries
 	// (2048 - headroom - Ethernet header - VLAN tag).
-	SmallChunkMTU = 2048 - xdpPacketHeadroom - ethHeaderLen - vlanTagLen
+	smallChunkMTU = 2048 - xdpPacketHeadroom - ethHeaderLen - vlanTagLen
 	// defaultBatchSize is 64 frames per WriteBatch and per wait. 256 (the
 	// copy-mode TX budget of one kick, what the raw reference sender
 	// kicks) with 8192 chunks of 2048 bytes cut goroce's CPU per 64 KiB
@@ -873,7 +873,7 @@ func rxWakeup(fd int) {
 // 2048-byte chunk, else 64 per kick and 4096 chunks of 4096. bench's raw
 // cells open their links with them; goroce's own links keep Open's defaults.
 func RawrefOptions(mtu int) Options {
-	if mtu <= SmallChunkMTU {
+	if mtu <= smallChunkMTU {
 		return Options{BatchSize: defaultTxBudget, FrameSize: 2048, NumFrames: 2 * defaultNumFrames}
 	}
 	return Options{BatchSize: 64}

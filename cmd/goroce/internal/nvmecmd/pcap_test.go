@@ -1,7 +1,6 @@
 package nvmecmd_test
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,12 +21,7 @@ func TestPcap(t *testing.T) {
 		t.Fatalf("discover: exit %d: %s %s", code, out, errs)
 	}
 	for _, p := range []string{tp, hp} {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs, err := pcapfile.ReadAll(f)
-		f.Close()
+		recs, err := pcapfile.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
