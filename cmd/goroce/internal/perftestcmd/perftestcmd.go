@@ -96,6 +96,10 @@ in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GORO
 (drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
 `
 
+// settleTimeout bounds the wait for the device to settle before the final
+// buffer is shown (tests only: Env.Buffers).
+const settleTimeout = 10 * time.Second
+
 // defaultOutReads is what a goroce end advertises as its out_reads (the
 // responder resources it grants the peer's READs and atomics) when -o is
 // not given: the ConnectOptions default of package qp. rxe advertises its
@@ -267,7 +271,17 @@ func (r *runner) run() error {
 	}
 	r.out(perftest.ResultLine)
 	if r.env.Buffers != nil && !stillWritten {
-		dev.RxStats() // takes the device lock: the last writes into buf happen before the copy
+		// A UC WRITE completes at the client when its frames leave, and
+		// the end-of-test exchange travels another way: the last WRITEs
+		// may still be on the link. Settle waits until the device has
+		// processed every frame that reached it (and takes the device
+		// lock: their writes into buf happen before the copy).
+		ctx, cancel := context.WithTimeout(r.ctx, settleTimeout)
+		err := dev.Settle(ctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("the device did not settle after the test: %w", err)
+		}
 		r.env.Buffers("final", append([]byte(nil), r.buf...))
 	}
 	return nil
