@@ -38,7 +38,15 @@ func TestAFXDPJumboWrite(t *testing.T) {
 		frames, bytes := rx.RxFrames-rxBefore.RxFrames, rx.RxBytes-rxBefore.RxBytes
 		t.Logf("%s→%s: %d packets sent (%d retransmitted); %s's link received %d frames, %d bytes",
 			x.name, y.name, sent, retx, y.name, frames, bytes)
-		if retx == 0 && sent != size/4096 {
+		// The second sender was the first WRITE's responder: it may still
+		// owe that WRITE's cumulative ACK (held up to 200 µs for the
+		// application's next post, qp/ackhold.go), which its first post
+		// here sends: one packet more, and not a request.
+		owed := uint64(0)
+		if i == 1 {
+			owed = 1
+		}
+		if retx == 0 && (sent < size/4096 || sent > size/4096+owed) {
 			t.Errorf("%s sent %d packets for a 64 KiB WRITE, want %d at path MTU 4096", x.name, sent, size/4096)
 		}
 		if frames < size/4096 || bytes < size {
