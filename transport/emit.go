@@ -17,7 +17,13 @@ type emitter struct {
 	// receiver can know — a UDP socket never shows the IP header, so it
 	// rebuilds the header the ICRC covers with ID 0 (docs/backends.md).
 	// rxe uses the kernel's counter (__ip_select_ident) instead.
-	tmpl    wire.Frame
+	tmpl wire.Frame
+	// icrc is the ICRC work of tmpl's invariant header fields
+	// (wire.NewICRCHeader), taken from the first frame built on the
+	// template after setPath; icrcSet says it was taken (it stays zero,
+	// and every frame takes wire.ICRC, for IPv6).
+	icrc    wire.ICRCHeader
+	icrcSet bool
 	destQPN uint32
 	lastLen int // length of the last frame sent (the pacer charges it)
 }
@@ -26,6 +32,7 @@ type emitter struct {
 // local QP qpn and the remote QP destQPN.
 func (e *emitter) setPath(av *AV, qpn, destQPN uint32) {
 	e.destQPN = destQPN
+	e.icrc, e.icrcSet = wire.ICRCHeader{}, false
 	e.tmpl = wire.Frame{
 		DstMAC: av.DMAC, SrcMAC: av.SMAC, HasVLAN: av.HasVLAN, VLAN: av.VLAN,
 		SrcIP: av.SGID.Unmap(), DstIP: av.DGID.Unmap(),
@@ -52,12 +59,29 @@ func (e *emitter) frame(op wire.Opcode, psn wire.PSN) *wire.Frame {
 
 // emit builds the frame whose payload (payloadLen bytes) the caller already
 // placed at buf[f.HeaderLen():] and hands it to the output.
+// Frames built on the template (every RC and UC frame) take the
+// precomputed ICRC header; wire.BuildICRC checks that the frame's
+// invariant fields are the template's before it uses it.
 func (e *emitter) emit(buf []byte, f *wire.Frame, payloadLen int) {
-	n, err := wire.Build(buf, f, payloadLen)
+	var n int
+	var err error
+	if f == &e.tmpl {
+		n, err = wire.BuildICRC(buf, f, payloadLen, &e.icrc)
+	} else {
+		n, err = wire.Build(buf, f, payloadLen)
+	}
 	if err != nil {
 		// Only a programming error (buffer too small) gets here.
 		e.qp.inc(CntSendErrors)
 		return
+	}
+	if f == &e.tmpl && !e.icrcSet {
+		l2 := wire.EthernetLen
+		if f.HasVLAN {
+			l2 += wire.VLANTagLen
+		}
+		e.icrc, _ = wire.NewICRCHeader(buf[l2 : n-wire.ICRCLen])
+		e.icrcSet = true
 	}
 	e.lastLen = n
 	e.out.Send(n)

@@ -76,6 +76,19 @@ func BuildPayload(buf []byte, f *Frame, payload []byte) (int, error) {
 // table from the matching Frame fields. f is not modified. Build does not
 // allocate.
 func Build(buf []byte, f *Frame, payloadLen int) (int, error) {
+	return build(buf, f, payloadLen, nil)
+}
+
+// BuildICRC is Build with the ICRC's invariant header work precomputed in h
+// (NewICRCHeader of an earlier frame of the same QP and path): when the
+// frame's invariant header fields are h's (ICRCHeader.Matches, five word
+// compares), its ICRC is h.Sum, otherwise ICRC as in Build. The frame is
+// byte for byte the one Build writes. A nil or zero h always takes ICRC.
+func BuildICRC(buf []byte, f *Frame, payloadLen int, h *ICRCHeader) (int, error) {
+	return build(buf, f, payloadLen, h)
+}
+
+func build(buf []byte, f *Frame, payloadLen int, h *ICRCHeader) (int, error) {
 	info := &opTable[f.BTH.Opcode]
 	if !info.Valid {
 		return 0, ErrUnknownOpcode
@@ -157,46 +170,51 @@ func Build(buf []byte, f *Frame, payloadLen int) (int, error) {
 	bf.PadCnt = uint8(pad)
 	BTH(t).Encode(&bf)
 	off := BTHLen
-	h := info.Headers
-	if h&HasDETH != 0 {
+	hs := info.Headers
+	if hs&HasDETH != 0 {
 		DETH(t[off:]).Encode(&f.DETH)
 		off += DETHLen
 	}
-	if h&HasFETH != 0 {
+	if hs&HasFETH != 0 {
 		FETH(t[off:]).Encode(&f.FETH)
 		off += FETHLen
 	}
-	if h&HasRETH != 0 {
+	if hs&HasRETH != 0 {
 		RETH(t[off:]).Encode(&f.RETH)
 		off += RETHLen
 	}
-	if h&HasAtomicETH != 0 {
+	if hs&HasAtomicETH != 0 {
 		AtomicETH(t[off:]).Encode(&f.AtomicETH)
 		off += AtomicETHLen
 	}
-	if h&HasAETH != 0 {
+	if hs&HasAETH != 0 {
 		AETH(t[off:]).Encode(&f.AETH)
 		off += AETHLen
 	}
-	if h&HasAtomicAckETH != 0 {
+	if hs&HasAtomicAckETH != 0 {
 		AtomicAckETH(t[off:]).SetOrigValue(f.AtomicAckETH)
 		off += AtomicAckETHLen
 	}
-	if h&HasImmDt != 0 {
+	if hs&HasImmDt != 0 {
 		ImmDt(t[off:]).SetImm(f.ImmDt)
 		off += ImmDtLen
 	}
-	if h&HasIETH != 0 {
+	if hs&HasIETH != 0 {
 		IETH(t[off:]).SetRKey(f.IETH)
 		off += IETHLen
 	}
-	if h&HasCNPPad != 0 {
+	if hs&HasCNPPad != 0 {
 		CNPPad(t[off:]).Encode()
 	}
 
 	// Pad and ICRC.
 	end := n - ICRCLen
 	clear(b[end-pad : end])
-	PutICRC(b[end:], ICRC(l3[:len(l3)-ICRCLen]))
+	body := l3[:len(l3)-ICRCLen]
+	if h != nil && ver == 4 && h.Matches(body) {
+		PutICRC(b[end:], h.Sum(body))
+	} else {
+		PutICRC(b[end:], ICRC(body))
+	}
 	return n, nil
 }
