@@ -183,43 +183,76 @@ dd if=/dev/nvme0n1 bs=128K skip=8 count=%d iflag=direct 2>/dev/null | sha256sum`
 		nqn := "nqn.2026-12.io.goroce:interop-kernel"
 		vm := h.VMIP(0)
 		h.Run(0, "set -e\ntc qdisc del dev eth0 root 2>/dev/null || true # the loss check's, if it was killed\n"+
-			nvmetScript(diskMiB, nqn, vm), time.Minute).Check(t)
+			nvmetScript(diskMiB, nqn, vm, nvmetInline), time.Minute).Check(t)
 
 		ents := h.HostExec(bin, "nvme", "discover", "-d", h.HostIface(), "-a", vm.String())
 		out, err := ents.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "subnqn:  "+nqn) {
 			t.Fatalf("goroce nvme discover against nvmet-rdma: %v\n%s", err, out)
 		}
-		start := time.Now()
-		c := h.HostExec(bin, "nvme", "io", "-d", h.HostIface(), "-a", vm.String(), "--nqn", nqn,
-			"--write-verify", fmt.Sprintf("%dM", mib), "--offset", "1M", "--qd", "8", "--queues", "2", "--seed", "22")
-		var stdout, stderr strings.Builder
-		c.Stdout, c.Stderr = &stdout, &stderr
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
+		// verify runs goroce nvme io against the kernel target and checks the
+		// SHA-256 of the VM's backing file region; it returns the
+		// host's stderr (its in-capsule counts).
+		verify := func(offMiB, sizeMiB int, extra ...string) string {
+			t.Helper()
+			start := time.Now()
+			c := h.HostExec(bin, append([]string{"nvme", "io", "-d", h.HostIface(), "-a", vm.String(), "--nqn", nqn,
+				"--write-verify", fmt.Sprintf("%dM", sizeMiB), "--offset", fmt.Sprintf("%dM", offMiB), "--qd", "8", "--queues", "2", "--seed", "22"}, extra...)...)
+			var stdout, stderr strings.Builder
+			c.Stdout, c.Stderr = &stdout, &stderr
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			kill := time.AfterFunc(5*time.Minute, func() { c.Process.Kill() }) // a bound, not a timing check
+			err := c.Wait()
+			kill.Stop()
+			if err != nil {
+				t.Fatalf("goroce nvme io against nvmet-rdma: %v\n%s%s", err, stdout.String(), stderr.String())
+			}
+			m := regexp.MustCompile(`^sha256=([0-9a-f]{64}) bytes=(\d+)\n$`).FindStringSubmatch(stdout.String())
+			if m == nil || m[2] != fmt.Sprint(sizeMiB<<20) {
+				t.Fatalf("goroce nvme io printed %q", stdout.String())
+			}
+			t.Logf("goroce nvme io %v: %s (%v): %s", extra, strings.TrimSpace(stdout.String()), time.Since(start).Round(time.Second), strings.TrimSpace(stderr.String()))
+			r := h.Run(0, fmt.Sprintf("sync /tmp/kdisk; dd if=/tmp/kdisk bs=1M skip=%d count=%d 2>/dev/null | sha256sum", offMiB, sizeMiB), 5*time.Minute).Check(t)
+			if !strings.HasPrefix(r.Stdout, m[1]) {
+				t.Fatalf("the VM's backing file region has %q, goroce wrote %s", r.Stdout, m[1])
+			}
+			return stderr.String()
 		}
-		kill := time.AfterFunc(5*time.Minute, func() { c.Process.Kill() }) // a bound, not a timing check
-		err = c.Wait()
-		kill.Stop()
-		if err != nil {
-			t.Fatalf("goroce nvme io against nvmet-rdma: %v\n%s%s", err, stdout.String(), stderr.String())
+		// 128 KiB commands (keyed SGLs: nvmet RDMA READs the writes).
+		verify(1, mib)
+		// In-capsule writes: nvmetScript set the port's
+		// param_inline_data_size to nvmetInline, so nvmet's Identify says
+		// IOCCSZ = (64 + 8192) / 16 and SGLS bit 20, and the host sends
+		// every 8 KiB write (and each I/O queue's Connect) in the SEND
+		// after the SQE: 4 MiB / 8 KiB = 512 writes, 2 Connects, and the
+		// 512 reads keyed.
+		if diskMiB < 1+mib+4 {
+			t.Fatalf("disk of %d MiB too small for the in-capsule check", diskMiB)
 		}
-		m := regexp.MustCompile(`^sha256=([0-9a-f]{64}) bytes=(\d+)\n$`).FindStringSubmatch(stdout.String())
-		if m == nil || m[2] != fmt.Sprint(mib<<20) {
-			t.Fatalf("goroce nvme io printed %q", stdout.String())
-		}
-		t.Logf("goroce nvme io: %s (%v): %s", strings.TrimSpace(stdout.String()), time.Since(start).Round(time.Second), strings.TrimSpace(stderr.String()))
-		r := h.Run(0, fmt.Sprintf("sync /tmp/kdisk; dd if=/tmp/kdisk bs=1M skip=1 count=%d 2>/dev/null | sha256sum", mib), 5*time.Minute).Check(t)
-		if !strings.HasPrefix(r.Stdout, m[1]) {
-			t.Fatalf("the VM's backing file region has %q, goroce wrote %s", r.Stdout, m[1])
+		stderr := verify(1+mib, 4, "--bs", "8k")
+		want := fmt.Sprintf("in-capsule data up to %d bytes: %d commands with in-capsule data, %d with keyed SGLs", nvmetInline, 512+2, 512)
+		if !strings.Contains(stderr, want) {
+			t.Fatalf("goroce nvme io --bs 8k against nvmet with param_inline_data_size %d: no %q in\n%s", nvmetInline, want, stderr)
 		}
 	})
 }
 
+// nvmetInline is the in-capsule data size GoroceHostKernelTarget gives the
+// kernel target's port (configfs param_inline_data_size; nvmet-rdma's
+// default is PAGE_SIZE, its maximum 16 KiB).
+const nvmetInline = 8192
+
 // nvmetScript is the shell that exports a loop device over a diskMiB file
 // as namespace 1 of subsystem nqn on an nvmet-rdma port at addr:4420
-// (configfs, as nvmetcli would).
-func nvmetScript(diskMiB int, nqn string, addr any) string {
+// (configfs, as nvmetcli would), with the port's in-capsule data size
+// (param_inline_data_size) set to inline unless it is 0.
+func nvmetScript(diskMiB int, nqn string, addr any, inline int) string {
+	param := ""
+	if inline != 0 {
+		param = fmt.Sprintf("echo %d > ports/1/param_inline_data_size\n", inline)
+	}
 	return fmt.Sprintf(`truncate -s %dM /tmp/kdisk
 losetup /dev/loop0 /tmp/kdisk
 cd /sys/kernel/config/nvmet
@@ -233,7 +266,7 @@ echo rdma > ports/1/addr_trtype
 echo ipv4 > ports/1/addr_adrfam
 echo %[3]v > ports/1/addr_traddr
 echo 4420 > ports/1/addr_trsvcid
-ln -s /sys/kernel/config/nvmet/subsystems/%[2]s ports/1/subsystems/%[2]s`, diskMiB, nqn, addr)
+%[4]sln -s /sys/kernel/config/nvmet/subsystems/%[2]s ports/1/subsystems/%[2]s`, diskMiB, nqn, addr, param)
 }
 
 func waitOutput(t *testing.T, p *HostProc, s string, timeout time.Duration) {
@@ -285,7 +318,7 @@ func TestNVMeoFRxeControl(t *testing.T) {
 	h := New(t, Config{VMs: 2})
 	nqn := "nqn.2026-12.io.goroce:interop-rxe-control"
 	tgt := h.VMIP(1)
-	h.Run(1, "set -e\n"+nvmetScript(64, nqn, tgt), time.Minute).Check(t)
+	h.Run(1, "set -e\n"+nvmetScript(64, nqn, tgt, 0), time.Minute).Check(t)
 	h.Run(0, fmt.Sprintf("nvme connect -t rdma -a %v -s 4420 --hostnqn %s --hostid %s -n %s", tgt, nvmeHostNQN, nvmeHostID, nqn), 2*time.Minute).Check(t)
 	defer h.Run(0, "nvme disconnect -n "+nqn, time.Minute)
 	h.Run(0, `for i in $(seq 50); do [ -b /dev/nvme0n1 ] && exit 0; sleep 0.2; done; exit 1`, time.Minute).Check(t)

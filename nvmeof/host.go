@@ -154,6 +154,13 @@ type HostOptions struct {
 	// Linux host's io_timeout; negative: never). The Linux host then
 	// reconnects; this host does not.
 	IOTimeout time.Duration
+	// InCapsuleData bounds the writes an I/O queue sends as in-capsule
+	// data, in the command's SEND right after the SQE, so the target needs
+	// no RDMA READ (the Linux host's use_inline_data). The size is what
+	// the target's Identify Controller allows (IOCCSZ × 16 − 64, with SGLS
+	// bit 20), at most this (default 16 KiB; negative: none, every write
+	// is a keyed SGL the target reads).
+	InCapsuleData int
 	// Logger receives debug and warning messages (nil: none).
 	Logger *slog.Logger
 	// OnAsyncEvent, if set, is called (on the controller's event
@@ -217,6 +224,12 @@ func (o *HostOptions) withDefaults() HostOptions {
 	if h.MaxTransfer <= 0 || h.MaxTransfer > 128<<10 {
 		h.MaxTransfer = 128 << 10
 	}
+	if h.InCapsuleData == 0 {
+		h.InCapsuleData = defaultInCapsule
+	}
+	if h.InCapsuleData < 0 {
+		h.InCapsuleData = 0
+	}
 	if h.Logger == nil {
 		h.Logger = slog.New(discardHandler{})
 	}
@@ -234,6 +247,7 @@ type Controller struct {
 	cap     uint64
 	ident   []byte
 	maxXfer int
+	inline  int // in-capsule data bytes on I/O queues (0: none)
 	admin   *hqueue
 	io      []*hqueue
 	ns      []*HostNamespace
@@ -475,13 +489,28 @@ func (c *Controller) setupAdmin(ctx context.Context) error {
 	if m := c.ident[77]; m != 0 && 4096<<m < c.maxXfer {
 		c.maxXfer = 4096 << m
 	}
+	// nvme_rdma_setup_ctrl refuses a controller with in-capsule data at
+	// an offset (ICDOFF); nvme_rdma_alloc_queue sizes an I/O queue's
+	// capsule from IOCCSZ and use_inline_data needs SGLS bit 20.
+	if off := le.Uint16(c.ident[1800:]); off != 0 {
+		return fail(fmt.Errorf("%w: in-capsule data offset (ICDOFF) %d not supported", ErrProtocol, off))
+	}
+	if le.Uint32(c.ident[536:])&(1<<20) != 0 {
+		if n := int64(le.Uint32(c.ident[1792:]))*16 - SQESize; n > 0 {
+			c.inline = int(min(n, int64(c.o.InCapsuleData), int64(c.maxXfer)))
+		}
+	}
 	return nil
 }
 
 // connectQueue makes one queue: rdma_cm with the nvme_rdma_cm_req, then
 // the Connect command.
 func (c *Controller) connectQueue(ctx context.Context, qid uint16, depth int) (*hqueue, error) {
-	q, err := dialQueue(ctx, c.dev, c.addr, qid, depth, c.o.MaxTransfer, c.o.IOTimeout, c.o.Logger)
+	inline := 0
+	if qid != 0 {
+		inline = c.inline // none on the admin queue, as the Linux host
+	}
+	q, err := dialQueue(ctx, c.dev, c.addr, qid, depth, c.o.MaxTransfer, inline, c.o.IOTimeout, c.o.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -518,6 +547,28 @@ func (c *Controller) Namespaces() []*HostNamespace { return c.ns }
 
 // Queues is the number of I/O queues.
 func (c *Controller) Queues() int { return len(c.io) }
+
+// InCapsuleDataSize is the largest write the I/O queues send as in-capsule
+// data (0: none; see HostOptions.InCapsuleData).
+func (c *Controller) InCapsuleDataSize() int { return c.inline }
+
+// HostStats count the commands a Controller's I/O queues sent.
+type HostStats struct {
+	// InCapsule are the commands whose data went in the command capsule,
+	// Keyed those whose data the target moved with RDMA READ or WRITE
+	// through a keyed SGL.
+	InCapsule, Keyed uint64
+}
+
+// Stats sums the I/O queues' counters.
+func (c *Controller) Stats() HostStats {
+	var s HostStats
+	for _, q := range c.io {
+		s.InCapsule += q.inCapsule.Load()
+		s.Keyed += q.keyed.Load()
+	}
+	return s
+}
 
 // Admin submits an admin command with its data (read into data when
 // toHost) and returns the completion.

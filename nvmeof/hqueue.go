@@ -14,15 +14,18 @@ import (
 )
 
 // hqueue is one host queue: an RC connection, depth command slots, each
-// with its SQE buffer, a data buffer in one registered MR and a type 2
-// memory window over it that is bound afresh (a new rkey) for every
-// command and invalidated by the target's SEND_WITH_INV or a LOCAL_INV.
+// with its capsule buffer (the SQE and room for inline bytes of in-capsule
+// data), a data buffer in one registered MR and a type 2 memory window
+// over it that is bound afresh (a new rkey) for every keyed command and
+// invalidated by the target's SEND_WITH_INV or a LOCAL_INV.
 type hqueue struct {
 	conn   *cm.Conn
 	pd     *qp.PD
 	qid    uint16
 	depth  int
 	slotSz int
+	inline int // in-capsule data bytes a write may carry (0: none)
+	capLen int // a slot's stride in sqeMR: SQESize + inline
 	sqeMR  *qp.MR
 	cqeMR  *qp.MR
 	dataMR *qp.MR
@@ -44,6 +47,8 @@ type hqueue struct {
 	errv     error
 	once     sync.Once
 	log      *slog.Logger
+
+	inCapsule, keyed atomic.Uint64 // commands sent with in-capsule data, with a keyed SGL and data
 }
 
 type hslot struct {
@@ -61,9 +66,15 @@ const (
 	hkNone = 3
 )
 
-func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, depth, slotSz int, timeout time.Duration, log *slog.Logger) (*hqueue, error) {
+// defaultInCapsule bounds in-capsule data by default (HostOptions.
+// InCapsuleData): nvmet-rdma's largest, NVMET_RDMA_MAX_INLINE_DATA_SIZE
+// (16 KiB with 4 KiB pages); a slot's capsule buffer is this much larger.
+const defaultInCapsule = 16 << 10
+
+func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, depth, slotSz, inline int, timeout time.Duration, log *slog.Logger) (*hqueue, error) {
 	pd := dev.AllocPD()
-	q := &hqueue{pd: pd, qid: qid, depth: depth, slotSz: slotSz, free: make(chan int, depth), timeout: timeout,
+	q := &hqueue{pd: pd, qid: qid, depth: depth, slotSz: slotSz, inline: inline, capLen: SQESize + inline,
+		free: make(chan int, depth), timeout: timeout,
 		dead: make(chan struct{}), slots: make([]hslot, depth), log: log}
 	var err error
 	cleanup := func() {
@@ -79,7 +90,7 @@ func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, dep
 		}
 		pd.Dealloc()
 	}
-	if q.sqeMR, err = pd.RegMR(make([]byte, depth*SQESize), qp.LocalWrite); err == nil {
+	if q.sqeMR, err = pd.RegMR(make([]byte, depth*q.capLen), qp.LocalWrite); err == nil {
 		if q.cqeMR, err = pd.RegMR(make([]byte, depth*CQESize), qp.LocalWrite); err == nil {
 			q.dataMR, err = pd.RegMR(make([]byte, depth*slotSz), qp.LocalWrite|qp.RemoteRead|qp.RemoteWrite|qp.MWBind)
 		}
@@ -312,7 +323,17 @@ func (q *hqueue) submit(ctx context.Context, cmd *Command, data []byte, toHost b
 		nwr++
 		s.bound = false
 	}
-	if len(data) > 0 {
+	capsule := q.sqeMR.Bytes()[idx*q.capLen : (idx+1)*q.capLen]
+	sendLen := SQESize
+	switch {
+	case len(data) > 0 && !toHost && len(data) <= q.inline:
+		// In-capsule data (nvme_rdma_map_sg_inline): after the SQE in the
+		// same SEND, an SGL data block with the offset subtype at ICDOFF 0.
+		copy(capsule[SQESize:], data)
+		sendLen += len(data)
+		cmd.SetSGL(SGL{Addr: 0, Length: uint32(len(data)), Type: SGLTypeInline})
+		q.inCapsule.Add(1)
+	case len(data) > 0:
 		addr := q.dataMR.IOVA() + uint64(idx*q.slotSz)
 		buf := q.dataMR.Bytes()[idx*q.slotSz : idx*q.slotSz+len(data)]
 		if !toHost {
@@ -326,12 +347,12 @@ func (q *hqueue) submit(ctx context.Context, cmd *Command, data []byte, toHost b
 		s.rkey = next
 		s.bound = true
 		cmd.SetSGL(SGL{Addr: addr, Length: uint32(len(data)), Key: next, Type: SGLTypeKeyedInval})
-	} else {
+		q.keyed.Add(1)
+	default:
 		cmd.SetSGL(SGL{Type: SGLTypeKeyed})
 	}
-	sqe := q.sqeMR.Bytes()[idx*SQESize : (idx+1)*SQESize]
-	copy(sqe, cmd[:])
-	s.sge[0] = qp.SGE{Addr: q.sqeMR.IOVA() + uint64(idx*SQESize), Length: SQESize, LKey: q.sqeMR.LKey()}
+	copy(capsule, cmd[:])
+	s.sge[0] = qp.SGE{Addr: q.sqeMR.IOVA() + uint64(idx*q.capLen), Length: uint32(sendLen), LKey: q.sqeMR.LKey()}
 	if !(q.qid == 0 && cmd.Opcode() == AdminAsyncEvent) { // an AER waits for an event as long as it takes
 		s.since.Store(time.Now().UnixNano())
 	}

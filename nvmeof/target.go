@@ -81,6 +81,9 @@ type TargetStats struct {
 	Commands, Errors, MalformedCapsules atomic.Uint64
 	KeepAliveExpired, QueueErrors       atomic.Uint64
 	BytesRead, BytesWritten             atomic.Uint64
+	// InCapsule are the commands whose data came in the capsule (no RDMA
+	// READ), DataReads the RDMA READs of host data.
+	InCapsule, DataReads atomic.Uint64
 }
 
 // Stats returns the target's counters.
@@ -665,6 +668,7 @@ func (tq *tqueue) capsule(slot, n int) bool {
 	}
 	if r.xfer > 0 && !r.toHost && r.sgl.Keyed() {
 		// Host data: fetch it with RDMA READ, execute on its completion.
+		tq.t.stats.DataReads.Add(1)
 		r.sge[0] = qp.SGE{Addr: r.dataMR.IOVA(), Length: uint32(r.xfer), LKey: r.dataMR.LKey()}
 		tq.queue(qp.SendWR{WRID: wrid(kindRead, r.idx), Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
 			SGL: r.sge[:1], RemoteAddr: r.sgl.Addr, RKey: r.sgl.Key})
@@ -760,6 +764,7 @@ func (tq *tqueue) mapSGL(r *trsp) uint16 {
 		}
 		length = int(s.Length)
 		r.data = r.inline[s.Addr : s.Addr+uint64(s.Length)]
+		tq.t.stats.InCapsule.Add(1)
 	case SGLKeyedDataBlock:
 		switch s.Type & 0xf {
 		case SGLSubAddress:

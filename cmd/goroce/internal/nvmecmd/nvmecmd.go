@@ -291,7 +291,11 @@ func RunHost(env tool.Env, args []string) int {
 	}
 	ns := c.Namespaces()[0]
 	if sub == "io" {
-		return writeVerify(ctx, env, ns, wv, off, int(bsz), *qd**queues, *seed)
+		rc := writeVerify(ctx, env, ns, wv, off, int(bsz), *qd**queues, *seed)
+		st := c.Stats()
+		fmt.Fprintf(env.Stderr, "nvme io: in-capsule data up to %d bytes: %d commands with in-capsule data, %d with keyed SGLs\n",
+			c.InCapsuleDataSize(), st.InCapsule, st.Keyed)
+		return rc
 	}
 	return bench(ctx, env, ns, *rw, int(bsz), *qd**queues, *dur)
 }
