@@ -43,7 +43,7 @@ const (
 // goroutine reads the link (see above), else writes them as unlock does.
 func (s *selfDriver) unlockPost(now time.Time) {
 	d := s.d
-	if s.owner != ownerDriver || d.closed ||
+	if s.owner != ownerDriver || d.closed || len(d.queues) > 1 ||
 		len(d.deadlines.heap) < corkQPs || len(d.tx.frames) == 0 || len(d.tx.frames) >= corkFrames {
 		d.unlock()
 		return

@@ -79,6 +79,14 @@ type GID = netip.Addr
 type Config struct {
 	Name string
 	Link nic.Link
+	// Links, when it has more than one entry, makes a multi-queue device:
+	// one link per queue (a NIC's queue: an AF_XDP socket per queue of
+	// the interface, queues.go), Links[0] being Link (Link may be left
+	// nil). Every queue's reader delivers the frames it reads to whatever
+	// QP they address; a QP transmits on the queue its UDP source port
+	// picks (port mod len(Links)), as a NIC's RSS spreads flows. At most
+	// MaxQueues. Empty: one queue, Link.
+	Links []nic.Link
 	// IP is the device's address; the GID table is built from it (index 0 the
 	// IPv6 link-local GID from the MAC, index 1 ::ffff:IP for IPv4, as rxe).
 	IP netip.Addr
@@ -147,7 +155,8 @@ type Config struct {
 //	CQ.mu                 a completion into a CQ (the engines complete under Device.mu)
 //	asyncQueue.mu         the async event queue (a leaf)
 //	txBatch.mu            taken under Device.mu by handoff, held past its
-//	                      release while the batch is written (unlock)
+//	                      release while the batch is written (unlock); on a
+//	                      multi-queue device one per queue, in queue order
 //	PcapWriter.mu         the capture (a leaf, under Device.mu or txBatch.mu)
 //
 // The memory-registration table's locks (memreg) are taken under
@@ -186,11 +195,15 @@ type Device struct {
 	onAsync func(asyncEvent)
 
 	// With locks of their own.
-	tx    txBatch                     // frames to write; tx.mu is taken after mu
-	res   resolveCalls                // Config.Resolve calls in progress (qp.go)
-	pcap  satomic.Pointer[PcapWriter] // the device's capture (pcap.go); nil: off
-	gsi   satomic.Pointer[GSI]        // QP1, once Device.GSI made it (gsi.go)
-	gsiMu sync.Mutex                  // serialises its creation
+	tx txBatch // frames to write; tx.mu is taken after mu
+	// queues are the transmit batches of a multi-queue device's queues
+	// (queues.go), queues[0] being &tx; one entry on a one-queue device.
+	// Their mus are taken in index order, after mu.
+	queues []*txBatch
+	res    resolveCalls                // Config.Resolve calls in progress (qp.go)
+	pcap   satomic.Pointer[PcapWriter] // the device's capture (pcap.go); nil: off
+	gsi    satomic.Pointer[GSI]        // QP1, once Device.GSI made it (gsi.go)
+	gsiMu  sync.Mutex                  // serialises its creation
 
 	done chan struct{}  // closed by Close
 	wg   sync.WaitGroup // the device's goroutines (the driver's, the GSI's)
@@ -268,6 +281,9 @@ type RxStats struct {
 
 // Open starts a device on cfg.Link.
 func Open(cfg Config) (*Device, error) {
+	if err := cfg.checkLinks(); err != nil {
+		return nil, err
+	}
 	if cfg.Link == nil {
 		return nil, fmt.Errorf("qp: open device: no link")
 	}
@@ -301,6 +317,7 @@ func Open(cfg Config) (*Device, error) {
 	d.maxMTU = PathMTU(cfg.Link.MTU())
 	d.tx.init(cfg.Link, cfg.Link.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
 	d.tx.pcap, d.tx.now = &d.pcap, d.now
+	d.initQueues()
 	if cfg.Pcap != nil {
 		d.pcap.Store(cfg.Pcap)
 	}
@@ -313,6 +330,7 @@ func Open(cfg Config) (*Device, error) {
 	}
 	d.drv = drv
 	drv.start()
+	d.startQueues()
 	return d, nil
 }
 
@@ -410,12 +428,19 @@ func (d *Device) closeOwnedLink() error {
 	// Frames handed off before closed was set (the ACK of what a waiter
 	// just completed, often) are being written outside d.mu; let them
 	// leave before the link closes, as a NIC's last frames do.
-	d.tx.mu.Lock()
-	d.tx.mu.Unlock() // empty: only waits for the writer
+	for _, b := range d.queues {
+		b.mu.Lock()
+		b.mu.Unlock() // empty: only waits for the writer
+	}
 	if p := d.pcap.Load(); p != nil {
 		p.Flush()
 	}
 	err := d.cfg.Link.Close()
+	for _, l := range d.cfg.Links[min(1, len(d.cfg.Links)):] {
+		if err2 := l.Close(); err == nil {
+			err = err2
+		}
+	}
 	d.wg.Wait()
 	return err
 }
@@ -454,6 +479,10 @@ func (d *Device) endCall(now time.Time) {
 // under d.mu with d.tx.mu taken, so batches reach the link in the order
 // their calls ran, and the next call fills the other buffer meanwhile.
 func (d *Device) unlock() {
+	if len(d.queues) > 1 {
+		d.unlockQueues()
+		return
+	}
 	out := d.tx.handoff()
 	d.mu.Unlock()
 	if out != nil {

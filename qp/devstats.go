@@ -56,7 +56,7 @@ type Stats struct {
 
 // Stats returns a snapshot of the device's counters.
 func (d *Device) Stats() Stats {
-	link := d.cfg.Link.Stats()
+	link := d.linkStats()
 	d.mu.Lock()
 	s := Stats{Name: d.cfg.Name, Counters: d.countersLocked(), Rx: d.stats.rx, Link: link,
 		Port: PortCounters{XmitData: link.TxBytes / 4, RcvData: link.RxBytes / 4,

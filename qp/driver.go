@@ -73,10 +73,12 @@ func (d *Device) Mode() Mode { return d.cfg.Mode }
 // A driver serves one link: it owns the link's receive side (buffers, wait
 // deadline, who reads it) and shares the engines, the QP table and the
 // deadline heap with the rest of the device under Device.mu. A device with
-// several queues (one link per queue, QPs spread over them by UDP source
-// port, as RSS spreads flows) would run one driver per queue, each with
-// its own link and buffers; what is per device (the engines' state under
-// Device.mu) stays one.
+// several queues (Config.Links: one link per queue, QPs spread over them by
+// UDP source port, as RSS spreads flows; queues.go) has one reader per
+// queue: the driver serves queue 0, each other queue has a reader
+// goroutine of its own (threaded) or is read by Device.Poll (busy-poll,
+// manual), each with its own link, buffers and transmit batch; what is
+// per device (the engines' state under Device.mu) stays one.
 //
 // Methods marked "d.mu held" are called with Device.mu held; the others
 // without.

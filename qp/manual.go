@@ -41,10 +41,13 @@ type linkPoller struct {
 	d      *Device
 	poller nic.Poller
 	rx     *rxBatch
+	// more are the other queues' links of a multi-queue device
+	// (queues.go), read before the first's.
+	more []queuePoller
 }
 
 func newLinkPoller(d *Device, pl nic.Poller) linkPoller {
-	return linkPoller{d: d, poller: pl, rx: newRxBatch(d.cfg.Link)}
+	return linkPoller{d: d, poller: pl, rx: newRxBatch(d.cfg.Link), more: d.queuePollers()}
 }
 
 func (linkPoller) start()        {}
@@ -58,6 +61,19 @@ func (linkPoller) startGSI(*GSI) {}
 // each, and runs the expired timers after the last. It returns the frames
 // and timer expiries handled.
 func (p *linkPoller) readLink(maxBatches int) int {
+	if p.more == nil {
+		return p.readQueue(p.poller, p.rx, maxBatches, true)
+	}
+	events := 0
+	for _, q := range p.more {
+		events += p.readQueue(q.poller, q.rx, maxBatches, false)
+	}
+	return events + p.readQueue(p.poller, p.rx, maxBatches, true)
+}
+
+// readQueue is readLink on one queue's link; with timers it runs the
+// expired timers after the last batch.
+func (p *linkPoller) readQueue(poller nic.Poller, rx *rxBatch, maxBatches int, timers bool) int {
 	d := p.d
 	events := 0
 	for batches := 0; ; batches++ {
@@ -67,17 +83,20 @@ func (p *linkPoller) readLink(maxBatches int) int {
 			// the receive goroutine stops on one; a transient one is
 			// retried at the next poll.
 			var err error
-			if n, err = p.poller.TryReadBatch(p.rx.bufs, p.rx.sizes); err != nil {
+			if n, err = poller.TryReadBatch(rx.bufs, rx.sizes); err != nil {
 				n = 0
 			}
 		}
 		last := n == 0
-		k, _ := d.drive(p.rx, n, last)
+		if last && !timers {
+			return events
+		}
+		k, _ := d.drive(rx, n, last)
 		events += k
 		if last {
 			return events
 		}
-		d.tx.flushLocked() // each batch's answers leave before the next is read
+		d.flushTxLocked() // each batch's answers leave before the next is read
 	}
 }
 

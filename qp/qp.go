@@ -60,6 +60,10 @@ type QP struct {
 	mcast int
 	// noMcastLoop: InitAttr.BlockSelfMcastLoopback.
 	noMcastLoop bool
+	// hooks forward the engine's frames to the transmit batch of the
+	// QP's queue (queues.go); queue is that queue's index. Under dev.mu.
+	hooks *qpHooks
+	queue int
 }
 
 // ErrDestroyed is returned by the calls on a QP after QP.Destroy.
@@ -140,6 +144,8 @@ func (pd *PD) createQP(ia InitAttr, fixed uint32) (*QP, error) {
 	q := &QP{dev: d, pd: pd, eng: eng, sendCQ: ia.SendCQ, recvCQ: ia.RecvCQ, srq: ia.SRQ, seq: d.tab.qpSeq, hidx: -1,
 		noMcastLoop: ia.BlockSelfMcastLoopback}
 	hooks.attach(eng, q)
+	q.hooks = hooks
+	d.pickQueue(q)
 	if q.srq != nil {
 		q.srq.users++
 	}
@@ -253,6 +259,9 @@ func (q *QP) Modify(ctx context.Context, a Attr, mask AttrMask) error {
 	}
 	now := d.now()
 	err = q.eng.Modify(a.engine(), mask, now)
+	if mask&(AttrAV|AttrDestQPN) != 0 {
+		d.pickQueue(q)
+	}
 	d.touch(q)
 	d.endCall(now)
 	d.unlock()

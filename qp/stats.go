@@ -4,6 +4,6 @@ package qp
 // (d.mu held): send_err is the frames the backend could not send.
 func (d *Device) countersLocked() Counters {
 	c := d.stats.counters
-	c[CntSendErr] = d.cfg.Link.Stats().TxDrops
+	c[CntSendErr] = d.linkStats().TxDrops
 	return c
 }

@@ -138,10 +138,18 @@ type propResult struct {
 	link       [2]nic.MemStats
 	simTime    time.Duration
 	steps      int
+	// Per queue (runPropertyQueues): frames A sent, A's QPs on it.
+	queueFrames, queueQPs []uint64
 }
 
 func runProperty(t testing.TB, seed int64, totalOps int, faults nic.Faults) propResult {
-	n := simtest.NewPair(t, sim.Config{Seed: seed, AtoB: faults, BtoA: faults})
+	return runPropertyQueues(t, seed, totalOps, faults, 1)
+}
+
+// runPropertyQueues is runProperty on devices with that many queues
+// (sim.Config.Queues).
+func runPropertyQueues(t testing.TB, seed int64, totalOps int, faults nic.Faults, queues int) propResult {
+	n := simtest.NewPair(t, sim.Config{Seed: seed, AtoB: faults, BtoA: faults, Queues: queues})
 	a, b := newSide(t, n.A), newSide(t, n.B)
 	for _, s := range []*side{a, b} {
 		r := rand.New(rand.NewPCG(uint64(seed), 99))
@@ -327,6 +335,14 @@ func runProperty(t testing.TB, seed int64, totalOps int, faults nic.Faults) prop
 	res.link = [2]nic.MemStats{n.A.Link.MemStats(), n.B.Link.MemStats()}
 	res.simTime = n.Clock().Elapsed()
 	res.steps = n.Steps()
+	res.queueFrames = make([]uint64, len(n.A.Links))
+	res.queueQPs = make([]uint64, len(n.A.Links))
+	for i, l := range n.A.Links {
+		res.queueFrames[i] = l.MemStats().TxFrames
+	}
+	for _, q := range a.qps {
+		res.queueQPs[q.Queue()]++
+	}
 	return res
 }
 
@@ -562,6 +578,31 @@ func TestPropertyLossy(t *testing.T) {
 		})
 	}
 	t.Logf("total operations: %d", total)
+}
+
+// TestPropertyLossyQueues is TestPropertyLossy on two-queue devices
+// (sim.Config.Queues: two link pairs, each with the faults): the QPs
+// spread over the queues by their UDP source ports, each queue's frames
+// are read by Device.Poll's look at that queue. Every property holds as on
+// one queue, and both queues carry frames.
+func TestPropertyLossyQueues(t *testing.T) {
+	ops := 12_000
+	if testing.Short() {
+		ops = 3_000
+	}
+	faults := nic.Faults{Drop: 0.05, Duplicate: 0.02, Reorder: 0.05, Corrupt: 0.005}
+	for _, seed := range simtest.Seeds(t, 1, 2) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			r := runPropertyQueues(t, seed, ops, faults, 2)
+			t.Logf("seed %d: %d ops, %v simulated; frames sent by A per queue %v, QPs per queue %v; retransmitted %d",
+				seed, r.ops, r.simTime.Round(time.Millisecond), r.queueFrames, r.queueQPs, r.counters[transport.CntRetransmittedPkts])
+			for q, f := range r.queueFrames {
+				if f == 0 || r.queueQPs[q] == 0 {
+					t.Fatalf("seed %d: queue %d carried %d frames of %d QPs: the QPs did not spread (%v, %v)", seed, q, f, r.queueQPs[q], r.queueFrames, r.queueQPs)
+				}
+			}
+		})
+	}
 }
 
 // TestPropertyClean runs the same workload without faults: nothing may be

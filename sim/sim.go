@@ -148,6 +148,10 @@ type Config struct {
 	// RetryCnt7Infinite selects rxe's retry_cnt == 7 semantics on both
 	// devices (qp.Config.RetryCnt7Infinite).
 	RetryCnt7Infinite bool
+	// Queues makes both devices multi-queue (qp.Config.Links): that many
+	// in-memory link pairs, queue i of A joined to queue i of B, each
+	// with the faults above (seeded per queue). 0 or 1: one link.
+	Queues int
 }
 
 // Epoch is the time a Manual simulation's clock starts at.
@@ -187,8 +191,11 @@ type Endpoint struct {
 	Dev *qp.Device
 	// IP is the device's address (its GID at index 1).
 	IP netip.Addr
-	// Link is the endpoint's end of the in-memory link.
+	// Link is the endpoint's end of the in-memory link (queue 0's).
 	Link *nic.MemLink
+	// Links are its ends of every queue's link (Config.Queues), Links[0]
+	// being Link.
+	Links []*nic.MemLink
 }
 
 // GID returns the endpoint's RoCEv2 GID (index 1), the one a peer's
@@ -199,11 +206,35 @@ func (e *Endpoint) GID() qp.GID {
 }
 
 // SetFaults replaces the faults of the frames this endpoint sends.
-func (e *Endpoint) SetFaults(f Faults) { e.Link.SetFaults(f) }
+func (e *Endpoint) SetFaults(f Faults) {
+	for _, l := range e.Links {
+		l.SetFaults(f)
+	}
+}
 
 // LinkStats returns the counters of this endpoint's link end: the faults
 // count frames it sent.
-func (e *Endpoint) LinkStats() LinkStats { return e.Link.MemStats() }
+func (e *Endpoint) LinkStats() LinkStats {
+	s := e.Link.MemStats()
+	for _, l := range e.Links[1:] {
+		t := l.MemStats()
+		s.RxFrames += t.RxFrames
+		s.RxBytes += t.RxBytes
+		s.TxFrames += t.TxFrames
+		s.TxBytes += t.TxBytes
+		s.RxDrops += t.RxDrops
+		s.TxDrops += t.TxDrops
+		s.RingFull += t.RingFull
+		s.Wakeups += t.Wakeups
+		s.Dropped += t.Dropped
+		s.Duplicated += t.Duplicated
+		s.Reordered += t.Reordered
+		s.Corrupted += t.Corrupted
+		s.Overflow += t.Overflow
+		s.TapErrors += t.TapErrors
+	}
+	return s
+}
 
 // Net is two endpoints joined by an in-memory link.
 type Net struct {
@@ -236,14 +267,33 @@ func NewPair(cfg Config) (*Net, error) {
 		mc.Clock = n.clock.Now
 	}
 	la, lb := nic.NewMemPair(mc)
+	las, lbs := []*nic.MemLink{la}, []*nic.MemLink{lb}
+	for i := 1; i < cfg.Queues; i++ {
+		qc := mc
+		qc.Seed = cfg.Seed + int64(i)*0x9E3779B9 // each queue's faults their own stream
+		qc.Tap = nil                             // one pcap stream: queue 0's
+		qa, qb := nic.NewMemPair(qc)
+		las, lbs = append(las, qa), append(lbs, qb)
+	}
+	closeLinks := func() {
+		for i := range las {
+			las[i].Close()
+			lbs[i].Close()
+		}
+	}
 	a, b := ipA, ipB
 	if cfg.IPv6 {
 		a, b = ip6A, ip6B
 	}
-	open := func(name string, l *nic.MemLink, ip, peer netip.Addr, peerMAC net.HardwareAddr, seed int64) (*Endpoint, error) {
-		c := qp.Config{Name: name, Link: l, IP: ip, Seed: seed, RetryCnt7Infinite: cfg.RetryCnt7Infinite,
+	open := func(name string, ls []*nic.MemLink, ip, peer netip.Addr, peerMAC net.HardwareAddr, seed int64) (*Endpoint, error) {
+		c := qp.Config{Name: name, Link: ls[0], IP: ip, Seed: seed, RetryCnt7Infinite: cfg.RetryCnt7Infinite,
 			Neighbors: map[netip.Addr]net.HardwareAddr{peer: peerMAC},
 			Mode:      cfg.Mode.qpMode()}
+		if len(ls) > 1 {
+			for _, l := range ls {
+				c.Links = append(c.Links, l)
+			}
+		}
 		if cfg.Mode == Manual {
 			c.Now = n.clock.Now
 		}
@@ -251,22 +301,20 @@ func NewPair(cfg Config) (*Net, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Endpoint{Dev: d, IP: ip, Link: l}, nil
+		return &Endpoint{Dev: d, IP: ip, Link: ls[0], Links: ls}, nil
 	}
 	var err error
 	// Both devices draw their memory keys from Seed+4 (never 0, which
 	// qp.Config.Seed takes for random keys): the captures recorded from the
 	// simulator (cmd/goroce/internal/dump/testdata) depend on these keys
 	// byte for byte.
-	if n.A, err = open("simA", la, a, b, lb.HardwareAddr(), keySeed(cfg.Seed)); err != nil {
-		la.Close()
-		lb.Close()
+	if n.A, err = open("simA", las, a, b, lb.HardwareAddr(), keySeed(cfg.Seed)); err != nil {
+		closeLinks()
 		return nil, fmt.Errorf("sim: device A: %w", err)
 	}
-	if n.B, err = open("simB", lb, b, a, la.HardwareAddr(), keySeed(cfg.Seed)); err != nil {
+	if n.B, err = open("simB", lbs, b, a, la.HardwareAddr(), keySeed(cfg.Seed)); err != nil {
 		n.A.Dev.Close()
-		la.Close()
-		lb.Close()
+		closeLinks()
 		return nil, fmt.Errorf("sim: device B: %w", err)
 	}
 	return n, nil
@@ -296,8 +344,10 @@ func (n *Net) Close() error {
 	err := errors.Join(n.A.Dev.Close(), n.B.Dev.Close())
 	// Manual devices leave their link to their owner; closing a closed
 	// link is a no-op.
-	n.A.Link.Close()
-	n.B.Link.Close()
+	for i := range n.A.Links {
+		n.A.Links[i].Close()
+		n.B.Links[i].Close()
+	}
 	return err
 }
 
@@ -380,6 +430,13 @@ func (n *Net) nextEvent() (time.Time, bool) {
 	for _, f := range [...]func() (time.Time, bool){n.A.Link.NextDue, n.B.Link.NextDue, n.A.Dev.NextDeadline, n.B.Dev.NextDeadline} {
 		if t, ok := f(); ok && (next.IsZero() || t.Before(next)) {
 			next = t
+		}
+	}
+	for i := 1; i < len(n.A.Links); i++ {
+		for _, l := range [...]*nic.MemLink{n.A.Links[i], n.B.Links[i]} {
+			if t, ok := l.NextDue(); ok && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
 		}
 	}
 	return next, !next.IsZero()
