@@ -92,6 +92,9 @@ type Link struct {
 	xsks *ebpf.Map
 	prog *ebpf.Program
 	lnk  link.Link
+	// shared counts the sockets of OpenQueues that use xsks, prog and
+	// lnk (nil for a link of Open alone).
+	shared *steering
 
 	w sockio.BatchWait // wait_linux.go
 
@@ -116,26 +119,8 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.FrameSize == 0 {
-		opts.FrameSize = defaultFrameSize
-	}
-	if opts.FrameSize != 2048 && opts.FrameSize != 4096 {
-		return nil, fmt.Errorf("afxdp: frame size %d: must be 2048 or 4096", opts.FrameSize)
-	}
-	if opts.NumFrames == 0 {
-		opts.NumFrames = defaultNumFrames
-	}
-	if opts.NumFrames < 64 || opts.NumFrames > 1<<20 || bits.OnesCount(uint(opts.NumFrames)) != 1 {
-		return nil, fmt.Errorf("afxdp: %d frames: must be a power of two in [64, 2^20]", opts.NumFrames)
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = defaultBatchSize
-	}
-	if opts.TxBudget == 0 {
-		opts.TxBudget = defaultTxBudget
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	if err := opts.fill(); err != nil {
+		return nil, err
 	}
 	l := &Link{
 		ifname:    ifname,
@@ -225,6 +210,32 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 	}
 	opts.Logger.Info("afxdp: XDP program attached", logAttrs...)
 	return l, nil
+}
+
+// fill sets the defaults of the zero fields and checks the others.
+func (opts *Options) fill() error {
+	if opts.FrameSize == 0 {
+		opts.FrameSize = defaultFrameSize
+	}
+	if opts.FrameSize != 2048 && opts.FrameSize != 4096 {
+		return fmt.Errorf("afxdp: frame size %d: must be 2048 or 4096", opts.FrameSize)
+	}
+	if opts.NumFrames == 0 {
+		opts.NumFrames = defaultNumFrames
+	}
+	if opts.NumFrames < 64 || opts.NumFrames > 1<<20 || bits.OnesCount(uint(opts.NumFrames)) != 1 {
+		return fmt.Errorf("afxdp: %d frames: must be a power of two in [64, 2^20]", opts.NumFrames)
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = defaultBatchSize
+	}
+	if opts.TxBudget == 0 {
+		opts.TxBudget = defaultTxBudget
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
 }
 
 // interfaceByName looks the interface up through netlink, which also
@@ -790,6 +801,11 @@ func (l *Link) release() error {
 		// Drop the map's reference to the socket now rather than when the
 		// kernel frees the map after the program (RCU, then a work queue).
 		l.xsks.Delete(uint32(l.queue))
+	}
+	if l.shared != nil && !l.shared.release() {
+		// Other queues' sockets still use the program and the map
+		// (OpenQueues): the last one closes them.
+		l.lnk, l.prog, l.xsks = nil, nil, nil
 	}
 	if l.lnk != nil {
 		if err := l.lnk.Close(); err != nil {

@@ -32,6 +32,11 @@ func Open(ifname string, queue int, opts Options) (*Link, error) {
 	return nil, notSupported("AF_XDP", "Linux", errors.ErrUnsupported)
 }
 
+// OpenQueues fails outside Linux like Open.
+func OpenQueues(ifname string, n int, opts Options) ([]*Link, error) {
+	return nil, notSupported("AF_XDP", "Linux", errors.ErrUnsupported)
+}
+
 // AttachPassProgram fails outside Linux like Open.
 func AttachPassProgram(ifname string) (io.Closer, error) {
 	return nil, notSupported("XDP", "Linux", errors.ErrUnsupported)
