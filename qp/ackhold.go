@@ -31,6 +31,15 @@ import "time"
 //     their final exchange over TCP) must not leave the peer retrying the
 //     request that completion answered.
 //
+// A QP whose held ACK was not answered, that is, left by anything but a
+// post (a wait, a timer, the driver), is a one-sided target: its
+// application takes what arrives and does not answer (a WRITE stream's
+// sink waiting for a flag, a receiver that only reposts receives), and the
+// hold would only delay the peer's completion, by up to ackHold when the
+// application does something else first. Its next batches send their ACKs
+// at once (holdSkip) until the application posts on it again
+// (docs/performance.md, "Held ACK": measured with and without).
+//
 // An ACK acknowledges every earlier request, so holding it changes only
 // when the peer's requests complete, by at most ackHold, far inside any
 // ACK timeout (4.096 µs × 2^timeout, 8 ms or more as perftest and rping
@@ -53,11 +62,35 @@ const ackHold = resumeAfter
 // applications set (8 ms or more, above).
 const busyHoldCheck = 4 * time.Millisecond
 
+// SetAckHold turns the held ACK on (the default) or off. Off, every
+// receive batch sends its owed ACKs at its end (transport.QP.EndBatch),
+// whoever read it, as the driver goroutine's batches always do. It exists
+// to measure what the hold costs or saves (bench's heldack cell:
+// docs/performance.md, "Held ACK"); an application has no reason to turn
+// it off. ACKs held at the call leave at their usual bounds.
+func (d *Device) SetAckHold(on bool) {
+	d.mu.Lock()
+	d.call.noHold = !on
+	d.mu.Unlock()
+}
+
 // holdTouched ends the receive batch of every touched QP, holding the owed
 // ACKs (d.mu held): drive's ending when d.call.holdAcks is set.
 func (d *Device) holdTouched(now time.Time) {
+	if d.call.noHold {
+		for _, q := range d.call.touched {
+			q.eng.EndBatch(now)
+			d.touch(q)
+		}
+		return
+	}
 	until := now.Add(ackHold)
 	for _, q := range d.call.touched {
+		if q.holdSkip {
+			q.eng.EndBatch(now)
+			d.touch(q)
+			continue
+		}
 		if q.eng.HoldAck(now, until) && !q.ackHeld {
 			q.ackHeld = true
 			d.call.held = append(d.call.held, q)
@@ -70,14 +103,25 @@ func (d *Device) holdTouched(now time.Time) {
 }
 
 // flushHeld sends every held ACK (d.mu held); they leave when the caller
-// unlocks, ahead of what the same call produces after it.
-func (d *Device) flushHeld() {
+// unlocks, ahead of what the same call produces after it. Nobody posted:
+// their QPs hold no more until their next post (holdSkip).
+func (d *Device) flushHeld() { d.flush(true) }
+
+// postFlush is flushHeld for a post on q: the held ACKs leave first, and q
+// holds again.
+func (d *Device) postFlush(q *QP) {
+	d.flush(false)
+	q.holdSkip = false
+}
+
+func (d *Device) flush(unanswered bool) {
 	if len(d.call.held) == 0 {
 		return
 	}
 	now := d.now()
 	for _, q := range d.call.held {
 		q.ackHeld = false
+		q.holdSkip = unanswered
 		if q.destroyed {
 			continue
 		}

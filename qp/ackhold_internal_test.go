@@ -122,3 +122,60 @@ func TestAckRidesWithAnswer(t *testing.T) {
 		}
 	})
 }
+
+// TestOneSidedTargetHold: B's application takes each of A's WRITEs in its
+// own MR.WaitWrite and then does something else (it blocks on a channel)
+// without posting: a one-sided target. With the hold on, at most one of
+// B's ACKs waits for the hold's end (ackHold, on the bubble's fake clock):
+// the first held ACK that leaves unanswered turns the hold off for the QP
+// (holdSkip), and every later WRITE completes at once. With SetAckHold(false)
+// none waits.
+func TestOneSidedTargetHold(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			p := newSelfPair(t, ConnectOptions{})
+			p.b.SetAckHold(on)
+			ctx := context.Background()
+			const rounds = 8
+			arrived, next := make(chan struct{}), make(chan struct{})
+			seen0 := p.mrb.Writes()
+			go func() {
+				seen := seen0
+				for range rounds {
+					var err error
+					if seen, err = p.mrb.WaitWrite(ctx, seen); err != nil {
+						t.Error(err)
+					}
+					arrived <- struct{}{}
+					<-next
+				}
+			}()
+			var lat []time.Duration
+			held := 0
+			for i := range rounds {
+				start := time.Now()
+				p.write(t, p.qa, p.mra, p.mrb, uint64(i))
+				if wc := wait1(t, p.cqa); wc.Status != WCSuccess {
+					t.Fatalf("A's WRITE %d: %v", i, wc.Status)
+				}
+				l := time.Since(start)
+				lat = append(lat, l)
+				switch {
+				case l == ackHold:
+					held++
+				case l != 0:
+					t.Errorf("a completion after %v, neither at once nor at ackHold", l)
+				}
+				<-arrived
+				next <- struct{}{}
+			}
+			t.Logf("hold %v: A's completion times %v", on, lat)
+			if on && held > 1 || !on && held > 0 {
+				t.Errorf("hold %v: %d of A's completions waited for ackHold %v: %v", on, held, ackHold, lat)
+			}
+			if c := p.qa.Counters(); c[CntRetransmittedPkts] != 0 {
+				t.Errorf("A retransmitted %d packets", c[CntRetransmittedPkts])
+			}
+		})
+	}
+}

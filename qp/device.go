@@ -241,6 +241,7 @@ type callState struct {
 	// call (ackhold.go); holdAcks makes drive hold them.
 	held     []*QP
 	holdAcks bool
+	noHold   bool // Device.SetAckHold(false): nothing is held (ackhold.go)
 }
 
 // mcastState is the device's multicast (under Device.mu; mcast.go).

@@ -49,6 +49,7 @@ type QP struct {
 	srq            *SRQ
 	destroyed      bool    // guarded by dev.mu
 	ackHeld        bool    // under dev.mu: in dev.call.held (ackhold.go)
+	holdSkip       bool    // under dev.mu: its last held ACK was not answered (ackhold.go)
 	cc             ccState // notification point (cc.go), under dev.mu
 
 	// The device's deadline heap (deadline.go), under dev.mu.
@@ -356,7 +357,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 		d.mu.Unlock()
 		return err
 	}
-	d.flushHeld()
+	d.postFlush(q)
 	now := d.now()
 	err := q.eng.PostSend(wr.engine(), now)
 	d.touch(q)
@@ -388,7 +389,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		d.mu.Unlock()
 		return 0, err
 	}
-	d.flushHeld()
+	d.postFlush(q)
 	now := d.now()
 	n := 0
 	var err error
