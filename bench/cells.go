@@ -73,6 +73,9 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 	if c.cells["rsock"] {
 		measureRsock(pair, mtu, b, tag, c, res)
 	}
+	if lat && c.cells["heldack"] {
+		measureHeldAck(pair, mtu, b, tag, rep, c, res)
+	}
 	if c.cells["nvmeof"] {
 		measureNVMe(pair, mtu, b, tag, c, res)
 	}

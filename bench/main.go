@@ -118,6 +118,11 @@
 //     is not traced, as issue 10 counted the client): the sleeping 8 B
 //     WRITE round trip and the TCP ping-pong, -syscall-n round trips;
 //     system calls per round trip and the largest four.
+//   - heldack (heldack.go, latency MTU only, not in the default set): the
+//     requester's completion latency with a one-sided responder (idle
+//     WRITE and READ targets, a WRITE target waiting in MR.WaitWrite, a
+//     receiver that only reposts receives), B's held ACK as shipped
+//     against Device.SetAckHold(false), alternating.
 //
 // Files: main.go (flags, namespaces, signals), cells.go (what runs in
 // which order), raw.go, rawsleep.go (the raw sleeping ping-pong),
@@ -176,7 +181,7 @@ const (
 	maxStreamN = 1_000_000 // 64 KiB TCP writes
 )
 
-var allCells = []string{"raw", "rawrate", "tcp", "bw", "lat", "qps", "idle", "syscalls", "rsock", "nvmeof"}
+var allCells = []string{"raw", "rawrate", "tcp", "bw", "lat", "qps", "idle", "syscalls", "rsock", "nvmeof", "heldack"}
 
 type config struct {
 	backends []string

@@ -171,6 +171,7 @@ func writeReport(w io.Writer, r *results, in runInfo) {
 	writeIdle(w, r, in)
 	writeRsock(w, r)
 	writeNVMe(w, r)
+	writeHeldAck(w, r)
 	writeSyscalls(w, r)
 	writeTargets(w, r)
 }
