@@ -46,8 +46,12 @@ type Stats struct {
 	Port     PortCounters
 	// Rx are the frames dropped before any QP saw them.
 	Rx RxStats
-	// Link is the backend's own counters.
+	// Link is the backend's own counters (summed over the queues of a
+	// multi-queue device).
 	Link nic.Stats
+	// Queues are each queue's link counters on a multi-queue device
+	// (Config.Links; nil with one queue).
+	Queues []nic.Stats
 	// AsyncEventsDropped is DroppedAsyncEvents.
 	AsyncEventsDropped uint64
 	// QPs are the QPs that exist, in creation order.
@@ -66,6 +70,11 @@ func (d *Device) Stats() Stats {
 		s.QPs[i] = QPStats{QPN: q.eng.QPN(), State: q.eng.State(), Counters: q.eng.Counters}
 	}
 	d.mu.Unlock()
+	if len(d.cfg.Links) > 1 {
+		for _, l := range d.cfg.Links {
+			s.Queues = append(s.Queues, l.Stats())
+		}
+	}
 	s.AsyncEventsDropped = d.DroppedAsyncEvents()
 	return s
 }

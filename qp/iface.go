@@ -132,6 +132,15 @@ type InterfaceOptions struct {
 	// backend supports it (the backends' non-blocking TryReadBatch).
 	// ModeManual (the simulator's) is refused.
 	Mode Mode
+	// Queues is how many queues of the interface the device uses
+	// (Config.Links; 0 means 1): one AF_XDP socket and one reader per
+	// queue, QPs spread over them by their UDP source ports (queues.go).
+	// The interface needs that many receive queues (a veth made with
+	// numtxqueues N numrxqueues N; a NIC's combined channels, ethtool -L).
+	// Only the AF_XDP backend has queues: with afpacket or udp, or auto
+	// where AF_XDP cannot run, more than one is refused with
+	// ErrNotSupported. At most MaxQueues.
+	Queues int
 }
 
 // InterfaceInfo describes a device opened by OpenInterface.
@@ -155,6 +164,11 @@ type InterfaceInfo struct {
 	// MultiBuffer: afxdp frames may span UMEM chunks (XDP_USE_SG), so the
 	// backend carries the interface MTU; without it, one chunk's worth.
 	MultiBuffer bool
+	// Queues is the number of queues the device uses
+	// (InterfaceOptions.Queues).
+	Queues int
+	// more are the backend links of queues 1..Queues-1.
+	more []nic.Link
 }
 
 // String prints the device the way `ibv_devinfo -v` prints an rxe port,
@@ -214,6 +228,13 @@ func (o *InterfaceOptions) defaults(ifname string) error {
 	}
 	if o.Name == "" {
 		o.Name = "goroce_" + ifname
+	}
+	if o.Queues < 0 || o.Queues > MaxQueues {
+		return fmt.Errorf("qp: open interface: %d queues: at most %d: %w", o.Queues, MaxQueues, ErrInvalidArgument)
+	}
+	if o.Queues > 1 && o.Backend != BackendAuto && o.Backend != BackendAFXDP {
+		return fmt.Errorf("qp: open interface %s: %d queues: only the afxdp backend has queues (%s has one): %w",
+			ifname, o.Queues, o.Backend, ErrNotSupported)
 	}
 	switch o.Backend {
 	case BackendAuto, BackendAFXDP, BackendAFPacket, BackendUDP:

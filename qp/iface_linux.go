@@ -33,11 +33,15 @@ func openRawLink(ifname string, o *InterfaceOptions, info *InterfaceInfo) (nic.L
 		if xo.Logger == nil {
 			xo.Logger = o.Logger
 		}
-		l, err := afxdp.Open(ifname, 0, xo)
+		l, err := openAFXDP(ifname, o, xo, info)
 		if err == nil {
 			info.Backend, info.Mode, info.ZeroCopy = BackendAFXDP, l.Mode(), l.ZeroCopy()
 			info.MultiBuffer = l.MultiBuffer()
 			return l, nil
+		}
+		if o.Queues > 1 {
+			// AF_PACKET has one queue: no fallback.
+			return nil, rawOpenError(ifname, BackendAFXDP, err)
 		}
 		// auto falls back to AF_PACKET when AF_XDP cannot run here (this
 		// kernel, driver or process's privileges) or a foreign XDP program
@@ -66,6 +70,24 @@ func openRawLink(ifname string, o *InterfaceOptions, info *InterfaceInfo) (nic.L
 		info.Mode = "tpacket_v2"
 	}
 	return l, nil
+}
+
+// openAFXDP opens the AF_XDP socket of queue 0, and with
+// InterfaceOptions.Queues those of the other queues (info.more).
+func openAFXDP(ifname string, o *InterfaceOptions, xo afxdp.Options, info *InterfaceInfo) (*afxdp.Link, error) {
+	if o.Queues <= 1 {
+		info.Queues = 1
+		return afxdp.Open(ifname, 0, xo)
+	}
+	ls, err := afxdp.OpenQueues(ifname, o.Queues, xo)
+	if err != nil {
+		return nil, err
+	}
+	info.Queues = len(ls)
+	for _, l := range ls[1:] {
+		info.more = append(info.more, l)
+	}
+	return ls[0], nil
 }
 
 // resolver resolves neighbours in the namespace the device was opened in

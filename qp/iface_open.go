@@ -72,33 +72,49 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 	if err != nil {
 		return nil, nil, err
 	}
-	var dlink nic.Link = pr.link
-	if o.WrapLink != nil {
-		dlink = o.WrapLink(pr.link)
-	}
-	// The device closes its link; the wrapper closes the link first, then
-	// everything else OpenInterface took.
-	owned := &ownedLink{Link: dlink, closers: pr.closers}
-	pr.cfg.Link = owned
+	// The device closes its links; queue 0's closes the backend link
+	// first, then everything else OpenInterface took.
 	pr.cfg.Pcap = o.Pcap
 	if o.Mode == ModeBusyPoll {
-		pl, err := newPolledLink(owned)
+		pr.cfg.Mode = ModeBusyPoll
+	}
+	var links []nic.Link
+	var owned0 *ownedLink // queue 0's: it owns what OpenInterface took
+	closeLinks := func() {
+		for _, l := range links {
+			l.Close()
+		}
+	}
+	for i, bl := range append([]nic.Link{pr.link}, pr.info.more...) {
+		var closers []io.Closer
+		if i == 0 {
+			closers = pr.closers
+		}
+		l, owned, err := deviceLink(bl, closers, &o)
 		if err != nil {
-			owned.Close()
+			closeLinks()
+			for _, bl := range pr.info.more[i:] {
+				bl.Close()
+			}
 			return nil, nil, err
 		}
-		pr.cfg.Link = pl
-		pr.cfg.Mode = ModeBusyPoll
-	} else if w, ok := dlink.(nic.Waiter); ok {
-		pr.cfg.Link = &waitedLink{ownedLink: owned, w: w}
+		if i == 0 {
+			owned0 = owned
+		}
+		links = append(links, l)
+	}
+	pr.info.more = nil // the links' owners close them now
+	pr.cfg.Link = links[0]
+	if len(links) > 1 {
+		pr.cfg.Links = links
 	}
 	if err := ctx.Err(); err != nil {
-		pr.cfg.Link.Close()
+		closeLinks()
 		return nil, nil, fmt.Errorf("qp: open interface %s: %w", ifname, err)
 	}
 	dev, err := Open(pr.cfg)
 	if err != nil {
-		pr.cfg.Link.Close()
+		closeLinks()
 		return nil, nil, err
 	}
 	pw, err := watchPort(dev, pr.info.Ifindex)
@@ -106,11 +122,11 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 		dev.Close()
 		return nil, nil, err
 	}
-	owned.closers = append(owned.closers, pw)
+	owned0.closers = append(owned0.closers, pw)
 	info := pr.info
 	info.PathMTU = dev.ActiveMTU().Bytes()
 	info.GIDs = dev.GIDs()
-	o.Logger.Info("qp: device open", "name", o.Name, "ifname", ifname, "backend", info.Backend,
+	o.Logger.Info("qp: device open", "name", o.Name, "ifname", ifname, "backend", info.Backend, "queues", info.Queues,
 		"mode", info.Mode, "ip", info.IP, "netdev_mtu", info.NetdevMTU, "link_mtu", info.LinkMTU, "path_mtu", info.PathMTU,
 		"port_held", info.PortHeld, "device_mode", o.Mode)
 	return dev, info, nil
@@ -123,6 +139,7 @@ func OpenInterface(ctx context.Context, ifname string, o InterfaceOptions) (*Dev
 // InterfaceInfo.PathMTU is what a device on this link would use. WrapLink
 // and Mode are ignored.
 func OpenInterfaceLink(ctx context.Context, ifname string, o InterfaceOptions) (nic.Link, *InterfaceInfo, error) {
+	o.Queues = 0 // one link: queue 0's
 	pr, err := prepare(ctx, ifname, &o)
 	if err != nil {
 		return nil, nil, err
@@ -163,6 +180,9 @@ func prepare(ctx context.Context, ifname string, o *InterfaceOptions) (_ *prepar
 		if err != nil {
 			if pr.link != nil {
 				pr.link.Close()
+			}
+			for _, l := range info.more {
+				l.Close()
 			}
 			closeAll(pr.closers)
 		}
@@ -305,6 +325,29 @@ func withoutRawBackends(ifname string, o *InterfaceOptions, info *InterfaceInfo)
 		what = "AF_PACKET"
 	}
 	return nil, fmt.Errorf("qp: open interface %s: backend %s: %s is Linux only (%s): %w", ifname, o.Backend, what, runtime.GOOS, ErrNotSupported)
+}
+
+// deviceLink is the link the device gets for one queue's backend link bl:
+// under the WrapLink wrapper, owning closers, with the non-blocking read
+// (busy-poll) or the runtime poller's wait (threaded) exposed.
+func deviceLink(bl nic.Link, closers []io.Closer, o *InterfaceOptions) (nic.Link, *ownedLink, error) {
+	dlink := bl
+	if o.WrapLink != nil {
+		dlink = o.WrapLink(bl)
+	}
+	owned := &ownedLink{Link: dlink, closers: closers}
+	if o.Mode == ModeBusyPoll {
+		pl, err := newPolledLink(owned)
+		if err != nil {
+			owned.Close()
+			return nil, nil, err
+		}
+		return pl, owned, nil
+	}
+	if w, ok := dlink.(nic.Waiter); ok {
+		return &waitedLink{ownedLink: owned, w: w}, owned, nil
+	}
+	return owned, owned, nil
 }
 
 // ownedLink is the link the device gets: closing it closes the backend

@@ -163,6 +163,14 @@ func (d *Device) linkStats() nic.Stats {
 	return s
 }
 
+// settleLinks are the links Settle looks at: every queue's.
+func (d *Device) settleLinks() []nic.Link {
+	if len(d.cfg.Links) > 1 {
+		return d.cfg.Links
+	}
+	return []nic.Link{d.cfg.Link}
+}
+
 // queuePoller is one more queue's link read by Device.Poll (busy-poll and
 // manual modes).
 type queuePoller struct {

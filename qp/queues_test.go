@@ -3,6 +3,7 @@ package qp_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -186,4 +187,26 @@ func waitOne(ctx context.Context, cq *qp.CQ, wcs []qp.WC) (qp.WC, error) {
 		return wcs[0], fmt.Errorf("completion %+v", wcs[0])
 	}
 	return wcs[0], nil
+}
+
+// TestQueuesRefused: only AF_XDP has queues; asking another backend for
+// more than one, or more than MaxQueues, fails before anything is opened.
+func TestQueuesRefused(t *testing.T) {
+	for _, backend := range []string{qp.BackendUDP, qp.BackendAFPacket} {
+		_, _, err := qp.OpenInterface(context.Background(), "lo", qp.InterfaceOptions{Backend: backend, Queues: 2})
+		if !errors.Is(err, qp.ErrNotSupported) {
+			t.Errorf("%s with 2 queues: %v, want ErrNotSupported", backend, err)
+		}
+	}
+	_, _, err := qp.OpenInterface(context.Background(), "lo", qp.InterfaceOptions{Queues: qp.MaxQueues + 1})
+	if !errors.Is(err, qp.ErrInvalidArgument) {
+		t.Errorf("%d queues: %v, want ErrInvalidArgument", qp.MaxQueues+1, err)
+	}
+	la, lb := nic.NewMemPair(nic.MemConfig{})
+	defer la.Close()
+	defer lb.Close()
+	_, err = qp.Open(qp.Config{Link: lb, Links: []nic.Link{la, lb}, IP: netip.MustParseAddr("198.18.0.1")})
+	if !errors.Is(err, qp.ErrInvalidArgument) {
+		t.Errorf("Link not Links[0]: %v, want ErrInvalidArgument", err)
+	}
 }

@@ -34,7 +34,6 @@ const settleNap = 50 * time.Microsecond
 // time (a link wrapper that drops frames it received can keep it from
 // settling), or ErrClosed.
 func (d *Device) Settle(ctx context.Context) error {
-	pend, _ := d.cfg.Link.(pendingLink)
 	for look := 0; ; look++ {
 		if d.isClosed() {
 			return ErrClosed
@@ -52,10 +51,12 @@ func (d *Device) Settle(ctx context.Context) error {
 		// a frame handed out between two looks is then in the second
 		// count and not yet in the third, and Settle looks again.
 		queued := 0
-		if pend != nil {
-			queued = pend.Pending()
+		for _, l := range d.settleLinks() {
+			if pend, ok := l.(pendingLink); ok {
+				queued += pend.Pending()
+			}
 		}
-		handed := d.cfg.Link.Stats().RxFrames
+		handed := d.linkStats().RxFrames // every queue's
 		if queued == 0 && d.RxStats().Frames >= handed {
 			return nil
 		}

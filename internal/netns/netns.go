@@ -71,6 +71,10 @@ type Options struct {
 	NoDAD bool
 	// Prefix of the namespace names (default "goroce"): PREFIX-PID-N-a|b.
 	Prefix string
+	// Queues is the number of transmit and receive queues of each veth
+	// end (ip link add ... numtxqueues N numrxqueues N; 0: the kernel's
+	// default, 1), for multi-queue devices (qp.InterfaceOptions.Queues).
+	Queues int
 }
 
 // End describes one end of the pair.

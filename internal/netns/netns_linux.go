@@ -289,6 +289,10 @@ func (p *Pair) create(opts Options) error {
 		LinkAttrs: netlink.LinkAttrs{Name: p.A.Ifname, MTU: opts.MTU},
 		PeerName:  p.B.Ifname,
 	}
+	if opts.Queues > 1 {
+		veth.NumTxQueues, veth.NumRxQueues = opts.Queues, opts.Queues
+		veth.PeerNumTxQueues, veth.PeerNumRxQueues = uint32(opts.Queues), uint32(opts.Queues)
+	}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("creating veth %s/%s: %w", p.A.Ifname, p.B.Ifname, err)
 	}

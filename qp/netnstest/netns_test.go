@@ -57,19 +57,20 @@ type setup struct {
 	wrap         func(side netns.Side) func(nic.Link) nic.Link
 	prep         func(t *testing.T, p *netns.Pair) // after the pair is created
 	connect      qp.ConnectOptions
+	queues       int // veth queues and InterfaceOptions.Queues
 }
 
 // open builds both endpoints in their namespaces and connects nqp QP pairs
 // at the smaller of the two ports' path MTUs. It returns that MTU.
 func open(t *testing.T, s setup) (*endpoint, *endpoint, int) {
 	t.Helper()
-	p := netns.NewPair(t, netns.Options{MTU: s.mtu, NoDAD: true})
+	p := netns.NewPair(t, netns.Options{MTU: s.mtu, NoDAD: true, Queues: s.queues})
 	if s.prep != nil {
 		s.prep(t, p)
 	}
 	mk := func(side netns.Side, backend string) *endpoint {
 		e := &endpoint{name: side.String()}
-		o := qp.InterfaceOptions{Backend: backend, Logger: quiet, Seed: int64(side) + 1}
+		o := qp.InterfaceOptions{Backend: backend, Logger: quiet, Seed: int64(side) + 1, Queues: s.queues}
 		if s.wrap != nil {
 			o.WrapLink = s.wrap(side)
 		}
