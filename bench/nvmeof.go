@@ -45,12 +45,15 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	res.addSection(section{backend: b, mtu: mtu, mode: p.a.info.Mode, pmtu: p.pmtu})
 	lim := limit{c.cell, maxMsgs}
 	runtime.GC()
+	s0 := snapWire(p)
 	w, err := bw(p, qp.WRRDMAWrite, 4096, lim)
 	record(res, k(mNVMeWrite4k), w.msgsPerSec(), err)
+	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s", tag, fmtRate(w.msgsPerSec()), snapWire(p).perMsg(s0, w.msgs))
 	runtime.GC()
+	s0 = snapWire(p)
 	r, err := bw(p, qp.WRRDMARead, 65536, lim)
 	record(res, k(mNVMeRead64k), r.bitsPerSec()/1e9, err)
-	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s, READ 64 KiB %s", tag, fmtRate(w.msgsPerSec()), fmtGbit(r.bitsPerSec()/1e9))
+	progress("%s: nvmeof baseline: READ 64 KiB %s; %s", tag, fmtGbit(r.bitsPerSec()/1e9), snapWire(p).perMsg(s0, r.msgs))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+3*c.cell)
 	defer cancel()
@@ -81,13 +84,15 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 		seq    bool
 	}{{mNVMeRandRead, false, 4096, false}, {mNVMeRandWrite, true, 4096, false}, {mNVMeSeqRead, false, 128 << 10, true}} {
 		runtime.GC()
+		s0 := snapWire(p)
 		ios, el, err := nvmeRun(ctx, ns, m.write, m.bs, m.seq, c.cell)
+		wire := snapWire(p).perMsg(s0, ios)
 		if m.seq {
 			record(res, k(m.metric), float64(ios)*float64(m.bs)*8/el.Seconds()/1e9, err)
 		} else {
 			record(res, k(m.metric), float64(ios)/el.Seconds(), err)
 		}
-		progress("%s: nvmeof %s: %d I/Os of %d B in %v (%v)", tag, m.metric, ios, m.bs, el.Round(time.Millisecond), err)
+		progress("%s: nvmeof %s: %d I/Os of %d B in %v (%v); A = host, B = target, %s", tag, m.metric, ios, m.bs, el.Round(time.Millisecond), err, wire)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,10 +37,15 @@ type hqueue struct {
 	// and, unless another is posting (posting), posts pending in one
 	// PostSendList until it is empty, so commands submitted while a post
 	// is under way share the next (one doorbell and link write for many).
+	// While the poller hands completions to their submitters (corked),
+	// the submitters it woke add their next commands to pending without
+	// posting; the poller yields to them once and posts what they queued
+	// in one list (see poll).
 	pmu      sync.Mutex
 	pending  []qp.SendWR
 	spare    []qp.SendWR
 	posting  bool
+	corked   bool
 	recvs    []qp.RecvWR // one per response buffer, reused
 	recvSGEs []qp.SGE
 	dead     chan struct{}
@@ -181,10 +187,16 @@ func (q *hqueue) recvWR(i int) *qp.RecvWR { return &q.recvs[i] }
 func (q *hqueue) post(wrs []qp.SendWR) error {
 	q.pmu.Lock()
 	q.pending = append(q.pending, wrs...)
-	if q.posting {
+	if q.posting || q.corked {
 		q.pmu.Unlock()
-		return nil // the poster posts them, or fails the queue
+		return nil // the poster (or the poller at uncork) posts them, or fails the queue
 	}
+	return q.drain()
+}
+
+// drain posts pending until it is empty; called with pmu held, returns
+// with it released.
+func (q *hqueue) drain() error {
 	q.posting = true
 	for len(q.pending) > 0 {
 		batch := q.pending
@@ -254,47 +266,85 @@ func (q *hqueue) poll() {
 		if err != nil {
 			return
 		}
-		for i := range wcs[:n] {
-			wc := &wcs[i]
-			kind, idx := int(wc.WRID>>56), int(wc.WRID&0xffffffff)
-			if wc.Status != qp.WCSuccess {
-				q.fail(fmt.Errorf("%w: queue %d: work completion %v", ErrClosed, q.qid, wc.Status))
-				return
-			}
-			if kind != hkRecv {
-				continue
-			}
-			cqe, err := DecodeCompletion(q.cqeMR.Bytes()[idx*CQESize : idx*CQESize+int(wc.ByteLen)])
-			if err == nil && int(cqe.CID) >= q.depth {
-				err = fmt.Errorf("%w: completion for unknown command %d", ErrProtocol, cqe.CID)
-			}
-			if err != nil {
-				q.fail(err)
-				return
-			}
-			s := &q.slots[cqe.CID]
-			if wc.Flags&qp.WCWithInv != 0 {
-				if !s.bound || wc.InvRKey != s.rkey {
-					q.fail(fmt.Errorf("%w: bogus remote invalidation of rkey %#x", ErrProtocol, wc.InvRKey))
-					return
-				}
-				s.bound = false
-			}
-			q.mu.Lock()
-			err = q.conn.QP().PostRecv(q.recvWR(idx))
-			q.mu.Unlock()
-			if err != nil {
-				q.fail(err)
-				return
-			}
-			select {
-			case s.ch <- cqe:
-			default:
-				q.fail(fmt.Errorf("%w: duplicate completion for command %d", ErrProtocol, cqe.CID))
-				return
-			}
+		if !q.dispatch(wcs[:n]) {
+			return
 		}
 	}
+}
+
+// dispatch hands one poll's completions to their submitters. It corks the
+// queue's posts while it does, then yields once so that the submitters it
+// woke (queued on this P) run and queue their next commands, and posts
+// those in one PostSendList: one doorbell (an AF_XDP kick) for the batch
+// instead of one per command, as the Linux host's blk-mq batch ends with
+// one commit. A woken submitter that runs later posts itself. False if the
+// queue failed.
+func (q *hqueue) dispatch(wcs []qp.WC) bool {
+	q.pmu.Lock()
+	q.corked = true
+	q.pmu.Unlock()
+	woke := 0
+	ok := q.deliver(wcs, &woke)
+	if woke > 0 {
+		runtime.Gosched()
+	}
+	q.pmu.Lock()
+	q.corked = false
+	if len(q.pending) == 0 || q.posting {
+		q.pmu.Unlock()
+		return ok
+	}
+	if err := q.drain(); err != nil {
+		q.fail(fmt.Errorf("nvmeof: post command: %w", err))
+		return false
+	}
+	return ok
+}
+
+// deliver handles wcs; woke counts the completions handed over.
+func (q *hqueue) deliver(wcs []qp.WC, woke *int) bool {
+	for i := range wcs {
+		wc := &wcs[i]
+		kind, idx := int(wc.WRID>>56), int(wc.WRID&0xffffffff)
+		if wc.Status != qp.WCSuccess {
+			q.fail(fmt.Errorf("%w: queue %d: work completion %v", ErrClosed, q.qid, wc.Status))
+			return false
+		}
+		if kind != hkRecv {
+			continue
+		}
+		cqe, err := DecodeCompletion(q.cqeMR.Bytes()[idx*CQESize : idx*CQESize+int(wc.ByteLen)])
+		if err == nil && int(cqe.CID) >= q.depth {
+			err = fmt.Errorf("%w: completion for unknown command %d", ErrProtocol, cqe.CID)
+		}
+		if err != nil {
+			q.fail(err)
+			return false
+		}
+		s := &q.slots[cqe.CID]
+		if wc.Flags&qp.WCWithInv != 0 {
+			if !s.bound || wc.InvRKey != s.rkey {
+				q.fail(fmt.Errorf("%w: bogus remote invalidation of rkey %#x", ErrProtocol, wc.InvRKey))
+				return false
+			}
+			s.bound = false
+		}
+		q.mu.Lock()
+		err = q.conn.QP().PostRecv(q.recvWR(idx))
+		q.mu.Unlock()
+		if err != nil {
+			q.fail(err)
+			return false
+		}
+		select {
+		case s.ch <- cqe:
+		default:
+			q.fail(fmt.Errorf("%w: duplicate completion for command %d", ErrProtocol, cqe.CID))
+			return false
+		}
+		*woke++
+	}
+	return true
 }
 
 // submit sends cmd (its CID and SGL are set here) with data: host-to-
