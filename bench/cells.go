@@ -229,6 +229,7 @@ func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *conf
 				runtime.GC()
 				var t throughput
 				var err error
+				w0 := snapWire(p)
 				// The application's goroutine (posts, polls, and the
 				// device A work its CQ.Wait drives) is end=app in a
 				// -cpuprofile.
@@ -242,6 +243,7 @@ func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *conf
 				}
 				progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg, %d msgs, %.2f µs process CPU and %.3f context switches per msg (%v)", tag, op.name, sizeName(size),
 					fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, t.msgs, t.cpu.proc*1e6/float64(max(t.msgs, 1)), float64(t.cpu.csw)/float64(max(t.msgs, 1)), err)
+				progress("%s: goroce %s %s: %s", tag, op.name, sizeName(size), snapWire(p).kicks(w0))
 			}
 		}
 	}

@@ -15,6 +15,8 @@ import (
 type wireSnap struct {
 	txA, txB       uint64 // frames written by A (requests) and B (ACKs)
 	kickA, kickB   uint64 // the backend's wakeups (AF_XDP: sendto kicks)
+	txkA, txkB     uint64 // the transmit kicks among them
+	fullA, fullB   uint64 // WriteBatch found the TX ring or chunks exhausted (RingFull)
 	coalB          uint64 // B's ACKs merged away (ack_coalesced)
 	retransA       uint64 // A's retransmitted packets
 	rxDropA, rxDrB uint64 // frames the links lost on receive
@@ -23,6 +25,7 @@ type wireSnap struct {
 func snapWire(p *rdmaPair) wireSnap {
 	a, b := p.a.dev.Stats(), p.b.dev.Stats()
 	return wireSnap{txA: a.Link.TxFrames, txB: b.Link.TxFrames, kickA: a.Link.Wakeups, kickB: b.Link.Wakeups,
+		txkA: a.Link.TxKicks, txkB: b.Link.TxKicks, fullA: a.Link.RingFull, fullB: b.Link.RingFull,
 		coalB: b.Counters[qp.Counter(transport.CntAckCoalesced)], retransA: a.Counters[qp.CntRetransmittedPkts],
 		rxDropA: a.Link.RxDrops, rxDrB: b.Link.RxDrops}
 }
@@ -34,6 +37,18 @@ func (s wireSnap) perMsg(s0 wireSnap, msgs int64) string {
 	return fmt.Sprintf("per msg: A frames %.3f, B frames (ACKs) %.3f, A kicks %.3f, B kicks %.3f, B ack_coalesced %.3f, A retrans %.4f, rx drops %d/%d",
 		f(s.txA, s0.txA), f(s.txB, s0.txB), f(s.kickA, s0.kickA), f(s.kickB, s0.kickB), f(s.coalB, s0.coalB),
 		f(s.retransA, s0.retransA), s.rxDropA-s0.rxDropA, s.rxDrB-s0.rxDrB)
+}
+
+// kicks formats each end's link wake-ups per frame it sent over s−s0
+// (nic.Stats.Wakeups: on AF_XDP the sendto kicks, each sending at most
+// XDP_MAX_TX_SKB_BUDGET frames in copy mode, and the receive side's
+// wake-up calls).
+func (s wireSnap) kicks(s0 wireSnap) string {
+	f := func(k, n uint64) float64 { return float64(k) / float64(max(n, 1)) }
+	fa, fb := s.txA-s0.txA, s.txB-s0.txB
+	return fmt.Sprintf("per frame sent: A %d frames, %.4f TX kicks, %.4f wake-ups, ring full %d; B %d frames, %.4f TX kicks, %.4f wake-ups, ring full %d; A retrans %d, rx drops %d/%d",
+		fa, f(s.txkA-s0.txkA, fa), f(s.kickA-s0.kickA, fa), s.fullA-s0.fullA, fb, f(s.txkB-s0.txkB, fb), f(s.kickB-s0.kickB, fb), s.fullB-s0.fullB,
+		s.retransA-s0.retransA, s.rxDropA-s0.rxDropA, s.rxDrB-s0.rxDrB)
 }
 
 // cpuPerMsg is the run's CPU time per message: this process's and the

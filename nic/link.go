@@ -67,4 +67,5 @@ type Stats struct {
 	TxDrops           uint64 // frames not sent (ring full, fault injection)
 	RingFull          uint64
 	Wakeups           uint64
+	TxKicks           uint64 // transmit system calls, a subset of Wakeups (afxdp: sendto kicks)
 }

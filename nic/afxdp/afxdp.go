@@ -709,6 +709,7 @@ func (l *Link) kick() error {
 	}
 	for range maxKicks {
 		l.c.Wakeups.Add(1)
+		l.c.TxKicks.Add(1)
 		err := txKick(l.fd)
 		switch err {
 		case nil:
@@ -770,7 +771,8 @@ func (l *Link) readXDPStats() XDPStats {
 // buffer to the kernel's rx_dropped (no fill chunk, frame larger than a
 // chunk) and rx_ring_full; TxDrops adds oversized frames to
 // tx_invalid_descs; RingFull counts the times WriteBatch found the TX ring
-// or the transmit chunks exhausted; Wakeups counts sendto/recvfrom kicks.
+// or the transmit chunks exhausted; Wakeups counts sendto/recvfrom kicks,
+// TxKicks the sendto kicks alone.
 func (l *Link) Stats() nic.Stats {
 	return l.c.Stats(func() (uint64, uint64) {
 		k := l.kernelStats()

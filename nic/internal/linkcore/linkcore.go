@@ -16,6 +16,7 @@ type Core struct {
 	// The link's own counters, as nic.Stats names them.
 	RxFrames, RxBytes, RxDrops, Wakeups  atomic.Uint64
 	TxFrames, TxBytes, TxDrops, RingFull atomic.Uint64
+	TxKicks                              atomic.Uint64
 
 	// StatsMu orders Close's release of the socket against the reads of
 	// the kernel's counters (Stats' kernel function, a backend's own
@@ -50,6 +51,7 @@ func (c *Core) Stats(kernel func() (rxDrops, txDrops uint64)) nic.Stats {
 		TxDrops:  c.TxDrops.Load() + kt,
 		RingFull: c.RingFull.Load(),
 		Wakeups:  c.Wakeups.Load(),
+		TxKicks:  c.TxKicks.Load(),
 	}
 }
 
