@@ -91,11 +91,12 @@ func NewICRCHeader(l3 []byte) (ICRCHeader, bool) {
 // without the trailer), which must have the template's invariant fields
 // (see Matches) and at least the 40 header bytes; it does not allocate.
 func (h *ICRCHeader) Sum(l3 []byte) uint32 {
-	_ = l3[icrcHdr4-1]
-	c := h.k
-	for j, off := range icrcVarying {
-		c ^= icrcVarTab[j][l3[off]]
-	}
+	b := (*[icrcHdr4]byte)(l3) // one bounds check; the offsets are icrcVarying's
+	t := &icrcVarTab
+	c := h.k ^ t[0][b[2]] ^ t[1][b[3]] ^ t[2][b[4]] ^ t[3][b[5]] ^
+		t[4][b[IPv4Len+4]] ^ t[5][b[IPv4Len+5]] ^
+		t[6][b[IPv4Len+UDPLen]] ^ t[7][b[IPv4Len+UDPLen+1]] ^ t[8][b[IPv4Len+UDPLen+8]] ^
+		t[9][b[IPv4Len+UDPLen+9]] ^ t[10][b[IPv4Len+UDPLen+10]] ^ t[11][b[IPv4Len+UDPLen+11]]
 	return crc32.Update(^c, ieee, l3[icrcHdr4:])
 }
 
@@ -105,13 +106,14 @@ func (h *ICRCHeader) Matches(l3 []byte) bool {
 	if len(l3) < icrcHdr4 || h.k == 0 && h.iv == [icrcHdr4]byte{} {
 		return false
 	}
-	for i := range len(icrcMask4) {
-		w := binary.LittleEndian.Uint64(l3[8*i:]) | icrcMask4[i]
-		if w&^icrcVarMask[i] != binary.LittleEndian.Uint64(h.iv[8*i:]) {
-			return false
-		}
-	}
-	return true
+	b := (*[icrcHdr4]byte)(l3) // one bounds check
+	le := binary.LittleEndian
+	d := (le.Uint64(b[0:])|icrcMask4[0])&^icrcVarMask[0] ^ le.Uint64(h.iv[0:])
+	d |= (le.Uint64(b[8:])|icrcMask4[1])&^icrcVarMask[1] ^ le.Uint64(h.iv[8:])
+	d |= (le.Uint64(b[16:])|icrcMask4[2])&^icrcVarMask[2] ^ le.Uint64(h.iv[16:])
+	d |= (le.Uint64(b[24:])|icrcMask4[3])&^icrcVarMask[3] ^ le.Uint64(h.iv[24:])
+	d |= (le.Uint64(b[32:])|icrcMask4[4])&^icrcVarMask[4] ^ le.Uint64(h.iv[32:])
+	return d == 0
 }
 
 // icrcVarMask has the varying bytes' bits set, per little-endian word.
