@@ -86,11 +86,14 @@ func ICRC(l3 []byte) uint32 {
 	switch {
 	case !v6 && bth == IPv4Len+UDPLen:
 		// IPv4 without options: IP+UDP+BTH are 40 bytes, five masked words.
-		c := ^uint32(crcPrefix)
-		for i, m := range icrcMask4 {
-			c = slicing8(c, binary.LittleEndian.Uint64(l3[8*i:])|m)
-		}
-		return crc32.Update(^c, ieee, l3[len(icrcMask4)*8:])
+		b := (*[40]byte)(l3) // one bounds check
+		le := binary.LittleEndian
+		c := slicing8(^uint32(crcPrefix), le.Uint64(b[0:])|icrcMask4[0])
+		c = slicing8(c, le.Uint64(b[8:])|icrcMask4[1])
+		c = slicing8(c, le.Uint64(b[16:])|icrcMask4[2])
+		c = slicing8(c, le.Uint64(b[24:])|icrcMask4[3])
+		c = slicing8(c, le.Uint64(b[32:])|icrcMask4[4])
+		return crc32.Update(^c, ieee, l3[40:])
 	case v6:
 		// IPv6: the first 56 of the 60 header bytes as seven masked words.
 		c := ^uint32(crcPrefix)
