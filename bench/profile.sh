@@ -4,6 +4,7 @@
 #   bash bench/profile.sh WRITE.64 [3s]       # the 64 B WRITE stream (perftest's shape)
 #   bash bench/profile.sh WRITE.65536 [3s]    # the 64 KiB WRITE stream
 #   bash bench/profile.sh rawrate [3s]        # the raw 1 KiB-frame cell (nic links only)
+#   MTU=9000 bash bench/profile.sh WRITE.65536 # at veth MTU 9000 (path MTU 4096)
 #
 # Builds bench, runs one cell (`bench -cells bw -bw STREAM -backends afxdp
 # -mtus 1500 -reps 1`, both ends in this process; or `-cells rawrate`) under
@@ -27,7 +28,7 @@ else
 	args=(-cells bw -bw "$stream")
 fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-perf record -q -F 1999 -g -o "$dir/perf.data" -- "$dir/bench" "${args[@]}" -backends afxdp -mtus 1500 -reps 1 -time "$t" >"$dir/out.md" 2>"$dir/err"
+perf record -q -F 1999 -g -o "$dir/perf.data" -- "$dir/bench" "${args[@]}" -backends afxdp -mtus "${MTU:-1500}" -reps 1 -time "$t" >"$dir/out.md" 2>"$dir/err"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 grep -E "goroce WRITE|goroce READ|raw [0-9]+ B frames" "$dir/err" | sed 's/^bench: //'
 if [ "$stream" = rawrate ]; then
