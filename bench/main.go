@@ -181,7 +181,7 @@ const (
 	maxStreamN = 1_000_000 // 64 KiB TCP writes
 )
 
-var allCells = []string{"raw", "rawrate", "tcp", "bw", "lat", "qps", "idle", "syscalls", "rsock", "nvmeof", "heldack"}
+var allCells = []string{"raw", "rawrate", "tcp", "bw", "lat", "qps", "idle", "syscalls", "rsock", "nvmeof", "heldack", "mq"}
 
 type config struct {
 	backends []string
@@ -190,6 +190,7 @@ type config struct {
 	cell     time.Duration
 	reps     int
 	qpsN     int
+	mqQPs    int // QP pairs of the mq cell (mq.go)
 	qpsDepth int
 	qpsCQMod int
 	idle     time.Duration
@@ -219,6 +220,7 @@ func main() {
 	flag.DurationVar(&c.cell, "time", 700*time.Millisecond, "time bound of each cell (at most 3s)")
 	flag.IntVar(&c.reps, "reps", 3, "repetitions of every cell (medians and min–max are reported)")
 	flag.IntVar(&c.qpsN, "qps", 1000, "QP pairs of the qps cell")
+	flag.IntVar(&c.mqQPs, "mq-qps", 64, "QP pairs of the mq cell (multi-queue devices: 1 and 2 queues, AF_XDP, MTU 1500)")
 	flag.IntVar(&c.qpsDepth, "qp-depth", 8, "outstanding WRs per QP in the qps cell (perftest's -t)")
 	flag.IntVar(&c.qpsCQMod, "qp-cqmod", 8, "one signalled WR per this many in the qps cell (perftest's --cq-mod, at most -qp-depth)")
 	flag.DurationVar(&c.idle, "idle", time.Second, "duration of the idle cell")
@@ -249,6 +251,7 @@ func main() {
 	}
 	c.reps = min(max(c.reps, 1), 20)
 	c.qpsN = min(max(c.qpsN, 1), 10_000)
+	c.mqQPs = min(max(c.mqQPs, mqSenders), 10_000)
 	c.qpsDepth = min(max(c.qpsDepth, 1), 128)
 	c.qpsCQMod = min(max(c.qpsCQMod, 1), c.qpsDepth)
 	c.idle = min(max(c.idle, 100*time.Millisecond), 30*time.Second)
@@ -343,7 +346,7 @@ func main() {
 
 	in := runInfo{command: "go run ./bench " + strings.Join(os.Args[1:], " "), start: time.Now(), load0: loadavg(),
 		machine: readMachine(), cell: c.cell, reps: c.reps, iperf3: c.iperf3,
-		qpsN: c.qpsN, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle, latPeer: c.latPeer}
+		qpsN: c.qpsN, mqQPs: c.mqQPs, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle, latPeer: c.latPeer}
 	in.command = strings.TrimSpace(in.command)
 	res := newResults()
 	res.placements = c.placements
@@ -355,6 +358,9 @@ func main() {
 		progress("MTU %d: namespaces %s, %s", mtu, pair.A.NS, pair.B.NS)
 		for rep := range c.reps {
 			measureRep(pair, mtu, rep, &c, res)
+			if c.cells["mq"] && mtu == 1500 && slices.Contains(c.backends, qp.BackendAFXDP) {
+				measureMQ(rep, &c, res)
+			}
 		}
 		if c.cells["syscalls"] && mtu == c.latMTU() {
 			measureSyscalls(mtu, &c, res)

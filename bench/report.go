@@ -129,6 +129,7 @@ type runInfo struct {
 	reps           int
 	iperf3         string // path, or "" when not installed
 	qpsN, qpsDepth int
+	mqQPs          int
 	qpsCQMod       int
 	idle           time.Duration
 	latPeer        string
@@ -168,6 +169,7 @@ func writeReport(w io.Writer, r *results, in runInfo) {
 		writeSection(w, r, s)
 	}
 	writeQPs(w, r, in)
+	writeMQ(w, r, in)
 	writeIdle(w, r, in)
 	writeRsock(w, r)
 	writeNVMe(w, r)
