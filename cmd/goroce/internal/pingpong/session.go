@@ -36,7 +36,8 @@ const GoroceUsage = `goroce options:
                          (AF_XDP traffic included, which tcpdump on the interface does not see)
 Environment: GOROCE_BACKEND=auto|afxdp|afpacket|udp (default auto); GOROCE_BUSYPOLL=1 (device
 in busy-poll mode: no goroutine wake-ups, a core burnt per waiting thread); GOROCE_TX_DROP=P
-(drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_VERBOSE=1.
+(drop each transmitted frame with probability P, seeded by GOROCE_TX_DROP_SEED); GOROCE_QUEUES=N
+(an AF_XDP device on N queues of the interface, QPs spread by UDP source port); GOROCE_VERBOSE=1.
 `
 
 // Main is a pingpong example's Run: -h/--help prints usage, goroce's own

@@ -64,8 +64,10 @@ func (e Env) Context() context.Context {
 // to network interface name (the first usable interface when name is ""),
 // with the backend that GOROCE_BACKEND names (auto, afxdp, afpacket or udp;
 // default auto), in busy-poll mode when GOROCE_BUSYPOLL is 1 (no device
-// goroutines: the tool's polls drive it, a Progressor between them), and
-// losing transmitted frames when GOROCE_TX_DROP is set (txdrop.go).
+// goroutines: the tool's polls drive it, a Progressor between them), on
+// GOROCE_QUEUES queues of the interface (qp.InterfaceOptions.Queues: a
+// multi-queue AF_XDP device; default 1), and losing transmitted frames when
+// GOROCE_TX_DROP is set (txdrop.go).
 func OpenDevice(ctx context.Context, name string) (*qp.Device, error) {
 	if name == "" {
 		ifname, err := defaultInterface()
@@ -86,6 +88,13 @@ func OpenDevice(ctx context.Context, name string) (*qp.Device, error) {
 	o := qp.InterfaceOptions{Backend: backend, Logger: logger}
 	if os.Getenv("GOROCE_BUSYPOLL") == "1" {
 		o.Mode = qp.ModeBusyPoll
+	}
+	if v := os.Getenv("GOROCE_QUEUES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > qp.MaxQueues {
+			return nil, fmt.Errorf("GOROCE_QUEUES=%q: a number of queues from 1 to %d", v, qp.MaxQueues)
+		}
+		o.Queues = n
 	}
 	p, seed, err := TxDropFromEnv()
 	if err != nil {
