@@ -46,10 +46,12 @@ type core struct {
 
 type coreHeap []*core
 
-func (h coreHeap) Len() int           { return len(h) }
-func (h coreHeap) Less(i, j int) bool { return h[i].t < h[j].t || h[i].t == h[j].t && h[i].id < h[j].id }
-func (h coreHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *coreHeap) Push(x any)        { *h = append(*h, x.(*core)) }
+func (h coreHeap) Len() int { return len(h) }
+func (h coreHeap) Less(i, j int) bool {
+	return h[i].t < h[j].t || h[i].t == h[j].t && h[i].id < h[j].id
+}
+func (h coreHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *coreHeap) Push(x any)   { *h = append(*h, x.(*core)) }
 func (h *coreHeap) Pop() any {
 	old := *h
 	c := old[len(old)-1]
