@@ -45,6 +45,10 @@ type Config struct {
 	// VM 0 can route between the two host namespaces (cc_test.go puts a
 	// marking qdisc on its eth1).
 	Router bool
+	// HostQueues gives the host namespace's veth (ix0, and its bridge end)
+	// that many transmit and receive queues (numtxqueues/numrxqueues), for
+	// a multi-queue goroce device (GOROCE_QUEUES; queues_test.go). 0: one.
+	HostQueues int
 	// Image is a directory holding `kernel` and `initrd`. Default: the
 	// environment variable GOROCE_INTEROP_IMAGE, else what build-vm.sh builds
 	// (or finds in its cache).
@@ -247,6 +251,21 @@ func ip(args ...string) error {
 	return nil
 }
 
+// vethCmd is the `ip` command that creates the bridge's veth to the host
+// namespace, with queues transmit and receive queues on both ends when
+// queues > 1.
+func vethCmd(ns, mtu, hostNS string, queues int) []string {
+	var q []string
+	if queues > 1 {
+		n := strconv.Itoa(queues)
+		q = []string{"numtxqueues", n, "numrxqueues", n}
+	}
+	c := append([]string{"-n", ns, "link", "add", "vbr", "mtu", mtu}, q...)
+	c = append(c, "type", "veth", "peer", "name", hostIface)
+	c = append(c, q...)
+	return append(c, "netns", hostNS)
+}
+
 func (h *Harness) setupNetwork() error {
 	mtu := strconv.Itoa(h.cfg.MTU)
 	namespaces := []string{h.ns, h.hostNS}
@@ -285,7 +304,7 @@ func (h *Harness) setupNetwork() error {
 		{"-n", h.ns, "link", "set", "lo", "up"},
 		{"-n", h.hostNS, "link", "set", "lo", "up"},
 		{"-n", h.ns, "link", "add", bridgeIface, "mtu", mtu, "type", "bridge", "stp_state", "0", "forward_delay", "0", "mcast_snooping", "0"},
-		{"-n", h.ns, "link", "add", "vbr", "mtu", mtu, "type", "veth", "peer", "name", hostIface, "netns", h.hostNS},
+		vethCmd(h.ns, mtu, h.hostNS, h.cfg.HostQueues),
 		{"-n", h.ns, "link", "set", "vbr", "master", bridgeIface, "up"},
 		{"-n", h.hostNS, "link", "set", hostIface, "address", hostMAC.String(), "mtu", mtu},
 		{"-n", h.hostNS, "addr", "add", hostIP.String() + "/24", "dev", hostIface},

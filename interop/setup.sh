@@ -3,7 +3,7 @@
 # Idempotent: when everything is present it only checks and returns in well under a second.
 set -euo pipefail
 
-pkgs=(qemu-system-x86 kmod binutils cpio tcpdump iproute2 xz-utils gzip util-linux)
+pkgs=(qemu-system-x86 kmod binutils cpio tcpdump iproute2 xz-utils gzip util-linux ethtool)
 missing=()
 for p in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
