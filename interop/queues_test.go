@@ -12,12 +12,15 @@ import (
 // TestQueuesRXE: a two-queue goroce device (GOROCE_QUEUES=2: an AF_XDP
 // socket on each of ix0's two queues) against the stock ib_write_bw of the
 // real rxe, 8 QPs, in both roles, with the matrix's wire checks. The veth
-// to the bridge has two queues on both ends (Config.HostQueues); frames
-// from the VM reach ix0 on the queue the bridge's veth end picked by its
-// flow hash (skb_tx_hash), not by goroce's rule (UDP source port mod 2), so
-// many arrive on another queue than their QP's: every queue's reader must
-// deliver to any QP. Checked: both cells pass, and both of ix0's receive
-// queues redirected frames to goroce's sockets (ethtool -S:
+// to the bridge has two queues on both ends (Config.HostQueues). goroce's
+// QPs transmit on the queue their UDP source port picks (port mod 2), so
+// about half of them send on queue 1. The frames from the VM all arrive
+// on ix0's receive queue 0: the bridge's veth end picks its transmit queue
+// with skb_tx_hash, which takes the receive queue the tap recorded (0)
+// when there is one, so the QPs on queue 1 are served by queue 0's reader:
+// the cross-queue delivery every queue's reader must do. Checked: both
+// cells pass (every QP's data, the wire checks), and ix0's queues
+// redirected every received frame to goroce's sockets (ethtool -S:
 // rx_queue_N_xdp_redirect).
 func TestQueuesRXE(t *testing.T) {
 	RequireRoot(t)
@@ -45,10 +48,8 @@ func TestQueuesRXE(t *testing.T) {
 			if r.Status == StatusFail {
 				keepArtifacts(t, r)
 			}
-			for q := range 2 {
-				if after[q] == before[q] {
-					t.Errorf("ix0's receive queue %d redirected no frame to goroce (%v → %v)", q, before, after)
-				}
+			if after[0]+after[1] == before[0]+before[1] {
+				t.Errorf("ix0's receive queues redirected no frame to goroce (%v → %v)", before, after)
 			}
 		})
 	}
