@@ -69,3 +69,16 @@ type Stats struct {
 	Wakeups           uint64
 	TxKicks           uint64 // transmit system calls, a subset of Wakeups (afxdp: sendto kicks)
 }
+
+// Add adds t's counters to s (a multi-queue device sums its queues' links).
+func (s *Stats) Add(t Stats) {
+	s.RxFrames += t.RxFrames
+	s.RxBytes += t.RxBytes
+	s.TxFrames += t.TxFrames
+	s.TxBytes += t.TxBytes
+	s.RxDrops += t.RxDrops
+	s.TxDrops += t.TxDrops
+	s.RingFull += t.RingFull
+	s.Wakeups += t.Wakeups
+	s.TxKicks += t.TxKicks
+}

@@ -150,15 +150,7 @@ func (d *Device) flushTxLocked() {
 func (d *Device) linkStats() nic.Stats {
 	s := d.cfg.Link.Stats()
 	for _, l := range d.cfg.Links[min(1, len(d.cfg.Links)):] {
-		t := l.Stats()
-		s.RxFrames += t.RxFrames
-		s.RxBytes += t.RxBytes
-		s.TxFrames += t.TxFrames
-		s.TxBytes += t.TxBytes
-		s.RxDrops += t.RxDrops
-		s.TxDrops += t.TxDrops
-		s.RingFull += t.RingFull
-		s.Wakeups += t.Wakeups
+		s.Add(l.Stats())
 	}
 	return s
 }

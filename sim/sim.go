@@ -218,14 +218,7 @@ func (e *Endpoint) LinkStats() LinkStats {
 	s := e.Link.MemStats()
 	for _, l := range e.Links[1:] {
 		t := l.MemStats()
-		s.RxFrames += t.RxFrames
-		s.RxBytes += t.RxBytes
-		s.TxFrames += t.TxFrames
-		s.TxBytes += t.TxBytes
-		s.RxDrops += t.RxDrops
-		s.TxDrops += t.TxDrops
-		s.RingFull += t.RingFull
-		s.Wakeups += t.Wakeups
+		s.Stats.Add(t.Stats)
 		s.Dropped += t.Dropped
 		s.Duplicated += t.Duplicated
 		s.Reordered += t.Reordered
