@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -148,6 +150,11 @@ func (p vmProc) Interrupt() error { return p.Job.Signal("INT") }
 type GoroceEndpoint struct {
 	H   *Harness
 	Bin string
+	// Queues, when above 1, runs the goroce tools on that many queues of
+	// the host interface (GOROCE_QUEUES; the harness needs
+	// Config.HostQueues as many), unless a cell picks a backend other
+	// than AF_XDP.
+	Queues int
 }
 
 func (e GoroceEndpoint) Impl() string { return "goroce" }
@@ -172,6 +179,11 @@ func (e GoroceEndpoint) Start(tool Tool, args []string, peer netip.Addr, env []s
 			// Retry a refused connection while the server starts.
 			argv = append(argv[:2], append([]string{"--timeout", "120"}, argv[2:]...)...)
 		}
+	}
+	if e.Queues > 1 && !slices.ContainsFunc(env, func(v string) bool {
+		return strings.HasPrefix(v, "GOROCE_BACKEND=") && v != "GOROCE_BACKEND=afxdp" && v != "GOROCE_BACKEND=auto"
+	}) {
+		env = append(env[:len(env):len(env)], "GOROCE_QUEUES="+strconv.Itoa(e.Queues))
 	}
 	if len(env) > 0 {
 		argv = append(append([]string{"env"}, env...), argv...)

@@ -29,6 +29,7 @@ import (
 //	GOROCE_INTEROP_GOROCE_BIN=PATH  use this goroce binary instead of building ./cmd/goroce
 //	GOROCE_INTEROP_GOROCE_REV=TEXT  what the doc says was tested (with _BIN)
 //	GOROCE_INTEROP_ARTIFACTS=DIR    where failed cells' captures and outputs are kept
+//	GOROCE_INTEROP_QUEUES=N         goroce on N queues of a veth with N queues (GOROCE_QUEUES)
 const (
 	envPeer     = "GOROCE_INTEROP_MATRIX_PEER"
 	envWriteDoc = "GOROCE_INTEROP_WRITE_DOC"
@@ -254,6 +255,17 @@ func TestMatrix(t *testing.T) {
 		t.Fatalf("%s has no dump subcommand (usage lists %v)", bin, have)
 	}
 	m := NewMatrix(bin, peer, t.TempDir())
+	// GOROCE_INTEROP_QUEUES=N runs goroce's side on N queues of a veth
+	// with N queues (multi-queue devices; docs/architecture.md).
+	queues := 0
+	if v := os.Getenv("GOROCE_INTEROP_QUEUES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			t.Fatalf("GOROCE_INTEROP_QUEUES=%q: a number of queues from 1 to 64", v)
+		}
+		queues = n
+		t.Logf("goroce on %d queues (GOROCE_INTEROP_QUEUES)", n)
+	}
 	vms := 1
 	if peer == "vm" {
 		vms = 2
@@ -268,9 +280,9 @@ func TestMatrix(t *testing.T) {
 			var h *Harness
 			var gor, rxe Endpoint
 			if runnable {
-				h = New(t, Config{VMs: vms, MTU: mtu})
+				h = New(t, Config{VMs: vms, MTU: mtu, HostQueues: queues})
 				rxe = VMEndpoint{H: h, VM: 0}
-				gor = GoroceEndpoint{H: h, Bin: bin}
+				gor = GoroceEndpoint{H: h, Bin: bin, Queues: queues}
 				if peer == "vm" {
 					gor = VMEndpoint{H: h, VM: 1, AsGoroce: true}
 				}
