@@ -424,3 +424,36 @@ func TestWriteRawref(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteHeldAck: the heldack cell's table puts held and immediate side
+// by side, with their ratio, for the sections that have them.
+func TestWriteHeldAck(t *testing.T) {
+	r := newResults()
+	r.addSection(section{backend: "afxdp", mtu: 1500})
+	us := func(v ...int) []time.Duration {
+		d := make([]time.Duration, len(v))
+		for i, x := range v {
+			d[i] = time.Duration(x) * time.Microsecond
+		}
+		return d
+	}
+	for _, shape := range []string{"write.idle", "write.wait"} {
+		recordLat(r, key{"afxdp", 1500, heldAckMetric(shape, true)}, us(9, 10, 30), nil)
+		recordLat(r, key{"afxdp", 1500, heldAckMetric(shape, false)}, us(9, 10, 20), nil)
+	}
+	var b strings.Builder
+	writeHeldAck(&b, r)
+	out := b.String()
+	for _, want := range []string{
+		"## Held ACK: the requester's completion latency, one-sided responder",
+		"| afxdp | 1500 | write.wait, completion µs, p50 | 10.0 µs | 10.0 µs | 1.00× |",
+		"| afxdp | 1500 | write.wait, completion µs, p99 | 30.0 µs | 20.0 µs | 1.50× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "send.recv") {
+		t.Error("a shape that was not measured has rows")
+	}
+}
