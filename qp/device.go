@@ -561,6 +561,11 @@ type rxBatch struct {
 	bufs  [][]byte
 	sizes []int
 	pkt   wire.Packet
+	// pkts and perr are the frames parsed before d.mu was taken, when
+	// parsed (a multi-queue device's readers: preparse, queues.go).
+	pkts   []wire.Packet
+	perr   []error
+	parsed bool
 }
 
 func newRxBatch(l nic.Link) *rxBatch {
@@ -588,8 +593,16 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 	if p := d.pcap.Load(); p != nil && n > 0 {
 		p.writeRx(d.now, b, n)
 	}
-	for i := 0; i < n; i++ {
-		d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
+	if b != nil && b.parsed {
+		// Parsed outside d.mu by a multi-queue device's reader (queues.go).
+		for i := 0; i < n; i++ {
+			d.inputParsed(&b.pkts[i], b.perr[i], now)
+		}
+		b.parsed = false
+	} else {
+		for i := 0; i < n; i++ {
+			d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
+		}
 	}
 	// ACK coalescing: end the receive batch of every QP that got a frame
 	// in it, so each sends one cumulative ACK, written with the rest of
@@ -616,8 +629,14 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 
 // input parses one frame and hands it to its QP. Called with d.mu held.
 func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
+	d.inputParsed(pkt, wire.Parse(frame, pkt), now)
+}
+
+// inputParsed is input after wire.Parse gave pkt and err (d.mu held): a
+// multi-queue device's readers parse outside d.mu (queues.go, preparse).
+func (d *Device) inputParsed(pkt *wire.Packet, err error, now time.Time) {
 	d.stats.rx.Frames++
-	if err := wire.Parse(frame, pkt); err != nil {
+	if err != nil {
 		switch {
 		case errors.Is(err, wire.ErrBadICRC):
 			d.stats.rx.BadICRC++

@@ -163,6 +163,29 @@ func (d *Device) settleLinks() []nic.Link {
 	return []nic.Link{d.cfg.Link}
 }
 
+// newQueueRxBatch is newRxBatch for a reader of a multi-queue device: with
+// room for the batch's parsed frames (preparse).
+func newQueueRxBatch(l nic.Link) *rxBatch {
+	b := newRxBatch(l)
+	b.pkts, b.perr = make([]wire.Packet, len(b.bufs)), make([]error, len(b.bufs))
+	return b
+}
+
+// preparse parses the n frames read into b before d.mu is taken (a
+// multi-queue device's threaded readers): wire.Parse and its ICRC check are
+// per-frame work that needs no engine state, so the readers of several
+// queues do it at once, and drive only dispatches (inputParsed). A
+// one-queue device parses under d.mu as before (b.pkts is nil).
+func (b *rxBatch) preparse(n int) {
+	if b.pkts == nil || n == 0 {
+		return
+	}
+	for i := range n {
+		b.perr[i] = wire.Parse(b.bufs[i][:b.sizes[i]], &b.pkts[i])
+	}
+	b.parsed = true
+}
+
 // queuePoller is one more queue's link read by Device.Poll (busy-poll and
 // manual modes).
 type queuePoller struct {
@@ -201,7 +224,7 @@ func (d *Device) startQueues() {
 // self-driving waiter on queue 0 kicks it (selfDriver.completed).
 func (d *Device) queueLoop(l nic.Link) {
 	defer d.wg.Done()
-	b := newRxBatch(l)
+	b := newQueueRxBatch(l)
 	read := l.ReadBatch
 	if w, ok := nic.CanWait(l); ok {
 		read = w.WaitReadBatch
@@ -224,6 +247,7 @@ func (d *Device) queueLoop(l nic.Link) {
 		if n == 0 {
 			continue
 		}
+		b.preparse(n)
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()

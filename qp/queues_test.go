@@ -210,3 +210,32 @@ func TestQueuesRefused(t *testing.T) {
 		t.Errorf("Link not Links[0]: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestQueuesBadFrames: frames a queue's reader parses outside the device
+// lock are counted like any other: garbage on queue 1 counts as NotRoCE or
+// a parse error, never reaches a QP, and the device keeps working.
+func TestQueuesBadFrames(t *testing.T) {
+	_, b, la, _ := queuePair(t, 2, false, qp.ModeThreaded, nic.Faults{})
+	junk := make([]byte, 60)
+	copy(junk, b.MAC())             // to B
+	junk[12], junk[13] = 0x08, 0x00 // IPv4, then zeros: no valid header
+	short := append([]byte(nil), junk[:20]...)
+	if n, err := la[1].WriteBatch([][]byte{junk, short}); n != 2 || err != nil {
+		t.Fatalf("WriteBatch: %d, %v", n, err)
+	}
+	deadline := time.Now().Add(10 * time.Second) // liveness only
+	for {
+		s := b.RxStats()
+		if s.Frames >= 2 {
+			if bad := s.NotRoCE + s.ParseErrors + s.BadICRC; bad != 2 || s.NoQP != 0 {
+				t.Fatalf("RxStats %+v: want the 2 frames counted as bad", s)
+			}
+			t.Logf("RxStats %+v", s)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue 1's reader never counted the frames: %+v", s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -121,6 +121,9 @@ type selfDriver struct {
 func newSelfDriver(d *Device, w nic.Waiter) *selfDriver {
 	s := &selfDriver{goroutineDriver: goroutineDriver{d}, waiter: w,
 		rb: newRxBatch(d.cfg.Link), linkFree: make(chan struct{}, 1)}
+	if len(d.cfg.Links) > 1 {
+		s.rb = newQueueRxBatch(d.cfg.Link) // parses outside d.mu (queues.go)
+	}
 	// A channel timer the parked driver goroutine selects on (driveLoop),
 	// not an AfterFunc: a firing then readies that goroutine instead of
 	// starting one (and a thread to run it) every resumeAfter of a
@@ -271,6 +274,7 @@ func (s *selfDriver) driveLoop() {
 				time.Sleep(driveErrPause)
 			}
 		}
+		b.preparse(n)
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
@@ -419,6 +423,7 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 				time.Sleep(driveErrPause)
 			}
 		}
+		b.preparse(n)
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
