@@ -1,6 +1,7 @@
 package netnstest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/goroce/goroce/qp"
@@ -8,11 +9,18 @@ import (
 
 // TestQueuesOverVeth runs every operation class on eight QP pairs between
 // two-queue AF_XDP devices on a veth pair made with numtxqueues 2
-// numrxqueues 2: the QPs spread over
+// numrxqueues 2, at MTU 1500 and 9000 (path MTU 4096: multi-buffer AF_XDP
+// on both queues' sockets): the QPs spread over
 // both queues by their UDP source ports, each queue's socket carries
 // frames both ways, and every byte arrives (run checks them).
 func TestQueuesOverVeth(t *testing.T) {
-	a, b, pmtu := open(t, setup{backA: qp.BackendAFXDP, backB: qp.BackendAFXDP, mtu: 1500, nqp: 8, queues: 2})
+	for _, mtu := range []int{1500, 9000} {
+		t.Run(fmt.Sprintf("mtu%d", mtu), func(t *testing.T) { testQueuesOverVeth(t, mtu) })
+	}
+}
+
+func testQueuesOverVeth(t *testing.T, mtu int) {
+	a, b, pmtu := open(t, setup{backA: qp.BackendAFXDP, backB: qp.BackendAFXDP, mtu: mtu, nqp: 8, queues: 2})
 	if a.info.Queues != 2 || a.dev.Queues() != 2 || b.dev.Queues() != 2 {
 		t.Fatalf("queues: info %d, devices %d and %d; want 2", a.info.Queues, a.dev.Queues(), b.dev.Queues())
 	}
