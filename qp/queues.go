@@ -155,6 +155,17 @@ func (d *Device) linkStats() nic.Stats {
 	return s
 }
 
+// queueDrove is told that another queue's reader drove the device (d.mu
+// held). A self-driving waiter in MR.WaitWrite reads queue 0's link and
+// learns of a WRITE another reader placed only when kicked: memreg's
+// WriteDone wakes sleeping waiters, not one parked on a link. (A CQ waiter
+// is kicked by completed.)
+func (s *selfDriver) queueDrove() {
+	if s.owner == ownerWaiter && s.selfCQ == nil && !s.ownerDrive {
+		s.kickOwner()
+	}
+}
+
 // settleLinks are the links Settle looks at: every queue's.
 func (d *Device) settleLinks() []nic.Link {
 	if len(d.cfg.Links) > 1 {
@@ -254,6 +265,9 @@ func (d *Device) queueLoop(l nic.Link) {
 			return
 		}
 		d.drive(b, n, false)
+		if s, ok := d.drv.(*selfDriver); ok {
+			s.queueDrove()
+		}
 		d.unlock()
 		d.drv.kick()
 	}

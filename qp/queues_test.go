@@ -239,3 +239,46 @@ func TestQueuesBadFrames(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestQueuesWaitWrite: MR.WaitWrite with a context that never ends, on
+// crossed queues: a WRITE for a QP of queue 0 arrives on queue 1, whose
+// reader places it while the waiter reads queue 0's link; the waiter must
+// still return (the reader kicks it), for the QPs of both queues.
+func TestQueuesWaitWrite(t *testing.T) {
+	a, b, _, _ := queuePair(t, 2, true, qp.ModeThreaded, nic.Faults{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seen := map[int]bool{}
+	for i := 0; i < 8; i++ {
+		ea, eb, err := sim.ConnectQPs(ctx, a, b, sim.QPOptions{}, sim.QPOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[eb.QP.Queue()] = true
+		for r := range 3 {
+			n := eb.MR.Writes()
+			done := make(chan error, 1)
+			go func() {
+				_, err := eb.MR.WaitWrite(context.Background(), n) // no deadline: nothing else wakes it
+				done <- err
+			}()
+			time.Sleep(time.Millisecond) // let the waiter take the link (not required for the outcome)
+			if err := ea.QP.PostSend(&qp.SendWR{Opcode: qp.WRRDMAWrite, SGL: []qp.SGE{ea.SGE(0, 64)},
+				RemoteAddr: eb.MR.IOVA(), RKey: eb.MR.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("pair %d round %d: WaitWrite: %v", i, r, err)
+				}
+			case <-time.After(10 * time.Second): // liveness only
+				t.Fatalf("pair %d (B's QP on queue %d) round %d: WaitWrite did not return after the WRITE was placed (%d writes)",
+					i, eb.QP.Queue(), r, eb.MR.Writes())
+			}
+		}
+	}
+	if !seen[0] || !seen[1] {
+		t.Fatalf("B's QPs were only on queues %v", seen)
+	}
+}
