@@ -48,12 +48,12 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	s0 := snapWire(p)
 	w, err := bw(p, qp.WRRDMAWrite, 4096, lim)
 	record(res, k(mNVMeWrite4k), w.msgsPerSec(), err)
-	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s", tag, fmtRate(w.msgsPerSec()), snapWire(p).perMsg(s0, w.msgs))
+	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s%s", tag, fmtRate(w.msgsPerSec()), snapWire(p).perMsg(s0, w.msgs), w.cpuPerMsg())
 	runtime.GC()
 	s0 = snapWire(p)
 	r, err := bw(p, qp.WRRDMARead, 65536, lim)
 	record(res, k(mNVMeRead64k), r.bitsPerSec()/1e9, err)
-	progress("%s: nvmeof baseline: READ 64 KiB %s; %s", tag, fmtGbit(r.bitsPerSec()/1e9), snapWire(p).perMsg(s0, r.msgs))
+	progress("%s: nvmeof baseline: READ 64 KiB %s; %s%s", tag, fmtGbit(r.bitsPerSec()/1e9), snapWire(p).perMsg(s0, r.msgs), r.cpuPerMsg())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+3*c.cell)
 	defer cancel()
@@ -84,9 +84,12 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 		seq    bool
 	}{{mNVMeRandRead, false, 4096, false}, {mNVMeRandWrite, true, 4096, false}, {mNVMeSeqRead, false, 128 << 10, true}} {
 		runtime.GC()
-		s0 := snapWire(p)
+		s0, c0 := snapWire(p), markCPU()
 		ios, el, err := nvmeRun(ctx, ns, m.write, m.bs, m.seq, c.cell)
 		wire := snapWire(p).perMsg(s0, ios)
+		if cu, err := markCPU().since(c0); err == nil && ios > 0 {
+			wire += (throughput{msgs: ios, cpu: cu}).cpuPerMsg()
+		}
 		if m.seq {
 			record(res, k(m.metric), float64(ios)*float64(m.bs)*8/el.Seconds()/1e9, err)
 		} else {
