@@ -430,6 +430,20 @@ type tqueue struct {
 	batch []qp.SendWR
 	recv  qp.RecvWR // postRecv's, reused
 	rsge  [1]qp.SGE
+	// The sender goroutine posts what flush handed it (sendQ), so that
+	// the transmission (AF_XDP's kick, where the kernel moves the frames)
+	// runs beside the queue goroutine's receiving and executing of the
+	// next commands: on two CPUs, the target's one queue is not one
+	// goroutine's work. Batches that arrive while it posts are posted
+	// together next, in order.
+	sendMu    sync.Mutex
+	sendQ     []qp.SendWR
+	sendSpare []qp.SendWR
+	sendBusy  bool
+	sendWake  chan struct{}
+	sendErr   atomic.Bool
+	sendStop  chan struct{}
+	sendDone  chan struct{}
 }
 
 // trsp is one command in flight at the target: the SQE, its data buffer
@@ -551,6 +565,9 @@ func (tq *tqueue) run(ctx context.Context) {
 	cq := tq.conn.RecvCQ()
 	wcs := make([]qp.WC, 32)
 	tq.batch = make([]qp.SendWR, 0, 3*len(wcs))
+	tq.sendQ, tq.sendSpare = make([]qp.SendWR, 0, 3*tq.t.MaxQueueSize), make([]qp.SendWR, 0, 3*tq.t.MaxQueueSize)
+	tq.sendWake, tq.sendStop, tq.sendDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go tq.sender()
 	for {
 		n, err := cq.Wait(ctx, wcs)
 		if err != nil {
@@ -572,25 +589,69 @@ func (tq *tqueue) run(ctx context.Context) {
 // poll (flush).
 func (tq *tqueue) queue(wrs ...qp.SendWR) { tq.batch = append(tq.batch, wrs...) }
 
-// flush posts the batch; false if that failed (the QP is gone or in ERR).
+// flush hands the batch to the sender; false if a post failed (the QP is
+// gone or in ERR).
 func (tq *tqueue) flush() bool {
 	if len(tq.batch) == 0 {
-		return true
+		return !tq.sendErr.Load()
 	}
-	tq.mu.Lock()
-	_, err := tq.q.PostSendList(tq.batch)
-	tq.mu.Unlock()
+	tq.sendMu.Lock()
+	tq.sendQ = append(tq.sendQ, tq.batch...)
+	wake := !tq.sendBusy
+	tq.sendBusy = true
+	tq.sendMu.Unlock()
 	clear(tq.batch) // drop the SGL references
 	tq.batch = tq.batch[:0]
-	if err != nil {
-		tq.t.log().Debug("nvmeof: post", "qid", tq.qid, "err", err)
-		return false
+	if wake {
+		select {
+		case tq.sendWake <- struct{}{}:
+		default:
+		}
 	}
-	return true
+	return !tq.sendErr.Load()
+}
+
+// sender posts the batches flush hands it, in order, until sendStop (and
+// then what is left).
+func (tq *tqueue) sender() {
+	defer close(tq.sendDone)
+	for stop := false; !stop; {
+		select {
+		case <-tq.sendWake:
+		case <-tq.sendStop:
+			stop = true
+		}
+		for {
+			tq.sendMu.Lock()
+			b := tq.sendQ
+			if len(b) == 0 {
+				tq.sendBusy = false
+				tq.sendMu.Unlock()
+				break
+			}
+			tq.sendQ = tq.sendSpare[:0]
+			tq.sendMu.Unlock()
+			tq.mu.Lock()
+			_, err := tq.q.PostSendList(b)
+			tq.mu.Unlock()
+			clear(b)
+			tq.sendMu.Lock()
+			tq.sendSpare = b[:0]
+			tq.sendMu.Unlock()
+			if err != nil && !tq.sendErr.Swap(true) {
+				tq.t.log().Debug("nvmeof: post", "qid", tq.qid, "err", err)
+				tq.conn.Close() // ends the queue goroutine's wait
+			}
+		}
+	}
 }
 
 func (tq *tqueue) teardown() {
 	tq.closing.Store(true)
+	if tq.sendStop != nil {
+		close(tq.sendStop)
+		<-tq.sendDone
+	}
 	if tq.ctrl != nil {
 		tq.ctrl.remove(tq)
 	}
