@@ -261,13 +261,15 @@ func (s *selfDriver) driveLoop() {
 	b := s.rb
 	for {
 		n, err := s.waiter.WaitReadBatch(b.bufs, b.sizes)
+		expired := false
 		if err != nil {
 			n = 0
 			if errors.Is(err, nic.ErrClosed) {
 				d.linkFailed(err) // DEVICE_FATAL unless the device closed it
 				return
 			}
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
+			expired = errors.Is(err, os.ErrDeadlineExceeded)
+			if !expired {
 				if d.isClosed() {
 					return
 				}
@@ -281,6 +283,7 @@ func (s *selfDriver) driveLoop() {
 			return
 		}
 		s.kicked()
+		s.expired(expired)
 		d.flushHeld()
 		_, next := d.drive(b, n, true)
 		s.arm(next)
@@ -392,6 +395,21 @@ func (s *selfDriver) kicked() {
 	}
 }
 
+// expired is called by the owner after each wait (d.mu held), with whether
+// the wait ended at its deadline: the link's deadline is then in the past
+// whatever armed says, and the next arm sets it again. A kick whose
+// SetWaitDeadline(kickedArm) lands after the owner consumed its
+// kickPending (kicked) and re-armed leaves such a past deadline behind
+// armed's back; the link's waits then fail before they look at the
+// socket (the runtime poller checks the deadline first), and an arm that
+// finds armed unchanged would leave the device deaf for good, its reader
+// spinning.
+func (s *selfDriver) expired(yes bool) {
+	if yes {
+		s.armed = kickedArm
+	}
+}
+
 // selfDrive reads the link and drives the device (the caller owns the
 // link) until w is ready, ctx ends, or the device is closed.
 func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
@@ -411,12 +429,14 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 			}
 		}
 		n, err := s.waiter.WaitReadBatch(b.bufs, b.sizes)
+		expired := false
 		if err != nil {
 			n = 0
 			if errors.Is(err, nic.ErrClosed) {
 				return ErrClosed // the resume timer hands the failure to the driver
 			}
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
+			expired = errors.Is(err, os.ErrDeadlineExceeded)
+			if !expired {
 				if d.isClosed() {
 					return ErrClosed
 				}
@@ -430,6 +450,7 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 			return ErrClosed
 		}
 		s.kicked()
+		s.expired(expired)
 		s.ownerDrive, d.call.holdAcks = true, true
 		d.flushHeld()
 		d.drive(b, n, true)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +27,11 @@ type oneReader struct {
 	t       *testing.T
 	in, max atomic.Int32
 	writes  func(frames [][]byte) // when set, sees every WriteBatch
+	// spinLimit, when set, bounds the waits in a row that end at their
+	// deadline without the goroutine parking in between: past it the
+	// reader spins on a deadline nobody re-arms, and the link reports
+	// itself closed so that the test ends instead of spinning.
+	spinLimit, spins atomic.Int32
 }
 
 func (l *oneReader) WriteBatch(frames [][]byte) (int, error) {
@@ -44,7 +50,16 @@ func (l *oneReader) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	if n > l.max.Load() {
 		l.max.Store(n)
 	}
-	return l.MemLink.WaitReadBatch(bufs, sizes)
+	got, err := l.MemLink.WaitReadBatch(bufs, sizes)
+	if lim := l.spinLimit.Load(); lim > 0 {
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			l.spins.Store(0)
+		} else if l.spins.Add(1) > lim {
+			l.t.Errorf("the link's reader spun %d times on a deadline in the past", lim)
+			return 0, nic.ErrClosed
+		}
+	}
+	return got, err
 }
 
 // selfPair is two devices on oneReader links with one connected RC QP
@@ -288,6 +303,46 @@ func TestSelfDriveCancelWithDeadline(t *testing.T) {
 		}
 		if waited := time.Since(start); waited > ctxSlice {
 			t.Fatalf("Wait returned %v after the cancellation, later than ctxSlice %v", waited, ctxSlice)
+		}
+	})
+}
+
+// TestSelfDriveLateKick: a kick whose past deadline reaches the link after
+// the owner consumed its kickPending and re-armed (kickOwner stores the
+// flag, then sets the deadline: the owner may run kicked and arm between
+// the two) leaves the link's deadline in the past while armed says
+// otherwise. The owner's next wait ends at once; it must set the deadline
+// again instead of keeping armed's word for it, or every later wait fails
+// before it looks at the link: the device is deaf and its reader spins
+// (rsock's TestNetns hang, where a Read polls the CQ while a Write posts
+// to the same CQ and kicks it).
+func TestSelfDriveLateKick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newSelfPair(t, ConnectOptions{})
+		p.la.spinLimit.Store(1000)
+		p.freeLinkA(t)
+		if err := p.qa.PostRecv(&RecvWR{WRID: 7, SGL: []SGE{{Addr: p.mra.IOVA(), Length: 8, LKey: p.mra.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan WC, 1)
+		go func() { got <- wait1(t, p.cqa) }()
+		synctest.Wait()
+		if o := p.a.linkOwner(); o != ownerWaiter {
+			t.Fatalf("A's link owner %v while a waiter waits, want the waiter", o)
+		}
+		// The late half of a kick whose flag the owner already consumed.
+		if err := p.la.SetWaitDeadline(kickedArm); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := p.qb.PostSend(&SendWR{WRID: 8, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{p.mrb.SGE(0, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := <-got; wc.WRID != 7 || wc.Status != WCSuccess {
+			t.Fatalf("A's receive after the late kick: %v", wc)
+		}
+		if wc := wait1(t, p.cqb); wc.WRID != 8 || wc.Status != WCSuccess {
+			t.Fatalf("B's SEND: %v", wc)
 		}
 	})
 }
