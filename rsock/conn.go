@@ -126,15 +126,11 @@ type Conn struct {
 	log    *slog.Logger
 	local  *net.TCPAddr
 	remote *net.TCPAddr
-	ctx    context.Context // ends at Close: stops the event goroutines
+	ctx    context.Context // ends at Close: stops the keepalive goroutine
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the event goroutine returned
 
 	rlock, wlock sync.Mutex // one Read, one Write at a time
 	rdl, wdl     *deadline
-	rwake        chan struct{} // something changed for a reader
-	wwake        chan struct{} // … for a writer
-	cwake        chan struct{} // … for Close and CloseWrite (control slots, sends done)
 	closed       chan struct{}
 	closeOnce    sync.Once
 	closeErr     error
@@ -143,6 +139,15 @@ type Conn struct {
 	state int
 	err   error // why the connection ended (nil: an orderly end)
 	dead  bool  // the QP is in ERR (flushed), or we put it there
+
+	// Waiting (wait): the goroutine that waits for something polls the
+	// CQ itself; while one does (polling), the others sleep on their
+	// wake channel (sleeping counts them) and are woken after each batch
+	// of completions the poller processed, and when it leaves.
+	polling  bool
+	wcs      []qp.WC // the poller's
+	sleeping [waiters]int
+	wakes    [waiters]chan struct{}
 
 	// Send side.
 	sqSize, rqSize   int
@@ -184,14 +189,16 @@ type iomapEntry struct {
 func start(e *endpoint, cc *cm.Conn, peer connData, o Options) *Conn {
 	c := &Conn{e: e, cc: cc, q: cc.QP(), cq: cc.RecvCQ(), log: o.Logger,
 		local: tcpAddr(cc.LocalAddr()), remote: tcpAddr(cc.RemoteAddr()),
-		done: make(chan struct{}), rdl: newDeadline(), wdl: newDeadline(),
-		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
-		closed: make(chan struct{}),
+		rdl: newDeadline(), wdl: newDeadline(),
+		closed: make(chan struct{}), wcs: make([]qp.WC, 64),
 		state:  stConnected | stReadable | stWritable,
 		sqSize: o.SQSize, rqSize: o.RQSize,
 		rmsg: make([]uint32, o.RQSize+1),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	for i := range c.wakes {
+		c.wakes[i] = make(chan struct{}, 1)
+	}
 	// rs_init_bufs.
 	c.sqeAvail = c.sqSize - ctrlSize
 	c.ctrlMax = ctrlSize
@@ -220,8 +227,6 @@ func start(e *endpoint, cc *cm.Conn, peer connData, o Options) *Conn {
 	c.mu.Lock()
 	c.updateCredits()
 	c.mu.Unlock()
-	go c.run()
-	go c.watch()
 	if o.KeepAlive > 0 {
 		go c.keepalive(o.KeepAlive)
 	}
@@ -230,59 +235,20 @@ func start(e *endpoint, cc *cm.Conn, peer connData, o Options) *Conn {
 
 func tcpAddr(ap netip.AddrPort) *net.TCPAddr { return net.TCPAddrFromAddrPort(ap) }
 
-// run is the connection's event loop: it takes completions off the CQ and
-// turns them into state, as rs_poll_cq does.
-func (c *Conn) run() {
-	defer close(c.done)
-	wcs := make([]qp.WC, 64)
-	for {
-		n, err := c.cq.Wait(c.ctx, wcs)
-		if err != nil {
-			if c.ctx.Err() == nil {
-				c.mu.Lock()
-				c.fail(fmt.Errorf("rsock: completion queue: %w", err))
-				c.mu.Unlock()
-				c.wakeAll()
-			}
-			return
-		}
-		c.mu.Lock()
-		c.process(wcs[:n])
-		c.updateCredits()
-		kill := c.state == 0 && !c.dead && c.err != nil
-		if kill {
-			c.dead = true
-		}
-		c.mu.Unlock()
-		c.wakeAll()
-		if kill {
-			c.killQP()
-		}
-	}
-}
-
-// watch follows the CM: the peer's DREQ moves the QP to ERR, whose flushed
-// completions end the connection in order, after the data before them; it
-// only logs here.
-func (c *Conn) watch() {
-	select {
-	case <-c.cc.Done():
-		c.log.Debug("rsock: disconnected by the CM", "remote", c.remote, "err", c.cc.Err())
-	case <-c.ctx.Done():
-	}
-}
-
 func (c *Conn) killQP() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = c.q.Modify(ctx, qp.Attr{State: qp.StateErr}, qp.AttrState)
 }
 
+// wakeAll wakes every goroutine sleeping in wait (c.mu held).
 func (c *Conn) wakeAll() {
-	for _, ch := range []chan struct{}{c.rwake, c.wwake, c.cwake} {
-		select {
-		case ch <- struct{}{}:
-		default:
+	for i, n := range c.sleeping {
+		if n > 0 {
+			select {
+			case c.wakes[i] <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
@@ -474,20 +440,98 @@ func (c *Conn) opErr(op string, err error) error {
 	return &net.OpError{Op: op, Net: "rsock", Source: c.local, Addr: c.remote, Err: err}
 }
 
-// wait blocks until wake fires, the deadline passes or the Conn is closed
-// (c.mu held on entry and return).
-func (c *Conn) wait(op string, wake chan struct{}, dl *deadline) error {
-	d := dl.wait()
+// Who waits (wait's who): readers, writers, and Close or CloseWrite.
+const (
+	waitRead = iota
+	waitWrite
+	waitClose
+	waiters
+)
+
+// wait returns once something may have changed for the caller: its
+// condition is the caller's to check again. When nobody polls the CQ, the
+// caller does (qp.CQ.Wait, which on a self-driving device reads the link
+// in this goroutine: the completion comes back here without a goroutine
+// switch), processes what it got as rs_poll_cq does and wakes the
+// sleepers; else it sleeps until the poller woke it. ctx is the deadline
+// (or Close's bound); c.mu held on entry and return.
+func (c *Conn) wait(op string, who int, ctx context.Context) error {
+	if !c.polling {
+		c.polling = true
+		c.mu.Unlock()
+		n, err := c.cq.Wait(ctx, c.wcs)
+		c.mu.Lock()
+		c.polling = false
+		c.processed(n, err, ctx)
+		if n > 0 || ctx.Err() == nil {
+			return nil
+		}
+		return c.waitErr(op, ctx)
+	}
+	c.sleeping[who]++
 	c.mu.Unlock()
-	defer c.mu.Lock()
+	var err error
 	select {
-	case <-wake:
-		return nil
-	case <-d:
-		return c.opErr(op, os.ErrDeadlineExceeded)
-	case <-c.closed:
+	case <-c.wakes[who]:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	c.mu.Lock()
+	c.sleeping[who]--
+	if err != nil {
+		return c.waitErr(op, ctx)
+	}
+	return nil
+}
+
+// pollIdle processes what completed when nobody polls (c.mu held): the
+// keepalive's look at a connection nobody reads or writes.
+func (c *Conn) pollIdle() {
+	if c.polling {
+		return
+	}
+	c.polling = true
+	c.mu.Unlock()
+	n, err := c.cq.Poll(c.wcs)
+	c.mu.Lock()
+	c.polling = false
+	c.processed(n, err, nil)
+}
+
+// processed finishes a poll of n completions in c.wcs that ended with err
+// (c.mu held): it handles them (rs_poll_cq), grants credits, moves a
+// connection that failed to ERR and wakes the sleepers. err is ignored
+// when ctx (nil: none) ended.
+func (c *Conn) processed(n int, err error, ctx context.Context) {
+	if n > 0 {
+		c.process(c.wcs[:n])
+		c.updateCredits()
+	}
+	if err != nil && (ctx == nil || ctx.Err() == nil) {
+		c.fail(fmt.Errorf("rsock: completion queue: %w", err))
+	}
+	kill := c.state == 0 && !c.dead && c.err != nil
+	if kill {
+		c.dead = true
+	}
+	c.wakeAll() // what they wait for may have come, or it is their turn to poll
+	if kill {
+		c.mu.Unlock()
+		c.killQP()
+		c.mu.Lock()
+	}
+}
+
+// waitErr is the error of a wait whose ctx ended: the Conn was closed, or
+// the deadline passed.
+func (c *Conn) waitErr(op string, ctx context.Context) error {
+	if isClosed(c.closed) {
 		return c.opErr(op, net.ErrClosed)
 	}
+	if _, ok := ctx.(*dlCtx); ok {
+		return c.opErr(op, os.ErrDeadlineExceeded)
+	}
+	return c.opErr(op, ctx.Err())
 }
 
 // Read reads what has arrived, waiting for at least one byte (rrecv). After
@@ -500,7 +544,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if isClosed(c.closed) {
 		return 0, c.opErr("read", net.ErrClosed)
 	}
-	if isClosed(c.rdl.wait()) {
+	if c.rdl.wait().Err() != nil {
 		return 0, c.opErr("read", os.ErrDeadlineExceeded)
 	}
 	for c.rmsgN == 0 || c.err != nil {
@@ -516,7 +560,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		if err := c.wait("read", c.rwake, c.rdl); err != nil {
+		if err := c.wait("read", waitRead, c.rdl.wait()); err != nil {
 			return 0, err
 		}
 	}
@@ -567,7 +611,7 @@ func (c *Conn) write(p []byte, r io.Reader) (int, error) {
 	if isClosed(c.closed) {
 		return 0, c.opErr("write", net.ErrClosed)
 	}
-	if isClosed(c.wdl.wait()) {
+	if c.wdl.wait().Err() != nil {
 		return 0, c.opErr("write", os.ErrDeadlineExceeded)
 	}
 	// rsocket starts each rsend at 2 KiB and doubles up to 64 KiB; a
@@ -584,7 +628,7 @@ func (c *Conn) write(p []byte, r io.Reader) (int, error) {
 			if c.state&stWritable == 0 {
 				return n, c.errLocked("write")
 			}
-			if err := c.wait("write", c.wwake, c.wdl); err != nil {
+			if err := c.wait("write", waitWrite, c.wdl.wait()); err != nil {
 				return n, err
 			}
 		}
@@ -678,7 +722,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			if c.state&stReadable == 0 {
 				return total, nil
 			}
-			if err := c.wait("read", c.rwake, c.rdl); err != nil {
+			if err := c.wait("read", waitRead, c.rdl.wait()); err != nil {
 				return total, err
 			}
 		}
@@ -737,20 +781,15 @@ func (c *Conn) LocalAddr() net.Addr { return c.local }
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // sendCtrl posts a control message once a control slot is free (c.mu held),
-// waiting at most until stop.
-func (c *Conn) sendCtrl(code uint32, stop <-chan time.Time) error {
+// waiting at most until ctx ends.
+func (c *Conn) sendCtrl(code uint32, ctx context.Context) error {
 	for c.ctrlSeq == c.ctrlMax {
 		if c.state&stConnected == 0 {
 			return nil
 		}
-		c.mu.Unlock()
-		select {
-		case <-c.cwake:
-		case <-stop:
-			c.mu.Lock()
+		if c.wait("close", waitClose, ctx) != nil {
 			return errors.New("rsock: no control slot came free")
 		}
-		c.mu.Lock()
 	}
 	if c.state&stConnected == 0 {
 		return nil
@@ -770,17 +809,13 @@ func (c *Conn) allSent() bool {
 	return int(c.ctrlMax-c.ctrlSeq)+c.sqeAvail == c.sqSize || c.state&stConnected == 0
 }
 
-// drain waits until every send completed, at most until stop (c.mu held).
-func (c *Conn) drain(stop <-chan time.Time) bool {
+// drain waits until every send completed, at most until ctx ends (c.mu
+// held).
+func (c *Conn) drain(ctx context.Context) bool {
 	for !c.allSent() {
-		c.mu.Unlock()
-		select {
-		case <-c.cwake:
-		case <-stop:
-			c.mu.Lock()
+		if c.wait("close", waitClose, ctx) != nil {
 			return false
 		}
-		c.mu.Lock()
 	}
 	return true
 }
@@ -803,9 +838,9 @@ func (c *Conn) CloseWrite() error {
 	if c.state&stReadable == 0 {
 		code = ctrlDisc
 	}
-	t := time.NewTimer(drainWait)
-	defer t.Stop()
-	if err := c.sendCtrl(code, t.C); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), drainWait)
+	defer cancel()
+	if err := c.sendCtrl(code, ctx); err != nil {
 		return c.opErr("close", err)
 	}
 	if code == ctrlDisc {
@@ -820,25 +855,33 @@ func (c *Conn) CloseWrite() error {
 // the connection's resources. Blocked Reads and Writes return net.ErrClosed.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
-		t := time.NewTimer(drainWait)
-		defer t.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), drainWait)
+		defer cancel()
 		c.mu.Lock()
 		if c.state&stConnected != 0 {
-			if c.drain(t.C) {
-				if err := c.sendCtrl(ctrlDisc, t.C); err == nil {
+			if c.drain(ctx) {
+				if err := c.sendCtrl(ctrlDisc, ctx); err == nil {
 					c.state = 0 // rshutdown(SHUT_RDWR) clears readable and writable
 					c.state |= stConnected
-					c.drain(t.C)
+					c.drain(ctx)
 				}
 			}
 		}
 		c.state = 0
-		c.mu.Unlock()
 		close(c.closed)
-		c.wakeAll()
+		c.mu.Unlock()
+		// Blocked Reads and Writes end (their waits' contexts are done).
+		c.rdl.close()
+		c.wdl.close()
 		c.cancel()
-		<-c.done
 		c.mu.Lock()
+		for c.polling { // a Read or Write in CQ.Wait sees its context's end within 20 ms
+			c.sleeping[waitClose]++
+			c.mu.Unlock()
+			<-c.wakes[waitClose]
+			c.mu.Lock()
+			c.sleeping[waitClose]--
+		}
 		failed := c.err != nil
 		c.mu.Unlock()
 		if failed {

@@ -57,7 +57,7 @@ func (c *Conn) IOMap(buf []byte, offset int64) (*IOMapping, error) {
 		if c.state&stWritable == 0 {
 			return nil, c.errLocked("iomap")
 		}
-		if err := c.wait("iomap", c.wwake, c.wdl); err != nil {
+		if err := c.wait("iomap", waitWrite, c.wdl.wait()); err != nil {
 			return nil, err
 		}
 	}
@@ -133,7 +133,7 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 	if isClosed(c.closed) {
 		return 0, c.opErr("iowrite", net.ErrClosed)
 	}
-	if isClosed(c.wdl.wait()) {
+	if c.wdl.wait().Err() != nil {
 		return 0, c.opErr("iowrite", os.ErrDeadlineExceeded)
 	}
 	n, olen := 0, olapStart
@@ -154,7 +154,7 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 			if c.state&stWritable == 0 {
 				return n, c.errLocked("iowrite")
 			}
-			if err := c.wait("iowrite", c.wwake, c.wdl); err != nil {
+			if err := c.wait("iowrite", waitWrite, c.wdl.wait()); err != nil {
 				return n, err
 			}
 		}
@@ -178,7 +178,10 @@ func (c *Conn) IOWrite(p []byte, offset int64) (int, error) {
 
 // keepalive posts a zero-length RDMA WRITE every period while a control
 // slot is free (tcp_svc_send_keepalive): it needs no answer but the ACK, so
-// a vanished peer ends the connection once its retries run out.
+// a vanished peer ends the connection once its retries run out. On a
+// connection nobody waits on, it also takes what completed off the CQ
+// first (pollIdle), so that such a connection notices a peer's protocol
+// violation, or its keepalive's failure, within a period.
 func (c *Conn) keepalive(period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -189,6 +192,7 @@ func (c *Conn) keepalive(period time.Duration) {
 		case <-t.C:
 		}
 		c.mu.Lock()
+		c.pollIdle()
 		if c.state&stConnected != 0 && c.ctrlSeq != c.ctrlMax {
 			c.ctrlSeq++
 			m := msg(opCtrl, ctrlAlive)

@@ -14,9 +14,12 @@
 // carries credits and control messages). docs/rsocket.md describes the
 // protocol.
 //
-// Each Conn runs one goroutine that waits on its completion queue; Read and
-// Write wait on it without spinning, and honour deadlines with errors that
-// satisfy os.ErrDeadlineExceeded and net.Error's Timeout. A peer that breaks
+// A Read or Write that has to wait polls the connection's completion queue
+// itself, as rsocket's rrecv and rsend do (qp.CQ.Wait: no spinning, and on
+// a self-driving device no hand-off between goroutines); it honours
+// deadlines with errors that satisfy os.ErrDeadlineExceeded and net.Error's
+// Timeout. A keepalive goroutine per connection (a ticker) looks at
+// connections nobody uses. A peer that breaks
 // the protocol (more messages than its credits, more bytes than granted, a
 // malformed buffer update) ends that connection with an error wrapping
 // ErrProtocol; other connections are not affected.
