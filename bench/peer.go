@@ -37,6 +37,7 @@ import (
 //     first T0 last T1".
 //   - peer-tcp: the TCP ping-pong's echo end: prints "port N", echoes one
 //     connection until it closes.
+//   - peer-rsock: the same over rsock on -peer-ifname (bench/rsock.go).
 //   - trace-goroce, trace-tcp: the syscalls cell's traced client, with a
 //     namespace pair and a peer of its own (syscalls.go).
 
@@ -134,6 +135,8 @@ func runChild(name string, c config, ifname string, busy bool) int {
 		err = rawSink(ifname, c.backends[0])
 	case "peer-tcp":
 		err = tcpPeer()
+	case "peer-rsock":
+		err = rsockPeer(ifname, c.backends[0])
 	case "trace-goroce", "trace-tcp":
 		err = traceChild(strings.TrimPrefix(name, "trace-"), c)
 	default:

@@ -526,13 +526,17 @@ func writeRsock(w io.Writer, r *results) {
 		{"busy CPU-s per GB, whole machine", mRsockStream + ".cpugb", mRsockTCP + ".cpugb", fmtNum},
 		{"process CPU-s per GB", mRsockStream + ".procgb", mRsockTCP + ".procgb", fmtNum},
 	}
-	for _, q := range []string{"p50", "mean", "p99"} {
-		rows = append(rows, versusRow{"64 B request/response, µs, " + q, mRsockRTT + "." + q, mRsockTCPRTT + "." + q, fmtMicros})
+	for _, pl := range r.placements {
+		for _, q := range []string{"p50", "mean", "p99"} {
+			rows = append(rows, versusRow{"64 B request/response, µs, " + q + ", " + pl.name + " (" + pl.describe() + ")",
+				mRsockRTT + pl.suffix() + "." + q, mRsockTCPRTT + pl.suffix() + "." + q, fmtMicros})
+		}
 	}
 	rows = append(rows, versusRow{"HTTP/1.1 GETs per second (one connection, 64 B body)", mRsockHTTP, mRsockTCPWeb, fmtRate})
 	writeVersus(w, r, "rsock against Go TCP", "rsock (package rsock: rsockets over goroce) and the kernel's TCP through Go's net package, "+
-		"each measured in the same cell on the same veth, both ends in this process (goroutines; the TCP and rsock "+
-		"ends placed alike).", "rsock | Go TCP | rsock/TCP", rows)
+		"each measured in the same cell on the same veth. The streams and HTTP run both ends in this process (goroutines); "+
+		"the round trips' echo runs in a process of its own in namespace B (-lat-peer process; with goroutine, in this "+
+		"process), placed as -placements says, TCP's and rsock's alike.", "rsock | Go TCP | rsock/TCP", rows)
 }
 
 // writeRawref compares the raw cell's frame rates with the reference

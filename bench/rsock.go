@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
@@ -35,6 +37,25 @@ const (
 func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
 	lim := func(n int) limit { return limit{c.cell, n} }
 	k := func(m string) key { return key{b, mtu, m} }
+	if mtu == c.latMTU() && c.latPeer == "process" {
+		// The round trips first, on devices of their own: the echo's
+		// process opens B's interface.
+		for _, pl := range c.placements {
+			for _, s := range []struct {
+				metric string
+				rtts   func() ([]time.Duration, error)
+				what   string
+			}{
+				{mRsockTCPRTT, func() ([]time.Duration, error) { return tcpPingPongPeer(pair, lim(maxRTTs), nil) }, "Go TCP"},
+				{mRsockRTT, func() ([]time.Duration, error) { return rsockPingPongPeer(pair, b, lim(maxRTTs)) }, "rsock"},
+			} {
+				runtime.GC()
+				rtts, err := placedRTTs(pl, s.rtts)
+				recordLat(res, k(s.metric+pl.suffix()), rtts, err)
+				progress("%s: %s 64 B round trip (%s) %s (%v)", tag, s.what, pl.name, latLine(rtts), err)
+			}
+		}
+	}
 	p, err := openRDMA(pair, b, false)
 	if err != nil {
 		progress("%s: goroce devices: %v", tag, err)
@@ -53,9 +74,11 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 	}
 	defer l.Close()
 	rsockConns := func() (net.Conn, net.Conn, error) {
+		actx, acancel := context.WithCancel(ctx)
+		defer acancel()
 		acc := make(chan net.Conn, 1)
 		go func() {
-			s, err := l.AcceptContext(ctx)
+			s, err := l.AcceptContext(actx)
 			if err != nil {
 				acc <- nil
 				return
@@ -64,6 +87,10 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 		}()
 		cl, err := rsock.Dial(ctx, p.a.dev, addr, nil)
 		if err != nil {
+			acancel() // and wait: no Accept may outlive this pipe
+			if s := <-acc; s != nil {
+				s.Close()
+			}
 			return nil, nil, err
 		}
 		s := <-acc
@@ -85,7 +112,7 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 		recordRate(res, k(""), s.metric, t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
 		progress("%s: %s stream %s (%v)", tag, s.what, fmtGbit(t.bitsPerSec()/1e9), err)
 	}
-	if mtu == c.latMTU() {
+	if mtu == c.latMTU() && c.latPeer == "goroutine" {
 		for _, s := range []struct {
 			metric string
 			conns  func() (net.Conn, net.Conn, error)
@@ -207,4 +234,69 @@ func httpRate(l net.Listener, dial func(context.Context, string) (net.Conn, erro
 		n++
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// rsockPeerPort is the port the round trip's echo process listens on.
+const rsockPeerPort = rsockPort + 2
+
+// rsockPingPongPeer is the 64-byte request/response over rsock with the
+// echo in a process of its own in namespace B (peer-rsock), placed as
+// peerCPU says: this end on a device of its own on A's interface.
+func rsockPingPongPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duration, error) {
+	a, err := openEnd(pair, netns.A, backend, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("side A: %w", err)
+	}
+	defer a.dev.Close()
+	peer, err := startPeer(pair, "-child", "peer-rsock", "-backends", backend, "-peer-ifname", pair.B.Ifname)
+	if err != nil {
+		return nil, err
+	}
+	defer peer.finish()
+	l, ok := peer.lines.next(setupTimeout + 5*time.Second)
+	if !ok {
+		return nil, errors.New("the peer process did not start")
+	}
+	var port uint16
+	if _, err := fmt.Sscanf(l, "port %d", &port); err != nil {
+		return nil, fmt.Errorf("peer: %s", strings.TrimPrefix(l, "error "))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	c, err := rsock.Dial(ctx, a.dev, netip.AddrPortFrom(pair.B.Addr, port).String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return tcpClientLoop(c, lim, nil)
+}
+
+// rsockPeer is the child peer-rsock: on ifname's device (inside the
+// namespace it was started in) it listens for one rsock connection,
+// prints "port N", and echoes 64-byte messages until the connection ends
+// (or, before one came, stdin ends).
+func rsockPeer(ifname, backend string) error {
+	e, err := openEndOn(func(fn func() error) error { return fn() }, ifname, backend, false, 2, nil)
+	if err != nil {
+		return err
+	}
+	defer e.dev.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := rsock.Listen(ctx, e.dev, netip.AddrPortFrom(e.info.IP, rsockPeerPort).String(), nil)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	fmt.Printf("port %d\n", rsockPeerPort)
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	s, err := l.AcceptContext(ctx)
+	if err != nil {
+		return err
+	}
+	echo(s)
+	return nil
 }

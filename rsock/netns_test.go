@@ -56,13 +56,26 @@ func TestNetns(t *testing.T) {
 						c   net.Conn
 						err error
 					}
+					// The Accept ends with the Dial: a failed Dial cancels it
+					// and waits for it, so no Accept is left behind to take
+					// the next pipe's connection.
+					actx, acancel := context.WithCancel(ctx)
+					defer acancel()
 					ch := make(chan res, 1)
 					go func() {
-						c, err := l.Accept()
-						ch <- res{c, err}
+						c, err := l.AcceptContext(actx)
+						if err != nil {
+							ch <- res{nil, err} // a typed nil *Conn would not be a nil net.Conn
+							return
+						}
+						ch <- res{c, nil}
 					}()
 					c, err := rsock.Dial(ctx, devs[netns.A], addr, nil)
 					if err != nil {
+						acancel()
+						if r := <-ch; r.c != nil {
+							r.c.Close()
+						}
 						return nil, nil, nil, err
 					}
 					r := <-ch
