@@ -525,6 +525,7 @@ func writeRsock(w io.Writer, r *results) {
 		{"one stream, 64 KiB writes, Gbit/s", mRsockStream + ".gbps", mRsockTCP + ".gbps", fmtGbit},
 		{"busy CPU-s per GB, whole machine", mRsockStream + ".cpugb", mRsockTCP + ".cpugb", fmtNum},
 		{"process CPU-s per GB", mRsockStream + ".procgb", mRsockTCP + ".procgb", fmtNum},
+		{"process + kernel threads' CPU-s per GB (the machine's busy time without other tenants)", mRsockStream + ".kprocgb", mRsockTCP + ".kprocgb", fmtNum},
 	}
 	for _, pl := range r.placements {
 		for _, q := range []string{"p50", "mean", "p99"} {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,6 +112,9 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 		runtime.GC()
 		t, err := connStream(s.conns, lim(maxStreamN))
 		recordRate(res, k(""), s.metric, t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
+		if err == nil && t.cpuErr == nil && t.bytes > 0 {
+			res.add(k(s.metric+".kprocgb"), (t.cpu.proc+t.kcpu)/(float64(t.bytes)/1e9))
+		}
 		progress("%s: %s stream %s (%v)", tag, s.what, fmtGbit(t.bitsPerSec()/1e9), err)
 	}
 	if mtu == c.latMTU() && c.latPeer == "goroutine" {
@@ -188,6 +193,7 @@ func connStream(conns func() (net.Conn, net.Conn, error), lim limit) (tcpRate, e
 		res <- result{n, time.Now()}
 	}()
 	buf := make([]byte, 64<<10)
+	k0 := kthreadCPU()
 	c0 := markCPU()
 	start := time.Now()
 	c.SetWriteDeadline(start.Add(lim.d + stallTime))
@@ -201,7 +207,7 @@ func connStream(conns func() (net.Conn, net.Conn, error), lim limit) (tcpRate, e
 	select {
 	case r := <-res:
 		cpu, cpuErr := markCPU().since(c0)
-		return tcpRate{bytes: r.n, elapsed: r.end.Sub(start), cpu: cpu, cpuErr: cpuErr}, nil
+		return tcpRate{bytes: r.n, elapsed: r.end.Sub(start), cpu: cpu, cpuErr: cpuErr, kcpu: kthreadCPU() - k0}, nil
 	case <-time.After(stallTime):
 		s.Close()
 		return tcpRate{}, errors.New("receiver did not finish")
@@ -299,4 +305,46 @@ func rsockPeer(ifname, backend string) error {
 	}
 	echo(s)
 	return nil
+}
+
+// kthreadCPU is the CPU-seconds (user + system, in USER_HZ ticks) the
+// machine's kernel threads have used: ksoftirqd runs the softirq work
+// (a veth's NAPI, TCP's receive) that the process which raised it did not
+// run itself, and kworkers some of the rest. With this process's own CPU
+// (which, under tick accounting, includes the softirqs that ran while it
+// was current) it is the kernel's part of a stream without the other
+// tenants of a shared machine that whole-machine busy time counts.
+// Softirqs run while a CPU was idle are in neither.
+func kthreadCPU() float64 {
+	const pfKthread = 0x00200000
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var ticks uint64
+	for _, e := range ents {
+		if c := e.Name()[0]; c < '0' || c > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:])) // from field 3, state
+		if len(f) < 13 {
+			continue
+		}
+		flags, _ := strconv.ParseUint(f[6], 10, 64)
+		if flags&pfKthread == 0 {
+			continue
+		}
+		u, _ := strconv.ParseUint(f[11], 10, 64)
+		s, _ := strconv.ParseUint(f[12], 10, 64)
+		ticks += u + s
+	}
+	return float64(ticks) / userHZ
 }

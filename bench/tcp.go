@@ -63,6 +63,7 @@ type tcpRate struct {
 	elapsed time.Duration
 	cpu     cpuUse
 	cpuErr  error
+	kcpu    float64 // kernel threads' CPU-seconds meanwhile (connStream: kthreadCPU)
 }
 
 func (t tcpRate) bitsPerSec() float64 { return float64(t.bytes) * 8 / t.elapsed.Seconds() }
