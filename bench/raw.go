@@ -484,7 +484,7 @@ func unwrapTo[T any](l nic.Link, usable func(T) bool) (T, bool) {
 }
 
 // afxdpOpts tunes every AF_XDP link bench opens (-afxdp-batch,
-// -afxdp-chunk, -afxdp-frames; zero fields keep the backend's defaults),
+// -afxdp-chunk, -afxdp-frames, -afxdp-one-socket; zero fields keep the backend's defaults),
 // in this process and, through afxdpFlags, in its children.
 var afxdpOpts afxdp.Options
 
@@ -524,6 +524,9 @@ func afxdpFlags() []string {
 		if o.v != 0 {
 			f = append(f, o.name, strconv.Itoa(o.v))
 		}
+	}
+	if afxdpOpts.OneSocket {
+		f = append(f, "-afxdp-one-socket")
 	}
 	return f
 }

@@ -85,6 +85,10 @@ type Link struct {
 	comp   addrRing
 	txFree []uint64 // free transmit chunks (a stack)
 	txPoll [2]unix.PollFd
+	// txfd is the copy-mode link's transmit socket (txsock.go), -1 when
+	// the link transmits on fd; txRingMem is its TX ring's mapping.
+	txfd      int
+	txRingMem []byte
 
 	needWakeup bool // bound with XDP_USE_NEED_WAKEUP
 	zeroCopy   bool
@@ -131,6 +135,7 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 		busy:      max(opts.BusyPoll, 0),
 		fd:        -1,
 		efd:       -1,
+		txfd:      -1,
 		frameSize: uint32(opts.FrameSize),
 		frameMask: ^uint64(opts.FrameSize - 1),
 	}
@@ -187,6 +192,7 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 		l.maxTx = l.mtu + ethHeaderLen + vlanTagLen
 	}
 	l.zeroCopy = l.readZeroCopy()
+	l.splitTx(opts)
 	if err := l.initWait(); err != nil {
 		return nil, err
 	}
@@ -204,7 +210,7 @@ func Open(ifname string, queue int, opts Options) (_ *Link, err error) {
 			"ifname", ifname, "if_mtu", attrs.MTU, "mtu", l.mtu, "frame_size", opts.FrameSize, "reason", why)
 	}
 	logAttrs := []any{"ifname", ifname, "queue", queue, "mode", l.mode, "zerocopy", l.ZeroCopy(),
-		"multi_buffer", l.multiBuf, "mtu", l.mtu}
+		"multi_buffer", l.multiBuf, "mtu", l.mtu, "tx_socket", l.txfd >= 0}
 	if nativeErr != nil {
 		logAttrs = append(logAttrs, "native_error", nativeErr.Error())
 	}
@@ -446,6 +452,19 @@ func (l *Link) bindFlags(flags uint16) error {
 	}
 	l.needWakeup = true
 	return nil
+}
+
+// splitTx moves a copy-mode, single-buffer link's transmit side to a
+// socket of its own (txsock.go) unless Options.OneSocket; a refusal leaves
+// it on the one socket, with a log line.
+func (l *Link) splitTx(opts Options) {
+	if opts.OneSocket || l.zeroCopy || l.multiBuf {
+		return
+	}
+	if err := l.openTxSocket(opts); err != nil {
+		opts.Logger.Info("afxdp: no transmit socket of its own; transmitting on the receiving socket",
+			"ifname", l.ifname, "queue", l.queue, "error", err)
+	}
 }
 
 // ZeroCopy reports whether the socket runs in zero-copy mode (XDP_OPTIONS
@@ -704,13 +723,16 @@ const maxKicks = 16
 // It returns ENXIO (the socket lost its device) and ENETDOWN (the interface
 // is down), which leave the frames on the ring; other errors are transient.
 func (l *Link) kick() error {
-	if l.needWakeup && !l.tx.needWakeup() {
+	// A transmit socket of its own is in copy mode, where the kernel never
+	// clears the flag: kick without looking.
+	if l.txfd < 0 && l.needWakeup && !l.tx.needWakeup() {
 		return nil
 	}
+	fd := l.txFD()
 	for range maxKicks {
 		l.c.Wakeups.Add(1)
 		l.c.TxKicks.Add(1)
-		err := txKick(l.fd)
+		err := txKick(fd)
 		switch err {
 		case nil:
 			return nil
@@ -763,6 +785,14 @@ func (l *Link) readXDPStats() XDPStats {
 	optlen := uint32(unsafe.Sizeof(s))
 	if l.fd >= 0 {
 		getsockopt(l.fd, unix.XDP_STATISTICS, unsafe.Pointer(&s), &optlen)
+	}
+	if l.txfd >= 0 {
+		// The transmit socket's: its invalid and empty-ring counts.
+		var t unix.XDPStatistics
+		optlen = uint32(unsafe.Sizeof(t))
+		getsockopt(l.txfd, unix.XDP_STATISTICS, unsafe.Pointer(&t), &optlen)
+		s.Tx_invalid_descs += t.Tx_invalid_descs
+		s.Tx_ring_empty_descs += t.Tx_ring_empty_descs
 	}
 	return s
 }
@@ -823,6 +853,7 @@ func (l *Link) release() error {
 		l.xsks.Close()
 		l.xsks = nil
 	}
+	l.closeTxSocket()
 	for i, m := range l.ringMem {
 		if m != nil {
 			unix.Munmap(m)

@@ -51,6 +51,12 @@ type Options struct {
 	// (PERF-FACTS.md: 46 µs vs 5.9 µs request/response round trips). Zero
 	// (default) sleeps at once.
 	BusyPoll time.Duration
+	// OneSocket keeps a copy-mode link's transmit side on its receiving
+	// socket. By default a copy-mode, single-buffer link transmits on a
+	// second socket sharing its UMEM, so that the runtime poller's polls of
+	// the receiving socket do not drive (and wait on) its transmit
+	// (txsock.go).
+	OneSocket bool
 	// Logger receives one line about the attach mode and fallbacks
 	// (nil: nothing is logged).
 	Logger *slog.Logger

@@ -86,6 +86,7 @@ func (first *Link) openQueue(queue int, opts Options) (_ *Link, err error) {
 		busy:      max(opts.BusyPoll, 0),
 		fd:        -1,
 		efd:       -1,
+		txfd:      -1,
 		frameSize: uint32(opts.FrameSize),
 		frameMask: ^uint64(opts.FrameSize - 1),
 	}
@@ -105,6 +106,7 @@ func (first *Link) openQueue(queue int, opts Options) (_ *Link, err error) {
 		return nil, opError("bind", fmt.Errorf("queue %d: no multi-buffer socket where queue 0 has one: %w", queue, sgErr))
 	}
 	l.zeroCopy = l.readZeroCopy()
+	l.splitTx(opts)
 	if err := l.initWait(); err != nil {
 		return nil, err
 	}

@@ -112,17 +112,26 @@ func readSizedAsync(l *Link, first, n, bufSize int, size func(uint32) int) func(
 	}
 }
 
+// Copy-mode links transmit on a socket of their own sharing the UMEM
+// (txsock.go) unless Options.OneSocket; both layouts carry the same frames.
 func TestVethTransfer(t *testing.T) {
 	for _, fs := range []int{4096, 2048} {
-		t.Run(fmt.Sprintf("frame%d", fs), func(t *testing.T) { testVethTransfer(t, fs) })
+		for _, one := range []bool{false, true} {
+			t.Run(fmt.Sprintf("frame%d/oneSocket=%v", fs, one), func(t *testing.T) { testVethTransfer(t, fs, one) })
+		}
 	}
 }
 
-func testVethTransfer(t *testing.T, frameSize int) {
+func testVethTransfer(t *testing.T, frameSize int, oneSocket bool) {
 	p := newVethPair(t, 1500)
-	a := p.open(t, p.nsA, p.ifA, Options{FrameSize: frameSize})
-	b := p.open(t, p.nsB, p.ifB, Options{FrameSize: frameSize})
+	a := p.open(t, p.nsA, p.ifA, Options{FrameSize: frameSize, OneSocket: oneSocket})
+	b := p.open(t, p.nsB, p.ifB, Options{FrameSize: frameSize, OneSocket: oneSocket})
 	t.Logf("attach mode on veth: a=%s b=%s zerocopy=%v mtu=%d", a.Mode(), b.Mode(), b.ZeroCopy(), b.MTU())
+	for _, l := range []*Link{a, b} {
+		if split := l.txfd >= 0; !l.ZeroCopy() && split == oneSocket {
+			t.Errorf("copy mode, OneSocket %v: transmit socket of its own %v", oneSocket, split)
+		}
+	}
 	if b.MTU() != 1500 {
 		t.Errorf("MTU %d, want 1500", b.MTU())
 	}
