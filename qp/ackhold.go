@@ -23,7 +23,8 @@ import "time"
 //   - the next pass of the driver goroutine (or of anyone else's drive);
 //   - ackHold after the batch: the responder's deadline, so a timer or the
 //     resume timer of the self-driving waiters sends it even when nobody
-//     calls again;
+//     calls again (at the resume timer's next firing, up to resumeKeep
+//     later, when the application stops after a ping-pong: selfdrive.go);
 //   - in busy-poll mode, which has no timers of its own, busyHoldCheck
 //     after the hold at the latest: the busy-poll driver's hold timer (holdT) sends
 //     what is still held then. An application that stops polling after

@@ -40,6 +40,9 @@ import (
 //     keeps making progress. The timer is re-armed only when the resume
 //     time moves earlier than the one it is set for; a ping-pong whose
 //     waits follow each other within resumeAfter never wakes the driver.
+//     While waiters keep leaving and coming back, the timer fires only
+//     every resumeKeep (see there), and the link may then stay without a
+//     reader for up to resumeKeep after the last of them left.
 //   - While a waiter drives, the deadline heap's earliest deadline is its
 //     wait deadline, as the driver's is: timers fire. A context that can
 //     end bounds the wait too (ctxSlice, or its deadline).
@@ -58,6 +61,29 @@ import (
 // waiter left before the driver goroutine takes it back: longer than an
 // application takes between two waits of a ping-pong.
 const resumeAfter = 200 * time.Microsecond
+
+// resumeKeep is the resume timer's period while waiters keep leaving the
+// link and coming back (a ping-pong): each firing then finds the link read
+// or about to be, and re-arms for resumeKeep, and a waiter leaving
+// meanwhile leaves the timer as it is (releaseLink), so the link may stay
+// without a reader for up to resumeKeep after the last waiter left, and
+// what falls due meanwhile (a held ACK, an engine timer) waits as long:
+// far inside the ACK timeouts applications set (8 ms or more). The
+// waiters themselves run the engine timers while they wait (selfDrive).
+//
+// Why not resumeAfter: every firing readies the driver goroutine, which
+// wakes an idle thread for it (wakep), and the woken thread's own search
+// for work often wakes another (resetspinning); the driver then blocks on
+// the timer again, which breaks the thread parked in the network poller
+// out of epoll_wait (netpollBreak), and the poller's role, with the
+// ping-pong's next wake-up, often moves to one of the threads just woken,
+// on whichever CPU the kernel put it. perf (-g on the futex and write
+// system calls of bench's sleeping AF_XDP round trip, both processes) saw
+// these four wake-ups per firing, one firing per 4-5 round trips at
+// resumeAfter: about one thread wake-up per round trip per process more
+// than Go's TCP ping-pong, whose threads stay parked (docs/performance.md,
+// "Sleeping round trip, free placement").
+const resumeKeep = 2 * time.Millisecond
 
 // ctxSlice bounds one self-driving look at the link when the waiter's
 // context can be cancelled, so the cancellation is seen within it.
@@ -110,6 +136,7 @@ type selfDriver struct {
 	resumeTimerAt time.Time // when resumeT fires (zero: stopped)
 	releases      uint64    // releaseLink calls (resumeFire re-arms while they go on)
 	releasesSeen  uint64    // releases at the resume timer's last firing
+	keeping       bool      // resumeT was re-armed for resumeKeep: releaseLink leaves it
 
 	linkWaiters satomic.Int32
 	kickPending satomic.Bool
@@ -313,7 +340,7 @@ func (s *selfDriver) releaseLink() {
 		}
 	}
 	s.resumeAt = at
-	if s.resumeTimerAt.IsZero() || at.Before(s.resumeTimerAt) {
+	if !s.keeping && (s.resumeTimerAt.IsZero() || at.Before(s.resumeTimerAt)) {
 		s.resumeTimerAt = at
 		s.resumeT.Reset(max(at.Sub(now), 0))
 	}
@@ -340,26 +367,31 @@ func (s *selfDriver) resumeFire() bool {
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s.resumeTimerAt = time.Time{}
+	s.resumeTimerAt, s.keeping = time.Time{}, false
 	if d.closed {
 		return false
 	}
-	if s.owner != ownerNone {
-		// A waiter reads the link. While waiters keep leaving and coming
-		// back (a ping-pong), the timer re-arms itself here, so that
-		// releaseLink finds it set for an earlier time and leaves it: a
-		// timer set earlier than every other one of the process, on each
-		// round trip, makes the runtime wake a second thread for it
-		// (wakeNetPoller), a context switch per round trip. Otherwise the
-		// next releaseLink sets it, and an idle device has no timer.
-		if s.releases != s.releasesSeen {
-			s.releasesSeen = s.releases
-			s.resumeTimerAt = time.Now().Add(resumeAfter)
-			s.resumeT.Reset(resumeAfter)
-		}
+	now := time.Now()
+	if s.releases != s.releasesSeen && (s.owner != ownerNone || now.Before(s.resumeAt)) {
+		// Waiters keep leaving and coming back (a ping-pong), and one
+		// reads the link or left it less than resumeAfter ago: the timer
+		// re-arms itself here, for resumeKeep, and releaseLink leaves it
+		// (keeping). Re-arming it from releaseLink on every round trip
+		// instead would make the runtime wake a second thread each time
+		// (wakeNetPoller: a timer set earlier than every other one of the
+		// process), a context switch per round trip.
+		s.releasesSeen = s.releases
+		s.resumeTimerAt, s.keeping = now.Add(resumeKeep), true
+		s.resumeT.Reset(resumeKeep)
 		return false
 	}
-	if now := time.Now(); now.Before(s.resumeAt) {
+	if s.owner != ownerNone {
+		// A waiter reads the link and none left since the last firing:
+		// the next releaseLink sets the timer, and an idle device has
+		// none.
+		return false
+	}
+	if now.Before(s.resumeAt) {
 		s.resumeTimerAt = s.resumeAt
 		s.resumeT.Reset(s.resumeAt.Sub(now))
 		return false

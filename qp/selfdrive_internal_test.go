@@ -199,8 +199,9 @@ func TestSelfDrivePingPong(t *testing.T) {
 		}
 
 		// Nobody waits on A now: its driver takes the link back at the
-		// resume time and answers B's WRITE (ACK) by itself.
-		time.Sleep(2 * resumeAfter)
+		// resume time (resumeKeep after the last firing of a ping-pong at
+		// the latest) and answers B's WRITE (ACK) by itself.
+		time.Sleep(resumeKeep + 2*resumeAfter)
 		if o := p.a.linkOwner(); o != ownerDriver {
 			t.Fatalf("A's link owner %v after the waiters left, want the driver", o)
 		}
