@@ -103,6 +103,19 @@ func (e *endpoint) free() {
 	e.release, e.pd = nil, nil
 }
 
+// spareRecvs is how many receives a connection posts beyond the rqSize
+// its credits count on (rsocket posts exactly rqSize and reposts one per
+// receive completion as it polls). Receives it used are reposted once
+// this many are owed, in one go: the peer never finds fewer than rqSize
+// posted, and a ping-pong does not pay a PostRecv per message (each one a
+// device call, which re-arms the link's wait deadline for the ACK held
+// after a receive: a runtime timer change that can wake a thread). The
+// peer cannot tell.
+func spareRecvs(rqSize int) int { return min(rqSize/4, maxRecvWR-rqSize) }
+
+// maxRecvWR is qp's largest queue (max_qp_wr).
+const maxRecvWR = 1 << 16
+
 // postRecvs posts n zero-SGE receives (rs_post_recv): a WRITE_WITH_IMM
 // needs a receive only for its completion.
 func postRecvs(q *qp.QP, n int) error {
@@ -169,6 +182,8 @@ type Conn struct {
 	targetIOMap      []iomapEntry
 
 	// Receive side.
+	spare            int      // receives posted beyond rqSize (spareRecvs)
+	reposts          int      // receives used and not yet reposted (≤ spare)
 	rmsg             []uint32 // lengths of unread messages (a ring of rqSize+1)
 	rmsgHead, rmsgN  int
 	rseqNo, rseqComp uint16
@@ -192,7 +207,7 @@ func start(e *endpoint, cc *cm.Conn, peer connData, o Options) *Conn {
 		rdl: newDeadline(), wdl: newDeadline(),
 		closed: make(chan struct{}), wcs: make([]qp.WC, 64),
 		state:  stConnected | stReadable | stWritable,
-		sqSize: o.SQSize, rqSize: o.RQSize,
+		sqSize: o.SQSize, rqSize: o.RQSize, spare: spareRecvs(o.RQSize),
 		rmsg: make([]uint32, o.RQSize+1),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -296,10 +311,12 @@ func (c *Conn) process(wcs []qp.WC) {
 			c.ended(wc)
 		}
 	}
-	if c.state&stConnected != 0 && reposts > 0 {
-		if err := postRecvs(c.q, reposts); err != nil {
+	c.reposts += reposts
+	if c.state&stConnected != 0 && c.reposts > 0 && c.reposts >= c.spare {
+		if err := postRecvs(c.q, c.reposts); err != nil {
 			c.fail(fmt.Errorf("rsock: repost receives: %w", err))
 		}
+		c.reposts = 0
 	}
 }
 

@@ -114,10 +114,10 @@ func (o *Options) withDefaults() Options {
 func (o *Options) cm(pd *qp.PD, private []byte) cm.Options {
 	return cm.Options{
 		PD:          pd,
-		Cap:         qp.Caps{MaxSendWR: o.SQSize, MaxRecvWR: o.RQSize, MaxSendSGE: 2, MaxRecvSGE: 1},
+		Cap:         qp.Caps{MaxSendWR: o.SQSize, MaxRecvWR: o.RQSize + spareRecvs(o.RQSize), MaxSendSGE: 2, MaxRecvSGE: 1},
 		PrivateData: private,
 		RetryCount:  7, RNRRetry: 7,
-		Prepare: func(q *qp.QP) error { return postRecvs(q, o.RQSize) },
+		Prepare: func(q *qp.QP) error { return postRecvs(q, o.RQSize+spareRecvs(o.RQSize)) },
 		Local:   o.Local,
 		Logger:  o.Logger,
 	}
