@@ -532,6 +532,9 @@ func writeRsock(w io.Writer, r *results) {
 			rows = append(rows, versusRow{"64 B request/response, µs, " + q + ", " + pl.name + " (" + pl.describe() + ")",
 				mRsockRTT + pl.suffix() + "." + q, mRsockTCPRTT + pl.suffix() + "." + q, fmtMicros})
 		}
+		rows = append(rows,
+			versusRow{"64 B request/response, this end's CPU µs per round trip, " + pl.name, mRsockRTT + pl.suffix() + ".cpu", mRsockTCPRTT + pl.suffix() + ".cpu", fmtNum},
+			versusRow{"64 B request/response, this end's context switches per round trip, " + pl.name, mRsockRTT + pl.suffix() + ".csw", mRsockTCPRTT + pl.suffix() + ".csw", fmtNum})
 	}
 	rows = append(rows, versusRow{"HTTP/1.1 GETs per second (one connection, 64 B body)", mRsockHTTP, mRsockTCPWeb, fmtRate})
 	writeVersus(w, r, "rsock against Go TCP", "rsock (package rsock: rsockets over goroce) and the kernel's TCP through Go's net package, "+

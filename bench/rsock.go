@@ -43,18 +43,34 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 		// The round trips first, on devices of their own: the echo's
 		// process opens B's interface.
 		for _, pl := range c.placements {
+			// c0 is marked when the timed loop starts (tcpClientLoop's
+			// ready): this end's CPU and context switches per round trip
+			// leave out the setup.
+			var c0 cpuMark
+			ready := func() { c0 = markCPU() }
 			for _, s := range []struct {
 				metric string
 				rtts   func() ([]time.Duration, error)
 				what   string
 			}{
-				{mRsockTCPRTT, func() ([]time.Duration, error) { return tcpPingPongPeer(pair, lim(maxRTTs), nil) }, "Go TCP"},
-				{mRsockRTT, func() ([]time.Duration, error) { return rsockPingPongPeer(pair, b, lim(maxRTTs)) }, "rsock"},
+				{mRsockTCPRTT, func() ([]time.Duration, error) { return tcpPingPongPeer(pair, lim(maxRTTs), ready) }, "Go TCP"},
+				{mRsockRTT, func() ([]time.Duration, error) { return rsockPingPongPeer(pair, b, lim(maxRTTs), ready) }, "rsock"},
 			} {
 				runtime.GC()
-				rtts, err := placedRTTs(pl, s.rtts)
+				var use cpuUse
+				var useErr error
+				rtts, err := placedRTTs(pl, func() ([]time.Duration, error) {
+					rtts, err := s.rtts()
+					use, useErr = markCPU().since(c0)
+					return rtts, err
+				})
 				recordLat(res, k(s.metric+pl.suffix()), rtts, err)
-				progress("%s: %s 64 B round trip (%s) %s (%v)", tag, s.what, pl.name, latLine(rtts), err)
+				if n := float64(len(rtts)); err == nil && useErr == nil && n > 0 {
+					res.add(k(s.metric+pl.suffix()+".cpu"), use.proc*1e6/n)
+					res.add(k(s.metric+pl.suffix()+".csw"), float64(use.csw)/n)
+				}
+				progress("%s: %s 64 B round trip (%s) %s, this end %.1f µs CPU and %.2f context switches per round trip (%v)",
+					tag, s.what, pl.name, latLine(rtts), use.proc*1e6/float64(max(len(rtts), 1)), float64(use.csw)/float64(max(len(rtts), 1)), err)
 			}
 		}
 	}
@@ -247,8 +263,9 @@ const rsockPeerPort = rsockPort + 2
 
 // rsockPingPongPeer is the 64-byte request/response over rsock with the
 // echo in a process of its own in namespace B (peer-rsock), placed as
-// peerCPU says: this end on a device of its own on A's interface.
-func rsockPingPongPeer(pair *netns.Pair, backend string, lim limit) ([]time.Duration, error) {
+// peerCPU says: this end on a device of its own on A's interface. ready
+// runs before the timed loop.
+func rsockPingPongPeer(pair *netns.Pair, backend string, lim limit, ready func()) ([]time.Duration, error) {
 	a, err := openEnd(pair, netns.A, backend, false, nil)
 	if err != nil {
 		return nil, fmt.Errorf("side A: %w", err)
@@ -274,7 +291,7 @@ func rsockPingPongPeer(pair *netns.Pair, backend string, lim limit) ([]time.Dura
 		return nil, err
 	}
 	defer c.Close()
-	return tcpClientLoop(c, lim, nil)
+	return tcpClientLoop(c, lim, ready)
 }
 
 // rsockPeer is the child peer-rsock: on ifname's device (inside the
