@@ -39,14 +39,15 @@ type hqueue struct {
 	// is under way share the next (one doorbell and link write for many).
 	// While the poller hands completions to their submitters (corked),
 	// the submitters it woke add their next commands to pending without
-	// posting; the poller yields to them once and posts what they queued
-	// in one list (see poll).
+	// posting; the poller yields to them until they all queued (a few
+	// times at most) and posts what they queued in one list (dispatch).
 	pmu      sync.Mutex
 	pending  []qp.SendWR
 	spare    []qp.SendWR
 	posting  bool
 	corked   bool
-	recvs    []qp.RecvWR // one per response buffer, reused
+	joined   atomic.Int32 // commands queued while corked (dispatch's yield)
+	recvs    []qp.RecvWR  // one per response buffer, reused
 	recvSGEs []qp.SGE
 	dead     chan struct{}
 	timeout  time.Duration // a command unanswered this long fails the queue (0: never)
@@ -187,6 +188,9 @@ func (q *hqueue) recvWR(i int) *qp.RecvWR { return &q.recvs[i] }
 func (q *hqueue) post(wrs []qp.SendWR) error {
 	q.pmu.Lock()
 	q.pending = append(q.pending, wrs...)
+	if q.corked {
+		q.joined.Add(1)
+	}
 	if q.posting || q.corked {
 		q.pmu.Unlock()
 		return nil // the poster (or the poller at uncork) posts them, or fails the queue
@@ -273,9 +277,9 @@ func (q *hqueue) poll() {
 }
 
 // dispatch hands one poll's completions to their submitters. It corks the
-// queue's posts while it does, then yields once so that the submitters it
-// woke (queued on this P) run and queue their next commands, and posts
-// those in one PostSendList: one doorbell (an AF_XDP kick) for the batch
+// queue's posts while it does, then yields until the submitters it woke
+// (queued on this P) ran and queued their next commands, maxYields times
+// at most, and posts those in one PostSendList: one doorbell (an AF_XDP kick) for the batch
 // instead of one per command, as the Linux host's blk-mq batch ends with
 // one commit. A woken submitter that runs later posts itself. False if the
 // queue failed.
@@ -283,9 +287,12 @@ func (q *hqueue) dispatch(wcs []qp.WC) bool {
 	q.pmu.Lock()
 	q.corked = true
 	q.pmu.Unlock()
+	q.joined.Store(0)
 	woke := 0
 	ok := q.deliver(wcs, &woke)
-	if woke > 0 {
+	// Yield until the woken submitters queued their next commands, a
+	// few times at most (one that is done or waits elsewhere never does).
+	for i := 0; i < maxYields && int(q.joined.Load()) < woke; i++ {
 		runtime.Gosched()
 	}
 	q.pmu.Lock()
@@ -300,6 +307,9 @@ func (q *hqueue) dispatch(wcs []qp.WC) bool {
 	}
 	return ok
 }
+
+// maxYields bounds dispatch's yields to the submitters it woke.
+const maxYields = 4
 
 // deliver handles wcs; woke counts the completions handed over.
 func (q *hqueue) deliver(wcs []qp.WC, woke *int) bool {
