@@ -20,6 +20,7 @@ type wireSnap struct {
 	coalB          uint64 // B's ACKs merged away (ack_coalesced)
 	retransA       uint64 // A's retransmitted packets
 	rxDropA, rxDrB uint64 // frames the links lost on receive
+	badA, badB     uint64 // frames the devices dropped for a bad ICRC (a frame changed after its ICRC)
 }
 
 func snapWire(p *rdmaPair) wireSnap {
@@ -27,7 +28,7 @@ func snapWire(p *rdmaPair) wireSnap {
 	return wireSnap{txA: a.Link.TxFrames, txB: b.Link.TxFrames, kickA: a.Link.Wakeups, kickB: b.Link.Wakeups,
 		txkA: a.Link.TxKicks, txkB: b.Link.TxKicks, fullA: a.Link.RingFull, fullB: b.Link.RingFull,
 		coalB: b.Counters[qp.Counter(transport.CntAckCoalesced)], retransA: a.Counters[qp.CntRetransmittedPkts],
-		rxDropA: a.Link.RxDrops, rxDrB: b.Link.RxDrops}
+		rxDropA: a.Link.RxDrops, rxDrB: b.Link.RxDrops, badA: p.a.dev.RxStats().BadICRC, badB: p.b.dev.RxStats().BadICRC}
 }
 
 // perMsg formats the difference s−s0 per message.
@@ -46,9 +47,9 @@ func (s wireSnap) perMsg(s0 wireSnap, msgs int64) string {
 func (s wireSnap) kicks(s0 wireSnap) string {
 	f := func(k, n uint64) float64 { return float64(k) / float64(max(n, 1)) }
 	fa, fb := s.txA-s0.txA, s.txB-s0.txB
-	return fmt.Sprintf("per frame sent: A %d frames, %.4f TX kicks, %.4f wake-ups, ring full %d; B %d frames, %.4f TX kicks, %.4f wake-ups, ring full %d; A retrans %d, rx drops %d/%d",
+	return fmt.Sprintf("per frame sent: A %d frames, %.4f TX kicks, %.4f wake-ups, ring full %d; B %d frames, %.4f TX kicks, %.4f wake-ups, ring full %d; A retrans %d, rx drops %d/%d, bad ICRC %d/%d",
 		fa, f(s.txkA-s0.txkA, fa), f(s.kickA-s0.kickA, fa), s.fullA-s0.fullA, fb, f(s.txkB-s0.txkB, fb), f(s.kickB-s0.kickB, fb), s.fullB-s0.fullB,
-		s.retransA-s0.retransA, s.rxDropA-s0.rxDropA, s.rxDrB-s0.rxDrB)
+		s.retransA-s0.retransA, s.rxDropA-s0.rxDropA, s.rxDrB-s0.rxDrB, s.badA-s0.badA, s.badB-s0.badB)
 }
 
 // cpuPerMsg is the run's CPU time per message: this process's and the

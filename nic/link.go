@@ -59,6 +59,22 @@ type Poller interface {
 	TryReadBatch(bufs [][]byte, sizes []int) (int, error)
 }
 
+// TxReserver is implemented by links whose transmit buffers a caller may
+// build frames in, which saves WriteBatch's copy of each frame (afxdp: its
+// UMEM chunks). ReserveTx replaces bufs[0:n] with free transmit buffers,
+// each at least as long as the largest frame the link sends, and returns n
+// (0 to len(bufs): as many as it can spare). A reserved buffer belongs to
+// the caller until a WriteBatch accepts a frame built at its start
+// (buf[:size]); from then on it is the link's again, and the caller must
+// not touch it. A buffer never written stays reserved; the memory goes
+// away at Close, so a caller stops using its reserved buffers before it
+// closes the link. Only a caller that hands every frame it builds to this
+// link's own WriteBatch may use it (a wrapper that drops or copies frames
+// would leak the buffers).
+type TxReserver interface {
+	ReserveTx(bufs [][]byte) int
+}
+
 // Stats are per-backend counters. Backends fill what applies to them.
 type Stats struct {
 	RxFrames, RxBytes uint64

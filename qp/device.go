@@ -416,11 +416,24 @@ func (d *Device) Close() error {
 	}()
 	d.drv.stop()
 	d.unlock() // held ACKs and corked posts (cork.go) leave before the link closes
+	d.dropLent()
 	d.mrs.Close(ErrClosed)
 	if g := d.gsi.Load(); g != nil {
 		g.stop()
 	}
 	return d.drv.closeLink()
+}
+
+// dropLent stops the transmit batches from building frames in the links'
+// buffers (txBatch), which go away when the links close.
+func (d *Device) dropLent() {
+	d.mu.Lock()
+	for _, b := range d.queues {
+		b.mu.Lock()
+		b.dropLent()
+		b.mu.Unlock()
+	}
+	d.mu.Unlock()
 }
 
 // closeOwnedLink is Close's end for a device that owns its link (every
@@ -487,7 +500,7 @@ func (d *Device) unlock() {
 	out := d.tx.handoff()
 	d.mu.Unlock()
 	if out != nil {
-		d.tx.write(out)
+		d.tx.writeSpare()
 		d.tx.mu.Unlock()
 	}
 }
@@ -681,14 +694,26 @@ func (d *Device) inputParsed(pkt *wire.Packet, err error, now time.Time) {
 // implements transport.Output). Two buffer sets alternate: the engines fill
 // one under d.mu while the other is written to the link under d.tx.mu
 // (handoff, write).
+//
+// On a link that lends its transmit buffers (nic.TxReserver: afxdp's UMEM
+// chunks) the sets' buffers are the link's, and the engines build each
+// frame where the link sends it from: WriteBatch posts it without a copy.
+// A written buffer is the link's again, so write reserves new ones in its
+// place; where the link has none to spare, the set's own buffer (heap)
+// stands in, and WriteBatch copies that frame as before.
 type txBatch struct {
 	mu     sync.Mutex // held while frames are written to the link; taken after Device.mu
 	link   nic.Link
 	bufs   [][]byte
 	frames [][]byte
+	heap   [][]byte // bufs' own buffers (with res: where the link lent none)
 	// The other set, written by the holder of mu.
 	spareBufs   [][]byte
 	spareFrames [][]byte
+	spareHeap   [][]byte
+	// res lends the link's transmit buffers (nil: frames are built in
+	// heap and copied by WriteBatch).
+	res nic.TxReserver
 	// The device's capture and clock (pcap.go).
 	pcap *satomic.Pointer[PcapWriter]
 	now  func() time.Time
@@ -708,8 +733,55 @@ func (b *txBatch) init(link nic.Link, frameLen int) {
 		}
 		return bufs
 	}
-	b.bufs, b.spareBufs = mk(), mk()
+	b.heap, b.spareHeap = mk(), mk()
+	b.bufs, b.spareBufs = append([][]byte(nil), b.heap...), append([][]byte(nil), b.spareHeap...)
 	b.frames, b.spareFrames = make([][]byte, 0, size), make([][]byte, 0, size)
+	if r := txReserver(link); r != nil {
+		b.res = r
+		b.refill(b.bufs, b.heap, size)
+		b.refill(b.spareBufs, b.spareHeap, size)
+	}
+}
+
+// txReserver returns the link's nic.TxReserver, looking through qp's own
+// wrappers only (a WrapLink wrapper may drop or copy frames, which would
+// leak lent buffers); nil if it has none.
+func txReserver(l nic.Link) nic.TxReserver {
+	for {
+		switch w := l.(type) {
+		case *waitedLink:
+			l = w.ownedLink.Link
+		case *polledLink:
+			l = w.ownedLink.Link
+		case *ownedLink:
+			l = w.Link
+		case nic.TxReserver:
+			return w
+		default:
+			return nil
+		}
+	}
+}
+
+// refill gives bufs[0:n], written, new buffers: the link's where it lends
+// them, else the set's own (b.mu held, or init).
+func (b *txBatch) refill(bufs, heap [][]byte, n int) {
+	k := 0
+	if b.res != nil {
+		k = b.res.ReserveTx(bufs[:n])
+	}
+	copy(bufs[k:n], heap[k:n])
+}
+
+// dropLent puts the sets' own buffers back in place of the link's (d.mu
+// and b.mu held), before the link closes and its memory goes away.
+func (b *txBatch) dropLent() {
+	if b.res == nil {
+		return
+	}
+	b.res = nil
+	copy(b.bufs, b.heap)
+	copy(b.spareBufs, b.spareHeap)
 }
 
 func (b *txBatch) Frame() []byte {
@@ -717,7 +789,7 @@ func (b *txBatch) Frame() []byte {
 		// Full in the middle of a call: write it now, in order after
 		// any batch still being written.
 		b.mu.Lock()
-		b.write(b.frames)
+		b.write(b.frames, b.bufs, b.heap)
 		b.mu.Unlock()
 		b.frames = b.frames[:0]
 	}
@@ -730,8 +802,8 @@ func (b *txBatch) Send(n int) {
 
 // handoff (d.mu held) takes b.mu and swaps the buffer sets, returning the
 // frames to write once d.mu is released (nil, without b.mu, when there are
-// none). b.mu is held until the previous batch was written, so the spare
-// set is free by then.
+// none): writeSpare writes them. b.mu is held until the previous batch was
+// written, so the spare set is free by then.
 func (b *txBatch) handoff() [][]byte {
 	if len(b.frames) == 0 {
 		return nil
@@ -739,9 +811,13 @@ func (b *txBatch) handoff() [][]byte {
 	b.mu.Lock()
 	out := b.frames
 	b.bufs, b.spareBufs = b.spareBufs, b.bufs
+	b.heap, b.spareHeap = b.spareHeap, b.heap
 	b.frames, b.spareFrames = b.spareFrames[:0], out
 	return out
 }
+
+// writeSpare writes the frames handoff handed over (b.mu held).
+func (b *txBatch) writeSpare() { b.write(b.spareFrames, b.spareBufs, b.spareHeap) }
 
 // flushLocked writes the frames collected so far (d.mu held).
 func (b *txBatch) flushLocked() {
@@ -749,23 +825,37 @@ func (b *txBatch) flushLocked() {
 		return
 	}
 	b.mu.Lock()
-	b.write(b.frames)
+	b.write(b.frames, b.bufs, b.heap)
 	b.mu.Unlock()
 	b.frames = b.frames[:0]
 }
 
-// write writes frames to the link (b.mu held).
-func (b *txBatch) write(frames [][]byte) {
-	for off := 0; off < len(frames); {
+// write writes frames, built in bufs[0:len(frames)] of the set whose own
+// buffers are heap, to the link (b.mu held), and refills the buffers the
+// link took.
+func (b *txBatch) write(frames, bufs, heap [][]byte) {
+	var p *PcapWriter
+	if b.pcap != nil {
+		p = b.pcap.Load()
+	}
+	if p != nil && b.res != nil {
+		// A lent buffer is the link's once written, and may carry
+		// another frame before WriteBatch returns: capture first.
+		p.write(b.now, frames)
+		p = nil
+	}
+	off := 0
+	for off < len(frames) {
 		n, err := b.link.WriteBatch(frames[off:])
-		if n > 0 && b.pcap != nil {
-			if p := b.pcap.Load(); p != nil {
-				p.write(b.now, frames[off:off+n])
-			}
+		if n > 0 && p != nil {
+			p.write(b.now, frames[off:off+n])
 		}
 		if err != nil || n == 0 {
 			break // the link counted the loss; RC recovers by retransmission
 		}
 		off += n
+	}
+	if b.res != nil {
+		b.refill(bufs, heap, off)
 	}
 }

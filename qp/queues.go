@@ -133,7 +133,7 @@ func (d *Device) unlockQueues() {
 	d.mu.Unlock()
 	for i, b := range d.queues {
 		if held&(1<<i) != 0 {
-			b.write(b.spareFrames) // handoff left the frames there
+			b.writeSpare() // handoff left the frames there
 			b.mu.Unlock()
 		}
 	}

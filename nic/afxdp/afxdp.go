@@ -84,7 +84,10 @@ type Link struct {
 	tx     descRing
 	comp   addrRing
 	txFree []uint64 // free transmit chunks (a stack)
-	txPoll [2]unix.PollFd
+	// txReserved counts the chunks ReserveTx handed out and WriteBatch
+	// has not taken back.
+	txReserved int
+	txPoll     [2]unix.PollFd
 	// txfd is the copy-mode link's transmit socket (txsock.go), -1 when
 	// the link transmits on fd; txRingMem is its TX ring's mapping.
 	txfd      int
@@ -635,7 +638,8 @@ frames:
 	return got
 }
 
-// WriteBatch implements nic.Link. Each frame is copied into free transmit
+// WriteBatch implements nic.Link. A frame built in a chunk ReserveTx
+// handed out is posted where it is; every other frame is copied into free transmit
 // chunks (several, chained by XDP_PKT_CONTD, for a multi-buffer frame
 // larger than a chunk) and posted on the TX ring; the batch is then kicked
 // with one sendto(2) if the kernel asks for it. When the ring or the
@@ -654,31 +658,49 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 			return done, nic.ErrClosed
 		}
 		l.reap()
-		room := l.tx.free(uint32(len(l.txFree)))
+		room := l.tx.free(l.tx.size)
 		var k uint32 // descriptors written
 		bytes, sent, need := 0, 0, uint32(0)
+		needChunks := false
 		for done < len(frames) {
 			f := frames[done]
+			addr, inPlace := l.reserved(f)
 			if len(f) == 0 || len(f) > l.maxTx {
+				if inPlace {
+					l.txFree = append(l.txFree, addr)
+					l.txReserved--
+				}
 				l.c.TxDrops.Add(1)
 				done++
 				continue
 			}
-			need = (uint32(len(f)) + l.frameSize - 1) / l.frameSize
-			if k+need > room {
-				break
-			}
-			for off := 0; off < len(f); {
-				addr := l.txFree[len(l.txFree)-1]
-				l.txFree = l.txFree[:len(l.txFree)-1]
-				n := copy(l.umem[addr:addr+uint64(l.frameSize)], f[off:])
-				off += n
-				var opt uint32
-				if off < len(f) {
-					opt = unix.XDP_PKT_CONTD
+			if inPlace {
+				// Built in a chunk ReserveTx handed out: no copy.
+				if k+1 > room {
+					need = 1
+					break
 				}
-				l.tx.descs[(l.tx.prod+k)&l.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(n), Options: opt}
+				l.tx.descs[(l.tx.prod+k)&l.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(len(f))}
 				k++
+				l.txReserved--
+			} else {
+				need = (uint32(len(f)) + l.frameSize - 1) / l.frameSize
+				if k+need > room || need > uint32(len(l.txFree)) {
+					needChunks = true
+					break
+				}
+				for off := 0; off < len(f); {
+					addr := l.txFree[len(l.txFree)-1]
+					l.txFree = l.txFree[:len(l.txFree)-1]
+					n := copy(l.umem[addr:addr+uint64(l.frameSize)], f[off:])
+					off += n
+					var opt uint32
+					if off < len(f) {
+						opt = unix.XDP_PKT_CONTD
+					}
+					l.tx.descs[(l.tx.prod+k)&l.tx.mask] = unix.XDPDesc{Addr: addr, Len: uint32(n), Options: opt}
+					k++
+				}
 			}
 			done++
 			sent++
@@ -703,7 +725,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 			return done, opError("transmit", err)
 		}
 		l.reap()
-		if uint32(len(l.txFree)) < need || l.tx.free(need) < need {
+		if (needChunks && uint32(len(l.txFree)) < need) || l.tx.free(need) < need {
 			if _, err := unix.Poll(l.txPoll[:], 1); err != nil && err != unix.EINTR {
 				return done, opError("poll", err)
 			}
@@ -713,6 +735,46 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 		l.kick() // a down interface shows up at the next full ring
 	}
 	return done, nil
+}
+
+// ReserveTx implements nic.TxReserver: it hands out free transmit chunks
+// (FrameSize bytes each) for the caller to build frames in, so that
+// WriteBatch posts them without copying. At most half of the transmit
+// chunks are out at a time, so that copied frames always find chunks; a
+// multi-buffer link reserves none (its frames may span chunks).
+func (l *Link) ReserveTx(bufs [][]byte) int {
+	if l.multiBuf {
+		return 0
+	}
+	l.txMu.Lock()
+	defer l.txMu.Unlock()
+	if l.c.Closed() {
+		return 0
+	}
+	l.reap()
+	n := min(len(bufs), len(l.txFree), max(int(l.tx.size)/2-l.txReserved, 0))
+	fs := uint64(l.frameSize)
+	for i := range n {
+		addr := l.txFree[len(l.txFree)-1]
+		l.txFree = l.txFree[:len(l.txFree)-1]
+		bufs[i] = l.umem[addr : addr+fs : addr+fs]
+	}
+	l.txReserved += n
+	return n
+}
+
+// reserved reports whether f starts a chunk ReserveTx handed out (f lies
+// in the UMEM), and the chunk's address.
+func (l *Link) reserved(f []byte) (uint64, bool) {
+	if len(l.umem) == 0 || cap(f) == 0 {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(l.umem)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(f)))
+	if p < base || p >= base+uintptr(len(l.umem)) {
+		return 0, false
+	}
+	return uint64(p - base), true
 }
 
 // maxKicks bounds the sendto calls of one kick: in copy mode each sends at
