@@ -536,7 +536,9 @@ func writeRsock(w io.Writer, r *results) {
 			versusRow{"64 B request/response, this end's CPU µs per round trip, " + pl.name, mRsockRTT + pl.suffix() + ".cpu", mRsockTCPRTT + pl.suffix() + ".cpu", fmtNum},
 			versusRow{"64 B request/response, this end's context switches per round trip, " + pl.name, mRsockRTT + pl.suffix() + ".csw", mRsockTCPRTT + pl.suffix() + ".csw", fmtNum})
 	}
-	rows = append(rows, versusRow{"HTTP/1.1 GETs per second (one connection, 64 B body)", mRsockHTTP, mRsockTCPWeb, fmtRate})
+	rows = append(rows, versusRow{"HTTP/1.1 GETs per second (one connection, 64 B body)", mRsockHTTP, mRsockTCPWeb, fmtRate},
+		versusRow{"HTTP/1.1 GET, process CPU µs per request (both ends)", mRsockHTTP + ".cpu", mRsockTCPWeb + ".cpu", fmtNum},
+		versusRow{"HTTP/1.1 GET, context switches per request (both ends)", mRsockHTTP + ".csw", mRsockTCPWeb + ".csw", fmtNum})
 	writeVersus(w, r, "rsock against Go TCP", "rsock (package rsock: rsockets over goroce) and the kernel's TCP through Go's net package, "+
 		"each measured in the same cell on the same veth. The streams and HTTP run both ends in this process (goroutines); "+
 		"the round trips' echo runs in a process of its own in namespace B (-lat-peer process; with goroutine, in this "+

@@ -185,9 +185,13 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 			record(res, k(s.metric), 0, err)
 			continue
 		}
-		rps, err := httpRate(hl, s.dial, lim(maxRTTs))
+		rps, cpu, csw, err := httpRate(hl, s.dial, lim(maxRTTs))
 		record(res, k(s.metric), rps, err)
-		progress("%s: %s HTTP %s requests/s (%v)", tag, s.what, fmtRate(rps), err)
+		if err == nil && cpu > 0 {
+			res.add(k(s.metric+".cpu"), cpu)
+			res.add(k(s.metric+".csw"), csw)
+		}
+		progress("%s: %s HTTP %s requests/s, %.1f µs CPU and %.2f context switches per request (%v)", tag, s.what, fmtRate(rps), cpu, csw, err)
 	}
 }
 
@@ -231,8 +235,10 @@ func connStream(conns func() (net.Conn, net.Conn, error), lim limit) (tcpRate, e
 }
 
 // httpRate serves a 64-byte body on l (closing it at the end) and GETs it
-// over one keep-alive connection for lim; it returns requests per second.
-func httpRate(l net.Listener, dial func(context.Context, string) (net.Conn, error), lim limit) (float64, error) {
+// over one keep-alive connection for lim; it returns requests per second,
+// and this process's CPU µs and context switches per request (both ends
+// are in it) from the second request on (the first one dials).
+func httpRate(l net.Listener, dial func(context.Context, string) (net.Conn, error), lim limit) (rps, cpu, csw float64, err error) {
 	body := make([]byte, httpBody)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) })}
 	go srv.Serve(l)
@@ -243,19 +249,27 @@ func httpRate(l net.Listener, dial func(context.Context, string) (net.Conn, erro
 	url := fmt.Sprintf("http://%s/", l.Addr())
 	n := 0
 	start := time.Now()
+	var c0 cpuMark
 	for n < lim.n && time.Since(start) < lim.d {
 		resp, err := client.Get(url)
 		if err != nil {
-			return 0, err
+			return 0, 0, 0, err
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil || len(b) != httpBody {
-			return 0, fmt.Errorf("response %d: %d bytes, %v", n, len(b), err)
+			return 0, 0, 0, fmt.Errorf("response %d: %d bytes, %v", n, len(b), err)
+		}
+		if n == 0 {
+			c0 = markCPU()
 		}
 		n++
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	rps = float64(n) / time.Since(start).Seconds()
+	if use, err := markCPU().since(c0); err == nil && n > 1 {
+		cpu, csw = use.proc*1e6/float64(n-1), float64(use.csw)/float64(n-1)
+	}
+	return rps, cpu, csw, nil
 }
 
 // rsockPeerPort is the port the round trip's echo process listens on.
