@@ -36,9 +36,19 @@
 // chunk straight back to the fill ring), the transmit half is a free list
 // owned by WriteBatch (a frame is copied into a free chunk, posted on the TX
 // ring, and the chunk returns to the free list when the completion ring hands
-// it back). The receive side is owned by the ReadBatch goroutine and the
+// it back). ReserveTx (nic.TxReserver) lends free transmit chunks, up to half
+// of them, to a caller that builds its frames there (qp's transmit batch):
+// WriteBatch posts such a frame without the copy. The receive side is owned by the ReadBatch goroutine and the
 // transmit side by the WriteBatch goroutine, so neither needs a lock on the
 // data path.
+//
+// In copy mode a single-buffer link transmits on a second AF_XDP socket
+// bound to the same queue with XDP_SHARED_UMEM (a TX ring and nothing else;
+// the first socket keeps the fill, completion and RX rings and stays the
+// XSKMAP's): every poll of a copy-mode socket drives its transmit under the
+// socket's mutex, so the runtime poller's epoll_wait on the receiving socket
+// spun on that mutex while a sendto sent a batch (txsock.go;
+// Options.OneSocket keeps one socket).
 //
 // # Syscalls
 //
