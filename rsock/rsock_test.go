@@ -192,3 +192,44 @@ func TestDeadline(t *testing.T) {
 		t.Fatalf("write past the deadline: %d, %v", n, err)
 	}
 }
+
+// TestNoRNR: many one-byte messages to a reader that reads a byte at a
+// time, with 16 receives credited: the receives reposted in batches (spare
+// ones, spareRecvs) always cover what the peer may send, so the receiver
+// never answers RNR, and every byte arrives in order.
+func TestNoRNR(t *testing.T) {
+	o := &Options{RQSize: 16, SQSize: 16}
+	p := newPair(t, o, o)
+	c, s := p.conns(t, o)
+	defer c.Close()
+	defer s.Close()
+	const n = 3000
+	errc := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if _, err := c.Write([]byte{byte(i)}); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- c.CloseWrite()
+	}()
+	b := make([]byte, 1)
+	for i := range n {
+		if i%500 == 0 {
+			time.Sleep(5 * time.Millisecond) // let the writer use up its credits
+		}
+		if _, err := io.ReadFull(s, b); err != nil {
+			t.Fatalf("byte %d: %v", i, err)
+		}
+		if b[0] != byte(i) {
+			t.Fatalf("byte %d is %d", i, b[0])
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if r := s.q.Counters()[qp.CntSendRNRErr]; r != 0 {
+		t.Fatalf("the receiver sent %d RNR NAKs", r)
+	}
+}
