@@ -99,9 +99,16 @@ func testQueues(t *testing.T, mode qp.Mode, cross bool, f nic.Faults) {
 	type pair struct{ ea, eb *sim.QPEnd }
 	var ps []pair
 	perQueue := [2]int{}
+	// Timeout 14 (67 ms; 8 tries ≈ 0.5 s without progress): this test runs on
+	// real time, and under the race detector on a loaded 2-core machine the
+	// 16.8 ms of Timeout 12 was reached by ACKs that were only late — every
+	// spurious timeout resends 16 frames per QP, the eight QPs' go-back-N
+	// bursts delayed the ACKs further, and two QPs ran out of retries
+	// (RETRY_EXC_ERR) on a lossless link in about 1 of 16 subtests at load
+	// 9–11. Loss recovery is what this test checks, not the timer's speed.
 	for range pairs {
-		ea, eb, err := sim.ConnectQPs(ctx, a, b, sim.QPOptions{Connect: qp.ConnectOptions{Timeout: 12, RetryCnt: 7}},
-			sim.QPOptions{Connect: qp.ConnectOptions{Timeout: 12, RetryCnt: 7}})
+		ea, eb, err := sim.ConnectQPs(ctx, a, b, sim.QPOptions{Connect: qp.ConnectOptions{Timeout: 14, RetryCnt: 7}},
+			sim.QPOptions{Connect: qp.ConnectOptions{Timeout: 14, RetryCnt: 7}})
 		if err != nil {
 			t.Fatal(err)
 		}
