@@ -137,6 +137,7 @@ type selfDriver struct {
 	releases      uint64    // releaseLink calls (resumeFire re-arms while they go on)
 	releasesSeen  uint64    // releases at the resume timer's last firing
 	keeping       bool      // resumeT was re-armed for resumeKeep: releaseLink leaves it
+	resumeFires   uint64    // resumeFire calls (a test counts them)
 
 	linkWaiters satomic.Int32
 	kickPending satomic.Bool
@@ -368,6 +369,7 @@ func (s *selfDriver) resumeFire() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s.resumeTimerAt, s.keeping = time.Time{}, false
+	s.resumeFires++
 	if d.closed {
 		return false
 	}

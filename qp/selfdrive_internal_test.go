@@ -222,6 +222,43 @@ func TestSelfDrivePingPong(t *testing.T) {
 	})
 }
 
+// TestSelfDriveKeep: while the application keeps leaving its wait and
+// coming back (here after 50 µs of work each time), the resume timer fires
+// about once per resumeKeep, not once per resumeAfter: each firing wakes
+// the driver goroutine and, on a real machine, threads for it
+// (selfdrive.go, resumeKeep). Once the application stops, the driver takes
+// the link back within resumeKeep plus resumeAfter.
+func TestSelfDriveKeep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newSelfPair(t, ConnectOptions{})
+		p.freeLinkA(t)
+		s := p.a.drv.(*selfDriver)
+		p.a.mu.Lock()
+		fires0 := s.resumeFires
+		p.a.mu.Unlock()
+		const rounds, work = 200, 50 * time.Microsecond
+		start := time.Now()
+		for i := range rounds {
+			p.write(t, p.qa, p.mra, p.mrb, uint64(i))
+			if wc := wait1(t, p.cqa); wc.Status != WCSuccess {
+				t.Fatalf("round %d: %v", i, wc.Status)
+			}
+			time.Sleep(work)
+		}
+		elapsed := time.Since(start)
+		p.a.mu.Lock()
+		fires := s.resumeFires - fires0
+		p.a.mu.Unlock()
+		if most := uint64(elapsed/resumeKeep) + 2; fires > most {
+			t.Fatalf("the resume timer fired %d times in %v of ping-pong, want at most %d (one per resumeKeep %v)", fires, elapsed, most, resumeKeep)
+		}
+		time.Sleep(resumeKeep + resumeAfter)
+		if o := p.a.linkOwner(); o != ownerDriver {
+			t.Fatalf("A's link owner %v after the application stopped, want the driver", o)
+		}
+	})
+}
+
 // TestSelfDriveTimers: while a waiter drives the device, the engines'
 // timers fire: a WRITE to a peer that is gone is retried at its ACK
 // timeouts and completes with RETRY_EXC_ERR in the waiter's own Wait.
