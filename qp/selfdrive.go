@@ -63,12 +63,12 @@ import (
 const resumeAfter = 200 * time.Microsecond
 
 // resumeKeep is the resume timer's period while waiters keep leaving the
-// link and coming back (a ping-pong): each firing then finds the link read
-// or about to be, and re-arms for resumeKeep, and a waiter leaving
-// meanwhile leaves the timer as it is (releaseLink), so the link may stay
-// without a reader for up to resumeKeep after the last waiter left, and
-// what falls due meanwhile (a held ACK, an engine timer) waits as long:
-// far inside the ACK timeouts applications set (8 ms or more). The
+// link and coming back (a ping-pong): a firing that finds a waiter reading
+// the link re-arms for resumeKeep, and a waiter leaving meanwhile leaves
+// the timer as it is (releaseLink), so the link may stay without a reader
+// for up to resumeKeep after the last waiter left, and what falls due
+// meanwhile (a held ACK, an engine timer) waits as long: far inside the
+// ACK timeouts applications set (8 ms or more). The
 // waiters themselves run the engine timers while they wait (selfDrive).
 //
 // Why not resumeAfter: every firing readies the driver goroutine, which
@@ -83,7 +83,7 @@ const resumeAfter = 200 * time.Microsecond
 // resumeAfter: about one thread wake-up per round trip per process more
 // than Go's TCP ping-pong, whose threads stay parked (docs/performance.md,
 // "Sleeping round trip, free placement").
-const resumeKeep = 2 * time.Millisecond
+const resumeKeep = time.Millisecond
 
 // ctxSlice bounds one self-driving look at the link when the waiter's
 // context can be cancelled, so the cancellation is seen within it.
@@ -374,11 +374,14 @@ func (s *selfDriver) resumeFire() bool {
 		return false
 	}
 	now := time.Now()
-	if s.releases != s.releasesSeen && (s.owner != ownerNone || now.Before(s.resumeAt)) {
+	if s.releases != s.releasesSeen && s.owner == ownerWaiter {
 		// Waiters keep leaving and coming back (a ping-pong), and one
-		// reads the link or left it less than resumeAfter ago: the timer
-		// re-arms itself here, for resumeKeep, and releaseLink leaves it
-		// (keeping). Re-arming it from releaseLink on every round trip
+		// reads the link now: the timer re-arms itself here, for
+		// resumeKeep, and releaseLink leaves it (keeping). A firing that
+		// finds the link without a reader re-arms for the resume time
+		// instead (below), so an application that went away (to work, or
+		// preempted) gets the driver back after resumeAfter, as before,
+		// unless it went away just after such a firing. Re-arming it from releaseLink on every round trip
 		// instead would make the runtime wake a second thread each time
 		// (wakeNetPoller: a timer set earlier than every other one of the
 		// process), a context switch per round trip.
