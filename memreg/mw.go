@@ -92,6 +92,12 @@ type mwBinding struct {
 	length uint64
 	access Access
 	qp     any // type 2: the QP that bound it (compared with ==)
+	// freed is the free binding an invalidation of this one publishes
+	// (type 2: allocated with it, so a bind and its invalidation cost
+	// one allocation; nil: the invalidation allocates). An invalidated
+	// window keeps its last MR reachable until it is bound again or
+	// deallocated (the pair is one allocation).
+	freed *mwBinding
 }
 
 // MW is a memory window (struct rxe_mw).
@@ -388,8 +394,18 @@ func (t *Table) bindMW(bd Bind, pd *PD, qp any) error {
 		}
 	}
 	// rxe_do_bind_mw.
-	nb := &mwBinding{rkey: cur.rkey&^0xff | bd.RKey&0xff, state: mwValid, access: bd.Access,
-		addr: bd.Addr, length: bd.Length}
+	var nb *mwBinding
+	if mw.typ == MWType2 {
+		pair := new([2]mwBinding)
+		nb = &pair[0]
+		nb.freed = &pair[1]
+	} else {
+		nb = new(mwBinding)
+	}
+	nb.rkey, nb.state, nb.access, nb.addr, nb.length = cur.rkey&^0xff|bd.RKey&0xff, mwValid, bd.Access, bd.Addr, bd.Length
+	if nb.freed != nil {
+		*nb.freed = mwBinding{rkey: nb.rkey, state: mwFree}
+	}
 	if cur.mr != nil {
 		cur.mr.numMW.Add(-1)
 	}
@@ -435,7 +451,11 @@ func (t *Table) invalidateMW(key uint32, pd *PD) error {
 	if cur.mr != nil {
 		cur.mr.numMW.Add(-1)
 	}
-	mw.b.Store(&mwBinding{rkey: cur.rkey, state: mwFree})
+	if cur.freed != nil {
+		mw.b.Store(cur.freed)
+	} else {
+		mw.b.Store(&mwBinding{rkey: cur.rkey, state: mwFree})
+	}
 	return nil
 }
 

@@ -449,6 +449,34 @@ func TestRemoteMWNoAllocs(t *testing.T) {
 	}
 }
 
+// TestBindInvalidateAllocs: a type 2 window's bind and its invalidation
+// allocate one binding between them (the free state is allocated with the
+// bound one), and the invalidated window is free under the same rkey.
+func TestBindInvalidateAllocs(t *testing.T) {
+	f := newMWFixture(t)
+	mw := f.alloc(t, f.pd, MWType2)
+	key := byte(0)
+	n := testing.AllocsPerRun(100, func() {
+		key++
+		if err := f.t.BindMW(Bind{MWRKey: mw.RKey(), RKey: uint32(key), MRLKey: f.mr.LKey(), Addr: 0x10000, Length: 64, Access: RemoteWrite}, f.pd, f.qpA); err != nil {
+			t.Fatal(err)
+		}
+		k := mw.RKey()
+		if err := f.t.Invalidate(k, f.pd); err != nil {
+			t.Fatal(err)
+		}
+		if b := mw.b.Load(); b.rkey != k || b.state != mwFree || b.mr != nil || mw.Bound() {
+			t.Fatalf("after invalidate: %+v", *b)
+		}
+	})
+	if n != 1 {
+		t.Fatalf("bind + invalidate: %v allocs/run, want 1", n)
+	}
+	if err := f.mr.Deregister(); err != nil {
+		t.Fatalf("Deregister after bind/invalidate cycles: %v", err)
+	}
+}
+
 // TestRemoteMWModel checks RemoteQP through windows against a model on
 // random binds and accesses (seed printed): an access succeeds exactly
 // when it lies inside the window, and the memory returned is always
