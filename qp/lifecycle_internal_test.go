@@ -60,11 +60,16 @@ func TestCQOverrunFailsItsQPs(t *testing.T) {
 		if err := qa.PostRecv(&RecvWR{WRID: 100, SGL: []SGE{mrA.SGE(0, 8)}}); err != nil {
 			t.Fatal(err)
 		}
-		for i := range 4 {
-			if err := qa.PostSend(&SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-				SGL: []SGE{mrA.SGE(0, 8)}, RemoteAddr: mrB.IOVA(), RKey: mrB.RKey()}); err != nil {
-				t.Fatalf("post %d: %v", i, err)
-			}
+		// One PostSendList: the pair's goroutines run beside this one (synctest
+		// fakes time, it does not serialize them), so with four PostSends the
+		// first completions could overrun the CQ before the fourth was posted.
+		wrs := make([]SendWR, 4)
+		for i := range wrs {
+			wrs[i] = SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+				SGL: []SGE{mrA.SGE(0, 8)}, RemoteAddr: mrB.IOVA(), RKey: mrB.RKey()}
+		}
+		if n, err := qa.PostSendList(wrs); n != 4 || err != nil {
+			t.Fatalf("PostSendList: %d posted, %v", n, err)
 		}
 		// The third completion overruns the two-entry CQ.
 		wcs := make([]WC, 4)
