@@ -29,8 +29,16 @@ const (
 	mNVMeSeqRead   = "nvme.seqread128k.gbps"
 	mNVMeWrite4k   = "nvme.write4k.mps" // goroce 4 KiB WRITE msg/s, this cell
 	mNVMeRead64k   = "nvme.read64k.gbps"
-	nvmePort       = 4420
-	nvmeQD         = 32
+	// Process CPU (getrusage, user + system) per operation, µs: the
+	// load-independent side of the comparison (per 64 KiB for the
+	// sequential read and the READ baseline).
+	mNVMeRandReadCPU  = "nvme.randread4k.cpu_us"
+	mNVMeRandWriteCPU = "nvme.randwrite4k.cpu_us"
+	mNVMeSeqReadCPU   = "nvme.seqread128k.cpu_us_per64k"
+	mNVMeWrite4kCPU   = "nvme.write4k.cpu_us"
+	mNVMeRead64kCPU   = "nvme.read64k.cpu_us"
+	nvmePort          = 4420
+	nvmeQD            = 32
 )
 
 func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
@@ -48,11 +56,13 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	s0 := snapWire(p)
 	w, err := bw(p, qp.WRRDMAWrite, 4096, lim)
 	record(res, k(mNVMeWrite4k), w.msgsPerSec(), err)
+	recordCPU(res, k(mNVMeWrite4kCPU), w, 1, err)
 	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s%s", tag, fmtRate(w.msgsPerSec()), snapWire(p).perMsg(s0, w.msgs), w.cpuPerMsg())
 	runtime.GC()
 	s0 = snapWire(p)
 	r, err := bw(p, qp.WRRDMARead, 65536, lim)
 	record(res, k(mNVMeRead64k), r.bitsPerSec()/1e9, err)
+	recordCPU(res, k(mNVMeRead64kCPU), r, 1, err)
 	progress("%s: nvmeof baseline: READ 64 KiB %s; %s%s", tag, fmtGbit(r.bitsPerSec()/1e9), snapWire(p).perMsg(s0, r.msgs), r.cpuPerMsg())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+3*c.cell)
@@ -80,18 +90,26 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	defer h.Close()
 	ns := h.Namespaces()[0]
 	for _, m := range []struct {
-		metric string
-		write  bool
-		bs     int
-		seq    bool
-	}{{mNVMeRandRead, false, 4096, false}, {mNVMeRandWrite, true, 4096, false}, {mNVMeSeqRead, false, 128 << 10, true}} {
+		metric, cpu string
+		write       bool
+		bs          int
+		seq         bool
+	}{{mNVMeRandRead, mNVMeRandReadCPU, false, 4096, false}, {mNVMeRandWrite, mNVMeRandWriteCPU, true, 4096, false},
+		{mNVMeSeqRead, mNVMeSeqReadCPU, false, 128 << 10, true}} {
 		runtime.GC()
 		s0, c0 := snapWire(p), markCPU()
 		ios, el, err := nvmeRun(ctx, ns, m.write, m.bs, m.seq, c.cell)
 		wire := snapWire(p).perMsg(s0, ios)
-		if cu, err := markCPU().since(c0); err == nil && ios > 0 {
-			wire += (throughput{msgs: ios, cpu: cu}).cpuPerMsg()
+		cu, cerr := markCPU().since(c0)
+		t := throughput{msgs: ios, cpu: cu, cpuErr: cerr}
+		if cerr == nil && ios > 0 {
+			wire += t.cpuPerMsg()
 		}
+		per := 1.0 // operations per reported unit
+		if m.seq {
+			per = 65536 / float64(m.bs)
+		}
+		recordCPU(res, k(m.cpu), t, per, err)
 		if m.seq {
 			record(res, k(m.metric), float64(ios)*float64(m.bs)*8/el.Seconds()/1e9, err)
 		} else {
@@ -99,6 +117,15 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 		}
 		progress("%s: nvmeof %s: %d I/Os of %d B in %v (%v); A = host, B = target, %s", tag, m.metric, ios, m.bs, el.Round(time.Millisecond), err, wire)
 	}
+}
+
+// recordCPU records t's process CPU in µs per operation times per (per
+// 64 KiB for 128 KiB I/Os: 0.5), when it was measured.
+func recordCPU(res *results, at key, t throughput, per float64, err error) {
+	if err != nil || t.cpuErr != nil || t.msgs == 0 {
+		return
+	}
+	res.add(at, t.cpu.proc/float64(t.msgs)*1e6*per)
 }
 
 // prefault writes the whole namespace once before it is measured: a fresh
@@ -164,9 +191,14 @@ func nvmeRun(ctx context.Context, ns *nvmeof.HostNamespace, write bool, bs int, 
 func writeNVMe(w io.Writer, r *results) {
 	writeVersus(w, r, "NVMe over Fabrics against goroce's own verbs", "goroce's NVMe-oF host against goroce's target "+
 		"(package nvmeof, a 256 MiB memory namespace, one I/O queue of depth 32, both in this process), and goroce's "+
-		"RDMA WRITE/READ rates on the same devices in the same cell.", "NVMe-oF | goroce verbs | ratio", []versusRow{
+		"RDMA WRITE/READ rates on the same devices in the same cell. The CPU rows are this process's CPU "+
+		"(getrusage, user + system: host, target and both links' kernel work) per operation, lower is better; "+
+		"unlike the rates they hardly move with other tenants' load.", "NVMe-oF | goroce verbs | ratio", []versusRow{
 		{"4 KiB random read IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandRead, mNVMeWrite4k, fmtRate},
 		{"4 KiB random write IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandWrite, mNVMeWrite4k, fmtRate},
 		{"128 KiB sequential read Gbit/s / 64 KiB READ Gbit/s", mNVMeSeqRead, mNVMeRead64k, fmtGbit},
+		{"process CPU per 4 KiB random read / per 4 KiB WRITE message", mNVMeRandReadCPU, mNVMeWrite4kCPU, fmtMicros},
+		{"process CPU per 4 KiB random write / per 4 KiB WRITE message", mNVMeRandWriteCPU, mNVMeWrite4kCPU, fmtMicros},
+		{"process CPU per 64 KiB, 128 KiB sequential read / 64 KiB READ", mNVMeSeqReadCPU, mNVMeRead64kCPU, fmtMicros},
 	})
 }
