@@ -193,7 +193,7 @@ func writeNVMe(w io.Writer, r *results) {
 		"(package nvmeof, a 256 MiB memory namespace, one I/O queue of depth 32, both in this process), and goroce's "+
 		"RDMA WRITE/READ rates on the same devices in the same cell. The CPU rows are this process's CPU "+
 		"(getrusage, user + system: host, target and both links' kernel work) per operation, lower is better; "+
-		"unlike the rates they hardly move with other tenants' load.", "NVMe-oF | goroce verbs | ratio", []versusRow{
+		"they move with other tenants' load less than the rates do.", "NVMe-oF | goroce verbs | ratio", []versusRow{
 		{"4 KiB random read IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandRead, mNVMeWrite4k, fmtRate},
 		{"4 KiB random write IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandWrite, mNVMeWrite4k, fmtRate},
 		{"128 KiB sequential read Gbit/s / 64 KiB READ Gbit/s", mNVMeSeqRead, mNVMeRead64k, fmtGbit},
