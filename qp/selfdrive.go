@@ -83,7 +83,7 @@ const resumeAfter = 200 * time.Microsecond
 // resumeAfter: about one thread wake-up per round trip per process more
 // than Go's TCP ping-pong, whose threads stay parked (docs/performance.md,
 // "Sleeping round trip, free placement").
-const resumeKeep = time.Millisecond
+const resumeKeep = 2 * time.Millisecond
 
 // ctxSlice bounds one self-driving look at the link when the waiter's
 // context can be cancelled, so the cancellation is seen within it.

@@ -257,7 +257,7 @@ func TestSelfDriveKeep(t *testing.T) {
 		p.a.mu.Unlock()
 		// A firing that finds the application away re-arms for the
 		// resume time, and the next one finds it back: at most two per
-		// resumeKeep (at resumeAfter it was five).
+		// resumeKeep (at resumeAfter, one per resumeAfter).
 		if most := 2*uint64(elapsed/resumeKeep) + 2; fires > most {
 			t.Fatalf("the resume timer fired %d times in %v of ping-pong, want at most %d (two per resumeKeep %v)", fires, elapsed, most, resumeKeep)
 		}
