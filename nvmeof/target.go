@@ -451,7 +451,7 @@ type tqueue struct {
 type trsp struct {
 	idx     int
 	cmd     Command
-	inline  []byte // in-capsule data (a copy)
+	inline  []byte // in-capsule data: the receive buffer's, while capsule handles r
 	dataMR  *qp.MR
 	data    []byte // the transfer's bytes (dataMR's or inline)
 	sgl     SGL
@@ -510,7 +510,7 @@ func (tq *tqueue) getRsp() (*trsp, error) {
 		tq.free = tq.free[:n-1]
 		return r, nil
 	}
-	r := &trsp{idx: len(tq.all), q: tq, inline: make([]byte, 0, tq.inline)}
+	r := &trsp{idx: len(tq.all), q: tq}
 	mr, err := tq.q.PD().RegMR(make([]byte, CQESize), qp.LocalWrite)
 	if err != nil {
 		return nil, err
@@ -712,10 +712,19 @@ func (tq *tqueue) capsule(slot, n int) bool {
 		return false
 	}
 	copy(r.cmd[:], buf[:SQESize])
-	r.inline = append(r.inline[:0], buf[SQESize:]...)
-	if err := tq.postRecv(slot); err != nil {
-		return false
-	}
+	// The in-capsule data is used where it arrived: the receive buffer is
+	// re-posted once the command was executed, failed or handed to an
+	// RDMA READ (none of which reads it later), so a write's data is
+	// copied once, into the backend.
+	r.inline = buf[SQESize:]
+	tq.command(r)
+	r.inline = nil
+	return tq.postRecv(slot) == nil
+}
+
+// command parses, checks and executes r, or queues the RDMA READ of its
+// data (capsule).
+func (tq *tqueue) command(r *trsp) {
 	if tq.ctrl != nil {
 		tq.ctrl.traffic.Store(true)
 	}
@@ -725,7 +734,7 @@ func (tq *tqueue) capsule(slot, n int) bool {
 	}
 	if status != 0 {
 		tq.finish(r, status)
-		return true
+		return
 	}
 	if r.xfer > 0 && !r.toHost && r.sgl.Keyed() {
 		// Host data: fetch it with RDMA READ, execute on its completion.
@@ -733,14 +742,16 @@ func (tq *tqueue) capsule(slot, n int) bool {
 		r.sge[0] = qp.SGE{Addr: r.dataMR.IOVA(), Length: uint32(r.xfer), LKey: r.dataMR.LKey()}
 		tq.queue(qp.SendWR{WRID: wrid(kindRead, r.idx), Opcode: qp.WRRDMARead, Flags: qp.SendSignaled,
 			SGL: r.sge[:1], RemoteAddr: r.sgl.Addr, RKey: r.sgl.Key})
-		return true
+		return
 	}
 	st := r.execute(r)
+	if r.sgl.Type == SGLTypeInline {
+		r.data = nil // the receive buffer's, re-posted next
+	}
 	if st == holdResponse {
-		return true
+		return
 	}
 	tq.finish(r, st)
-	return true
 }
 
 const holdResponse = 0xffff
