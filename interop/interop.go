@@ -95,6 +95,7 @@ type vm struct {
 	ip      netip.Addr
 	mac     net.HardwareAddr
 	share   string
+	boot    int // 0 for the first boot, n for the n-th reboot (Revive)
 	console string
 	qlog    string
 	cmd     *exec.Cmd
@@ -162,7 +163,7 @@ func New(t testing.TB, cfg Config) *Harness {
 	}
 	t0 := time.Now()
 	for i := 0; i < cfg.VMs; i++ {
-		v, err := h.startVM(i)
+		v, err := h.startVM(i, 0)
 		if err != nil {
 			t.Fatalf("interop: VM %d: %v", i, err)
 		}
@@ -328,16 +329,25 @@ func (h *Harness) setupNetwork() error {
 	return nil
 }
 
-func (h *Harness) startVM(i int) (*vm, error) {
+func (h *Harness) startVM(i, boot int) (*vm, error) {
+	// A reboot (Revive) gets a fresh share directory, so that the new VM's
+	// job daemon finds neither the old "ready" file nor the dead VM's
+	// jobs, and files of its own for the console and qemu's log, so that
+	// the dead VM's stay readable.
+	suffix := ""
+	if boot > 0 {
+		suffix = fmt.Sprintf("-boot%d", boot)
+	}
 	v := &vm{
 		idx:    i,
+		boot:   boot,
 		ip:     h.VMIP(i),
 		mac:    net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x00, byte(0x11 + i)},
-		share:  filepath.Join(h.dir, fmt.Sprintf("vm%d-share", i)),
+		share:  filepath.Join(h.dir, fmt.Sprintf("vm%d-share%s", i, suffix)),
 		exited: make(chan struct{}),
 	}
-	v.console = filepath.Join(h.dir, fmt.Sprintf("vm%d-console.log", i))
-	v.qlog = filepath.Join(h.dir, fmt.Sprintf("vm%d-qemu.log", i))
+	v.console = filepath.Join(h.dir, fmt.Sprintf("vm%d-console%s.log", i, suffix))
+	v.qlog = filepath.Join(h.dir, fmt.Sprintf("vm%d-qemu%s.log", i, suffix))
 	for _, d := range []string{filepath.Join(v.share, "new"), filepath.Join(v.share, "run")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -456,7 +466,79 @@ func (h *Harness) VMMAC(i int) net.HardwareAddr {
 
 // ShareDir is the host directory that VM i sees as /jobs (9p): a place to
 // hand files to the VM or fetch them.
-func (h *Harness) ShareDir(i int) string { return h.vms[i].share }
+func (h *Harness) ShareDir(i int) string { return h.vm(i).share }
+
+// vm returns VM i's current boot (Revive replaces it).
+func (h *Harness) vm(i int) *vm {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.vms[i]
+}
+
+// Alive reports, with the reason when not, whether VM i still runs jobs:
+// its qemu has not exited and a trivial job ends within timeout. Under TCG
+// on a loaded machine a healthy VM answers in well under a second.
+func (h *Harness) Alive(i int, timeout time.Duration) error {
+	v := h.vm(i)
+	select {
+	case <-v.exited:
+		return fmt.Errorf("%w: %v", ErrVMExited, v.waitErr)
+	default:
+	}
+	if r := h.Run(i, "true", timeout); !r.OK() {
+		if r.Err != nil {
+			return fmt.Errorf("a trivial job did not end: %w", r.Err)
+		}
+		return fmt.Errorf("a trivial job exited %d", r.ExitCode)
+	}
+	return nil
+}
+
+// Revive checks every VM with Alive and boots a new one in place of each
+// that is dead (same index, address, MAC and tap; a fresh share directory,
+// console and qemu log), waiting until it is ready as New does. It returns
+// a description per VM it replaced: why, and the last lines of the dead
+// VM's console (an oops or panic there is the first thing to read). A
+// test that reuses one harness for many cells calls it after a failed
+// cell, so that one dead VM does not fail every cell after it.
+func (h *Harness) Revive(timeout time.Duration) ([]string, error) {
+	var report []string
+	for i := range h.vms {
+		err := h.Alive(i, timeout)
+		if err == nil {
+			continue
+		}
+		old := h.vm(i)
+		if old.cmd != nil && old.cmd.Process != nil {
+			old.cmd.Process.Kill()
+			select {
+			case <-old.exited:
+			case <-time.After(10 * time.Second):
+				return report, fmt.Errorf("interop: VM %d: qemu (pid %d) did not exit after SIGKILL", i, old.cmd.Process.Pid)
+			}
+		}
+		report = append(report, fmt.Sprintf("VM %d (boot %d) was dead: %v\n%s", i, old.boot, err, h.consoleTail(old, 60)))
+		t0 := time.Now()
+		v, err := h.startVM(i, old.boot+1)
+		if err != nil {
+			return report, fmt.Errorf("interop: VM %d: reboot: %w", i, err)
+		}
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			v.cmd.Process.Kill()
+			<-v.exited
+			return report, errors.New("interop: harness closed during Revive")
+		}
+		h.vms[i] = v
+		h.mu.Unlock()
+		if err := h.waitReady(v, time.Now().Add(h.cfg.BootTimeout)); err != nil {
+			return report, fmt.Errorf("interop: VM %d: reboot: %w\n%s", i, err, h.consoleTail(v, 30))
+		}
+		report = append(report, fmt.Sprintf("VM %d rebooted (boot %d) in %.1fs", i, v.boot, time.Since(t0).Seconds()))
+	}
+	return report, nil
+}
 
 // HostExec returns a command that runs name with args inside HostNS.
 func (h *Harness) HostExec(name string, args ...string) *exec.Cmd {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -117,6 +118,61 @@ func TestBootOneVM(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("binding %s:4791 in the host namespace: %v", h.HostIP(), err)
+	}
+	srv.Wait(10 * time.Second).Check(t)
+
+	// A VM that stops answering (here: its qemu stopped with SIGSTOP, as a
+	// hung TCG guest looks from outside) is found by Alive and replaced by
+	// Revive with a new boot that serves jobs and rxe again; a live VM is
+	// left alone.
+	if rep, err := h.Revive(30 * time.Second); err != nil || len(rep) != 0 {
+		t.Fatalf("Revive of a live VM: %v, %q", err, rep)
+	}
+	old := h.vm(0)
+	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Alive(0, 3*time.Second); err == nil {
+		t.Fatal("Alive: a stopped VM answered")
+	} else {
+		t.Logf("Alive of the stopped VM: %v", err)
+	}
+	rep, err := h.Revive(5 * time.Second)
+	for _, l := range rep {
+		t.Logf("%s", l)
+	}
+	if err != nil {
+		t.Fatalf("Revive: %v", err)
+	}
+	if len(rep) == 0 || h.vm(0) == old {
+		t.Fatal("Revive did not replace the stopped VM")
+	}
+	select {
+	case <-old.exited:
+	default:
+		t.Error("the stopped VM's qemu still runs")
+	}
+	r = h.Run(0, "ibv_devinfo -v", 60*time.Second).Check(t)
+	if !strings.Contains(r.Stdout, "PORT_ACTIVE") || !strings.Contains(r.Stdout, "::ffff:198.18.0.11") {
+		t.Errorf("the new VM's rxe0:\n%s", r.Stdout)
+	}
+	srv = h.Start(0, "echo hello-again | nc -l -p 7002")
+	if err := h.WaitListen(0, 7002, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	err = h.HostDo(func() error {
+		conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(h.VMIP(0), 7002).String(), 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(conn)
+		got = string(b)
+		return err
+	})
+	if err != nil || got != "hello-again\n" {
+		t.Errorf("TCP from the host namespace to the rebooted VM: %v, read %q", err, got)
 	}
 	srv.Wait(10 * time.Second).Check(t)
 }

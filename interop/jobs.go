@@ -85,7 +85,7 @@ func (h *Harness) Start(vm int, cmd string) *Job {
 		j.finish(-1, fmt.Errorf("interop: no VM %d", vm))
 		return j
 	}
-	j.v = h.vms[vm]
+	j.v = h.vm(vm)
 	j.res.VM = vm
 	j.id = fmt.Sprintf("j%05d", j.v.nextJob.Add(1))
 	j.dir = filepath.Join(j.v.share, "run", j.id)

@@ -46,6 +46,22 @@ func goroceHasTxDrop(bin string) bool {
 	return bytes.Contains(out, []byte("GOROCE_TX_DROP"))
 }
 
+// reviveVMs boots a new VM in place of each of h's that no longer runs
+// jobs (Harness.Revive), logging why and the dead VM's console; it reports
+// whether it replaced any. A VM that cannot be rebooted fails the test.
+func reviveVMs(t *testing.T, h *Harness) bool {
+	t.Helper()
+	report, err := h.Revive(30 * time.Second)
+	for _, l := range report {
+		t.Logf("interop: %s", l)
+	}
+	if err != nil {
+		noteFailure(t, "%v", err)
+		t.Fatal(err)
+	}
+	return len(report) > 0
+}
+
 // matrixCells are the cells of one harness MTU.
 func matrixCells(mtu int) []Cell {
 	if mtu == 9000 {
@@ -308,6 +324,21 @@ func TestMatrix(t *testing.T) {
 							t.Logf("%s %s: attempt %d provoked no RNR NAK and showed nothing else wrong: running it again", c.Name, d, attempt)
 							m.forget(r)
 							r = m.Run(t, h, c, d, gor, rxe)
+						}
+						// A VM that died in the cell (a TCG guest has been seen to stop
+						// answering mid-run) would fail every later cell too: boot a new
+						// one, and run this cell once more on it. The dead VM's console
+						// and the first attempt's artifacts are kept in the log.
+						if r.Status == StatusFail && h != nil {
+							if rebooted := reviveVMs(t, h); rebooted {
+								t.Logf("interop: WARNING: %s %s failed with a dead VM (problems: %v); running it again on the new VM", c.Name, d, r.Problems)
+								keepArtifacts(t, r)
+								m.forget(r)
+								r = m.Run(t, h, c, d, gor, rxe)
+								if r.Status == StatusFail {
+									reviveVMs(t, h)
+								}
+							}
 						}
 						for _, l := range r.Summaries {
 							t.Logf("  %s", l)
