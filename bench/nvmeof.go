@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/netip"
@@ -41,6 +43,10 @@ const (
 	nvmeQD            = 32
 )
 
+// nvmeQueues is the host's I/O queues in the nvmeof cell (one by default:
+// the figures of docs/performance.md); the QD 32 is spread over them.
+var nvmeQueues = flag.Int("nvme-queues", 1, "I/O queues of the nvmeof cell's host (QD 32 over all), for experiments")
+
 func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
 	k := func(m string) key { return key{b, mtu, m} }
 	p, err := openRDMA(pair, b, false)
@@ -52,18 +58,20 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	defer p.Close()
 	res.addSection(section{backend: b, mtu: mtu, mode: p.a.info.Mode, pmtu: p.pmtu})
 	lim := limit{c.cell, maxMsgs}
+	sc := newSysCounter()
+	defer sc.close()
 	runtime.GC()
-	s0 := snapWire(p)
+	s0, y0 := snapWire(p), sc.snap()
 	w, err := bw(p, qp.WRRDMAWrite, 4096, lim)
 	record(res, k(mNVMeWrite4k), w.msgsPerSec(), err)
 	recordCPU(res, k(mNVMeWrite4kCPU), w, 1, err)
-	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s%s", tag, fmtRate(w.msgsPerSec()), snapWire(p).perMsg(s0, w.msgs), w.cpuPerMsg())
+	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s%s%s", tag, fmtRate(w.msgsPerSec()), snapWire(p).perMsg(s0, w.msgs), w.cpuPerMsg()+cswPerMsg(w), sc.perOp(sc.snap(), y0, w.msgs))
 	runtime.GC()
-	s0 = snapWire(p)
+	s0, y0 = snapWire(p), sc.snap()
 	r, err := bw(p, qp.WRRDMARead, 65536, lim)
 	record(res, k(mNVMeRead64k), r.bitsPerSec()/1e9, err)
 	recordCPU(res, k(mNVMeRead64kCPU), r, 1, err)
-	progress("%s: nvmeof baseline: READ 64 KiB %s; %s%s", tag, fmtGbit(r.bitsPerSec()/1e9), snapWire(p).perMsg(s0, r.msgs), r.cpuPerMsg())
+	progress("%s: nvmeof baseline: READ 64 KiB %s; %s%s%s", tag, fmtGbit(r.bitsPerSec()/1e9), snapWire(p).perMsg(s0, r.msgs), r.cpuPerMsg()+cswPerMsg(r), sc.perOp(sc.snap(), y0, r.msgs))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+3*c.cell)
 	defer cancel()
@@ -82,7 +90,7 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	served := make(chan struct{})
 	go func() { t.Serve(sctx, l); close(served) }()
 	defer func() { stop(); l.Close(); <-served }()
-	h, err := nvmeof.Dial(ctx, p.a.dev, addr, "nqn.2026-12.io.goroce:bench", &nvmeof.HostOptions{Queues: 1, QueueDepth: nvmeQD})
+	h, err := nvmeof.Dial(ctx, p.a.dev, addr, "nqn.2026-12.io.goroce:bench", &nvmeof.HostOptions{Queues: max(*nvmeQueues, 1), QueueDepth: nvmeQD})
 	if err != nil {
 		res.fail(k(mNVMeRandRead), err)
 		return
@@ -97,13 +105,13 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	}{{mNVMeRandRead, mNVMeRandReadCPU, false, 4096, false}, {mNVMeRandWrite, mNVMeRandWriteCPU, true, 4096, false},
 		{mNVMeSeqRead, mNVMeSeqReadCPU, false, 128 << 10, true}} {
 		runtime.GC()
-		s0, c0 := snapWire(p), markCPU()
+		s0, y0, c0 := snapWire(p), sc.snap(), markCPU()
 		ios, el, err := nvmeRun(ctx, ns, m.write, m.bs, m.seq, c.cell)
-		wire := snapWire(p).perMsg(s0, ios)
 		cu, cerr := markCPU().since(c0)
+		wire := snapWire(p).perMsg(s0, ios) + sc.perOp(sc.snap(), y0, ios)
 		t := throughput{msgs: ios, cpu: cu, cpuErr: cerr}
 		if cerr == nil && ios > 0 {
-			wire += t.cpuPerMsg()
+			wire += t.cpuPerMsg() + cswPerMsg(t)
 		}
 		per := 1.0 // operations per reported unit
 		if m.seq {
@@ -117,6 +125,15 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 		}
 		progress("%s: nvmeof %s: %d I/Os of %d B in %v (%v); A = host, B = target, %s", tag, m.metric, ios, m.bs, el.Round(time.Millisecond), err, wire)
 	}
+}
+
+// cswPerMsg is t's context switches (getrusage, voluntary + involuntary)
+// per message.
+func cswPerMsg(t throughput) string {
+	if t.cpuErr != nil || t.msgs == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", context switches %.3f", float64(t.cpu.csw)/float64(t.msgs))
 }
 
 // recordCPU records t's process CPU in µs per operation times per (per
