@@ -574,6 +574,9 @@ type rxBatch struct {
 	bufs  [][]byte
 	sizes []int
 	pkt   wire.Packet
+	// icrc checks the received frames' ICRCs with the headers of the QPs
+	// seen before (wire.ICRCCache); one reader at a time, as the buffers.
+	icrc wire.ICRCCache
 	// pkts and perr are the frames parsed before d.mu was taken, when
 	// parsed (a multi-queue device's readers: preparse, queues.go).
 	pkts   []wire.Packet
@@ -614,7 +617,7 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 		b.parsed = false
 	} else {
 		for i := 0; i < n; i++ {
-			d.input(b.bufs[i][:b.sizes[i]], &b.pkt, now)
+			d.input(b.bufs[i][:b.sizes[i]], &b.pkt, &b.icrc, now)
 		}
 	}
 	// ACK coalescing: end the receive batch of every QP that got a frame
@@ -640,9 +643,10 @@ func (d *Device) drive(b *rxBatch, n int, timers bool) (events int, next time.Ti
 	return n + fired, next
 }
 
-// input parses one frame and hands it to its QP. Called with d.mu held.
-func (d *Device) input(frame []byte, pkt *wire.Packet, now time.Time) {
-	d.inputParsed(pkt, wire.Parse(frame, pkt), now)
+// input parses one frame (its ICRC checked through c) and hands it to its
+// QP. Called with d.mu held.
+func (d *Device) input(frame []byte, pkt *wire.Packet, c *wire.ICRCCache, now time.Time) {
+	d.inputParsed(pkt, c.Parse(frame, pkt), now)
 }
 
 // inputParsed is input after wire.Parse gave pkt and err (d.mu held): a

@@ -192,7 +192,7 @@ func (b *rxBatch) preparse(n int) {
 		return
 	}
 	for i := range n {
-		b.perr[i] = wire.Parse(b.bufs[i][:b.sizes[i]], &b.pkts[i])
+		b.perr[i] = b.icrc.Parse(b.bufs[i][:b.sizes[i]], &b.pkts[i])
 	}
 	b.parsed = true
 }

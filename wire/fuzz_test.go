@@ -24,6 +24,15 @@ func FuzzParse(f *testing.F) {
 		_ = ICRC(data)
 		_ = VerifyICRC(data)
 		err := Parse(data, &p)
+		// The receive cache gives Parse's answer on a miss (refilling its
+		// slot) and on the hit that follows.
+		var c ICRCCache
+		var cp Packet
+		for range 2 {
+			if e := c.Parse(data, &cp); e != err {
+				t.Fatalf("ICRCCache.Parse %v, Parse %v", e, err)
+			}
+		}
 		if err != nil {
 			if errors.Is(err, ErrBadICRC) && VerifyICRC(p.L3) {
 				t.Fatal("ErrBadICRC but the ICRC verifies")

@@ -15,6 +15,11 @@ import "encoding/binary"
 // fully populated. On other errors p holds whatever was decoded before the
 // error. Parse does not allocate.
 func Parse(frame []byte, p *Packet) error {
+	return parseFrame(frame, p, nil)
+}
+
+// parseFrame is Parse, checking the ICRC through c when it is not nil.
+func parseFrame(frame []byte, p *Packet, c *ICRCCache) error {
 	*p = Packet{}
 	if len(frame) < EthernetLen {
 		return ErrTruncated
@@ -47,7 +52,7 @@ func Parse(frame []byte, p *Packet) error {
 	if l3[0]>>4 != ver {
 		return ErrBadIPHeader
 	}
-	return parseL3(l3, p, true)
+	return parseL3(l3, p, c)
 }
 
 // ParseL3 is Parse for a packet that starts at the IP header (a raw IP
@@ -55,7 +60,7 @@ func Parse(frame []byte, p *Packet) error {
 // first nibble.
 func ParseL3(l3 []byte, p *Packet) error {
 	*p = Packet{}
-	return parseL3(l3, p, true)
+	return parseL3(l3, p, nil)
 }
 
 // ParseBTH decodes a UDP payload (BTH through ICRC) as received on a UDP
@@ -66,7 +71,9 @@ func ParseBTH(b []byte, p *Packet) error {
 	return parseBTH(b, p)
 }
 
-func parseL3(l3 []byte, p *Packet, checkICRC bool) error {
+// parseL3 decodes l3 into p and checks its ICRC, through c when it is not
+// nil (ICRCCache), else with ICRC.
+func parseL3(l3 []byte, p *Packet, c *ICRCCache) error {
 	if len(l3) == 0 {
 		return ErrTruncated
 	}
@@ -125,7 +132,13 @@ func parseL3(l3 []byte, p *Packet, checkICRC bool) error {
 	if err := parseBTH(l3[ipLen+UDPLen:], p); err != nil {
 		return err
 	}
-	if checkICRC && ICRC(l3[:end-ICRCLen]) != p.ICRC {
+	var sum uint32
+	if c != nil {
+		sum = c.ICRC(l3[:end-ICRCLen])
+	} else {
+		sum = ICRC(l3[:end-ICRCLen])
+	}
+	if sum != p.ICRC {
 		return ErrBadICRC
 	}
 	return nil
