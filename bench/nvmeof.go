@@ -65,13 +65,15 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	w, err := bw(p, qp.WRRDMAWrite, 4096, lim)
 	record(res, k(mNVMeWrite4k), w.msgsPerSec(), err)
 	recordCPU(res, k(mNVMeWrite4kCPU), w, 1, err)
-	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s%s%s", tag, fmtRate(w.msgsPerSec()), snapWire(p).perMsg(s0, w.msgs), w.cpuPerMsg()+cswPerMsg(w), sc.perOp(sc.snap(), y0, w.msgs))
+	s1 := snapWire(p)
+	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s%s%s%s", tag, fmtRate(w.msgsPerSec()), s1.perMsg(s0, w.msgs), txKicks(s1, s0, w.msgs), w.cpuPerMsg()+cswPerMsg(w), sc.perOp(sc.snap(), y0, w.msgs))
 	runtime.GC()
 	s0, y0 = snapWire(p), sc.snap()
 	r, err := bw(p, qp.WRRDMARead, 65536, lim)
 	record(res, k(mNVMeRead64k), r.bitsPerSec()/1e9, err)
 	recordCPU(res, k(mNVMeRead64kCPU), r, 1, err)
-	progress("%s: nvmeof baseline: READ 64 KiB %s; %s%s%s", tag, fmtGbit(r.bitsPerSec()/1e9), snapWire(p).perMsg(s0, r.msgs), r.cpuPerMsg()+cswPerMsg(r), sc.perOp(sc.snap(), y0, r.msgs))
+	s1 = snapWire(p)
+	progress("%s: nvmeof baseline: READ 64 KiB %s; %s%s%s%s", tag, fmtGbit(r.bitsPerSec()/1e9), s1.perMsg(s0, r.msgs), txKicks(s1, s0, r.msgs), r.cpuPerMsg()+cswPerMsg(r), sc.perOp(sc.snap(), y0, r.msgs))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+3*c.cell)
 	defer cancel()
@@ -108,7 +110,8 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 		s0, y0, c0 := snapWire(p), sc.snap(), markCPU()
 		ios, el, err := nvmeRun(ctx, ns, m.write, m.bs, m.seq, c.cell)
 		cu, cerr := markCPU().since(c0)
-		wire := snapWire(p).perMsg(s0, ios) + sc.perOp(sc.snap(), y0, ios)
+		s1 := snapWire(p)
+		wire := s1.perMsg(s0, ios) + txKicks(s1, s0, ios) + sc.perOp(sc.snap(), y0, ios)
 		t := throughput{msgs: ios, cpu: cu, cpuErr: cerr}
 		if cerr == nil && ios > 0 {
 			wire += t.cpuPerMsg() + cswPerMsg(t)
@@ -125,6 +128,16 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 		}
 		progress("%s: nvmeof %s: %d I/Os of %d B in %v (%v); A = host, B = target, %s", tag, m.metric, ios, m.bs, el.Round(time.Millisecond), err, wire)
 	}
+}
+
+// txKicks formats each end's transmit kicks (AF_XDP: sendto) per
+// operation and the frames each carried, over s−s0: the rest of a link's
+// "kicks" in perMsg are its receive side's wake-ups.
+func txKicks(s, s0 wireSnap, ops int64) string {
+	m := float64(max(ops, 1))
+	per := func(f, k uint64) float64 { return float64(f) / float64(max(k, 1)) }
+	return fmt.Sprintf("; TX kicks A %.3f (%.1f frames each), B %.3f (%.1f)", float64(s.txkA-s0.txkA)/m,
+		per(s.txA-s0.txA, s.txkA-s0.txkA), float64(s.txkB-s0.txkB)/m, per(s.txB-s0.txB, s.txkB-s0.txkB))
 }
 
 // cswPerMsg is t's context switches (getrusage, voluntary + involuntary)

@@ -56,7 +56,15 @@ type hqueue struct {
 	log      *slog.Logger
 
 	inCapsule, keyed atomic.Uint64 // commands sent with in-capsule data, with a keyed SGL and data
+	sends            atomic.Uint32 // command SENDs posted (one in cmdSignalEvery is signaled)
 }
+
+// cmdSignalEvery is how often a command's SEND is signaled: the host needs
+// no send completion (a slot is reused when the target's response came,
+// which the target sends after it received the command), so only one in
+// this many asks for one, for the send queue's accounting (verbs frees an
+// unsignaled WR's slot with a later signaled one's completion).
+const cmdSignalEvery = 16
 
 type hslot struct {
 	sge   [1]qp.SGE    // the command SEND's
@@ -416,7 +424,10 @@ func (q *hqueue) submit(ctx context.Context, cmd *Command, data []byte, toHost b
 	if !(q.qid == 0 && cmd.Opcode() == AdminAsyncEvent) { // an AER waits for an event as long as it takes
 		s.since.Store(time.Now().UnixNano())
 	}
-	wrs[nwr] = qp.SendWR{WRID: uint64(hkSend)<<56 | uint64(idx), Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: s.sge[:]}
+	wrs[nwr] = qp.SendWR{WRID: uint64(hkSend)<<56 | uint64(idx), Opcode: qp.WRSend, SGL: s.sge[:]}
+	if q.sends.Add(1)%cmdSignalEvery == 0 {
+		wrs[nwr].Flags = qp.SendSignaled
+	}
 	nwr++
 	if err := q.post(wrs[:nwr]); err != nil {
 		q.fail(fmt.Errorf("nvmeof: post command: %w", err))

@@ -28,7 +28,7 @@ type env struct {
 	stop func()
 }
 
-func setup(t *testing.T, size int64, bs int, tweak func(*nvmeof.Target)) *env {
+func setup(t testing.TB, size int64, bs int, tweak func(*nvmeof.Target)) *env {
 	t.Helper()
 	a, b, err := qp.OpenMemoryPair(qp.MemoryPairOptions{})
 	if err != nil {
@@ -39,7 +39,7 @@ func setup(t *testing.T, size int64, bs int, tweak func(*nvmeof.Target)) *env {
 
 // setupOn serves a memory namespace on device b at addr; a is the host's
 // device. Both are closed by the returned env's stop.
-func setupOn(t *testing.T, a, b *qp.Device, addr string, size int64, bs int, tweak func(*nvmeof.Target)) *env {
+func setupOn(t testing.TB, a, b *qp.Device, addr string, size int64, bs int, tweak func(*nvmeof.Target)) *env {
 	t.Helper()
 	mem := nvmeof.NewMemory(size)
 	tg := &nvmeof.Target{Subsystems: []*nvmeof.Subsystem{{NQN: subNQN,
@@ -77,7 +77,7 @@ func setupOn(t *testing.T, a, b *qp.Device, addr string, size int64, bs int, twe
 	return e
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx

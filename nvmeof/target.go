@@ -428,8 +428,17 @@ type tqueue struct {
 	// one poll's completions; flush posts them in one PostSendList (one
 	// doorbell, one link write for the whole batch).
 	batch []qp.SendWR
-	recv  qp.RecvWR // postRecv's, reused
-	rsge  [1]qp.SGE
+	// The responses finish queued, in posting order, until a signaled
+	// one completes: only one SEND in respSignalEvery asks for a work
+	// completion, and its completion retires the responses posted before
+	// it too (an RC send queue completes in order), as the WRITE streams
+	// of perftest signal one WR in --cq-mod. sinceSig counts the
+	// unsignaled ones since the last signaled.
+	rsps     []*trsp
+	rspHead  int
+	sinceSig int
+	recv     qp.RecvWR // postRecv's, reused
+	rsge     [1]qp.SGE
 	// The sender goroutine posts what flush handed it (sendQ), so that
 	// the transmission (AF_XDP's kick, where the kernel moves the frames)
 	// runs beside the queue goroutine's receiving and executing of the
@@ -459,6 +468,7 @@ type trsp struct {
 	lte     bool // xfer is a minimum (nvmet_check_data_len_lte: DSM)
 	toHost  bool // data goes to the host (RDMA WRITE)
 	inval   bool
+	queued  bool // in tqueue.rsps: posted by the queue goroutine, not yet retired
 	rspMR   *qp.MR
 	cqe     Completion
 	q       *tqueue
@@ -689,7 +699,7 @@ func (tq *tqueue) completion(wc *qp.WC) bool {
 		r := tq.all[idx]
 		tq.finish(r, r.execute(r))
 	case kindSend:
-		tq.putRsp(tq.all[idx])
+		tq.retire(tq.all[idx])
 	}
 	return true
 }
@@ -761,7 +771,43 @@ const holdResponse = 0xffff
 // SEND_WITH_INV when the host's descriptor asked for invalidation.
 func (tq *tqueue) finish(r *trsp, status uint16) {
 	tq.complete(r, status)
-	tq.queue(r.wrs()...)
+	tq.sinceSig++
+	sig := tq.sinceSig >= respSignalEvery
+	if sig {
+		tq.sinceSig = 0
+	}
+	r.queued = true
+	tq.rsps = append(tq.rsps, r)
+	tq.queue(r.wrs(sig)...)
+}
+
+// respSignalEvery is how often a response's SEND is signaled (finish).
+const respSignalEvery = 16
+
+// retire frees r, whose signaled SEND completed, and the responses the
+// queue goroutine posted before it (tqueue.rsps).
+func (tq *tqueue) retire(r *trsp) {
+	if !r.queued { // sendNow's: posted alone, signaled
+		tq.putRsp(r)
+		return
+	}
+	for tq.rspHead < len(tq.rsps) {
+		x := tq.rsps[tq.rspHead]
+		tq.rsps[tq.rspHead] = nil
+		tq.rspHead++
+		x.queued = false
+		tq.putRsp(x)
+		if x == r {
+			break
+		}
+	}
+	if tq.rspHead == len(tq.rsps) {
+		tq.rsps, tq.rspHead = tq.rsps[:0], 0
+	} else if tq.rspHead >= 64 && 2*tq.rspHead >= len(tq.rsps) {
+		n := copy(tq.rsps, tq.rsps[tq.rspHead:])
+		clear(tq.rsps[n:])
+		tq.rsps, tq.rspHead = tq.rsps[:n], 0
+	}
 }
 
 // complete fills r's CQE.
@@ -790,7 +836,7 @@ func (tq *tqueue) complete(r *trsp, status uint16) {
 // asynchronous event's).
 func (tq *tqueue) sendNow(r *trsp) {
 	tq.mu.Lock()
-	_, err := tq.q.PostSendList(r.wrs())
+	_, err := tq.q.PostSendList(r.wrs(true))
 	tq.mu.Unlock()
 	if err != nil {
 		tq.t.log().Debug("nvmeof: post response", "err", err)
@@ -798,8 +844,8 @@ func (tq *tqueue) sendNow(r *trsp) {
 }
 
 // wrs encodes r's CQE and returns the work requests that send it (in r's
-// own storage).
-func (r *trsp) wrs() []qp.SendWR {
+// own storage); the SEND asks for a work completion if signaled.
+func (r *trsp) wrs(signaled bool) []qp.SendWR {
 	r.cqe.Encode(r.rspMR.Bytes())
 	n := 0
 	if r.cqe.Status == 0 && r.toHost && r.xfer > 0 {
@@ -809,7 +855,10 @@ func (r *trsp) wrs() []qp.SendWR {
 		n++
 	}
 	r.sge[1] = qp.SGE{Addr: r.rspMR.IOVA(), Length: CQESize, LKey: r.rspMR.LKey()}
-	r.wr[n] = qp.SendWR{WRID: wrid(kindSend, r.idx), Opcode: qp.WRSend, Flags: qp.SendSignaled, SGL: r.sge[1:2]}
+	r.wr[n] = qp.SendWR{WRID: wrid(kindSend, r.idx), Opcode: qp.WRSend, SGL: r.sge[1:2]}
+	if signaled {
+		r.wr[n].Flags = qp.SendSignaled
+	}
 	if r.inval {
 		r.wr[n].Opcode = qp.WRSendWithInv
 		r.wr[n].InvRKey = r.sgl.Key
