@@ -170,6 +170,22 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	return cq.dev.drv.waitCQ(ctx, cq, wcs)
 }
 
+// Interrupt makes a goroutine waiting in Wait on cq look at its context
+// again now. On a self-driving device (ModeThreaded on a waitable link) that
+// goroutine may be parked on the link itself, where nothing else wakes it
+// for a context that ends, and sees the end only within ctxSlice (20 ms) or
+// at the context's deadline as it stood when the wait began; whoever ends
+// such a context early (a deadline moved into the past) calls Interrupt.
+// Elsewhere it does nothing: a sleeping waiter watches its context.
+func (cq *CQ) Interrupt() {
+	d := cq.dev
+	d.mu.Lock()
+	if !d.closed {
+		d.drv.completed(cq)
+	}
+	d.mu.Unlock()
+}
+
 // sleepWait is CQ.Wait where the caller need not drive the device: it
 // sleeps until a completion arrives, or, with empty set (self-driving
 // waiters, selfdrive.go), calls empty to wait while the CQ is empty (cq.mu

@@ -204,12 +204,16 @@ type iomapEntry struct {
 func start(e *endpoint, cc *cm.Conn, peer connData, o Options) *Conn {
 	c := &Conn{e: e, cc: cc, q: cc.QP(), cq: cc.RecvCQ(), log: o.Logger,
 		local: tcpAddr(cc.LocalAddr()), remote: tcpAddr(cc.RemoteAddr()),
-		rdl: newDeadline(), wdl: newDeadline(),
 		closed: make(chan struct{}), wcs: make([]qp.WC, 64),
 		state:  stConnected | stReadable | stWritable,
 		sqSize: o.SQSize, rqSize: o.RQSize, spare: spareRecvs(o.RQSize),
 		rmsg: make([]uint32, o.RQSize+1),
 	}
+	// A deadline that passes, or moves into the past (net/http aborts its
+	// background read with SetReadDeadline(aLongTimeAgo)), wakes a Read
+	// or Write parked in a self-driving CQ wait at once, not at the wait's
+	// next look at its context (qp's ctxSlice, 20 ms).
+	c.rdl, c.wdl = newDeadline(c.cq.Interrupt), newDeadline(c.cq.Interrupt)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for i := range c.wakes {
 		c.wakes[i] = make(chan struct{}, 1)
@@ -892,7 +896,7 @@ func (c *Conn) Close() error {
 		c.wdl.close()
 		c.cancel()
 		c.mu.Lock()
-		for c.polling { // a Read or Write in CQ.Wait sees its context's end within 20 ms
+		for c.polling { // a Read or Write in CQ.Wait was interrupted by the deadlines' close
 			c.sleeping[waitClose]++
 			c.mu.Unlock()
 			<-c.wakes[waitClose]

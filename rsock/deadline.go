@@ -15,6 +15,11 @@ type deadline struct {
 	timer *time.Timer
 	ctx   *dlCtx
 	shut  bool // the Conn is closed: the channel stays closed
+	// passed is called (without mu) once the channel was closed, by set,
+	// by the timer or by close: a Read or Write parked in a self-driving
+	// CQ wait does not watch the channel, and is woken by it (qp's
+	// CQ.Interrupt). nil: nothing to wake.
+	passed func()
 }
 
 // dlCtx is a context.Context whose Done is a deadline's channel. It is
@@ -34,13 +39,30 @@ func (c *dlCtx) Err() error {
 	return nil
 }
 
-func newDeadline() *deadline { return &deadline{ctx: &dlCtx{done: make(chan struct{})}} }
+func newDeadline(passed func()) *deadline {
+	return &deadline{ctx: &dlCtx{done: make(chan struct{})}, passed: passed}
+}
+
+// expire closes done and tells passed (d.mu not held).
+func (d *deadline) expire(done chan struct{}) {
+	close(done)
+	if d.passed != nil {
+		d.passed()
+	}
+}
 
 func (d *deadline) set(t time.Time) {
+	if d.setLocked(t) && d.passed != nil {
+		d.passed()
+	}
+}
+
+// setLocked is set under d.mu; it reports whether it closed the channel.
+func (d *deadline) setLocked(t time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.shut {
-		return
+		return false
 	}
 	if d.timer != nil && !d.timer.Stop() {
 		<-d.ctx.done // the timer fired: wait for its close
@@ -51,7 +73,7 @@ func (d *deadline) set(t time.Time) {
 		if closed || !d.ctx.at.IsZero() {
 			d.ctx = &dlCtx{done: make(chan struct{})}
 		}
-		return
+		return false
 	}
 	if dur := time.Until(t); dur > 0 {
 		done := d.ctx.done
@@ -59,29 +81,37 @@ func (d *deadline) set(t time.Time) {
 			done = make(chan struct{})
 		}
 		d.ctx = &dlCtx{done: done, at: t}
-		d.timer = time.AfterFunc(dur, func() { close(done) })
-		return
+		d.timer = time.AfterFunc(dur, func() { d.expire(done) })
+		return false
 	}
 	if !closed {
 		close(d.ctx.done)
+		return true
 	}
+	return false
 }
 
 // close closes the channel for good (the Conn is closed): every wait on it
 // ends.
 func (d *deadline) close() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.shut {
+		d.mu.Unlock()
 		return
 	}
 	d.shut = true
 	if d.timer != nil && !d.timer.Stop() {
+		d.mu.Unlock()
 		return // the timer closes (or closed) the channel
 	}
 	d.timer = nil
-	if !isClosed(d.ctx.done) {
+	closed := isClosed(d.ctx.done)
+	if !closed {
 		close(d.ctx.done)
+	}
+	d.mu.Unlock()
+	if !closed && d.passed != nil {
+		d.passed()
 	}
 }
 

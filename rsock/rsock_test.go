@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/goroce/goroce/qp"
@@ -231,5 +232,71 @@ func TestNoRNR(t *testing.T) {
 	}
 	if r := s.q.Counters()[qp.CntSendRNRErr]; r != 0 {
 		t.Fatalf("the receiver sent %d RNR NAKs", r)
+	}
+}
+
+// TestDeadlineWakesRead: a Read parked in its CQ wait (a self-driving
+// device's waiter reads the link itself) returns as soon as its deadline is
+// moved into the past, as net/http's server does to abort its background
+// read (SetReadDeadline(aLongTimeAgo)), not at the wait's next look at its
+// context (qp's ctxSlice, 20 ms). In a synctest bubble: the time measured
+// is the bubble's, which passes only while every goroutine is blocked.
+func TestDeadlineWakesRead(t *testing.T) {
+	for _, how := range []string{"past", "soon", "close"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a, b, err := qp.OpenMemoryPair(qp.MemoryPairOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				l, err := Listen(ctx, b, "198.18.0.2:7471", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := &pair{a: a, b: b, l: l, addr: "198.18.0.2:7471"}
+				c, s := p.conns(t, nil)
+				closed := make(chan struct{})
+				defer func() {
+					if how == "close" {
+						<-closed // the mutex of a second Close would not be durably blocked
+					}
+					c.Close()
+					s.Close()
+					l.Close()
+					time.Sleep(time.Minute) // every timewait ends
+					a.Close()
+					b.Close()
+				}()
+				done := make(chan error, 1)
+				go func() {
+					_, err := c.Read(make([]byte, 1))
+					done <- err
+				}()
+				synctest.Wait() // the Read waits on the link
+				start := time.Now()
+				want := os.ErrDeadlineExceeded
+				switch how {
+				case "past":
+					c.SetReadDeadline(time.Unix(1, 0))
+				case "soon": // set after the wait began: its slice does not know it
+					c.SetReadDeadline(start.Add(time.Millisecond))
+				case "close": // Close may end the Read with EOF, having sent the disconnect
+					want = net.ErrClosed
+					go func() {
+						c.Close()
+						close(closed)
+					}()
+				}
+				err = <-done
+				if waited := time.Since(start); waited > 5*time.Millisecond {
+					t.Errorf("Read returned %v after the deadline was set, want at once", waited)
+				}
+				if !errors.Is(err, want) && (how != "close" || err != io.EOF) {
+					t.Errorf("Read: %v, want %v", err, want)
+				}
+			})
+		})
 	}
 }
