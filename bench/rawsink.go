@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 )
 
@@ -81,6 +82,12 @@ func rawSink(ifname, backend string) error {
 	cancel()
 	if err != nil {
 		return err
+	}
+	// Frames are counted where the link received them (nic.RxLender: the
+	// AF_XDP UMEM), as the reference counts them in place, and as goroce's
+	// devices read them: no copy out.
+	if r, ok := unwrapTo[nic.RxLender](l, nil); ok {
+		r.LendRx(true)
 	}
 	in := newLineReader(os.Stdin)
 	var stopped atomic.Bool

@@ -75,6 +75,27 @@ type TxReserver interface {
 	ReserveTx(bufs [][]byte) int
 }
 
+// RxLender is implemented by links that can hand received frames to the
+// caller where they lie instead of copying them (afxdp: its UMEM chunks).
+// LendRx(true) turns lending on and reports whether the link lends (false:
+// it cannot lend every frame, and its reads go on copying): from then on
+// its reads (ReadBatch, TryReadBatch, WaitReadBatch, whichever it has) do
+// not copy a frame into bufs[i] but set bufs[i] to the frame in the link's
+// memory (its length and capacity the frame's, sizes[i] too), so the
+// caller's own buffers are never written. The frames one read lends are
+// the caller's until the next read on the link, ReleaseRx, LendRx(false)
+// or Close, which take them back; the caller must not touch them after
+// that, nor write to them, nor hand them to WriteBatch. The memory goes
+// away at Close, so a caller stops touching lent frames before it closes
+// the link. LendRx(false) takes the lent frames back and turns lending off.
+// Only a caller that reads the link itself may use it (through a wrapper
+// that copies or drops frames the lending would not be seen), and every
+// reader of a lending link must know that its reads lend.
+type RxLender interface {
+	LendRx(on bool) bool
+	ReleaseRx()
+}
+
 // Stats are per-backend counters. Backends fill what applies to them.
 type Stats struct {
 	RxFrames, RxBytes uint64

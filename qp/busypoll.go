@@ -72,7 +72,7 @@ type busyDriver struct {
 }
 
 func newBusyDriver(d *Device, pl nic.Poller) *busyDriver {
-	b := &busyDriver{linkPoller: newLinkPoller(d, pl)}
+	b := &busyDriver{linkPoller: newLinkPoller(d, pl, true)}
 	d.mrs.SetWaitHooks(memreg.WaitHooks{Wait: b.spinWrite})
 	b.holdT = time.AfterFunc(time.Hour, b.holdFire)
 	b.holdT.Stop()

@@ -577,6 +577,9 @@ type rxBatch struct {
 	// icrc checks the received frames' ICRCs with the headers of the QPs
 	// seen before (wire.ICRCCache); one reader at a time, as the buffers.
 	icrc wire.ICRCCache
+	// lends: the reads lend the frames in the link's memory and set bufs
+	// to them (newLinkRxBatch).
+	lends bool
 	// pkts and perr are the frames parsed before d.mu was taken, when
 	// parsed (a multi-queue device's readers: preparse, queues.go).
 	pkts   []wire.Packet
@@ -594,6 +597,52 @@ func newRxBatch(l nic.Link) *rxBatch {
 		b.bufs[i] = make([]byte, l.MTU()+wire.EthernetLen+wire.VLANTagLen+64)
 	}
 	return b
+}
+
+// newLinkRxBatch is newRxBatch for the reader of the link of a one-queue
+// device that owns and closes its link (every driver but the manual one):
+// where the link lends its received frames (nic.RxLender: afxdp's UMEM
+// chunks), lending is turned on, and the reads set b.bufs to the frames in
+// the link's memory instead of copying them into b's buffers. That is
+// safe because every reader of the link is the device's (one at a time,
+// with an rxBatch), the link takes a batch's frames back at its next read,
+// and every frame is used under d.mu in drive (the capture, the parse, the
+// engines, which copy payloads out and keep no view of a frame) before the
+// next read; Close sets d.closed under d.mu before the link and its memory
+// go, and no drive runs after that. A multi-queue device's readers parse
+// outside d.mu (preparse), so they keep copying.
+func (d *Device) newLinkRxBatch() *rxBatch {
+	b := newRxBatch(d.cfg.Link)
+	if len(d.cfg.Links) < 2 {
+		if r := rxLender(d.cfg.Link); r != nil {
+			b.lends = r.LendRx(true)
+		}
+	}
+	return b
+}
+
+// rxLender returns the nic.RxLender of a link the device owns (under
+// OpenInterface's ownedLink), looking through qp's own wrappers only (a
+// WrapLink wrapper may keep, copy or drop frames); nil if it has none.
+func rxLender(l nic.Link) nic.RxLender {
+	owned := false
+	for {
+		switch w := l.(type) {
+		case *waitedLink:
+			l, owned = w.ownedLink.Link, true
+		case *polledLink:
+			l, owned = w.ownedLink.Link, true
+		case *ownedLink:
+			l, owned = w.Link, true
+		case nic.RxLender:
+			if owned {
+				return w
+			}
+			return nil
+		default:
+			return nil
+		}
+	}
 }
 
 // drive is the device's one unit of work, whoever runs it (the driver

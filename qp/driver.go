@@ -139,7 +139,7 @@ func newDriver(d *Device) (driver, error) {
 			return nil, fmt.Errorf("qp: open device: %v mode needs a link with a non-blocking TryReadBatch (%T has none)", d.cfg.Mode, d.cfg.Link)
 		}
 		if d.cfg.Mode == ModeManual {
-			return &manualDriver{linkPoller: newLinkPoller(d, pl)}, nil
+			return &manualDriver{linkPoller: newLinkPoller(d, pl, false)}, nil
 		}
 		return newBusyDriver(d, pl), nil
 	}

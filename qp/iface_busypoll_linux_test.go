@@ -115,6 +115,11 @@ func busyPollBackend(t *testing.T, p *netns.Pair, backend string) {
 	if c := a.q.Counters(); c[qp.CntRetryExceededErr] != 0 || c[qp.CntRcvdNAKs] != 0 {
 		t.Errorf("A counters: %v", c)
 	}
+	// AF_XDP lends the received frames in its UMEM (nic.RxLender): the
+	// traffic above was read without a copy.
+	if lends, lent := qp.RxLends(a.dev); lends != (backend == qp.BackendAFXDP) || lent != lends {
+		t.Errorf("%s: reads lend %v, last frame lent %v", backend, lends, lent)
+	}
 }
 
 // noTry is a WrapLink wrapper without TryReadBatch.

@@ -46,8 +46,15 @@ type linkPoller struct {
 	more []queuePoller
 }
 
-func newLinkPoller(d *Device, pl nic.Poller) linkPoller {
-	return linkPoller{d: d, poller: pl, rx: newRxBatch(d.cfg.Link), more: d.queuePollers()}
+// newLinkPoller makes the poller of d's link; owns: the device closes the
+// link (busy-poll; a manual device's link is its caller's), so its frames
+// may be lent (newLinkRxBatch).
+func newLinkPoller(d *Device, pl nic.Poller, owns bool) linkPoller {
+	rx := newRxBatch(d.cfg.Link)
+	if owns {
+		rx = d.newLinkRxBatch()
+	}
+	return linkPoller{d: d, poller: pl, rx: rx, more: d.queuePollers()}
 }
 
 func (linkPoller) start()        {}

@@ -148,7 +148,7 @@ type selfDriver struct {
 // newSelfDriver sets self-driving up (Open, before the driver starts).
 func newSelfDriver(d *Device, w nic.Waiter) *selfDriver {
 	s := &selfDriver{goroutineDriver: goroutineDriver{d}, waiter: w,
-		rb: newRxBatch(d.cfg.Link), linkFree: make(chan struct{}, 1)}
+		rb: d.newLinkRxBatch(), linkFree: make(chan struct{}, 1)}
 	if len(d.cfg.Links) > 1 {
 		s.rb = newQueueRxBatch(d.cfg.Link) // parses outside d.mu (queues.go)
 	}

@@ -51,7 +51,7 @@ func (t *threadedDriver) kick() {
 func (t *threadedDriver) rxLoop() {
 	d := t.d
 	defer d.wg.Done()
-	b := newRxBatch(d.cfg.Link)
+	b := d.newLinkRxBatch()
 	for {
 		n, err := d.cfg.Link.ReadBatch(b.bufs, b.sizes)
 		if err != nil {

@@ -78,6 +78,10 @@ type Link struct {
 	rx     descRing
 	fill   addrRing
 	rxPoll [2]unix.PollFd
+	// lend: the reads lend frames in their chunks (LendRx, lend.go);
+	// lent holds the chunks the last read lent.
+	lend bool
+	lent []uint64
 
 	// Transmit side, owned by WriteBatch (txMu).
 	txMu   sync.Mutex
@@ -497,12 +501,14 @@ func (l *Link) MTU() int { return l.mtu }
 func (l *Link) HardwareAddr() net.HardwareAddr { return l.hw }
 
 // ReadBatch implements nic.Link. It copies frames out of the UMEM and gives
-// their chunks straight back to the fill ring; it sleeps in poll(2) only
+// their chunks straight back to the fill ring (or, after LendRx, lends them:
+// lend.go); it sleeps in poll(2) only
 // when the RX ring is empty (after Options.BusyPoll of spinning). If the
 // interface goes away, a blocked ReadBatch stays blocked until Close.
 func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
+	l.giveBack()
 	want := uint32(min(len(bufs), len(sizes)))
 	var spins uint
 	var spinUntil time.Time
@@ -551,6 +557,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
+	l.giveBack()
 	if l.c.Closed() {
 		return 0, nic.ErrClosed
 	}
@@ -581,6 +588,9 @@ func (l *Link) TryReadBatch(bufs [][]byte, sizes []int) (int, error) {
 // is assembled straight into its buffer. A frame larger than its buffer is
 // consumed, dropped and counted, and takes no buffer.
 func (l *Link) receive(avail uint32, bufs [][]byte, sizes []int) int {
+	if l.lend {
+		return l.lendFrames(avail, bufs, sizes)
+	}
 	got, bytes, tooBig := 0, 0, uint64(0)
 	var used uint32 // descriptors consumed, whole frames only
 frames:

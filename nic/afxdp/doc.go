@@ -38,7 +38,10 @@
 // ring, and the chunk returns to the free list when the completion ring hands
 // it back). ReserveTx (nic.TxReserver) lends free transmit chunks, up to half
 // of them, to a caller that builds its frames there (qp's transmit batch):
-// WriteBatch posts such a frame without the copy. The receive side is owned by the ReadBatch goroutine and the
+// WriteBatch posts such a frame without the copy. After LendRx
+// (nic.RxLender) the reads lend the received frames in their chunks
+// instead of copying them, and give the chunks back to the fill ring at the
+// next read (qp's link reader, lend.go). The receive side is owned by the ReadBatch goroutine and the
 // transmit side by the WriteBatch goroutine, so neither needs a lock on the
 // data path.
 //

@@ -48,6 +48,7 @@ func (l *Link) tryReceive(bufs [][]byte, sizes []int) int {
 func (l *Link) WaitReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	l.rxMu.Lock()
 	defer l.rxMu.Unlock()
+	l.giveBack()
 	n, wakeups, err := l.w.Wait(bufs, sizes)
 	l.c.Wakeups.Add(uint64(wakeups))
 	return n, err
