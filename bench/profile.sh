@@ -5,6 +5,7 @@
 #   bash bench/profile.sh WRITE.65536 [3s]    # the 64 KiB WRITE stream
 #   bash bench/profile.sh rawrate [3s]        # the raw 1 KiB-frame cell (nic links only)
 #   MTU=9000 bash bench/profile.sh WRITE.65536 # at veth MTU 9000 (path MTU 4096)
+#   BIN=/tmp/bench-old bash bench/profile.sh WRITE.65536 # a prebuilt bench binary
 #
 # Builds bench, runs one cell (`bench -cells bw -bw STREAM -backends afxdp
 # -mtus 1500 -reps 1`, both ends in this process; or `-cells rawrate`) under
@@ -21,7 +22,11 @@ t=${2:-3s}
 here=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-(cd "$here" && go build -o "$dir/bench" ./bench)
+if [ -n "${BIN:-}" ]; then
+	cp "$BIN" "$dir/bench" # a prebuilt bench (BIN=/tmp/bench-old: alternate trees)
+else
+	(cd "$here" && go build -o "$dir/bench" ./bench)
+fi
 if [ "$stream" = rawrate ]; then
 	args=(-cells rawrate)
 else
@@ -48,7 +53,7 @@ go tool addr2line "$dir/bench" <"$dir/addrs" | awk 'NR%2==1' >"$dir/names"
 paste "$dir/addrs" "$dir/names" >"$dir/symtab"
 awk -v n="$n" -v unit="$unit" -v hz=1999 '
 function cat(f) {
-	if (f ~ /wire\.ICRC|wire\.VerifyICRC|hash\/crc32|wire\.slicing8/) return "ICRC"
+	if (f ~ /wire\.ICRC|wire\.\(\*ICRC|wire\.VerifyICRC|hash\/crc32|wire\.slicing8/) return "ICRC"
 	if (f ~ /wire\.Parse|wire\.parse|wire\.\(\*Packet\)|wire\.BTHFields|wire\.parseL3/) return "header parse"
 	if (f ~ /wire\.Build|wire\..*Encode|wire\.Put|wire\.IPv4\.|wire\.build|wire\.\(\*Frame\)/) return "header build"
 	if (f ~ /afxdp\.txKick|xsk_sendmsg|__sys_sendto/) return "kick: sendto (kernel copy-mode transmit + the peer'"'"'s XDP receive)"
@@ -72,8 +77,17 @@ FILENAME == ARGV[1] { sym[$1] = $2; next }
 	if (s == "[unknown]" && ($1 in sym)) s = sym[$1]
 	st[depth++] = s
 }
-function flush(   i, c) {
+function flush(   i, c, all) {
 	total++
+	all = ""
+	for (i = 0; i < depth; i++) all = all " " st[i]
+	if (st[0] ~ /memmove/ && !setup(all)) {
+		if (all ~ /afxdp\.\(\*Link\)\.(receive|tryReceive|ReadBatch|TryReadBatch)/) mv["out of the UMEM on receive"]++
+		else if (all ~ /afxdp\.\(\*Link\)\.WriteBatch/) mv["into the UMEM (WriteBatch)"]++
+		else if (all ~ /walkSGL/) mv["MR <-> frame (walkSGL)"]++
+		else mv["other"]++
+	}
+	if (!setup(all) && all ~ /wire\.\(\*ICRCCache\)\.ICRC|wire\.ICRC |wire\.parseL3/ && st[0] ~ /slicing8|crc32|ieeeCLMUL|wire\.ICRC|wire\.\(\*ICRC/) rxcrc++
 	for (i = 0; i < depth; i++) if (setup(st[i])) { cnt["setup (namespaces, Open, connect, Close)"]++; return }
 	for (i = 0; i < depth; i++) {
 		c = cat(st[i])
@@ -111,4 +125,7 @@ END {
 		printf("%d\t| %s | %.1f %% | %.3f |\n", wait[f], f, 100 * wait[f] / cnt[wc], per) | "sort -rn | head -8 | cut -f2-"
 	}
 	close("sort -rn | head -8 | cut -f2-")
+	printf "\nCopies (memmove by caller) and the receive ICRC check, share of all samples outside setup:\n\n| what | share | µs per %s |\n|---|---|---|\n", unit
+	for (f in mv) printf("| memmove %s | %.1f %% | %.3f |\n", f, 100 * mv[f] / run, n > 0 ? mv[f] / hz / n * 1e6 : 0)
+	printf("| receive ICRC check (wire.Parse) | %.1f %% | %.3f |\n", 100 * rxcrc / run, n > 0 ? rxcrc / hz / n * 1e6 : 0)
 }' "$dir/symtab" "$dir/script"
