@@ -39,8 +39,12 @@ const (
 	mNVMeSeqReadCPU   = "nvme.seqread128k.cpu_us_per64k"
 	mNVMeWrite4kCPU   = "nvme.write4k.cpu_us"
 	mNVMeRead64kCPU   = "nvme.read64k.cpu_us"
-	nvmePort          = 4420
-	nvmeQD            = 32
+	// Per operation (per 64 KiB for the sequential read and the READ):
+	// system calls of every kind, and context switches (getrusage).
+	sufSys   = ".syscalls"
+	sufCSW   = ".csw"
+	nvmePort = 4420
+	nvmeQD   = 32
 )
 
 // nvmeQueues is the host's I/O queues in the nvmeof cell (one by default:
@@ -65,6 +69,7 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	w, err := bw(p, qp.WRRDMAWrite, 4096, lim)
 	record(res, k(mNVMeWrite4k), w.msgsPerSec(), err)
 	recordCPU(res, k(mNVMeWrite4kCPU), w, 1, err)
+	recordCounts(res, k(mNVMeWrite4k), sc.snap(), y0, w, 1, err)
 	s1 := snapWire(p)
 	progress("%s: nvmeof baseline: WRITE 4 KiB %s msg/s; %s%s%s%s", tag, fmtRate(w.msgsPerSec()), s1.perMsg(s0, w.msgs), txKicks(s1, s0, w.msgs), w.cpuPerMsg()+cswPerMsg(w), sc.perOp(sc.snap(), y0, w.msgs))
 	runtime.GC()
@@ -72,6 +77,7 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	r, err := bw(p, qp.WRRDMARead, 65536, lim)
 	record(res, k(mNVMeRead64k), r.bitsPerSec()/1e9, err)
 	recordCPU(res, k(mNVMeRead64kCPU), r, 1, err)
+	recordCounts(res, k(mNVMeRead64k), sc.snap(), y0, r, 1, err)
 	s1 = snapWire(p)
 	progress("%s: nvmeof baseline: READ 64 KiB %s; %s%s%s%s", tag, fmtGbit(r.bitsPerSec()/1e9), s1.perMsg(s0, r.msgs), txKicks(s1, s0, r.msgs), r.cpuPerMsg()+cswPerMsg(r), sc.perOp(sc.snap(), y0, r.msgs))
 
@@ -110,8 +116,8 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 		s0, y0, c0 := snapWire(p), sc.snap(), markCPU()
 		ios, el, err := nvmeRun(ctx, ns, m.write, m.bs, m.seq, c.cell)
 		cu, cerr := markCPU().since(c0)
-		s1 := snapWire(p)
-		wire := s1.perMsg(s0, ios) + txKicks(s1, s0, ios) + sc.perOp(sc.snap(), y0, ios)
+		s1, y1 := snapWire(p), sc.snap()
+		wire := s1.perMsg(s0, ios) + txKicks(s1, s0, ios) + sc.perOp(y1, y0, ios)
 		t := throughput{msgs: ios, cpu: cu, cpuErr: cerr}
 		if cerr == nil && ios > 0 {
 			wire += t.cpuPerMsg() + cswPerMsg(t)
@@ -121,6 +127,7 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 			per = 65536 / float64(m.bs)
 		}
 		recordCPU(res, k(m.cpu), t, per, err)
+		recordCounts(res, k(m.metric), y1, y0, t, per, err)
 		if m.seq {
 			record(res, k(m.metric), float64(ios)*float64(m.bs)*8/el.Seconds()/1e9, err)
 		} else {
@@ -147,6 +154,22 @@ func cswPerMsg(t throughput) string {
 		return ""
 	}
 	return fmt.Sprintf(", context switches %.3f", float64(t.cpu.csw)/float64(t.msgs))
+}
+
+// recordCounts records the system calls (when counted) and context
+// switches per operation of t times per under at's metric with sufSys and
+// sufCSW.
+func recordCounts(res *results, at key, y1, y0 sysSnap, t throughput, per float64, err error) {
+	if err != nil || t.msgs == 0 {
+		return
+	}
+	n := float64(t.msgs)
+	if y1.counts && y0.counts && len(y1.n) > 0 && len(y0.n) == len(y1.n) {
+		res.add(key{at.backend, at.mtu, at.metric + sufSys}, float64(y1.n[0]-y0.n[0])/n*per)
+	}
+	if t.cpuErr == nil {
+		res.add(key{at.backend, at.mtu, at.metric + sufCSW}, float64(t.cpu.csw)/n*per)
+	}
 }
 
 // recordCPU records t's process CPU in µs per operation times per (per
@@ -223,12 +246,20 @@ func writeNVMe(w io.Writer, r *results) {
 		"(package nvmeof, a 256 MiB memory namespace, one I/O queue of depth 32, both in this process), and goroce's "+
 		"RDMA WRITE/READ rates on the same devices in the same cell. The CPU rows are this process's CPU "+
 		"(getrusage, user + system: host, target and both links' kernel work) per operation, lower is better; "+
-		"they move with other tenants' load less than the rates do.", "NVMe-oF | goroce verbs | ratio", []versusRow{
+		"they move with other tenants' load less than the rates do. The system call rows count every thread's calls (perf "+
+		"tracepoints; absent without the permission), the context switch rows are getrusage's (voluntary + involuntary); "+
+		"the cell's progress lines break both down per link and per kind.", "NVMe-oF | goroce verbs | ratio", []versusRow{
 		{"4 KiB random read IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandRead, mNVMeWrite4k, fmtRate},
 		{"4 KiB random write IOPS, QD 32 / 4 KiB WRITE msg/s", mNVMeRandWrite, mNVMeWrite4k, fmtRate},
 		{"128 KiB sequential read Gbit/s / 64 KiB READ Gbit/s", mNVMeSeqRead, mNVMeRead64k, fmtGbit},
 		{"process CPU per 4 KiB random read / per 4 KiB WRITE message", mNVMeRandReadCPU, mNVMeWrite4kCPU, fmtMicros},
 		{"process CPU per 4 KiB random write / per 4 KiB WRITE message", mNVMeRandWriteCPU, mNVMeWrite4kCPU, fmtMicros},
 		{"process CPU per 64 KiB, 128 KiB sequential read / 64 KiB READ", mNVMeSeqReadCPU, mNVMeRead64kCPU, fmtMicros},
+		{"system calls per 4 KiB random read / per 4 KiB WRITE message", mNVMeRandRead + sufSys, mNVMeWrite4k + sufSys, fmtNum},
+		{"system calls per 4 KiB random write / per 4 KiB WRITE message", mNVMeRandWrite + sufSys, mNVMeWrite4k + sufSys, fmtNum},
+		{"system calls per 64 KiB, 128 KiB sequential read / 64 KiB READ", mNVMeSeqRead + sufSys, mNVMeRead64k + sufSys, fmtNum},
+		{"context switches per 4 KiB random read / per 4 KiB WRITE message", mNVMeRandRead + sufCSW, mNVMeWrite4k + sufCSW, fmtNum},
+		{"context switches per 4 KiB random write / per 4 KiB WRITE message", mNVMeRandWrite + sufCSW, mNVMeWrite4k + sufCSW, fmtNum},
+		{"context switches per 64 KiB, 128 KiB sequential read / 64 KiB READ", mNVMeSeqRead + sufCSW, mNVMeRead64k + sufCSW, fmtNum},
 	})
 }
