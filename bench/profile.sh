@@ -68,6 +68,17 @@ function cat(f) {
 	if (f ~ /main\.rate|main\.bwRun|main\.bw$/) return "bench loop"
 	return ""
 }
+# origin names where the stack of a wait sample comes from (all: its
+# frames, leaf first): the goroutine that parks or yields, or an idle thread.
+function origin(all) {
+	# The scheduler runs on the thread stack (g0): a yield or a park shows
+	# as runtime.mcall -> gosched_m or park_m, without the goroutine.
+	if (all ~ /runtime\.gosched_m|runtime\.goschedImpl/) return "a goroutine yielding (runtime.Gosched: bench pollWait between empty CQ polls), the scheduler after it"
+	if (all ~ /runtime\.park_m/) return "a goroutine parking (gopark: the runtime poller, CQ.Wait, channels), the scheduler after it"
+	if (all ~ /runtime\.sysmon/) return "sysmon"
+	if (all ~ /runtime\.mstart|runtime\.stopm|runtime\.findRunnable|runtime\.schedule/) return "an idle thread looking for work (mstart, stopm, findRunnable)"
+	return "a goroutine on its own stack (the wait or wake-up calls: Parker.Wait, ready, futex)"
+}
 function setup(f) { return f ~ /netns\.|afxdp\.Open|qp\.OpenInterface|qp\.openLink|main\.\(\*rdmaPair\)\.connect|afxdp\.\(\*Link\)\.Close|qp\.\(\*Device\)\.Close|main\.openEnd|main\.openRaw|bpf_|exec\.|runtime\.doInit|main\.buildFrames/ }
 FILENAME == ARGV[1] { sym[$1] = $2; next }
 /^[^ \t]/ { if (depth > 0) flush(); depth = 0; period = $2; next }
@@ -94,7 +105,7 @@ function flush(   i, c, all) {
 		if (c != "") {
 			cnt[c]++
 			if (c ~ /^kick/) { kick[st[0]]++; kc = c }
-			if (c ~ /^waits/) { wait[st[i]]++; wc = c }
+			if (c ~ /^waits/) { wait[st[i]]++; wc = c; worigin[origin(all)]++ }
 			return
 		}
 	}
@@ -125,6 +136,9 @@ END {
 		printf("%d\t| %s | %.1f %% | %.3f |\n", wait[f], f, 100 * wait[f] / cnt[wc], per) | "sort -rn | head -8 | cut -f2-"
 	}
 	close("sort -rn | head -8 | cut -f2-")
+	printf "\nThe waits by origin (the goroutine or thread of the stack):\n\n| origin | share of the waits | µs per %s |\n|---|---|---|\n", unit
+	for (f in worigin) printf("%d\t| %s | %.1f %% | %.3f |\n", worigin[f], f, 100 * worigin[f] / cnt[wc], n > 0 ? worigin[f] / hz / n * 1e6 : 0) | "sort -rn | cut -f2-"
+	close("sort -rn | cut -f2-")
 	printf "\nCopies (memmove by caller) and the receive ICRC check, share of all samples outside setup:\n\n| what | share | µs per %s |\n|---|---|---|\n", unit
 	for (f in mv) printf("| memmove %s | %.1f %% | %.3f |\n", f, 100 * mv[f] / run, n > 0 ? mv[f] / hz / n * 1e6 : 0)
 	printf("| receive ICRC check (wire.Parse) | %.1f %% | %.3f |\n", 100 * rxcrc / run, n > 0 ? rxcrc / hz / n * 1e6 : 0)
