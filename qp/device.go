@@ -207,6 +207,9 @@ type Device struct {
 
 	done chan struct{}  // closed by Close
 	wg   sync.WaitGroup // the device's goroutines (the driver's, the GSI's)
+	// rxUse is read-held by a multi-queue reader parsing lent frames
+	// outside mu (preparse); closeOwnedLink takes it before the links go.
+	rxUse sync.RWMutex
 }
 
 // qpTable is the device's queue pairs and shared receive queues (under
@@ -449,6 +452,10 @@ func (d *Device) closeOwnedLink() error {
 	if p := d.pcap.Load(); p != nil {
 		p.Flush()
 	}
+	// A multi-queue reader parsing lent frames outside d.mu (preparse)
+	// finishes before their memory goes; later ones see d.done.
+	d.rxUse.Lock()
+	d.rxUse.Unlock() // empty: only waits for the parsers
 	err := d.cfg.Link.Close()
 	for _, l := range d.cfg.Links[min(1, len(d.cfg.Links)):] {
 		if err2 := l.Close(); err == nil {
@@ -599,24 +606,23 @@ func newRxBatch(l nic.Link) *rxBatch {
 	return b
 }
 
-// newLinkRxBatch is newRxBatch for the reader of the link of a one-queue
-// device that owns and closes its link (every driver but the manual one):
-// where the link lends its received frames (nic.RxLender: afxdp's UMEM
-// chunks), lending is turned on, and the reads set b.bufs to the frames in
-// the link's memory instead of copying them into b's buffers. That is
-// safe because every reader of the link is the device's (one at a time,
-// with an rxBatch), the link takes a batch's frames back at its next read,
-// and every frame is used under d.mu in drive (the capture, the parse, the
-// engines, which copy payloads out and keep no view of a frame) before the
-// next read; Close sets d.closed under d.mu before the link and its memory
-// go, and no drive runs after that. A multi-queue device's readers parse
-// outside d.mu (preparse), so they keep copying.
-func (d *Device) newLinkRxBatch() *rxBatch {
-	b := newRxBatch(d.cfg.Link)
-	if len(d.cfg.Links) < 2 {
-		if r := rxLender(d.cfg.Link); r != nil {
-			b.lends = r.LendRx(true)
-		}
+// newLinkRxBatch is newRxBatch for a reader of l, a link of a device that
+// owns and closes its links (every driver but the manual one): where the
+// link lends its received frames (nic.RxLender: afxdp's UMEM chunks),
+// lending is turned on, and the reads set b.bufs to the frames in the
+// link's memory instead of copying them into b's buffers. That is safe
+// because every reader of the link is the device's (one at a time, with
+// an rxBatch), the link takes a batch's frames back at its next read, and
+// every frame is used before that read: under d.mu in drive (the capture,
+// the parse, the engines, which copy payloads out and keep no view of a
+// frame), or by a multi-queue device's reader in preparse, under d.rxUse.
+// Close marks the device closed (d.mu, d.done) before the links and their
+// memory go, no drive runs after that, and closeOwnedLink waits out any
+// preparse in progress (d.rxUse) before it closes the links.
+func (d *Device) newLinkRxBatch(l nic.Link) *rxBatch {
+	b := newRxBatch(l)
+	if r := rxLender(l); r != nil {
+		b.lends = r.LendRx(true)
 	}
 	return b
 }

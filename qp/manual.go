@@ -52,9 +52,9 @@ type linkPoller struct {
 func newLinkPoller(d *Device, pl nic.Poller, owns bool) linkPoller {
 	rx := newRxBatch(d.cfg.Link)
 	if owns {
-		rx = d.newLinkRxBatch()
+		rx = d.newLinkRxBatch(d.cfg.Link)
 	}
-	return linkPoller{d: d, poller: pl, rx: rx, more: d.queuePollers()}
+	return linkPoller{d: d, poller: pl, rx: rx, more: d.queuePollers(owns)}
 }
 
 func (linkPoller) start()        {}

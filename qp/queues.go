@@ -174,10 +174,10 @@ func (d *Device) settleLinks() []nic.Link {
 	return []nic.Link{d.cfg.Link}
 }
 
-// newQueueRxBatch is newRxBatch for a reader of a multi-queue device: with
-// room for the batch's parsed frames (preparse).
-func newQueueRxBatch(l nic.Link) *rxBatch {
-	b := newRxBatch(l)
+// newQueueRxBatch is newLinkRxBatch for a reader of a multi-queue device:
+// with room for the batch's parsed frames (preparse).
+func (d *Device) newQueueRxBatch(l nic.Link) *rxBatch {
+	b := d.newLinkRxBatch(l)
 	b.pkts, b.perr = make([]wire.Packet, len(b.bufs)), make([]error, len(b.bufs))
 	return b
 }
@@ -186,10 +186,21 @@ func newQueueRxBatch(l nic.Link) *rxBatch {
 // multi-queue device's threaded readers): wire.Parse and its ICRC check are
 // per-frame work that needs no engine state, so the readers of several
 // queues do it at once, and drive only dispatches (inputParsed). A
-// one-queue device parses under d.mu as before (b.pkts is nil).
-func (b *rxBatch) preparse(n int) {
+// one-queue device parses under d.mu as before (b.pkts is nil). Frames
+// lent by the link are parsed under d.rxUse, and not at all once the
+// device is closing (its caller then finds d.closed and drops them).
+func (b *rxBatch) preparse(d *Device, n int) {
 	if b.pkts == nil || n == 0 {
 		return
+	}
+	if b.lends {
+		d.rxUse.RLock()
+		defer d.rxUse.RUnlock()
+		select {
+		case <-d.done:
+			return
+		default:
+		}
 	}
 	for i := range n {
 		b.perr[i] = b.icrc.Parse(b.bufs[i][:b.sizes[i]], &b.pkts[i])
@@ -204,14 +215,19 @@ type queuePoller struct {
 	rx     *rxBatch
 }
 
-// queuePollers returns the pollers of queues 1..N-1 (nil with one queue).
-func (d *Device) queuePollers() []queuePoller {
+// queuePollers returns the pollers of queues 1..N-1 (nil with one queue);
+// owns: the device closes the links (newLinkPoller).
+func (d *Device) queuePollers(owns bool) []queuePoller {
 	if len(d.cfg.Links) < 2 {
 		return nil
 	}
 	var ps []queuePoller
 	for _, l := range d.cfg.Links[1:] {
-		ps = append(ps, queuePoller{poller: l.(nic.Poller), rx: newRxBatch(l)})
+		rx := newRxBatch(l)
+		if owns {
+			rx = d.newLinkRxBatch(l)
+		}
+		ps = append(ps, queuePoller{poller: l.(nic.Poller), rx: rx})
 	}
 	return ps
 }
@@ -235,7 +251,7 @@ func (d *Device) startQueues() {
 // self-driving waiter on queue 0 kicks it (selfDriver.completed).
 func (d *Device) queueLoop(l nic.Link) {
 	defer d.wg.Done()
-	b := newQueueRxBatch(l)
+	b := d.newQueueRxBatch(l)
 	read := l.ReadBatch
 	if w, ok := nic.CanWait(l); ok {
 		read = w.WaitReadBatch
@@ -258,7 +274,7 @@ func (d *Device) queueLoop(l nic.Link) {
 		if n == 0 {
 			continue
 		}
-		b.preparse(n)
+		b.preparse(d, n)
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()

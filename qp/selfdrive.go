@@ -148,9 +148,9 @@ type selfDriver struct {
 // newSelfDriver sets self-driving up (Open, before the driver starts).
 func newSelfDriver(d *Device, w nic.Waiter) *selfDriver {
 	s := &selfDriver{goroutineDriver: goroutineDriver{d}, waiter: w,
-		rb: d.newLinkRxBatch(), linkFree: make(chan struct{}, 1)}
+		rb: d.newLinkRxBatch(d.cfg.Link), linkFree: make(chan struct{}, 1)}
 	if len(d.cfg.Links) > 1 {
-		s.rb = newQueueRxBatch(d.cfg.Link) // parses outside d.mu (queues.go)
+		s.rb = d.newQueueRxBatch(d.cfg.Link) // parses outside d.mu (queues.go)
 	}
 	// A channel timer the parked driver goroutine selects on (driveLoop),
 	// not an AfterFunc: a firing then readies that goroutine instead of
@@ -304,7 +304,7 @@ func (s *selfDriver) driveLoop() {
 				time.Sleep(driveErrPause)
 			}
 		}
-		b.preparse(n)
+		b.preparse(d, n)
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()
@@ -480,7 +480,7 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 				time.Sleep(driveErrPause)
 			}
 		}
-		b.preparse(n)
+		b.preparse(d, n)
 		d.mu.Lock()
 		if d.closed {
 			d.mu.Unlock()

@@ -51,7 +51,7 @@ func (t *threadedDriver) kick() {
 func (t *threadedDriver) rxLoop() {
 	d := t.d
 	defer d.wg.Done()
-	b := d.newLinkRxBatch()
+	b := d.newLinkRxBatch(d.cfg.Link)
 	for {
 		n, err := d.cfg.Link.ReadBatch(b.bufs, b.sizes)
 		if err != nil {
