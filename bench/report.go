@@ -526,6 +526,10 @@ func writeRsock(w io.Writer, r *results) {
 		{"busy CPU-s per GB, whole machine", mRsockStream + ".cpugb", mRsockTCP + ".cpugb", fmtNum},
 		{"process CPU-s per GB", mRsockStream + ".procgb", mRsockTCP + ".procgb", fmtNum},
 		{"process + kernel threads' CPU-s per GB (the machine's busy time without other tenants)", mRsockStream + ".kprocgb", mRsockTCP + ".kprocgb", fmtNum},
+		{"one stream, rsock with rstream's 1 MiB buffers, Gbit/s", mRsockBig + ".gbps", mRsockTCP + ".gbps", fmtGbit},
+		{"busy CPU-s per GB, whole machine, 1 MiB buffers", mRsockBig + ".cpugb", mRsockTCP + ".cpugb", fmtNum},
+		{"process CPU-s per GB, 1 MiB buffers", mRsockBig + ".procgb", mRsockTCP + ".procgb", fmtNum},
+		{"process + kernel threads' CPU-s per GB, 1 MiB buffers", mRsockBig + ".kprocgb", mRsockTCP + ".kprocgb", fmtNum},
 	}
 	for _, pl := range r.placements {
 		for _, q := range []string{"p50", "mean", "p99"} {

@@ -28,12 +28,16 @@ import (
 const (
 	mRsockStream = "rsock.stream"    // recordRate base: rsock
 	mRsockTCP    = "rsock.tcpstream" // … Go TCP, in the same cell
+	mRsockBig    = "rsock.stream1m"  // rsock with rstream's buffers (rsockBigBuffer)
 	mRsockRTT    = "rsock.rtt"       // recordLat base
 	mRsockTCPRTT = "rsock.tcprtt"
 	mRsockHTTP   = "rsock.http.rps"
 	mRsockTCPWeb = "rsock.tcphttp.rps"
 	rsockPort    = 7471
 	httpBody     = 64
+	// rsockBigBuffer is the send and receive buffer of rstream and
+	// riostream (SO_SNDBUF and SO_RCVBUF 512 KiB, doubled by rsocket).
+	rsockBigBuffer = 1 << 20
 )
 
 func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
@@ -91,7 +95,7 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 		return
 	}
 	defer l.Close()
-	rsockConns := func() (net.Conn, net.Conn, error) {
+	rsockConnsOf := func(l *rsock.Listener, o *rsock.Options) (net.Conn, net.Conn, error) {
 		actx, acancel := context.WithCancel(ctx)
 		defer acancel()
 		acc := make(chan net.Conn, 1)
@@ -103,7 +107,7 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 			}
 			acc <- s
 		}()
-		cl, err := rsock.Dial(ctx, p.a.dev, addr, nil)
+		cl, err := rsock.Dial(ctx, p.a.dev, l.Addr().String(), o)
 		if err != nil {
 			acancel() // and wait: no Accept may outlive this pipe
 			if s := <-acc; s != nil {
@@ -118,13 +122,25 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 		}
 		return cl, s, nil
 	}
+	rsockConns := func() (net.Conn, net.Conn, error) { return rsockConnsOf(l, nil) }
+	// The stream also with rstream's buffers (its SO_SNDBUF and SO_RCVBUF
+	// of 512 KiB make rsocket buffers of 1 MiB): halves of 512 KiB, so
+	// the writer waits for a grant every 512 KiB instead of every 64 KiB.
+	bigOpts := &rsock.Options{SendBuffer: rsockBigBuffer, RecvBuffer: rsockBigBuffer}
+	lBig, err := rsock.Listen(ctx, p.b.dev, netip.AddrPortFrom(pair.B.Addr, rsockPort+2).String(), bigOpts)
+	if err != nil {
+		res.fail(k(mRsockBig+".gbps"), err)
+		return
+	}
+	defer lBig.Close()
+	rsockBigConns := func() (net.Conn, net.Conn, error) { return rsockConnsOf(lBig, bigOpts) }
 	tcpConnsOf := func() (net.Conn, net.Conn, error) { return tcpConns(pair) }
 
 	for _, s := range []struct {
 		metric string
 		conns  func() (net.Conn, net.Conn, error)
 		what   string
-	}{{mRsockTCP, tcpConnsOf, "Go TCP"}, {mRsockStream, rsockConns, "rsock"}} {
+	}{{mRsockTCP, tcpConnsOf, "Go TCP"}, {mRsockStream, rsockConns, "rsock"}, {mRsockBig, rsockBigConns, "rsock (1 MiB buffers)"}} {
 		runtime.GC()
 		t, err := connStream(s.conns, lim(maxStreamN))
 		recordRate(res, k(""), s.metric, t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
