@@ -88,9 +88,10 @@ type TxReserver interface {
 // that, nor write to them, nor hand them to WriteBatch. The memory goes
 // away at Close, so a caller stops touching lent frames before it closes
 // the link. LendRx(false) takes the lent frames back and turns lending off.
-// Only a caller that reads the link itself may use it (through a wrapper
-// that copies or drops frames the lending would not be seen), and every
-// reader of a lending link must know that its reads lend.
+// Only a caller that reads the link itself may use it (a wrapper between
+// them, which may keep, copy or drop frames, would not know that its frames
+// are lent), and every reader of a lending link must know that its reads
+// lend.
 type RxLender interface {
 	LendRx(on bool) bool
 	ReleaseRx()
