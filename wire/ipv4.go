@@ -147,6 +147,20 @@ func (b IPv4) SetDst(a netip.Addr) { a4 := a.Unmap().As4(); copy(b[ipv4Dst:], a4
 // is now, treating the checksum field as zero.
 func (b IPv4) CalculateChecksum() uint16 {
 	hl := b.HeaderLen()
+	if hl == IPv4Len && len(b) >= IPv4Len {
+		// No options (every RoCE packet): four big-endian words and the
+		// TTL/protocol half-word, summed at once; folding the 64-bit sum
+		// is the 16-bit ones' complement sum (2^16 = 1 mod 2^16-1), and
+		// zero only when every word is.
+		h := (*[IPv4Len]byte)(b)
+		be := binary.BigEndian
+		s := uint64(be.Uint32(h[0:])) + uint64(be.Uint32(h[4:])) + uint64(be.Uint16(h[ipv4TTL:]))<<16 +
+			uint64(be.Uint32(h[ipv4Src:])) + uint64(be.Uint32(h[ipv4Dst:]))
+		for s > 0xFFFF {
+			s = s>>16 + s&0xFFFF
+		}
+		return ^uint16(s)
+	}
 	var sum uint32
 	for i := 0; i+1 < hl; i += 2 {
 		if i == ipv4Csum {
