@@ -51,6 +51,10 @@ const (
 // the figures of docs/performance.md); the QD 32 is spread over them.
 var nvmeQueues = flag.Int("nvme-queues", 1, "I/O queues of the nvmeof cell's host (QD 32 over all), for experiments")
 
+// nvmeNoHold turns the held ACK off on both devices for the NVMe-oF runs
+// (qp.Device.SetAckHold), for experiments.
+var nvmeNoHold = flag.Bool("nvme-no-ackhold", false, "turn the held ACK off on both devices for the nvmeof cell's NVMe-oF runs, for experiments")
+
 func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
 	k := func(m string) key { return key{b, mtu, m} }
 	p, err := openRDMA(pair, b, false)
@@ -105,6 +109,12 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	}
 	defer h.Close()
 	ns := h.Namespaces()[0]
+	if *nvmeNoHold {
+		p.a.dev.SetAckHold(false)
+		p.b.dev.SetAckHold(false)
+		defer p.a.dev.SetAckHold(true)
+		defer p.b.dev.SetAckHold(true)
+	}
 	for _, m := range []struct {
 		metric, cpu string
 		write       bool
