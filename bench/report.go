@@ -530,6 +530,8 @@ func writeRsock(w io.Writer, r *results) {
 		{"busy CPU-s per GB, whole machine, 1 MiB buffers", mRsockBig + ".cpugb", mRsockTCP + ".cpugb", fmtNum},
 		{"process CPU-s per GB, 1 MiB buffers", mRsockBig + ".procgb", mRsockTCP + ".procgb", fmtNum},
 		{"process + kernel threads' CPU-s per GB, 1 MiB buffers", mRsockBig + ".kprocgb", mRsockTCP + ".kprocgb", fmtNum},
+		{"this process's context switches per MB, stream", mRsockStream + ".cswmb", mRsockTCP + ".cswmb", fmtNum},
+		{"this process's context switches per MB, stream, 1 MiB buffers", mRsockBig + ".cswmb", mRsockTCP + ".cswmb", fmtNum},
 	}
 	for _, pl := range r.placements {
 		for _, q := range []string{"p50", "mean", "p99"} {

@@ -146,6 +146,7 @@ func measureRsock(pair *netns.Pair, mtu int, b, tag string, c *config, res *resu
 		recordRate(res, k(""), s.metric, t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
 		if err == nil && t.cpuErr == nil && t.bytes > 0 {
 			res.add(k(s.metric+".kprocgb"), (t.cpu.proc+t.kcpu)/(float64(t.bytes)/1e9))
+			res.add(k(s.metric+".cswmb"), float64(t.cpu.csw)/(float64(t.bytes)/1e6))
 		}
 		progress("%s: %s stream %s (%v)", tag, s.what, fmtGbit(t.bitsPerSec()/1e9), err)
 	}
