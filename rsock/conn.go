@@ -147,6 +147,7 @@ type Conn struct {
 	closed       chan struct{}
 	closeOnce    sync.Once
 	closeErr     error
+	closing      bool // Close began (c.mu): Reads and Writes end with net.ErrClosed, not EOF
 
 	mu    sync.Mutex
 	state int
@@ -448,7 +449,7 @@ func (c *Conn) canSend() bool {
 // errLocked is the error for an operation on a connection that is no longer
 // (c.mu held).
 func (c *Conn) errLocked(op string) error {
-	if isClosed(c.closed) {
+	if c.closing {
 		return c.opErr(op, net.ErrClosed)
 	}
 	if c.err != nil {
@@ -546,7 +547,7 @@ func (c *Conn) processed(n int, err error, ctx context.Context) {
 // waitErr is the error of a wait whose ctx ended: the Conn was closed, or
 // the deadline passed.
 func (c *Conn) waitErr(op string, ctx context.Context) error {
-	if isClosed(c.closed) {
+	if c.closing {
 		return c.opErr(op, net.ErrClosed)
 	}
 	if _, ok := ctx.(*dlCtx); ok {
@@ -562,7 +563,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	defer c.rlock.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if isClosed(c.closed) {
+	if c.closing {
 		return 0, c.opErr("read", net.ErrClosed)
 	}
 	if c.rdl.wait().Err() != nil {
@@ -573,6 +574,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return 0, c.opErr("read", c.err)
 		}
 		if c.state&stReadable == 0 {
+			if c.closing {
+				return 0, c.opErr("read", net.ErrClosed)
+			}
 			if c.err != nil {
 				return 0, c.opErr("read", c.err)
 			}
@@ -629,7 +633,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 func (c *Conn) write(p []byte, r io.Reader) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if isClosed(c.closed) {
+	if c.closing {
 		return 0, c.opErr("write", net.ErrClosed)
 	}
 	if c.wdl.wait().Err() != nil {
@@ -733,7 +737,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	defer c.mu.Unlock()
 	var total int64
 	for {
-		if isClosed(c.closed) {
+		if c.closing {
 			return total, c.opErr("read", net.ErrClosed)
 		}
 		for c.rmsgN == 0 || c.err != nil {
@@ -741,6 +745,9 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 				return total, c.opErr("read", c.err)
 			}
 			if c.state&stReadable == 0 {
+				if c.closing {
+					return total, c.opErr("read", net.ErrClosed)
+				}
 				return total, nil
 			}
 			if err := c.wait("read", waitRead, c.rdl.wait()); err != nil {
@@ -879,6 +886,7 @@ func (c *Conn) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), drainWait)
 		defer cancel()
 		c.mu.Lock()
+		c.closing = true
 		if c.state&stConnected != 0 {
 			if c.drain(ctx) {
 				if err := c.sendCtrl(ctrlDisc, ctx); err == nil {
