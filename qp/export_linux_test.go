@@ -11,20 +11,19 @@ func WithoutRawBackends(t testing.TB) {
 }
 
 // RxLends reports whether the reads of d's link reader lend their frames
-// (newLinkRxBatch) and, after traffic, whether the last read's first frame
-// lay outside the reader's own buffers.
+// (newLinkRxBatch; fixed when the device opens) and, for a busy-poll
+// device, whose reads happen only in the caller's Poll, whether the last
+// read's first frame lay outside the reader's own buffers. A self-driving
+// device's reader sets its buffers outside d.mu (a multi-queue reader
+// parses there too), so lent is false for it: looking would race.
 func RxLends(d *Device) (lends, lent bool) {
-	var b *rxBatch
 	switch drv := d.drv.(type) {
 	case *selfDriver:
-		b = drv.rb
+		return drv.rb.lends, false
 	case *busyDriver:
-		b = drv.rx
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return drv.rx.lends, cap(drv.rx.bufs[0]) < d.cfg.Link.MTU()
 	}
-	if b == nil {
-		return false, false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return b.lends, cap(b.bufs[0]) < d.cfg.Link.MTU()
+	return false, false
 }
