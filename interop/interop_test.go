@@ -57,18 +57,7 @@ func TestBootOneVM(t *testing.T) {
 	if err := h.WaitListen(0, 7000, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	var got string
-	err := h.HostDo(func() error {
-		conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(h.VMIP(0), 7000).String(), 10*time.Second)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		b, err := io.ReadAll(conn)
-		got = string(b)
-		return err
-	})
+	got, err := readFromVM(h, 7000)
 	if err != nil || got != "hello-from-vm\n" {
 		t.Errorf("TCP from the host namespace to VM 0: %v, read %q", err, got)
 	}
@@ -160,8 +149,19 @@ func TestBootOneVM(t *testing.T) {
 	if err := h.WaitListen(0, 7002, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	err = h.HostDo(func() error {
-		conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(h.VMIP(0), 7002).String(), 10*time.Second)
+	got, err = readFromVM(h, 7002)
+	if err != nil || got != "hello-again\n" {
+		t.Errorf("TCP from the host namespace to the rebooted VM: %v, read %q", err, got)
+	}
+	srv.Wait(10 * time.Second).Check(t)
+}
+
+// readFromVM connects from the host namespace to TCP port on VM 0 and
+// reads until the VM's end closes.
+func readFromVM(h *Harness, port uint16) (string, error) {
+	var got string
+	err := h.HostDo(func() error {
+		conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(h.VMIP(0), port).String(), 10*time.Second)
 		if err != nil {
 			return err
 		}
@@ -171,10 +171,7 @@ func TestBootOneVM(t *testing.T) {
 		got = string(b)
 		return err
 	})
-	if err != nil || got != "hello-again\n" {
-		t.Errorf("TCP from the host namespace to the rebooted VM: %v, read %q", err, got)
-	}
-	srv.Wait(10 * time.Second).Check(t)
+	return got, err
 }
 
 // TestTwoVMs runs the stock tools between two VMs: ibv_rc_pingpong, and
