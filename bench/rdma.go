@@ -188,6 +188,31 @@ type throughput struct {
 	allocsPer float64 // process-wide heap allocations per message
 	cpu       cpuUse
 	cpuErr    error
+	app       appSplit // the posting goroutine's wall time (bwRun)
+	peerCPU   float64  // -bw-peer process: the responder process's CPU-seconds (inside cpu.proc)
+}
+
+// appSplit is where bwRun's goroutine (the application: perftest's
+// sender) spent its wall time: in PostSendList (the engine, and the kicks
+// it writes: sendto), in the poll after a post, and waiting with its
+// window full, first in yielding polls, then in CQ.Wait (which drives
+// device A while it sleeps: the ACKs are read there). It is load-robust
+// in one respect: a waiting share the sender does not use its CPU in.
+type appSplit struct {
+	post, poll, spin, wait time.Duration
+	posts, waits           int64 // PostSendList calls; window-full waits
+	spinHits, waitCalls    int64 // waits ended by a yielding poll; CQ.Wait calls
+	polls, entries         int64 // CQ.Poll calls (all); completions read
+}
+
+// String gives the shares of the wall time d and the counts per message.
+func (a appSplit) String(d time.Duration, msgs int64) string {
+	pct := func(x time.Duration) float64 { return 100 * x.Seconds() / max(d.Seconds(), 1e-9) }
+	m := float64(max(msgs, 1))
+	other := d - a.post - a.poll - a.spin - a.wait
+	return fmt.Sprintf("sender goroutine's wall time: post %.1f %% (%.2f µs per msg), poll %.1f %%, waiting %.1f %% (yielding polls %.1f %%, CQ.Wait %.1f %%), other %.1f %%; per msg: %.4f posts, %.4f waits (%.2f of them ended while yielding), %.4f CQ.Wait calls, %.4f polls, %.4f completions",
+		pct(a.post), a.post.Seconds()*1e6/m, pct(a.poll), pct(a.spin+a.wait), pct(a.spin), pct(a.wait), pct(other),
+		float64(a.posts)/m, float64(a.waits)/m, float64(a.spinHits)/float64(max(a.waits, 1)), float64(a.waitCalls)/m, float64(a.polls)/m, float64(a.entries)/m)
 }
 
 func (t throughput) bitsPerSec() float64 { return float64(t.bytes) * 8 / t.elapsed.Seconds() }
@@ -224,6 +249,7 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 	deadline := start.Add(lim.d)
 	stopped := false
 	var tot, totc int64 = perQP * int64(nq), 0
+	var app appSplit
 	for totc < tot {
 		if !stopped && !time.Now().Before(deadline) {
 			stopped = true
@@ -237,6 +263,7 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 			}
 		}
 		posted := false
+		t0 := time.Now()
 		for idx, q := range qps {
 			k := 0
 			for scnt[idx] < iters[idx] && scnt[idx]-ccnt[idx] < depth {
@@ -252,6 +279,7 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 			}
 			if k > 0 {
 				posted = true
+				app.posts++
 				if n, err := q.PostSendList(list[:k]); err != nil {
 					return throughput{}, fmt.Errorf("post on QP %d (%d of %d taken): %w", idx, n, k, err)
 				}
@@ -259,11 +287,17 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 		}
 		var n int
 		var err error
+		t1 := time.Now()
 		if posted {
+			app.post += t1.Sub(t0)
 			n, err = cq.Poll(wcs[:])
+			app.polls++
+			app.poll += time.Since(t1)
 		} else {
-			n, err = pollWait(ctx, cq, wcs[:])
+			app.waits++
+			n, err = pollWait(ctx, cq, wcs[:], &app)
 		}
+		app.entries += int64(n)
 		if err != nil {
 			return throughput{}, fmt.Errorf("%d of %d completed: %w", totc, tot, err)
 		}
@@ -281,7 +315,7 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 	cpu, cpuErr := markCPU().since(c0)
 	runtime.ReadMemStats(&ms1)
 	return throughput{msgs: totc, bytes: totc * int64(size), elapsed: el,
-		allocsPer: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(totc, 1)), cpu: cpu, cpuErr: cpuErr}, nil
+		allocsPer: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(totc, 1)), cpu: cpu, cpuErr: cpuErr, app: app}, nil
 }
 
 // spinPolls is how many yielding empty polls a waiter makes before it
@@ -289,15 +323,25 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 const spinPolls = 64
 
 // pollWait is the perftest tools' default wait (cmd/goroce's poller
-// without -e): spinPolls yielding polls, then CQ.Wait.
-func pollWait(ctx context.Context, cq *qp.CQ, wcs []qp.WC) (int, error) {
+// without -e): spinPolls yielding polls, then CQ.Wait. It adds its time
+// and calls to a.
+func pollWait(ctx context.Context, cq *qp.CQ, wcs []qp.WC, a *appSplit) (int, error) {
+	t0 := time.Now()
 	for range spinPolls {
+		a.polls++
 		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			a.spinHits++
+			a.spin += time.Since(t0)
 			return n, err
 		}
 		runtime.Gosched()
 	}
-	return cq.Wait(ctx, wcs)
+	t1 := time.Now()
+	a.spin += t1.Sub(t0)
+	a.waitCalls++
+	n, err := cq.Wait(ctx, wcs)
+	a.wait += time.Since(t1)
+	return n, err
 }
 
 // bw is one perftest-shaped stream on one new QP pair: tx-depth 128,
