@@ -245,6 +245,7 @@ func main() {
 	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	rawref := flag.String("rawref", "", "with the raw cell on afxdp: also run the raw AF_XDP reference sender (a rawref module directory such as ../shared/rawref, or its built xsk binary) after each raw rate (rawref.go)")
 	flag.StringVar(&c.bwPeer, "bw-peer", "process", "where the bw cell's responder (device B) runs: process (its own, as ib_write_bw's server; bwpeer.go) or goroutine (this process)")
+	flag.StringVar(&bwWait, "bw-wait", bwWait, "how the bw cell's sender waits with its window full: yield (64 polls with runtime.Gosched, then CQ.Wait: cmd/goroce's poller), spin (64 polls without yielding, then CQ.Wait) or sleep (CQ.Wait at once)")
 	flag.StringVar(&c.rawSink, "raw-sink", "process", "where the AF_XDP raw rate's receiving end runs: process (its own, as the reference's; rawsink.go) or goroutine (this process)")
 	flag.IntVar(&afxdpOpts.BatchSize, "afxdp-batch", 0, "AF_XDP links' BatchSize (0: the backend's default), for experiments")
 	flag.IntVar(&afxdpOpts.FrameSize, "afxdp-chunk", 0, "AF_XDP UMEM chunk size, 2048 or 4096 (0: the backend's default)")
@@ -297,6 +298,9 @@ func main() {
 	}
 	if c.rawSink != "process" && c.rawSink != "goroutine" {
 		fatalf(2, "-raw-sink is process or goroutine, not %q", c.rawSink)
+	}
+	if bwWait != "yield" && bwWait != "spin" && bwWait != "sleep" {
+		fatalf(2, "-bw-wait is yield, spin or sleep, not %q", bwWait)
 	}
 	if c.bwPeer != "process" && c.bwPeer != "goroutine" {
 		fatalf(2, "-bw-peer is process or goroutine, not %q", c.bwPeer)

@@ -322,19 +322,32 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 // sleeps in CQ.Wait (cmd/goroce's poller).
 const spinPolls = 64
 
+// bwWait is how bwRun waits with its window full (-bw-wait): "yield"
+// (the default, cmd/goroce's poller), "spin" (the polls without
+// runtime.Gosched: perftest's busy ibv_poll_cq loop has no scheduler to
+// yield to, and a Gosched with an idle P wakes a thread for it, wakep) or
+// "sleep" (CQ.Wait at once, as with -e).
+var bwWait = "yield"
+
 // pollWait is the perftest tools' default wait (cmd/goroce's poller
-// without -e): spinPolls yielding polls, then CQ.Wait. It adds its time
-// and calls to a.
+// without -e): spinPolls yielding polls, then CQ.Wait (bwWait changes the
+// polls). It adds its time and calls to a.
 func pollWait(ctx context.Context, cq *qp.CQ, wcs []qp.WC, a *appSplit) (int, error) {
 	t0 := time.Now()
-	for range spinPolls {
+	polls := spinPolls
+	if bwWait == "sleep" {
+		polls = 0
+	}
+	for range polls {
 		a.polls++
 		if n, err := cq.Poll(wcs); n > 0 || err != nil {
 			a.spinHits++
 			a.spin += time.Since(t0)
 			return n, err
 		}
-		runtime.Gosched()
+		if bwWait == "yield" {
+			runtime.Gosched()
+		}
 	}
 	t1 := time.Now()
 	a.spin += t1.Sub(t0)
