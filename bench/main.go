@@ -59,8 +59,9 @@
 //     defaults; cmd/goroce's bwClient): one new RC QP pair on normal
 //     (sleeping) devices, tx-depth 128, every 100th WR signalled (cq-mod
 //     100, each completion credits 100), each QP's window posted with one
-//     PostSendList, one CQ.Poll after posting, else 64 yielding polls and
-//     CQ.Wait. WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
+//     PostSendList, one CQ.Poll after posting, else 64 polls and CQ.Wait
+//     (-bw-wait spin; yield: a runtime.Gosched after each poll, as
+//     cmd/goroce's poller; sleep: CQ.Wait at once). WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
 //     beyond max_rd_atomic (16) wait in the send queue as on a NIC.
 //     Message rate and goodput from the first post to the last completion.
 //     The responder, device B, runs in a process of its own started in
@@ -245,7 +246,7 @@ func main() {
 	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	rawref := flag.String("rawref", "", "with the raw cell on afxdp: also run the raw AF_XDP reference sender (a rawref module directory such as ../shared/rawref, or its built xsk binary) after each raw rate (rawref.go)")
 	flag.StringVar(&c.bwPeer, "bw-peer", "process", "where the bw cell's responder (device B) runs: process (its own, as ib_write_bw's server; bwpeer.go) or goroutine (this process)")
-	flag.StringVar(&bwWait, "bw-wait", bwWait, "how the bw cell's sender waits with its window full: yield (64 polls with runtime.Gosched, then CQ.Wait: cmd/goroce's poller), spin (64 polls without yielding, then CQ.Wait) or sleep (CQ.Wait at once)")
+	flag.StringVar(&bwWait, "bw-wait", bwWait, "how the bw cell's sender waits with its window full: spin (64 polls, then CQ.Wait), yield (a runtime.Gosched after each poll: cmd/goroce's poller, bench's before 8 Dec 2026) or sleep (CQ.Wait at once)")
 	flag.StringVar(&c.rawSink, "raw-sink", "process", "where the AF_XDP raw rate's receiving end runs: process (its own, as the reference's; rawsink.go) or goroutine (this process)")
 	flag.IntVar(&afxdpOpts.BatchSize, "afxdp-batch", 0, "AF_XDP links' BatchSize (0: the backend's default), for experiments")
 	flag.IntVar(&afxdpOpts.FrameSize, "afxdp-chunk", 0, "AF_XDP UMEM chunk size, 2048 or 4096 (0: the backend's default)")

@@ -195,13 +195,13 @@ type throughput struct {
 // appSplit is where bwRun's goroutine (the application: perftest's
 // sender) spent its wall time: in PostSendList (the engine, and the kicks
 // it writes: sendto), in the poll after a post, and waiting with its
-// window full, first in yielding polls, then in CQ.Wait (which drives
+// window full, first in polls (pollWait), then in CQ.Wait (which drives
 // device A while it sleeps: the ACKs are read there). It is load-robust
 // in one respect: a waiting share the sender does not use its CPU in.
 type appSplit struct {
 	post, poll, spin, wait time.Duration
 	posts, waits           int64 // PostSendList calls; window-full waits
-	spinHits, waitCalls    int64 // waits ended by a yielding poll; CQ.Wait calls
+	spinHits, waitCalls    int64 // waits ended by a poll; CQ.Wait calls
 	polls, entries         int64 // CQ.Poll calls (all); completions read
 }
 
@@ -210,7 +210,7 @@ func (a appSplit) String(d time.Duration, msgs int64) string {
 	pct := func(x time.Duration) float64 { return 100 * x.Seconds() / max(d.Seconds(), 1e-9) }
 	m := float64(max(msgs, 1))
 	other := d - a.post - a.poll - a.spin - a.wait
-	return fmt.Sprintf("sender goroutine's wall time: post %.1f %% (%.2f µs per msg), poll %.1f %%, waiting %.1f %% (yielding polls %.1f %%, CQ.Wait %.1f %%), other %.1f %%; per msg: %.4f posts, %.4f waits (%.2f of them ended while yielding), %.4f CQ.Wait calls, %.4f polls, %.4f completions",
+	return fmt.Sprintf("sender goroutine's wall time: post %.1f %% (%.2f µs per msg), poll %.1f %%, waiting %.1f %% (polls %.1f %%, CQ.Wait %.1f %%), other %.1f %%; per msg: %.4f posts, %.4f waits (%.2f of them ended while polling), %.4f CQ.Wait calls, %.4f polls, %.4f completions",
 		pct(a.post), a.post.Seconds()*1e6/m, pct(a.poll), pct(a.spin+a.wait), pct(a.spin), pct(a.wait), pct(other),
 		float64(a.posts)/m, float64(a.waits)/m, float64(a.spinHits)/float64(max(a.waits, 1)), float64(a.waitCalls)/m, float64(a.polls)/m, float64(a.entries)/m)
 }
@@ -224,7 +224,7 @@ func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
 // completing into cq: each QP keeps up to txDepth WRs outstanding, every
 // cqMod-th is signalled (and credits cqMod), each QP's window goes out in
 // one PostSendList, and the loop polls once after posting or waits (64
-// yielding polls, then CQ.Wait) when every window is full. tmpl[i] is QP
+// polls, then CQ.Wait: pollWait) when every window is full. tmpl[i] is QP
 // i's work request. It stops posting after lim.d (rounding each QP up to a
 // signalled WR) or lim.n messages, and ends at the last completion.
 func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size int, lim limit) (throughput, error) {
@@ -318,20 +318,25 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 		allocsPer: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(totc, 1)), cpu: cpu, cpuErr: cpuErr, app: app}, nil
 }
 
-// spinPolls is how many yielding empty polls a waiter makes before it
+// spinPolls is how many empty polls a waiter makes before it
 // sleeps in CQ.Wait (cmd/goroce's poller).
 const spinPolls = 64
 
-// bwWait is how bwRun waits with its window full (-bw-wait): "yield"
-// (the default, cmd/goroce's poller), "spin" (the polls without
-// runtime.Gosched: perftest's busy ibv_poll_cq loop has no scheduler to
-// yield to, and a Gosched with an idle P wakes a thread for it, wakep) or
-// "sleep" (CQ.Wait at once, as with -e).
-var bwWait = "yield"
+// bwWait is how bwRun waits with its window full (-bw-wait): "spin" (the
+// default: spinPolls polls, then CQ.Wait; perftest's busy ibv_poll_cq
+// loop has no scheduler to yield to), "yield" (a runtime.Gosched after
+// each empty poll: cmd/goroce's poller, and bench's until 8 Dec 2026) or
+// "sleep" (CQ.Wait at once, as with -e). The yields cannot make a
+// completion appear: the self-driving waiter gave device A's link up when
+// its CQ.Wait returned, so nobody reads the ACK until the next CQ.Wait
+// (0-4 % of the waits ended while yielding), and each Gosched with an idle
+// P wakes a thread for it (wakep): 0.2 µs of CPU per 64 B message
+// (docs/performance.md, "2026-12-08: the 64 B rate").
+var bwWait = "spin"
 
-// pollWait is the perftest tools' default wait (cmd/goroce's poller
-// without -e): spinPolls yielding polls, then CQ.Wait (bwWait changes the
-// polls). It adds its time and calls to a.
+// pollWait is the perftest tools' default wait (without -e): spinPolls
+// polls, then CQ.Wait (bwWait: the polls yielding, or none). It adds its
+// time and calls to a.
 func pollWait(ctx context.Context, cq *qp.CQ, wcs []qp.WC, a *appSplit) (int, error) {
 	t0 := time.Now()
 	polls := spinPolls

@@ -166,9 +166,9 @@ func writeReport(w io.Writer, r *results, in runInfo) {
 	}
 	switch in.bwPeer {
 	case "process":
-		p("- bw: the responder (device B) in a process of its own, as ib_write_bw's server; CPU over both processes\n")
+		p("- bw: the responder (device B) in a process of its own, as ib_write_bw's server; CPU over both processes; the sender waits with -bw-wait %s\n", bwWait)
 	case "goroutine":
-		p("- bw: both ends in this process (-bw-peer goroutine)\n")
+		p("- bw: both ends in this process (-bw-peer goroutine); the sender waits with -bw-wait %s\n", bwWait)
 	}
 	p("\n")
 
