@@ -55,6 +55,11 @@ var nvmeQueues = flag.Int("nvme-queues", 1, "I/O queues of the nvmeof cell's hos
 // (qp.Device.SetAckHold), for experiments.
 var nvmeNoHold = flag.Bool("nvme-no-ackhold", false, "turn the held ACK off on both devices for the nvmeof cell's NVMe-oF runs, for experiments")
 
+// nvmeWindow is the requester window of the host's and the target's QPs
+// in the nvmeof cell (nvmeof.Target.Window, HostOptions.Window; 0: rxe's
+// 128, nvmeof's default).
+var nvmeWindow = flag.Int("nvme-window", 0, "requester window of the nvmeof cell's host and target QPs in PSNs (0: rxe's 128, the default), for experiments")
+
 func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
 	k := func(m string) key { return key{b, mtu, m} }
 	p, err := openRDMA(pair, b, false)
@@ -90,7 +95,7 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	const size = 256 << 20
 	mem := nvmeof.NewMemory(size)
 	prefault(mem, size)
-	t := &nvmeof.Target{Subsystems: []*nvmeof.Subsystem{{NQN: "nqn.2026-12.io.goroce:bench",
+	t := &nvmeof.Target{Window: *nvmeWindow, Subsystems: []*nvmeof.Subsystem{{NQN: "nqn.2026-12.io.goroce:bench",
 		Namespaces: []*nvmeof.Namespace{{Backend: mem, Size: size, BlockSize: 4096}}}}}
 	addr := netip.AddrPortFrom(pair.B.Addr, nvmePort).String()
 	l, err := t.Listen(ctx, p.b.dev, addr)
@@ -102,7 +107,7 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	served := make(chan struct{})
 	go func() { t.Serve(sctx, l); close(served) }()
 	defer func() { stop(); l.Close(); <-served }()
-	h, err := nvmeof.Dial(ctx, p.a.dev, addr, "nqn.2026-12.io.goroce:bench", &nvmeof.HostOptions{Queues: max(*nvmeQueues, 1), QueueDepth: nvmeQD})
+	h, err := nvmeof.Dial(ctx, p.a.dev, addr, "nqn.2026-12.io.goroce:bench", &nvmeof.HostOptions{Queues: max(*nvmeQueues, 1), QueueDepth: nvmeQD, Window: *nvmeWindow})
 	if err != nil {
 		res.fail(k(mNVMeRandRead), err)
 		return
@@ -123,11 +128,12 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 	}{{mNVMeRandRead, mNVMeRandReadCPU, false, 4096, false}, {mNVMeRandWrite, mNVMeRandWriteCPU, true, 4096, false},
 		{mNVMeSeqRead, mNVMeSeqReadCPU, false, 128 << 10, true}} {
 		runtime.GC()
-		s0, y0, c0 := snapWire(p), sc.snap(), markCPU()
+		s0, y0, c0, wa0, wb0 := snapWire(p), sc.snap(), markCPU(), windowFull(p.a.dev), windowFull(p.b.dev)
 		ios, el, err := nvmeRun(ctx, ns, m.write, m.bs, m.seq, c.cell)
 		cu, cerr := markCPU().since(c0)
 		s1, y1 := snapWire(p), sc.snap()
-		wire := s1.perMsg(s0, ios) + txKicks(s1, s0, ios) + sc.perOp(y1, y0, ios)
+		wire := s1.perMsg(s0, ios) + txKicks(s1, s0, ios) + sc.perOp(y1, y0, ios) +
+			fmt.Sprintf("; window full A %.3f, B %.3f", float64(windowFull(p.a.dev)-wa0)/float64(max(ios, 1)), float64(windowFull(p.b.dev)-wb0)/float64(max(ios, 1)))
 		t := throughput{msgs: ios, cpu: cu, cpuErr: cerr}
 		if cerr == nil && ios > 0 {
 			wire += t.cpuPerMsg() + cswPerMsg(t)
@@ -146,6 +152,10 @@ func measureNVMe(pair *netns.Pair, mtu int, b, tag string, c *config, res *resul
 		progress("%s: nvmeof %s: %d I/Os of %d B in %v (%v); A = host, B = target, %s", tag, m.metric, ios, m.bs, el.Round(time.Millisecond), err, wire)
 	}
 }
+
+// windowFull is d's requester steps stopped by a full window, over its
+// QPs (qp.CntWindowFull).
+func windowFull(d *qp.Device) uint64 { return d.Stats().Counters[qp.CntWindowFull] }
 
 // txKicks formats each end's transmit kicks (AF_XDP: sendto) per
 // operation and the frames each carried, over s−s0: the rest of a link's

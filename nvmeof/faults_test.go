@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -51,6 +52,14 @@ func verify(t *testing.T, ctx context.Context, e *env, ns *nvmeof.HostNamespace,
 // the pacing budget met the window the next SEND_WITH_INV had invalidated;
 // transport's TestMWSendWithInvAfterPacedRead pins that down.)
 func TestSimFaults(t *testing.T) {
+	// Window 1024 (HostOptions.Window, Target.Window) sends wider bursts
+	// into the faults; its go-back-Ns narrow it to rxe's 128.
+	for _, w := range []int{0, 1024} {
+		t.Run(fmt.Sprintf("window%d", w), func(t *testing.T) { simFaults(t, w) })
+	}
+}
+
+func simFaults(t *testing.T, window int) {
 	seed := time.Now().UnixNano()
 	if s, ok, _ := sim.EnvSeed(); ok {
 		seed = s
@@ -64,9 +73,9 @@ func TestSimFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("seed %d (GOROCE_SEED=%d replays the link's faults)", seed, seed)
-	e := setupOn(t, n.A.Dev, n.B.Dev, taddr, 4<<20, 512, nil)
+	e := setupOn(t, n.A.Dev, n.B.Dev, taddr, 4<<20, 512, func(tg *nvmeof.Target) { tg.Window = window })
 	ctx := ctxT(t)
-	c, err := nvmeof.Dial(ctx, e.a, taddr, subNQN, &nvmeof.HostOptions{Queues: 2, QueueDepth: 8})
+	c, err := nvmeof.Dial(ctx, e.a, taddr, subNQN, &nvmeof.HostOptions{Queues: 2, QueueDepth: 8, Window: window})
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}

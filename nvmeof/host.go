@@ -161,6 +161,10 @@ type HostOptions struct {
 	// bit 20), at most this (default 16 KiB; negative: none, every write
 	// is a keyed SGL the target reads).
 	InCapsuleData int
+	// Window is the requester window of the host's QPs (qp.QP.SetWindow:
+	// PSNs of commands and in-capsule data in flight unacknowledged; 0:
+	// rxe's 128), as Target.Window.
+	Window int
 	// Logger receives debug and warning messages (nil: none).
 	Logger *slog.Logger
 	// OnAsyncEvent, if set, is called (on the controller's event
@@ -510,7 +514,7 @@ func (c *Controller) connectQueue(ctx context.Context, qid uint16, depth int) (*
 	if qid != 0 {
 		inline = c.inline // none on the admin queue, as the Linux host
 	}
-	q, err := dialQueue(ctx, c.dev, c.addr, qid, depth, c.o.MaxTransfer, inline, c.o.IOTimeout, c.o.Logger)
+	q, err := dialQueue(ctx, c.dev, c.addr, qid, depth, c.o.MaxTransfer, inline, c.o.Window, c.o.IOTimeout, c.o.Logger)
 	if err != nil {
 		return nil, err
 	}

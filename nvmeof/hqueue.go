@@ -86,7 +86,7 @@ const (
 // (16 KiB with 4 KiB pages); a slot's capsule buffer is this much larger.
 const defaultInCapsule = 16 << 10
 
-func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, depth, slotSz, inline int, timeout time.Duration, log *slog.Logger) (*hqueue, error) {
+func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, depth, slotSz, inline, window int, timeout time.Duration, log *slog.Logger) (*hqueue, error) {
 	pd := dev.AllocPD()
 	q := &hqueue{pd: pd, qid: qid, depth: depth, slotSz: slotSz, inline: inline, capLen: SQESize + inline,
 		free: make(chan int, depth), timeout: timeout,
@@ -139,6 +139,9 @@ func dialQueue(ctx context.Context, dev *qp.Device, addr string, qid uint16, dep
 		InitiatorDepth:     1,
 		Logger:             nil,
 		Prepare: func(p *qp.QP) error {
+			if err := setWindow(p, window); err != nil {
+				return err
+			}
 			for i := 0; i < depth; i++ {
 				if err := p.PostRecv(q.recvWR(i)); err != nil {
 					return err

@@ -63,6 +63,12 @@ type Target struct {
 	// MaxIOQueues is the number of I/O queues a controller may have
 	// (default 16).
 	MaxIOQueues int
+	// Window is the requester window of the target's QPs (qp.QP.SetWindow:
+	// PSNs of read data and responses in flight unacknowledged; 0: rxe's
+	// 128). The kernel host accepts any (an RC responder has no window);
+	// wider ones were not faster in bench's nvmeof cell on a loaded
+	// machine (docs/performance.md, NVMe over Fabrics, 2026-12-08).
+	Window int
 	// Logger receives connection and error messages (nil: none).
 	Logger *slog.Logger
 
@@ -88,6 +94,10 @@ type TargetStats struct {
 
 // Stats returns the target's counters.
 func (t *Target) Stats() *TargetStats { return &t.stats }
+
+// setWindow gives q the requester window w (HostOptions.Window,
+// Target.Window; 0 or negative: rxe's 128).
+func setWindow(q *qp.QP, w int) error { return q.SetWindow(max(w, 0)) }
 
 const (
 	mdts        = 5 // 2^5 × 4 KiB = 128 KiB per command
@@ -177,6 +187,9 @@ func (t *Target) Listen(ctx context.Context, dev *qp.Device, addr string) (*cm.L
 			return CMReply{CRQSize: req.HSQSize + 1}.Encode(), nil
 		},
 		Prepare: func(q *qp.QP) error {
+			if err := setWindow(q, t.Window); err != nil {
+				return err
+			}
 			tq, err := newTQueue(t, q)
 			if err != nil {
 				return err

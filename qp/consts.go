@@ -219,6 +219,7 @@ const (
 	CntTxWriteRequests     = transport.CntTxWriteRequests
 	CntTxReadRequests      = transport.CntTxReadRequests
 	CntTxAtomicRequests    = transport.CntTxAtomicRequests
+	CntWindowFull          = transport.CntWindowFull // requester steps stopped by a full window (QP.SetWindow)
 	NumCounters            = transport.NumCounters
 )
 

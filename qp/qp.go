@@ -213,6 +213,23 @@ func (q *QP) Counters() Counters {
 	return q.eng.Counters
 }
 
+// SetWindow sets how many PSNs the QP's requester may have in flight
+// unacknowledged (1..transport.MaxWindow; 0: rxe's 128, the default). A
+// goroce extension for a sender whose messages are larger than rxe's
+// window (a 128 KiB RDMA WRITE at path MTU 1024 is 128 PSNs): the RC
+// responder, rxe's and goroce's alike, has no window of its own, so the
+// peer needs nothing. It applies from the requester's next step (a post or
+// an ACK); the counter CntWindowFull counts the steps a full window
+// stopped.
+func (q *QP) SetWindow(n int) error {
+	if n < 0 || n > transport.MaxWindow {
+		return fmt.Errorf("qp: window %d out of 0..%d: %w", n, transport.MaxWindow, ErrInvalidArgument)
+	}
+	q.dev.mu.Lock()
+	defer q.dev.mu.Unlock()
+	return q.eng.SetWindow(uint32(n))
+}
+
 // Modify changes state and attributes (ibv_modify_qp). With AttrAV, the
 // source GID is taken from the device's table at AV.SGIDIndex and the
 // destination MAC is resolved from AV.DGID (the device's neighbour

@@ -87,6 +87,9 @@ const (
 	// access), silently. A stray or duplicated packet that ends in such a
 	// drop counts too; messages lost whole never reach the responder.
 	CntUCMsgDropped // uc_msg_dropped
+	// The requester stopped with its window full (QP.SetWindow): once per
+	// requester step that had a packet to send and could not.
+	CntWindowFull // window_full
 
 	// Requests by type (reqcounters.go). The three rx_* that mlx5 has
 	// carry mlx5's names (drivers/infiniband/hw/mlx5/counters.c

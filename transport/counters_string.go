@@ -41,24 +41,25 @@ func _() {
 	_ = x[CntUDRecvTooShort-30]
 	_ = x[CntUDSendOverMTU-31]
 	_ = x[CntUCMsgDropped-32]
-	_ = x[CntRxWriteRequests-33]
-	_ = x[CntRxReadRequests-34]
-	_ = x[CntRxAtomicRequests-35]
-	_ = x[CntRxSendRequests-36]
-	_ = x[CntTxSendRequests-37]
-	_ = x[CntTxWriteRequests-38]
-	_ = x[CntTxReadRequests-39]
-	_ = x[CntTxAtomicRequests-40]
-	_ = x[CntNPECNMarkedRoCEPackets-41]
-	_ = x[CntNPCNPSent-42]
-	_ = x[CntRPCNPHandled-43]
-	_ = x[CntRPCNPIgnored-44]
-	_ = x[NumCounters-45]
+	_ = x[CntWindowFull-33]
+	_ = x[CntRxWriteRequests-34]
+	_ = x[CntRxReadRequests-35]
+	_ = x[CntRxAtomicRequests-36]
+	_ = x[CntRxSendRequests-37]
+	_ = x[CntTxSendRequests-38]
+	_ = x[CntTxWriteRequests-39]
+	_ = x[CntTxReadRequests-40]
+	_ = x[CntTxAtomicRequests-41]
+	_ = x[CntNPECNMarkedRoCEPackets-42]
+	_ = x[CntNPCNPSent-43]
+	_ = x[CntRPCNPHandled-44]
+	_ = x[CntRPCNPIgnored-45]
+	_ = x[NumCounters-46]
 }
 
-const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errsend_errlink_downedrdma_sendsrdma_recvsretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsack_coalescedread_restartedrcvd_bad_qkeyud_no_recvud_recv_too_shortud_send_over_mtuuc_msg_droppedrx_write_requestsrx_read_requestsrx_atomic_requestsrx_send_requeststx_send_requeststx_write_requeststx_read_requeststx_atomic_requestsnp_ecn_marked_roce_packetsnp_cnp_sentrp_cnp_handledrp_cnp_ignoredNumCounters"
+const _Counter_name = "sent_pktsrcvd_pktsduplicate_requestout_of_seq_requestrcvd_rnr_errsend_rnr_errrcvd_seq_errcompleter_retry_errretry_exceeded_errretry_rnr_exceeded_errack_deferredlocal_ack_timeout_errsend_errlink_downedrdma_sendsrdma_recvsretransmitted_pktsrcvd_unknown_psnrcvd_stale_responsercvd_bad_addrrcvd_bad_pkeyrcvd_bad_opcodercvd_wrong_statesent_naksrcvd_nakssend_errorsack_coalescedread_restartedrcvd_bad_qkeyud_no_recvud_recv_too_shortud_send_over_mtuuc_msg_droppedwindow_fullrx_write_requestsrx_read_requestsrx_atomic_requestsrx_send_requeststx_send_requeststx_write_requeststx_read_requeststx_atomic_requestsnp_ecn_marked_roce_packetsnp_cnp_sentrp_cnp_handledrp_cnp_ignoredNumCounters"
 
-var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 189, 200, 210, 220, 238, 254, 273, 286, 299, 314, 330, 339, 348, 359, 372, 386, 399, 409, 426, 442, 456, 473, 489, 507, 523, 539, 556, 572, 590, 616, 627, 641, 655, 666}
+var _Counter_index = [...]uint16{0, 9, 18, 35, 53, 65, 77, 89, 108, 126, 148, 160, 181, 189, 200, 210, 220, 238, 254, 273, 286, 299, 314, 330, 339, 348, 359, 372, 386, 399, 409, 426, 442, 456, 467, 484, 500, 518, 534, 550, 567, 583, 601, 627, 638, 652, 666, 677}
 
 func (i Counter) String() string {
 	idx := int(i) - 0

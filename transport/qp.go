@@ -27,8 +27,12 @@ type CompletionQueue interface {
 
 // Defaults and limits, mostly rxe's (rxe_param.h, rxe_req.c).
 const (
-	// MaxUnackedPSNs is the requester window (RXE_MAX_UNACKED_PSNS).
+	// MaxUnackedPSNs is the requester window (RXE_MAX_UNACKED_PSNS), the
+	// default of QP.SetWindow.
 	MaxUnackedPSNs = 128
+	// MaxWindow bounds QP.SetWindow: far below the 2^23 PSN distance an RC
+	// responder tells apart from a duplicate.
+	MaxWindow = 1 << 16
 	// MaxPktPerAck: inside long messages AckReq is set on every
 	// (MaxPktPerAck+2)th packet, as rxe's `noack_pkts++ > RXE_MAX_PKT_PER_ACK`.
 	MaxPktPerAck = 64
@@ -105,8 +109,49 @@ type QP struct {
 	// commEstDone: EventCommEst was reported, or the QP went past RTR
 	// without it.
 	commEstDone bool
+	// window is the requester window (SetWindow); 0 means MaxUnackedPSNs.
+	window uint32
 
 	Counters Counters
+}
+
+// SetWindow sets the requester window, the PSNs the QP may have sent and
+// not yet seen acknowledged, to n (1..MaxWindow; 0 restores
+// MaxUnackedPSNs, rxe's window, the default). A goroce extension: rxe's
+// window limits its own requester only, and an RC responder (rxe_resp.c
+// check_psn, IBTA 9.7.5.1) takes any request PSN ahead of the expected one
+// as out of sequence and any behind it as a duplicate, without a window of
+// its own, so a larger window on this side needs nothing of the peer.
+//
+// Every packet sent after a lost one until the peer's NAK or the ACK
+// timeout is sent again (go-back-N), so a window wider than
+// MaxUnackedPSNs narrows to it at each go-back-N and widens again once
+// the PSNs then in flight and a whole wide window after them were
+// acknowledged without another: on a lossy path the QP sends as rxe does.
+// The window takes effect at the requester's next step; a window smaller
+// than what is in flight only stops new packets.
+func (q *QP) SetWindow(n uint32) error {
+	if n > MaxWindow {
+		return fmt.Errorf("transport: window %d beyond %d: %w", n, MaxWindow, ErrInvalidArgument)
+	}
+	q.window = n
+	q.req.narrow = false
+	return nil
+}
+
+// Window returns the requester window in force now (SetWindow).
+func (q *QP) Window() uint32 {
+	r := &q.req
+	if q.window == 0 {
+		return MaxUnackedPSNs
+	}
+	if r.narrow {
+		if r.comp.compPSN.Before(r.narrowUntil) {
+			return MaxUnackedPSNs
+		}
+		r.narrow = false
+	}
+	return q.window
 }
 
 // completion delivers *wc to cq. The CQE passes through q.wc: a pointer to

@@ -27,6 +27,10 @@ type requester struct {
 	sentEnd     wire.PSN  // one past the highest PSN sent so far
 	noackPkts   int       // packets sent since the last one with AckReq
 	rnrDeadline time.Time // end of the RNR back-off; zero = not waiting
+	// narrow: a go-back-N narrowed a wide window (QP.SetWindow) to
+	// MaxUnackedPSNs until compPSN reaches narrowUntil.
+	narrow      bool
+	narrowUntil wire.PSN
 }
 
 // setPSN sets the first PSN the requester sends (sq_psn).
@@ -36,6 +40,7 @@ func (r *requester) setPSN(psn wire.PSN) {
 
 func (r *requester) reset() {
 	r.noackPkts = 0
+	r.narrow = false
 	r.rnrDeadline = time.Time{}
 }
 
@@ -190,10 +195,11 @@ func (r *requester) pump(now time.Time) {
 			r.assign(w)
 		}
 		// rxe_requester stalls when psn_compare(req.psn, comp.psn +
-		// RXE_MAX_UNACKED_PSNS) > 0: comp.psn+128 itself is still sent, so
+		// RXE_MAX_UNACKED_PSNS) > 0 (the window: QP.SetWindow): comp.psn+128 itself is still sent, so
 		// 129 PSNs may be outstanding. UC has no window (nothing is ever
 		// acknowledged; rxe checks it for RC only).
-		if q.cfg.Type != QPTypeUC && r.nextPSN.Diff(r.comp.compPSN) > MaxUnackedPSNs {
+		if q.cfg.Type != QPTypeUC && r.nextPSN.Diff(r.comp.compPSN) > int32(q.Window()) {
+			q.inc(CntWindowFull)
 			break // window full
 		}
 		if r.paceBlocked(now) {
@@ -424,6 +430,9 @@ func (r *requester) gather(w *sendWQE, off uint32, dst []byte) error {
 // acknowledged SEND/WRITE with its MIDDLE/LAST packets and re-issuing a
 // partly answered READ for the remaining bytes.
 func (r *requester) goBack(psn wire.PSN) {
+	if w := r.qp.window; w > MaxUnackedPSNs {
+		r.narrow, r.narrowUntil = true, r.sentEnd.Add(w)
+	}
 	sq := r.sq
 	for i := sq.head; i < sq.tail; i++ {
 		w := sq.at(i)
