@@ -54,7 +54,10 @@ func measureBackend(pair *netns.Pair, mtu, rep int, b string, lat bool, c *confi
 	} else if c.cells["rawrate"] {
 		measureRawRates(pair, mtu, b, tag, lim, c, res)
 	}
-	if c.cells["bw"] || (lat && c.cells["idle"]) {
+	if c.cells["bw"] && c.bwPeer == "process" {
+		measureBWPeer(pair, mtu, b, tag, c, res)
+	}
+	if (c.cells["bw"] && c.bwPeer == "goroutine") || (lat && c.cells["idle"]) {
 		p, err := openRDMA(pair, b, false)
 		if err != nil {
 			progress("%s: goroce devices: %v", tag, err)
@@ -217,35 +220,20 @@ func measureRawRates(pair *netns.Pair, mtu int, b string, tag string, lim func(i
 
 func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *config, res *results) {
 	lim := func(n int) limit { return limit{c.cell, n} }
-	if c.cells["bw"] {
-		for _, op := range []struct {
-			name string
-			op   qp.WROpcode
-		}{{"WRITE", qp.WRRDMAWrite}, {"READ", qp.WRRDMARead}} {
-			for _, size := range []int{sizeSmall, sizeMid, sizeLarge} {
-				if c.bwOnly != nil && !c.bwOnly[fmt.Sprintf("%s.%d", op.name, size)] {
-					continue
-				}
-				runtime.GC()
-				var t throughput
-				var err error
-				w0 := snapWire(p)
-				// The application's goroutine (posts, polls, and the
-				// device A work its CQ.Wait drives) is end=app in a
-				// -cpuprofile.
-				pprof.Do(context.Background(), pprof.Labels("end", "app"), func(context.Context) {
-					t, err = bw(p, op.op, size, lim(maxMsgs))
-				})
-				record(res, bwKey(b, mtu, op.name, size, "mps"), t.msgsPerSec(), err)
-				recordRate(res, key{b, mtu, ""}, fmt.Sprintf("%s%s.%d", bwPrefix, op.name, size), t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
-				if err == nil {
-					res.add(bwKey(b, mtu, op.name, size, "allocs"), t.allocsPer)
-				}
-				progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg, %d msgs, %.2f µs process CPU and %.3f context switches per msg (%v)", tag, op.name, sizeName(size),
-					fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, t.msgs, t.cpu.proc*1e6/float64(max(t.msgs, 1)), float64(t.cpu.csw)/float64(max(t.msgs, 1)), err)
-				progress("%s: goroce %s %s: %s", tag, op.name, sizeName(size), snapWire(p).kicks(w0))
-			}
-		}
+	if c.cells["bw"] && c.bwPeer == "goroutine" {
+		forBW(c, func(name string, op qp.WROpcode, size int) {
+			runtime.GC()
+			var t throughput
+			var err error
+			w0 := snapWire(p)
+			// The application's goroutine (posts, polls, and the
+			// device A work its CQ.Wait drives) is end=app in a
+			// -cpuprofile.
+			pprof.Do(context.Background(), pprof.Labels("end", "app"), func(context.Context) {
+				t, err = bw(p, op, size, lim(maxMsgs))
+			})
+			recordBW(res, b, mtu, tag, name, size, t, err, snapWire(p).kicks(w0))
+		})
 	}
 	if !lat {
 		return
@@ -256,6 +244,63 @@ func measureGoroce(p *rdmaPair, mtu int, b string, lat bool, tag string, c *conf
 		record(res, key{b, mtu, mIdleMachine}, u.machine/u.wall, err)
 		progress("%s: idle devices %.4f CPU-s/s (%v)", tag, u.proc/u.wall, err)
 	}
+}
+
+// forBW calls run for each of the bw cell's streams that -bw selects.
+func forBW(c *config, run func(name string, op qp.WROpcode, size int)) {
+	for _, op := range []struct {
+		name string
+		op   qp.WROpcode
+	}{{"WRITE", qp.WRRDMAWrite}, {"READ", qp.WRRDMARead}} {
+		for _, size := range []int{sizeSmall, sizeMid, sizeLarge} {
+			if c.bwOnly != nil && !c.bwOnly[fmt.Sprintf("%s.%d", op.name, size)] {
+				continue
+			}
+			run(op.name, op.op, size)
+		}
+	}
+}
+
+// recordBW records and prints one bw stream; kicks is its wireSnap.kicks
+// line.
+func recordBW(res *results, b string, mtu int, tag, name string, size int, t throughput, err error, kicks string) {
+	record(res, bwKey(b, mtu, name, size, "mps"), t.msgsPerSec(), err)
+	recordRate(res, key{b, mtu, ""}, fmt.Sprintf("%s%s.%d", bwPrefix, name, size), t.bytes, t.elapsed, t.cpu, firstErr(err, t.cpuErr), err)
+	if err == nil {
+		res.add(bwKey(b, mtu, name, size, "allocs"), t.allocsPer)
+	}
+	progress("%s: goroce %s %s: %s msg/s, %s, %.2f allocs/msg, %d msgs, %.2f µs process CPU and %.3f context switches per msg (%v)", tag, name, sizeName(size),
+		fmtRate(t.msgsPerSec()), fmtGbit(t.bitsPerSec()/1e9), t.allocsPer, t.msgs, t.cpu.proc*1e6/float64(max(t.msgs, 1)), float64(t.cpu.csw)/float64(max(t.msgs, 1)), err)
+	if t.peerCPU > 0 {
+		m := float64(max(t.msgs, 1))
+		progress("%s: goroce %s %s: per msg, requester process %.2f µs CPU, responder process %.2f µs", tag, name, sizeName(size),
+			(t.cpu.proc-t.peerCPU)*1e6/m, t.peerCPU*1e6/m)
+	}
+	progress("%s: goroce %s %s: %s", tag, name, sizeName(size), kicks)
+	progress("%s: goroce %s %s: %s", tag, name, sizeName(size), t.app.String(t.elapsed, t.msgs))
+}
+
+// measureBWPeer is the bw cell with B's end in a process of its own
+// (-bw-peer process; bwpeer.go).
+func measureBWPeer(pair *netns.Pair, mtu int, b, tag string, c *config, res *results) {
+	r, err := openBWPeer(pair, b)
+	if err != nil {
+		progress("%s: goroce devices (bw, peer process): %v", tag, err)
+		res.fail(bwKey(b, mtu, "WRITE", sizeSmall, "mps"), err)
+		return
+	}
+	defer r.Close()
+	res.addSection(section{backend: b, mtu: mtu, mode: r.a.info.Mode, pmtu: r.mtu.Bytes()})
+	forBW(c, func(name string, op qp.WROpcode, size int) {
+		runtime.GC()
+		var t throughput
+		var w0, w1 wireSnap
+		var err error
+		pprof.Do(context.Background(), pprof.Labels("end", "app"), func(context.Context) {
+			t, w0, w1, err = r.stream(op, size, limit{c.cell, maxMsgs})
+		})
+		recordBW(res, b, mtu, tag, name, size, t, err, w1.kicks(w0))
+	})
 }
 
 func firstErr(errs ...error) error {

@@ -59,10 +59,19 @@
 //     defaults; cmd/goroce's bwClient): one new RC QP pair on normal
 //     (sleeping) devices, tx-depth 128, every 100th WR signalled (cq-mod
 //     100, each completion credits 100), each QP's window posted with one
-//     PostSendList, one CQ.Poll after posting, else 64 yielding polls and
-//     CQ.Wait. WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
+//     PostSendList, one CQ.Poll after posting, else 64 polls and CQ.Wait
+//     (-bw-wait spin; yield: a runtime.Gosched after each poll, as
+//     cmd/goroce's poller; sleep: CQ.Wait at once). WRITE and READ, 64 B, 4 KiB and 64 KiB messages; READs
 //     beyond max_rd_atomic (16) wait in the send queue as on a NIC.
 //     Message rate and goodput from the first post to the last completion.
+//     The responder, device B, runs in a process of its own started in
+//     namespace B (-bw-peer process, the default; bench -child peer-bw,
+//     bwpeer.go), as ib_write_bw's server does; its CPU time over each
+//     stream is added to this process's. -bw-peer goroutine runs both ends
+//     in this process (the shape before 8 Dec 2026). Each stream prints
+//     where the posting goroutine's wall time went (appSplit: post, poll,
+//     waiting with the window full) and, with a peer process, each
+//     process's CPU per message.
 //     -afxdp-batch, -afxdp-chunk and -afxdp-frames override the AF_XDP
 //     links' BatchSize, FrameSize and NumFrames everywhere (children
 //     too), to compare defaults.
@@ -197,6 +206,7 @@ type config struct {
 	sysN     int
 	iperf3   string
 	latPeer  string          // process or goroutine
+	bwPeer   string          // -bw-peer: where the bw cell's responder runs (process or goroutine)
 	rttOnly  bool            // -latency: only the round trips
 	rawref   string          // -rawref: the reference sender's binary (rawref.go)
 	bwOnly   map[string]bool // -bw: the bw cell's op.size streams to run (nil: all)
@@ -235,6 +245,8 @@ func main() {
 	peerIfname := flag.String("peer-ifname", "", "") // internal: peer-goroce's interface
 	peerBusy := flag.Bool("peer-busy", false, "")    // internal: peer-goroce in busy-poll mode
 	rawref := flag.String("rawref", "", "with the raw cell on afxdp: also run the raw AF_XDP reference sender (a rawref module directory such as ../shared/rawref, or its built xsk binary) after each raw rate (rawref.go)")
+	flag.StringVar(&c.bwPeer, "bw-peer", "process", "where the bw cell's responder (device B) runs: process (its own, as ib_write_bw's server; bwpeer.go) or goroutine (this process)")
+	flag.StringVar(&bwWait, "bw-wait", bwWait, "how the bw cell's sender waits with its window full: spin (64 polls, then CQ.Wait), yield (a runtime.Gosched after each poll: cmd/goroce's poller, bench's before 8 Dec 2026) or sleep (CQ.Wait at once)")
 	flag.StringVar(&c.rawSink, "raw-sink", "process", "where the AF_XDP raw rate's receiving end runs: process (its own, as the reference's; rawsink.go) or goroutine (this process)")
 	flag.IntVar(&afxdpOpts.BatchSize, "afxdp-batch", 0, "AF_XDP links' BatchSize (0: the backend's default), for experiments")
 	flag.IntVar(&afxdpOpts.FrameSize, "afxdp-chunk", 0, "AF_XDP UMEM chunk size, 2048 or 4096 (0: the backend's default)")
@@ -287,6 +299,12 @@ func main() {
 	}
 	if c.rawSink != "process" && c.rawSink != "goroutine" {
 		fatalf(2, "-raw-sink is process or goroutine, not %q", c.rawSink)
+	}
+	if bwWait != "yield" && bwWait != "spin" && bwWait != "sleep" {
+		fatalf(2, "-bw-wait is yield, spin or sleep, not %q", bwWait)
+	}
+	if c.bwPeer != "process" && c.bwPeer != "goroutine" {
+		fatalf(2, "-bw-peer is process or goroutine, not %q", c.bwPeer)
 	}
 	if c.latPeer != "process" && c.latPeer != "goroutine" {
 		fatalf(2, "-lat-peer is process or goroutine, not %q", c.latPeer)
@@ -347,7 +365,7 @@ func main() {
 
 	in := runInfo{command: "go run ./bench " + strings.Join(os.Args[1:], " "), start: time.Now(), load0: loadavg(),
 		machine: readMachine(), cell: c.cell, reps: c.reps, iperf3: c.iperf3,
-		qpsN: c.qpsN, mqQPs: c.mqQPs, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle, latPeer: c.latPeer}
+		qpsN: c.qpsN, mqQPs: c.mqQPs, qpsDepth: c.qpsDepth, qpsCQMod: c.qpsCQMod, idle: c.idle, latPeer: c.latPeer, bwPeer: c.bwPeer}
 	in.command = strings.TrimSpace(in.command)
 	res := newResults()
 	res.placements = c.placements

@@ -35,6 +35,7 @@ import (
 //   - raw-sink: the raw rate's receiving end on AF_XDP (rawsink.go):
 //     prints "ready", reads frames until stdin ends, prints "frames N
 //     first T0 last T1".
+//   - peer-bw: the bw cell's responder, device B (bwpeer.go).
 //   - peer-tcp: the TCP ping-pong's echo end: prints "port N", echoes one
 //     connection until it closes.
 //   - peer-rsock: the same over rsock on -peer-ifname (bench/rsock.go).
@@ -133,6 +134,8 @@ func runChild(name string, c config, ifname string, busy bool) int {
 		err = rawPeer(ifname, c.backends[0], frames, true)
 	case "raw-sink":
 		err = rawSink(ifname, c.backends[0])
+	case "peer-bw":
+		err = bwPeerChild(ifname, c.backends[0])
 	case "peer-tcp":
 		err = tcpPeer()
 	case "peer-rsock":

@@ -6,11 +6,14 @@
 #   bash bench/profile.sh rawrate [3s]        # the raw 1 KiB-frame cell (nic links only)
 #   MTU=9000 bash bench/profile.sh WRITE.65536 # at veth MTU 9000 (path MTU 4096)
 #   BIN=/tmp/bench-old bash bench/profile.sh WRITE.65536 # a prebuilt bench binary
+#   BWPEER=goroutine bash bench/profile.sh WRITE.64   # both ends in one process (-bw-peer)
 #
 # Builds bench, runs one cell (`bench -cells bw -bw STREAM -backends afxdp
-# -mtus 1500 -reps 1`, both ends in this process; or `-cells rawrate`) under
-# `perf record -F 1999 -g` (frame pointers: Go and the kernel), and
-# classifies every sample of the bench process by its stack: walking from the
+# -mtus 1500 -reps 1`, the responder in a child process of its own since
+# -bw-peer process became the default, both ends in one with BWPEER=goroutine;
+# or `-cells rawrate`) under `perf record -F 1999 -g` (frame pointers: Go and
+# the kernel; perf follows the child), and classifies every sample of the
+# bench processes by its stack: walking from the
 # leaf towards the root, the first frame that names a category decides
 # (memmove counts where it is called from); a stack under setup (namespaces,
 # Open, connect) is setup. Prints the CPU-seconds and share per category and
@@ -31,6 +34,9 @@ if [ "$stream" = rawrate ]; then
 	args=(-cells rawrate)
 else
 	args=(-cells bw -bw "$stream")
+	if [ -n "${BWPEER:-}" ]; then
+		args+=(-bw-peer "$BWPEER")
+	fi
 fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 perf record -q -F 1999 -g -o "$dir/perf.data" -- "$dir/bench" "${args[@]}" -backends afxdp -mtus "${MTU:-1500}" -reps 1 -time "$t" >"$dir/out.md" 2>"$dir/err"

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/goroce/goroce/qp"
-	"github.com/goroce/goroce/transport"
 )
 
 // wireSnap is what both ends' links and engines had done at one moment:
@@ -23,13 +22,7 @@ type wireSnap struct {
 	badA, badB     uint64 // frames the devices dropped for a bad ICRC (a frame changed after its ICRC)
 }
 
-func snapWire(p *rdmaPair) wireSnap {
-	a, b := p.a.dev.Stats(), p.b.dev.Stats()
-	return wireSnap{txA: a.Link.TxFrames, txB: b.Link.TxFrames, kickA: a.Link.Wakeups, kickB: b.Link.Wakeups,
-		txkA: a.Link.TxKicks, txkB: b.Link.TxKicks, fullA: a.Link.RingFull, fullB: b.Link.RingFull,
-		coalB: b.Counters[qp.Counter(transport.CntAckCoalesced)], retransA: a.Counters[qp.CntRetransmittedPkts],
-		rxDropA: a.Link.RxDrops, rxDrB: b.Link.RxDrops, badA: p.a.dev.RxStats().BadICRC, badB: p.b.dev.RxStats().BadICRC}
-}
+func snapWire(p *rdmaPair) wireSnap { return wireOf(snapEnd(p.a.dev), snapEnd(p.b.dev)) }
 
 // perMsg formats the difference s−s0 per message.
 func (s wireSnap) perMsg(s0 wireSnap, msgs int64) string {

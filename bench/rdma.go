@@ -188,6 +188,31 @@ type throughput struct {
 	allocsPer float64 // process-wide heap allocations per message
 	cpu       cpuUse
 	cpuErr    error
+	app       appSplit // the posting goroutine's wall time (bwRun)
+	peerCPU   float64  // -bw-peer process: the responder process's CPU-seconds (inside cpu.proc)
+}
+
+// appSplit is where bwRun's goroutine (the application: perftest's
+// sender) spent its wall time: in PostSendList (the engine, and the kicks
+// it writes: sendto), in the poll after a post, and waiting with its
+// window full, first in polls (pollWait), then in CQ.Wait (which drives
+// device A while it sleeps: the ACKs are read there). It is load-robust
+// in one respect: a waiting share the sender does not use its CPU in.
+type appSplit struct {
+	post, poll, spin, wait time.Duration
+	posts, waits           int64 // PostSendList calls; window-full waits
+	spinHits, waitCalls    int64 // waits ended by a poll; CQ.Wait calls
+	polls, entries         int64 // CQ.Poll calls (all); completions read
+}
+
+// String gives the shares of the wall time d and the counts per message.
+func (a appSplit) String(d time.Duration, msgs int64) string {
+	pct := func(x time.Duration) float64 { return 100 * x.Seconds() / max(d.Seconds(), 1e-9) }
+	m := float64(max(msgs, 1))
+	other := d - a.post - a.poll - a.spin - a.wait
+	return fmt.Sprintf("sender goroutine's wall time: post %.1f %% (%.2f µs per msg), poll %.1f %%, waiting %.1f %% (polls %.1f %%, CQ.Wait %.1f %%), other %.1f %%; per msg: %.4f posts, %.4f waits (%.2f of them ended while polling), %.4f CQ.Wait calls, %.4f polls, %.4f completions",
+		pct(a.post), a.post.Seconds()*1e6/m, pct(a.poll), pct(a.spin+a.wait), pct(a.spin), pct(a.wait), pct(other),
+		float64(a.posts)/m, float64(a.waits)/m, float64(a.spinHits)/float64(max(a.waits, 1)), float64(a.waitCalls)/m, float64(a.polls)/m, float64(a.entries)/m)
 }
 
 func (t throughput) bitsPerSec() float64 { return float64(t.bytes) * 8 / t.elapsed.Seconds() }
@@ -199,7 +224,7 @@ func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
 // completing into cq: each QP keeps up to txDepth WRs outstanding, every
 // cqMod-th is signalled (and credits cqMod), each QP's window goes out in
 // one PostSendList, and the loop polls once after posting or waits (64
-// yielding polls, then CQ.Wait) when every window is full. tmpl[i] is QP
+// polls, then CQ.Wait: pollWait) when every window is full. tmpl[i] is QP
 // i's work request. It stops posting after lim.d (rounding each QP up to a
 // signalled WR) or lim.n messages, and ends at the last completion.
 func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size int, lim limit) (throughput, error) {
@@ -224,6 +249,7 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 	deadline := start.Add(lim.d)
 	stopped := false
 	var tot, totc int64 = perQP * int64(nq), 0
+	var app appSplit
 	for totc < tot {
 		if !stopped && !time.Now().Before(deadline) {
 			stopped = true
@@ -237,6 +263,7 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 			}
 		}
 		posted := false
+		t0 := time.Now()
 		for idx, q := range qps {
 			k := 0
 			for scnt[idx] < iters[idx] && scnt[idx]-ccnt[idx] < depth {
@@ -252,6 +279,7 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 			}
 			if k > 0 {
 				posted = true
+				app.posts++
 				if n, err := q.PostSendList(list[:k]); err != nil {
 					return throughput{}, fmt.Errorf("post on QP %d (%d of %d taken): %w", idx, n, k, err)
 				}
@@ -259,11 +287,17 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 		}
 		var n int
 		var err error
+		t1 := time.Now()
 		if posted {
+			app.post += t1.Sub(t0)
 			n, err = cq.Poll(wcs[:])
+			app.polls++
+			app.poll += time.Since(t1)
 		} else {
-			n, err = pollWait(ctx, cq, wcs[:])
+			app.waits++
+			n, err = pollWait(ctx, cq, wcs[:], &app)
 		}
+		app.entries += int64(n)
 		if err != nil {
 			return throughput{}, fmt.Errorf("%d of %d completed: %w", totc, tot, err)
 		}
@@ -281,23 +315,51 @@ func bwRun(qps []*qp.QP, cq *qp.CQ, tmpl []qp.SendWR, txDepth, cqMod int, size i
 	cpu, cpuErr := markCPU().since(c0)
 	runtime.ReadMemStats(&ms1)
 	return throughput{msgs: totc, bytes: totc * int64(size), elapsed: el,
-		allocsPer: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(totc, 1)), cpu: cpu, cpuErr: cpuErr}, nil
+		allocsPer: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(totc, 1)), cpu: cpu, cpuErr: cpuErr, app: app}, nil
 }
 
-// spinPolls is how many yielding empty polls a waiter makes before it
+// spinPolls is how many empty polls a waiter makes before it
 // sleeps in CQ.Wait (cmd/goroce's poller).
 const spinPolls = 64
 
-// pollWait is the perftest tools' default wait (cmd/goroce's poller
-// without -e): spinPolls yielding polls, then CQ.Wait.
-func pollWait(ctx context.Context, cq *qp.CQ, wcs []qp.WC) (int, error) {
-	for range spinPolls {
+// bwWait is how bwRun waits with its window full (-bw-wait): "spin" (the
+// default: spinPolls polls, then CQ.Wait; perftest's busy ibv_poll_cq
+// loop has no scheduler to yield to), "yield" (a runtime.Gosched after
+// each empty poll: cmd/goroce's poller, and bench's until 8 Dec 2026) or
+// "sleep" (CQ.Wait at once, as with -e). The yields cannot make a
+// completion appear: the self-driving waiter gave device A's link up when
+// its CQ.Wait returned, so nobody reads the ACK until the next CQ.Wait
+// (0-4 % of the waits ended while yielding), and each Gosched with an idle
+// P wakes a thread for it (wakep): 0.2 µs of CPU per 64 B message
+// (docs/performance.md, "2026-12-08: the 64 B rate").
+var bwWait = "spin"
+
+// pollWait is the perftest tools' default wait (without -e): spinPolls
+// polls, then CQ.Wait (bwWait: the polls yielding, or none). It adds its
+// time and calls to a.
+func pollWait(ctx context.Context, cq *qp.CQ, wcs []qp.WC, a *appSplit) (int, error) {
+	t0 := time.Now()
+	polls := spinPolls
+	if bwWait == "sleep" {
+		polls = 0
+	}
+	for range polls {
+		a.polls++
 		if n, err := cq.Poll(wcs); n > 0 || err != nil {
+			a.spinHits++
+			a.spin += time.Since(t0)
 			return n, err
 		}
-		runtime.Gosched()
+		if bwWait == "yield" {
+			runtime.Gosched()
+		}
 	}
-	return cq.Wait(ctx, wcs)
+	t1 := time.Now()
+	a.spin += t1.Sub(t0)
+	a.waitCalls++
+	n, err := cq.Wait(ctx, wcs)
+	a.wait += time.Since(t1)
+	return n, err
 }
 
 // bw is one perftest-shaped stream on one new QP pair: tx-depth 128,

@@ -133,6 +133,7 @@ type runInfo struct {
 	qpsCQMod       int
 	idle           time.Duration
 	latPeer        string
+	bwPeer         string
 }
 
 func sizeName(n int) string {
@@ -162,6 +163,12 @@ func writeReport(w io.Writer, r *results, in runInfo) {
 		p("- round trips: the far end (write_lat's server, the TCP echo) in a process of its own\n")
 	case "goroutine":
 		p("- round trips: both ends in this process (-lat-peer goroutine)\n")
+	}
+	switch in.bwPeer {
+	case "process":
+		p("- bw: the responder (device B) in a process of its own, as ib_write_bw's server; CPU over both processes; the sender waits with -bw-wait %s\n", bwWait)
+	case "goroutine":
+		p("- bw: both ends in this process (-bw-peer goroutine); the sender waits with -bw-wait %s\n", bwWait)
 	}
 	p("\n")
 

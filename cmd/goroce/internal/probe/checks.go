@@ -118,7 +118,7 @@ func (s *session) silentThenValid(t perftest.Test, bad frame) (string, bool, err
 	if err := s.send(bad); err != nil {
 		return "", false, err
 	}
-	first := s.answers(1)
+	first := s.silence()
 	valid := s.access(t, s.psn, s.peer.VAddr, s.peer.RKey)
 	if err := s.send(valid); err != nil {
 		return "", false, err

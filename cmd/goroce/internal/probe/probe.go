@@ -56,7 +56,10 @@ type Config struct {
 	Size uint64
 	// Checks names the checks to run (nil: every one that applies).
 	Checks []string
-	// Window is how long to wait for the peer's answers (default 200 ms).
+	// Window is how long the peer must stay silent where IBTA requires
+	// silence (default 200 ms). Where an answer is required the probe
+	// waits up to ten windows for it, so a slow peer's late answer is not
+	// taken for silence and then for the next check's answer.
 	Window time.Duration
 }
 
@@ -281,8 +284,19 @@ func (s *session) send(f frame) error {
 	return nil
 }
 
-// answers waits for n answers (or the window) and returns them.
-func (s *session) answers(n int) []answer { return s.rx.wait(s.ctx, n, s.window) }
+// answerPatience is how many windows the probe waits for an answer that
+// IBTA requires before it calls the peer silent.
+const answerPatience = 10
+
+// answers waits for n answers, which IBTA requires (up to answerPatience
+// windows), and returns them.
+func (s *session) answers(n int) []answer {
+	return s.rx.wait(s.ctx, n, answerPatience*s.window)
+}
+
+// silence waits one window, in which IBTA requires the peer to stay
+// silent, and returns whatever answers came.
+func (s *session) silence() []answer { return s.rx.wait(s.ctx, 1, s.window) }
 
 func describe(as []answer) string {
 	if len(as) == 0 {

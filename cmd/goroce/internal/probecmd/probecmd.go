@@ -60,7 +60,7 @@ func Run(env tool.Env, args []string) int {
 		test    = fs.String("test", "write_bw", "the server's program: write_bw, read_bw or atomic_bw")
 		size    = fs.Uint64("s", 0, "the server's -s (default: perftest's)")
 		only    = fs.String("checks", "", "comma-separated checks to run (default: all that apply)")
-		window  = fs.Duration("window", 200*time.Millisecond, "how long to wait for the peer's answer")
+		window  = fs.Duration("window", 200*time.Millisecond, "how long the peer must stay silent where IBTA requires silence (a required answer is awaited up to ten windows)")
 		jsonOut = fs.Bool("json", false, "print the results as one JSON object")
 	)
 	fs.Usage = func() {
