@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	satomic "sync/atomic"
 	"time"
 
 	"github.com/goroce/goroce/memreg"
 	"github.com/goroce/goroce/nic"
+	"github.com/goroce/goroce/nic/afxdp"
 )
 
 // Self-driving waiters (selfDriver: ModeThreaded on a nic.Waiter link).
@@ -126,6 +128,12 @@ type selfDriver struct {
 	goroutineDriver
 	waiter nic.Waiter
 	rb     *rxBatch // the link reader's buffers (one reader at a time)
+	// ring: the link's TryReadBatch looks at a ring in memory (AF_XDP),
+	// no system call, so a self-driving waiter may spin on it before it
+	// parks (spinRead).
+	ring     bool
+	spinOff  int // waits left that do not spin (owner only)
+	spinNext int // spinOff after the next spin that runs out
 
 	// Under d.mu:
 	armed         time.Time // the link's wait deadline as last set (zero: none)
@@ -151,7 +159,10 @@ func newSelfDriver(d *Device, w nic.Waiter) *selfDriver {
 		rb: d.newLinkRxBatch(d.cfg.Link), linkFree: make(chan struct{}, 1)}
 	if len(d.cfg.Links) > 1 {
 		s.rb = d.newQueueRxBatch(d.cfg.Link) // parses outside d.mu (queues.go)
+	} else {
+		s.ring = ringLink(d.cfg.Link)
 	}
+	s.spinNext = spinBackoffMin
 	// A channel timer the parked driver goroutine selects on (driveLoop),
 	// not an AfterFunc: a firing then readies that goroutine instead of
 	// starting one (and a thread to run it) every resumeAfter of a
@@ -456,6 +467,16 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 	d.mu.Lock()
 	s.armLazy(d.ctxBound(ctx, d.earliest()))
 	d.mu.Unlock()
+	var spin time.Duration
+	if s.ring && runtime.GOMAXPROCS(0) > 1 {
+		// (With one P, a spinning waiter would hold off every other
+		// goroutine of the process, the peer's too when it runs in it.)
+		if s.spinOff > 0 {
+			s.spinOff--
+		} else {
+			spin = spinBudget
+		}
+	}
 	for {
 		if w.ready() {
 			return nil
@@ -465,7 +486,22 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 				return err
 			}
 		}
-		n, err := s.waiter.WaitReadBatch(b.bufs, b.sizes)
+		var n int
+		var err error
+		if spin > 0 {
+			n, spin, err = s.spinRead(b, spin)
+			if n == 0 && err == nil && spin <= 0 {
+				// Spun out: the peer is slow, or shares our CPU and
+				// waits for it. Sleep through the next waits.
+				s.spinOff = s.spinNext
+				s.spinNext = min(2*s.spinNext, spinBackoff)
+			} else if n > 0 {
+				s.spinNext = spinBackoffMin
+			}
+		}
+		if n == 0 && err == nil {
+			n, err = s.waiter.WaitReadBatch(b.bufs, b.sizes)
+		}
 		expired := false
 		if err != nil {
 			n = 0
@@ -503,6 +539,72 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 		d.flushHeld()
 		s.armLazy(d.ctxBound(ctx, d.earliest()))
 		d.unlock()
+	}
+}
+
+// spinBudget is how long a self-driving wait spins on the link's ring in
+// all before it parks in the runtime poller (spinRead): a little longer
+// than a peer's hop of a ping-pong when both ends run on CPUs of their own
+// (bench's busy-poll round trip: 10–15 µs).
+//
+// Why spin: a waiter parked in the runtime poller is woken by the frame's
+// softirq, and when its thread's CPU went idle meanwhile, the wake-up
+// costs the idle CPU's exit and a cross-CPU wake: the sleeping ping-pongs
+// (TCP's, raw AF_XDP's, goroce's) took 55–134 µs per round trip pinned to
+// two CPUs against 20–40 µs on one (docs/performance.md, "Sleeping round
+// trip, free placement"). Left free (no pinning, GOMAXPROCS 2: what users
+// get), a goroce ping-pong landed in either mode from run to run.
+// Spinning through the peer's hop keeps the CPU awake and the frame is
+// seen at once; a wait that spins out sleeps as before.
+const spinBudget = 20 * time.Microsecond
+
+// spinBackoffMin and spinBackoff bound how many of the following waits
+// do not spin after a spin ran out (doubling from the first to the second
+// while spins keep running out, back to the first after a spin that saw
+// frames): a peer that shares our CPU cannot run while we spin, nor can
+// another goroutine of ours, so there the spin only costs the budget, once
+// per up to spinBackoff waits.
+const (
+	spinBackoffMin = 16
+	spinBackoff    = 1024
+)
+
+// spinLooks is how many empty looks of a spin pass between two looks at
+// the clock.
+const spinLooks = 8
+
+// spinRead looks at the link's ring without blocking until frames are
+// there, a kick is pending (the wait must look again), or the budget is
+// spent, and returns the frames and the budget left. It does not yield
+// the OS thread: a yield hands the CPU to any other runnable thread for
+// its whole time slice, which on a loaded machine is milliseconds.
+func (s *selfDriver) spinRead(b *rxBatch, budget time.Duration) (int, time.Duration, error) {
+	t0 := time.Now()
+	for looks := 1; ; looks++ {
+		n, err := s.waiter.TryReadBatch(b.bufs, b.sizes)
+		if n > 0 || err != nil || s.kickPending.Load() {
+			return n, budget - time.Since(t0), err
+		}
+		if looks%spinLooks == 0 && time.Since(t0) >= budget {
+			return 0, 0, nil
+		}
+	}
+}
+
+// ringLink reports whether l, under qp's own wrappers, is an AF_XDP link,
+// whose TryReadBatch looks at its RX ring in memory.
+func ringLink(l nic.Link) bool {
+	for {
+		switch w := l.(type) {
+		case *waitedLink:
+			l = w.ownedLink.Link
+		case *ownedLink:
+			l = w.Link
+		case *afxdp.Link:
+			return true
+		default:
+			return false
+		}
 	}
 }
 
