@@ -252,6 +252,7 @@ func main() {
 	flag.IntVar(&afxdpOpts.FrameSize, "afxdp-chunk", 0, "AF_XDP UMEM chunk size, 2048 or 4096 (0: the backend's default)")
 	flag.IntVar(&afxdpOpts.NumFrames, "afxdp-frames", 0, "AF_XDP UMEM chunks (rings of half as many; 0: the backend's default)")
 	flag.BoolVar(&afxdpOpts.OneSocket, "afxdp-one-socket", false, "AF_XDP links transmit on their receiving socket (afxdp.Options.OneSocket: the layout before the transmit socket of its own), for experiments")
+	flag.DurationVar(&waitSpin, "wait-spin", -1, "how long a sleeping wait on AF_XDP spins on the RX ring before it parks (qp Device.SetWaitSpin; 0: no spin; negative: the library's default), on every device and peer, for experiments")
 	bwOnly := flag.String("bw", "", "the bw cell's streams to run, comma-separated op.size (WRITE.64,WRITE.65536,READ.4096...; default all)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")

@@ -63,6 +63,9 @@ func startPeer(pair *netns.Pair, args ...string) (*peerProc, error) {
 		args = append(args, "-cpu", strconv.Itoa(peerCPU))
 	}
 	args = append(args, afxdpFlags()...)
+	if waitSpin >= 0 {
+		args = append(args, "-wait-spin", waitSpin.String())
+	}
 	cmd := pair.Command(netns.B, exe, args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

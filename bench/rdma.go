@@ -92,6 +92,9 @@ func openEndOn(do func(func() error) error, ifname, backend string, busy bool, s
 	if err != nil {
 		return nil, err
 	}
+	if waitSpin >= 0 {
+		e.dev.SetWaitSpin(waitSpin)
+	}
 	e.pd = e.dev.AllocPD()
 	e.buf = make([]byte, bufSize)
 	e.mr, err = e.pd.RegMR(e.buf, qp.LocalWrite|qp.RemoteWrite|qp.RemoteRead)
@@ -333,6 +336,10 @@ const spinPolls = 64
 // P wakes a thread for it (wakep): 0.2 µs of CPU per 64 B message
 // (docs/performance.md, "2026-12-08: the 64 B rate").
 var bwWait = "spin"
+
+// waitSpin is -wait-spin: the devices' sleeping-wait spin budget
+// (qp.Device.SetWaitSpin), negative for the library's default.
+var waitSpin time.Duration = -1
 
 // pollWait is the perftest tools' default wait (without -e): spinPolls
 // polls, then CQ.Wait (bwWait: the polls yielding, or none). It adds its

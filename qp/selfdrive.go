@@ -132,8 +132,9 @@ type selfDriver struct {
 	// no system call, so a self-driving waiter may spin on it before it
 	// parks (spinRead).
 	ring     bool
-	spinOff  int // waits left that do not spin (owner only)
-	spinNext int // spinOff after the next spin that runs out
+	spinOff  int           // waits left that do not spin (owner only)
+	spinNext int           // spinOff after the next spin that runs out
+	spin     time.Duration // the spin budget (under d.mu; SetWaitSpin)
 
 	// Under d.mu:
 	armed         time.Time // the link's wait deadline as last set (zero: none)
@@ -162,7 +163,7 @@ func newSelfDriver(d *Device, w nic.Waiter) *selfDriver {
 	} else {
 		s.ring = ringLink(d.cfg.Link)
 	}
-	s.spinNext = spinBackoffMin
+	s.spinNext, s.spin = spinBackoffMin, spinBudget
 	// A channel timer the parked driver goroutine selects on (driveLoop),
 	// not an AfterFunc: a firing then readies that goroutine instead of
 	// starting one (and a thread to run it) every resumeAfter of a
@@ -466,15 +467,16 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 	b := s.rb
 	d.mu.Lock()
 	s.armLazy(d.ctxBound(ctx, d.earliest()))
+	budget := s.spin
 	d.mu.Unlock()
 	var spin time.Duration
-	if s.ring && runtime.GOMAXPROCS(0) > 1 {
+	if s.ring && budget > 0 && runtime.GOMAXPROCS(0) > 1 {
 		// (With one P, a spinning waiter would hold off every other
 		// goroutine of the process, the peer's too when it runs in it.)
 		if s.spinOff > 0 {
 			s.spinOff--
 		} else {
-			spin = spinBudget
+			spin = budget
 		}
 	}
 	for {
@@ -557,6 +559,21 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 // Spinning through the peer's hop keeps the CPU awake and the frame is
 // seen at once; a wait that spins out sleeps as before.
 const spinBudget = 20 * time.Microsecond
+
+// SetWaitSpin sets how long a sleeping wait (CQ.Wait, MR.WaitWrite) that
+// reads an AF_XDP link itself spins on its RX ring before it parks, in
+// all (the default spinBudget; 0 turns the spin off). It exists to
+// measure the spin against other budgets (bench -wait-spin:
+// docs/performance.md, "Sleeping round trip, free placement"); other
+// links and devices do not spin, and neither does a process with
+// GOMAXPROCS 1.
+func (d *Device) SetWaitSpin(budget time.Duration) {
+	if s, ok := d.drv.(*selfDriver); ok {
+		d.mu.Lock()
+		s.spin = max(budget, 0)
+		d.mu.Unlock()
+	}
+}
 
 // spinBackoffMin and spinBackoff bound how many of the following waits
 // do not spin after a spin ran out (doubling from the first to the second
