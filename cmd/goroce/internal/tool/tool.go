@@ -438,11 +438,11 @@ func (w *ProgressWatch) Stop() {
 	<-w.done
 }
 
-// Poller waits for completions: polling (the tools' default) or CQ events
+// Poller waits for completions, for one goroutine: polling (the tools' default) or CQ events
 // (-e). The C tools spin on ibv_poll_cq; here the device's receive and
 // timer goroutines must run for a completion to appear at all, so a
-// spinning Poller yields the processor between empty polls and, after
-// spinPolls of them, sleeps on the CQ like -e (on a busy-poll device
+// spinning Poller with a single P yields it between empty polls (with
+// more it just spins) and, after spinPolls of them, sleeps on the CQ like -e (on a busy-poll device
 // CQ.Wait spins and drives the device itself). On a machine with cores to
 // spare a completion is caught while spinning; on a loaded one the waiter
 // stops competing with the goroutines that produce it.
@@ -457,15 +457,31 @@ type Poller struct {
 	Events bool           // sleep on CQ events (-e) instead of polling
 	Busy   bool           // the device is in busy-poll mode (qp.ModeBusyPoll)
 	Watch  *ProgressWatch // learns of every completion
+	procs  int            // GOMAXPROCS, read at the first empty look
 }
 
 // busyGosched is how many empty looks a Poller on a busy-poll device makes
 // between two runtime.Gosched calls.
 const busyGosched = 64
 
-// giveWay lets other goroutines run after the spins-th empty look.
+// giveWay lets other goroutines run after the spins-th empty look. With a
+// processor to spare (GOMAXPROCS > 1) a sleeping-mode Poller only spins:
+// the goroutines that produce completions (the driver reading the link
+// once the last waiter left it) run on another P, and each Gosched with an
+// idle P woke a thread for nothing (bench's bw cell, which had the same
+// loop: 64 B WRITE 1.60 -> 1.40 µs of CPU per message, docs/performance.md,
+// "2026-12-08: the 64 B rate"). With one P it must yield, or they would
+// not run until the Poller sleeps.
 func (p *Poller) giveWay(spins int) {
-	if !p.Busy || spins%busyGosched == 0 {
+	if p.procs == 0 {
+		p.procs = runtime.GOMAXPROCS(0)
+	}
+	switch {
+	case p.Busy:
+		if spins%busyGosched == 0 {
+			runtime.Gosched()
+		}
+	case p.procs <= 1:
 		runtime.Gosched()
 	}
 }
