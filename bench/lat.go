@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/nic"
 	"github.com/goroce/goroce/qp"
 	"github.com/goroce/goroce/wire"
 )
@@ -296,8 +297,12 @@ func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready 
 	// The deadline only guards against a peer that died: the sleeping waits
 	// have no stall check of their own.
 	lctx, lcancel := context.WithTimeout(context.Background(), lim.d+stallTime)
+	s0 := a.dev.Stats().Link
 	err = latLoop(lctx, latEnd{a, q, scq, busy, mtu.Bytes(), psnB}, rkeyB, vaddrB, false, t.post, &stop)
 	lcancel()
+	if n := len(t.posts); err == nil && n > 1 {
+		progress("lat (%s): A per round trip: %s", latMode(busy), linkPerRT(s0, a.dev.Stats().Link, float64(n-1)))
+	}
 	peer.send("stop")
 	if l, ok := peer.lines.next(stallTime + 5*time.Second); ok && strings.HasPrefix(l, "error ") {
 		perr := fmt.Errorf("peer: %s", strings.TrimPrefix(l, "error "))
@@ -311,4 +316,21 @@ func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready 
 		return nil, err
 	}
 	return t.rtts()
+}
+
+func latMode(busy bool) string {
+	if busy {
+		return "busy-poll"
+	}
+	return "sleeping"
+}
+
+// linkPerRT says what A's link did per round trip between s0 and s1: the
+// frames sent (write_lat's WRITE and the ACK of the peer's), the transmit
+// kicks (sendto) that carried them, the frames received and the link's
+// wake-ups (system calls other than reads: kicks, fill-ring wake-ups).
+func linkPerRT(s0, s1 nic.Stats, rts float64) string {
+	per := func(a, b uint64) float64 { return float64(b-a) / rts }
+	return fmt.Sprintf("frames sent %.2f, TX kicks %.2f, frames received %.2f, wake-ups %.2f",
+		per(s0.TxFrames, s1.TxFrames), per(s0.TxKicks, s1.TxKicks), per(s0.RxFrames, s1.RxFrames), per(s0.Wakeups, s1.Wakeups))
 }
