@@ -49,6 +49,8 @@ type hqueue struct {
 	joined   atomic.Int32 // commands queued while corked (dispatch's yield)
 	recvs    []qp.RecvWR  // one per response buffer, reused
 	recvSGEs []qp.SGE
+	rbatch   []qp.RecvWR  // deliver's receives to re-post, reused
+	got      []Completion // deliver's completions to hand over, reused
 	dead     chan struct{}
 	timeout  time.Duration // a command unanswered this long fails the queue (0: never)
 	errv     error
@@ -276,6 +278,7 @@ func (q *hqueue) poll() {
 	}()
 	cq := q.conn.RecvCQ()
 	wcs := make([]qp.WC, 32)
+	q.rbatch, q.got = make([]qp.RecvWR, 0, len(wcs)), make([]Completion, 0, len(wcs))
 	for {
 		n, err := cq.Wait(ctx, wcs)
 		if err != nil {
@@ -322,8 +325,12 @@ func (q *hqueue) dispatch(wcs []qp.WC) bool {
 // maxYields bounds dispatch's yields to the submitters it woke.
 const maxYields = 4
 
-// deliver handles wcs; woke counts the completions handed over.
+// deliver handles wcs; woke counts the completions handed over. It
+// re-posts the poll's response buffers in one PostRecvList before it hands
+// any completion over: a submitter woken here may send its next command at
+// once, and the target's response to it needs a posted receive.
 func (q *hqueue) deliver(wcs []qp.WC, woke *int) bool {
+	recvs, got := q.rbatch[:0], q.got[:0]
 	for i := range wcs {
 		wc := &wcs[i]
 		kind, idx := int(wc.WRID>>56), int(wc.WRID&0xffffffff)
@@ -350,15 +357,21 @@ func (q *hqueue) deliver(wcs []qp.WC, woke *int) bool {
 			}
 			s.bound = false
 		}
+		recvs = append(recvs, q.recvs[idx])
+		got = append(got, cqe)
+	}
+	if len(recvs) > 0 {
 		q.mu.Lock()
-		err = q.conn.QP().PostRecv(q.recvWR(idx))
+		_, err := q.conn.QP().PostRecvList(recvs)
 		q.mu.Unlock()
 		if err != nil {
 			q.fail(err)
 			return false
 		}
+	}
+	for _, cqe := range got {
 		select {
-		case s.ch <- cqe:
+		case q.slots[cqe.CID].ch <- cqe:
 		default:
 			q.fail(fmt.Errorf("%w: duplicate completion for command %d", ErrProtocol, cqe.CID))
 			return false

@@ -452,6 +452,8 @@ type tqueue struct {
 	sinceSig int
 	recv     qp.RecvWR // postRecv's, reused
 	rsge     [1]qp.SGE
+	rwrs     []qp.RecvWR // repost's, one poll's
+	rsges    []qp.SGE
 	// The sender goroutine posts what flush handed it (sendQ), so that
 	// the transmission (AF_XDP's kick, where the kernel moves the frames)
 	// runs beside the queue goroutine's receiving and executing of the
@@ -527,6 +529,29 @@ func (tq *tqueue) postRecv(i int) error {
 	return tq.q.PostRecv(&tq.recv)
 }
 
+// repost queues receive buffer i for postRecvs, which posts the buffers
+// of one poll in one PostRecvList before the poll's responses are handed
+// to the sender (flush): a host sends its next command as soon as it has
+// a response, and that command needs a posted receive.
+func (tq *tqueue) repost(i int) {
+	tq.rsges = append(tq.rsges, qp.SGE{Addr: tq.recvMR.IOVA() + uint64(i*tq.slotLen), Length: uint32(tq.slotLen), LKey: tq.recvMR.LKey()})
+	tq.rwrs = append(tq.rwrs, qp.RecvWR{WRID: wrid(kindRecv, i)})
+}
+
+// postRecvs posts what repost queued; false if that failed.
+func (tq *tqueue) postRecvs() bool {
+	if len(tq.rwrs) == 0 {
+		return true
+	}
+	for i := range tq.rwrs {
+		tq.rwrs[i].SGL = tq.rsges[i : i+1]
+	}
+	_, err := tq.q.PostRecvList(tq.rwrs)
+	clear(tq.rwrs)
+	tq.rwrs, tq.rsges = tq.rwrs[:0], tq.rsges[:0]
+	return err == nil
+}
+
 func (tq *tqueue) getRsp() (*trsp, error) {
 	if n := len(tq.free); n > 0 {
 		r := tq.free[n-1]
@@ -588,6 +613,7 @@ func (tq *tqueue) run(ctx context.Context) {
 	cq := tq.conn.RecvCQ()
 	wcs := make([]qp.WC, 32)
 	tq.batch = make([]qp.SendWR, 0, 3*len(wcs))
+	tq.rwrs, tq.rsges = make([]qp.RecvWR, 0, len(wcs)), make([]qp.SGE, 0, len(wcs))
 	tq.sendQ, tq.sendSpare = make([]qp.SendWR, 0, 3*tq.t.MaxQueueSize), make([]qp.SendWR, 0, 3*tq.t.MaxQueueSize)
 	tq.sendWake, tq.sendStop, tq.sendDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	go tq.sender()
@@ -598,11 +624,12 @@ func (tq *tqueue) run(ctx context.Context) {
 		}
 		for i := range wcs[:n] {
 			if !tq.completion(&wcs[i]) {
+				tq.postRecvs()
 				tq.flush()
 				return
 			}
 		}
-		if !tq.flush() {
+		if !tq.postRecvs() || !tq.flush() {
 			return
 		}
 	}
@@ -742,7 +769,8 @@ func (tq *tqueue) capsule(slot, n int) bool {
 	r.inline = buf[SQESize:]
 	tq.command(r)
 	r.inline = nil
-	return tq.postRecv(slot) == nil
+	tq.repost(slot)
+	return true
 }
 
 // command parses, checks and executes r, or queues the RDMA READ of its

@@ -36,6 +36,10 @@ func TestDestroyedQPRefusesWork(t *testing.T) {
 			{"PostSend", a.qp.PostSend(write)},
 			{"PostSendList", func() error { _, err := a.qp.PostSendList([]qp.SendWR{*write}); return err }()},
 			{"PostRecv", a.qp.PostRecv(&qp.RecvWR{WRID: 2, SGL: []qp.SGE{a.sge(0, 64)}})},
+			{"PostRecvList", func() error {
+				_, err := a.qp.PostRecvList([]qp.RecvWR{{WRID: 3, SGL: []qp.SGE{a.sge(0, 64)}}})
+				return err
+			}()},
 			{"Modify", a.qp.Modify(context.Background(), qp.Attr{State: qp.StateErr}, qp.AttrState)},
 			{"Destroy", a.qp.Destroy()},
 		} {

@@ -37,3 +37,36 @@ func TestPostSendList(t *testing.T) {
 		}
 	})
 }
+
+// TestPostRecvList: a list of receives posted in one call takes SENDs in
+// order; an invalid one stops the list there, like bad_wr.
+func TestPostRecvList(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		x := newX(t, xopts{noTap: true})
+		a, b := x.a, x.b
+		for i := range a.buf {
+			a.buf[i] = byte(i*5 + 2)
+		}
+		wrs := make([]qp.RecvWR, 4)
+		for i := range wrs {
+			wrs[i] = qp.RecvWR{WRID: uint64(i), SGL: []qp.SGE{{Addr: b.mr.IOVA() + uint64(i*1000), Length: 1000, LKey: b.mr.LKey()}}}
+		}
+		bad := qp.RecvWR{WRID: 99, SGL: make([]qp.SGE, 9)}
+		n, err := b.qp.PostRecvList(append(wrs, bad))
+		if n != 4 || err == nil {
+			t.Fatalf("posted %d, err %v; want 4 and an error for the 5th", n, err)
+		}
+		for i := range 4 {
+			x.post(a, &qp.SendWR{WRID: uint64(i), Opcode: transport.WRSend, Flags: transport.SendSignaled,
+				SGL: []qp.SGE{{Addr: a.mr.IOVA() + uint64(i*1000), Length: 1000, LKey: a.mr.LKey()}}})
+		}
+		for i := range 4 {
+			if wc := waitWC(t, b.rcq); wc.Status != transport.WCSuccess || wc.WRID != uint64(i) || wc.ByteLen != 1000 {
+				t.Fatalf("receive completion %d: %v", i, wc)
+			}
+		}
+		if !bytes.Equal(b.buf[:4000], a.buf[:4000]) {
+			t.Fatal("received data differs")
+		}
+	})
+}

@@ -438,6 +438,30 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	return err
 }
 
+// PostRecvList posts a list of receive work requests under one lock
+// (ibv_post_recv with a chained list). It returns how many were posted; on
+// an error, wrs[n] is the request that failed (ibv_post_recv's bad_wr).
+func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
+	d := q.dev
+	d.mu.Lock()
+	if err := q.postable(q.recvCQ); err != nil {
+		d.mu.Unlock()
+		return 0, err
+	}
+	n := 0
+	var err error
+	for n < len(wrs) {
+		if err = q.eng.PostRecv(wrs[n].engine()); err != nil {
+			break
+		}
+		n++
+	}
+	d.touch(q)
+	d.endCall(d.now())
+	d.unlock()
+	return n, err
+}
+
 // Destroy removes the QP (ibv_destroy_qp): it receives, sends and
 // completes nothing more, outstanding work requests included, and its QP
 // number becomes free for reuse. Later calls on it fail with ErrDestroyed.
