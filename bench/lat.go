@@ -298,10 +298,13 @@ func writeLatPeer(pair *netns.Pair, backend string, busy bool, lim limit, ready 
 	// have no stall check of their own.
 	lctx, lcancel := context.WithTimeout(context.Background(), lim.d+stallTime)
 	s0 := a.dev.Stats().Link
+	cpu0, csw0 := procCPU()
 	err = latLoop(lctx, latEnd{a, q, scq, busy, mtu.Bytes(), psnB}, rkeyB, vaddrB, false, t.post, &stop)
+	cpu1, csw1 := procCPU()
 	lcancel()
-	if n := len(t.posts); err == nil && n > 1 {
-		progress("lat (%s): A per round trip: %s", latMode(busy), linkPerRT(s0, a.dev.Stats().Link, float64(n-1)))
+	if n := float64(len(t.posts) - 1); err == nil && n > 0 {
+		progress("lat (%s): A per round trip: %s; process CPU %.1f µs, context switches %.2f", latMode(busy),
+			linkPerRT(s0, a.dev.Stats().Link, n), float64(cpu1-cpu0)/1e3/n, float64(csw1-csw0)/n)
 	}
 	peer.send("stop")
 	if l, ok := peer.lines.next(stallTime + 5*time.Second); ok && strings.HasPrefix(l, "error ") {
