@@ -45,6 +45,10 @@ import (
 //     While waiters keep leaving and coming back, the timer fires only
 //     every resumeKeep (see there), and the link may then stay without a
 //     reader for up to resumeKeep after the last of them left.
+//   - On AF_XDP, with GOMAXPROCS > 1, a driving waiter first spins on the
+//     RX ring (spinRead, up to spinBudget, backing off after spins that
+//     run out) before it parks: a peer on another CPU answers without a
+//     wake-up of an idle one.
 //   - While a waiter drives, the deadline heap's earliest deadline is its
 //     wait deadline, as the driver's is: timers fire. A context that can
 //     end bounds the wait too (ctxSlice, or its deadline).
