@@ -120,7 +120,12 @@ func (r *requester) post(wr *SendWR) error {
 		return fmt.Errorf("post send: %d inline bytes > %d: %w", length, MaxInlineData, ErrInvalidArgument)
 	}
 	w := r.sq.at(r.sq.tail)
-	*w = sendWQE{wr: *wr, length: uint32(length), inline: w.inline[:0]}
+	// Field by field: a composite literal would zero and copy the whole
+	// WQE (its 16-entry SGL array too) through a temporary on every post.
+	w.wr = *wr
+	w.length = uint32(length)
+	w.inline = w.inline[:0]
+	w.state, w.firstPSN, w.lastPSN, w.npkts, w.readDone, w.status = wqePosted, 0, 0, 0, 0, 0
 	n := copy(w.sgl[:], wr.SGL)
 	w.wr.SGL = w.sgl[:n]
 	if inline {
