@@ -741,9 +741,10 @@ func (d *Device) inputParsed(pkt *wire.Packet, err error, now time.Time) {
 		return
 	}
 	q.eng.Receive(pkt, now)
-	d.touch(q)
 	// Remember the QP for EndBatch in drive (consecutive frames of one QP
-	// add it once; a repeat later in the batch is harmless).
+	// add it once; a repeat later in the batch is harmless). drive's end
+	// of batch re-arms its deadline (d.touch), once per batch, not here
+	// per frame: nothing reads the deadlines before that.
 	if k := len(d.call.touched); k == 0 || d.call.touched[k-1] != q {
 		d.call.touched = append(d.call.touched, q)
 	}
