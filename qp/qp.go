@@ -408,14 +408,7 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 	}
 	d.postFlush(q)
 	now := d.now()
-	n := 0
-	var err error
-	for n < len(wrs) {
-		if err = q.eng.PostSend(wrs[n].engine(), now); err != nil {
-			break
-		}
-		n++
-	}
+	n, err := q.eng.PostSendList(sendWRs(wrs), now)
 	d.touch(q)
 	d.endCall(now)
 	d.drv.unlockPost(now)

@@ -230,6 +230,14 @@ type Caps struct {
 // engine returns the request as the engine's type (the same memory).
 func (wr *SendWR) engine() *transport.SendWR { return (*transport.SendWR)(unsafe.Pointer(wr)) }
 
+// sendWRs returns wrs as the engine's type (the same memory).
+func sendWRs(wrs []SendWR) []transport.SendWR {
+	if len(wrs) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*transport.SendWR)(unsafe.Pointer(&wrs[0])), len(wrs))
+}
+
 // engine returns the request as the engine's type (the same memory).
 func (wr *RecvWR) engine() *transport.RecvWR { return (*transport.RecvWR)(unsafe.Pointer(wr)) }
 

@@ -534,6 +534,51 @@ func (q *QP) PostSend(wr *SendWR, now time.Time) error {
 	return nil
 }
 
+// PostSendList posts wrs in order and then sends what they allow in one
+// pass, where PostSend sends after each: the requester's per-pass work
+// (state checks, ACK timer, retiring) is paid once per list. It returns how
+// many were posted; on an error wrs[n] is the request that failed. A send
+// queue that fills up in the middle of the list is pumped once (a UC WRITE
+// completes when sent, freeing its slot) before the post fails.
+func (q *QP) PostSendList(wrs []SendWR, now time.Time) (int, error) {
+	if q.cfg.Type == QPTypeUD {
+		for n := range wrs {
+			if err := q.PostSend(&wrs[n], now); err != nil {
+				return n, err
+			}
+		}
+		return len(wrs), nil
+	}
+	st := q.attr.State
+	if st != StateRTS && st != StateSQD && st != StateErr {
+		return 0, fmt.Errorf("post send in state %v: %w", st, ErrInvalidArgument)
+	}
+	n, pumped := 0, 0
+	var err error
+	for n < len(wrs) {
+		wr := &wrs[n]
+		if err = q.req.post(wr); err != nil {
+			if errors.Is(err, ErrQueueFull) && n > pumped && st != StateErr {
+				q.req.pump(now)
+				pumped = n
+				continue
+			}
+			break
+		}
+		q.countSend(wr.Opcode)
+		n++
+	}
+	if n == 0 {
+		return 0, err
+	}
+	if st == StateErr {
+		q.comp.flush()
+		return n, err
+	}
+	q.req.pump(now)
+	return n, err
+}
+
 // PostRecv queues a receive work request (ibv_post_recv). Allowed from INIT
 // on; in ERR the request is flushed at once.
 func (q *QP) PostRecv(wr *RecvWR) error { return q.resp.post(wr) }
