@@ -533,6 +533,9 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		r.classC(wire.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
+	// whole is the RETH's range [va, va+len) as the range check returned
+	// it; an ONLY packet's payload goes there, without a second lookup.
+	var whole []byte
 	if pos == wire.PosFirst || pos == wire.PosOnly {
 		r.wrVA, r.wrRKey, r.wrLen, r.wrOff = p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen(), 0
 		if r.wrLen > MaxMessageLen {
@@ -545,10 +548,12 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 		// piece alone would place the leading packets and NAK a later PSN).
 		// Zero-length writes skip the check (rxe check_rkey).
 		if r.wrLen > 0 {
-			if _, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA, r.wrLen); err != nil {
+			mem, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA, r.wrLen)
+			if err != nil {
 				r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
 				return
 			}
+			whole = mem
 		}
 	}
 	n := uint32(len(p.Payload))
@@ -561,10 +566,14 @@ func (r *responder) execWrite(p *wire.Packet, op wire.Opcode, psn wire.PSN) {
 	}
 	if n > 0 {
 		// Zero-length writes skip the R_Key check (rxe check_rkey).
-		mem, err := r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
-		if err != nil {
-			r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
-			return
+		mem := whole
+		if pos != wire.PosOnly || uint32(len(mem)) != n {
+			var err error
+			mem, err = r.qp.remote(r.wrRKey, memreg.RemoteWrite, r.wrVA+uint64(r.wrOff), n)
+			if err != nil {
+				r.classC(wire.NAKRemoteAccessError, WCRemAccessErr, psn)
+				return
+			}
 		}
 		copy(mem, p.Payload)
 		r.wrOff += n
