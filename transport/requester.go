@@ -261,6 +261,15 @@ func (r *requester) localInvalidate(w *sendWQE) bool {
 // sendNext transmits the packet of w at nextPSN and advances. It returns
 // false if the WQE failed locally.
 func (r *requester) sendNext(w *sendWQE) bool {
+	ok := r.sendPacket(w)
+	if r.sentEnd.Before(r.nextPSN) {
+		r.sentEnd = r.nextPSN
+	}
+	return ok
+}
+
+// sendPacket is sendNext without the sentEnd update.
+func (r *requester) sendPacket(w *sendWQE) bool {
 	psn := r.nextPSN
 	if psn.Before(w.firstPSN) || psn.After(w.lastPSN) {
 		// Cannot happen: goBack positions nextPSN inside the WQE.
@@ -273,11 +282,6 @@ func (r *requester) sendNext(w *sendWQE) bool {
 	} else if idx == 0 {
 		r.qp.countTxRequest(w.wr.Opcode)
 	}
-	defer func() {
-		if r.sentEnd.Before(r.nextPSN) {
-			r.sentEnd = r.nextPSN
-		}
-	}()
 	switch w.wr.Opcode {
 	case WRRDMARead:
 		r.sendReadRequest(w, idx)
