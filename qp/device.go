@@ -732,8 +732,14 @@ func (d *Device) inputParsed(pkt *wire.Packet, err error, now time.Time) {
 		d.stats.rx.WrongDst++
 		return
 	}
-	q := d.tab.qps[pkt.BTH.DestQP()]
-	if q == nil {
+	// A batch's frames mostly go to the QP of the frame before: the last
+	// QP touched in this batch (QPs are created and destroyed under d.mu,
+	// which drive holds) is checked before the map.
+	qpn := pkt.BTH.DestQP()
+	var q *QP
+	if k := len(d.call.touched); k > 0 && d.call.touched[k-1].eng.QPN() == qpn {
+		q = d.call.touched[k-1]
+	} else if q = d.tab.qps[qpn]; q == nil {
 		d.stats.rx.NoQP++
 		return
 	}
