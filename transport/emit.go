@@ -24,6 +24,9 @@ type emitter struct {
 	// and every frame takes wire.ICRC, for IPv6).
 	icrc    wire.ICRCHeader
 	icrcSet bool
+	// outer holds tmpl's Ethernet, IPv4 and UDP headers as the first frame
+	// after setPath wrote them (unset for IPv6): later frames copy them.
+	outer   wire.OuterHeaders
 	destQPN uint32
 	lastLen int // length of the last frame sent (the pacer charges it)
 }
@@ -33,6 +36,7 @@ type emitter struct {
 func (e *emitter) setPath(av *AV, qpn, destQPN uint32) {
 	e.destQPN = destQPN
 	e.icrc, e.icrcSet = wire.ICRCHeader{}, false
+	e.outer = wire.OuterHeaders{}
 	e.tmpl = wire.Frame{
 		DstMAC: av.DMAC, SrcMAC: av.SMAC, HasVLAN: av.HasVLAN, VLAN: av.VLAN,
 		SrcIP: av.SGID.Unmap(), DstIP: av.DGID.Unmap(),
@@ -66,7 +70,7 @@ func (e *emitter) emit(buf []byte, f *wire.Frame, payloadLen int) {
 	var n int
 	var err error
 	if f == &e.tmpl {
-		n, err = wire.BuildICRC(buf, f, payloadLen, &e.icrc)
+		n, err = wire.BuildOuter(buf, f, payloadLen, &e.icrc, &e.outer)
 	} else {
 		n, err = wire.Build(buf, f, payloadLen)
 	}
@@ -81,6 +85,7 @@ func (e *emitter) emit(buf []byte, f *wire.Frame, payloadLen int) {
 			l2 += wire.VLANTagLen
 		}
 		e.icrc, _ = wire.NewICRCHeader(buf[l2 : n-wire.ICRCLen])
+		e.outer, _ = wire.NewOuterHeaders(buf[:n], f)
 		e.icrcSet = true
 	}
 	e.lastLen = n

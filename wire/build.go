@@ -76,7 +76,7 @@ func BuildPayload(buf []byte, f *Frame, payload []byte) (int, error) {
 // table from the matching Frame fields. f is not modified. Build does not
 // allocate.
 func Build(buf []byte, f *Frame, payloadLen int) (int, error) {
-	return build(buf, f, payloadLen, nil)
+	return build(buf, f, payloadLen, nil, nil)
 }
 
 // BuildICRC is Build with the ICRC's invariant header work precomputed in h
@@ -85,10 +85,49 @@ func Build(buf []byte, f *Frame, payloadLen int) (int, error) {
 // compares), its ICRC is h.Sum, otherwise ICRC as in Build. The frame is
 // byte for byte the one Build writes. A nil or zero h always takes ICRC.
 func BuildICRC(buf []byte, f *Frame, payloadLen int, h *ICRCHeader) (int, error) {
-	return build(buf, f, payloadLen, h)
+	return build(buf, f, payloadLen, h, nil)
 }
 
-func build(buf []byte, f *Frame, payloadLen int, h *ICRCHeader) (int, error) {
+// OuterHeaders holds the Ethernet, IPv4 and UDP headers of an earlier
+// frame built on the same Frame fields (a QP's template), so that
+// BuildOuter copies them and patches the three lengths and the IPv4
+// checksum instead of encoding them field by field. Take it with
+// NewOuterHeaders from a built frame; the zero value is unset. Reset it
+// whenever the Frame's outer fields (MACs, VLAN, addresses, traffic class,
+// hop limit, source port, IP ID) change.
+type OuterHeaders struct {
+	n int      // bytes held: Ethernet (with VLAN tag) + IPv4 + UDP; 0 = unset
+	b [64]byte // EthernetLen+VLANTagLen+IPv4Len+UDPLen = 46 fit
+}
+
+// NewOuterHeaders keeps the outer headers of frame, which Build or
+// BuildICRC wrote from f. It returns false (and an unset value) for IPv6,
+// IPv4 with options and anything shorter than the headers.
+func NewOuterHeaders(frame []byte, f *Frame) (OuterHeaders, bool) {
+	var o OuterHeaders
+	if f.ipVersion() != 4 {
+		return o, false
+	}
+	n := f.l2Len() + IPv4Len + UDPLen
+	if len(frame) < n || frame[f.l2Len()] != 0x45 {
+		return o, false
+	}
+	o.n = copy(o.b[:], frame[:n])
+	return o, true
+}
+
+// BuildOuter is BuildICRC with the outer headers copied from o when o is
+// set (NewOuterHeaders of an earlier frame from the same outer fields of
+// f); the frame is byte for byte the one BuildICRC writes. An unset o
+// builds as BuildICRC.
+func BuildOuter(buf []byte, f *Frame, payloadLen int, h *ICRCHeader, o *OuterHeaders) (int, error) {
+	if o != nil && o.n == 0 {
+		o = nil
+	}
+	return build(buf, f, payloadLen, h, o)
+}
+
+func build(buf []byte, f *Frame, payloadLen int, h *ICRCHeader, o *OuterHeaders) (int, error) {
 	info := &opTable[f.BTH.Opcode]
 	if !info.Valid {
 		return 0, ErrUnknownOpcode
@@ -115,6 +154,18 @@ func build(buf []byte, f *Frame, payloadLen int, h *ICRCHeader) (int, error) {
 	}
 	b := buf[:n:n]
 
+	l3 := b[l2:]
+	if o != nil && ver == 4 && o.n == l2+IPv4Len+UDPLen {
+		// The outer headers of an earlier frame from the same fields:
+		// only the lengths and the checksum differ.
+		copy(b, o.b[:o.n])
+		ip := IPv4(l3[:IPv4Len])
+		ip.SetTotalLen(uint16(len(l3)))
+		ip.SetChecksum(ip.CalculateChecksum())
+		UDP(l3[IPv4Len : IPv4Len+UDPLen]).SetLength(uint16(len(l3) - IPv4Len))
+		return buildTransport(b, l3, f, info, ipl, pad, n, ver, h), nil
+	}
+
 	// Ethernet.
 	copy(b[ethDst:], f.DstMAC[:])
 	copy(b[ethSrc:], f.SrcMAC[:])
@@ -131,7 +182,6 @@ func build(buf []byte, f *Frame, payloadLen int, h *ICRCHeader) (int, error) {
 	}
 
 	// IP.
-	l3 := b[l2:]
 	if ver == 4 {
 		ip := IPv4(l3[:IPv4Len])
 		ip.Encode(&IPv4Fields{
@@ -164,6 +214,12 @@ func build(buf []byte, f *Frame, payloadLen int, h *ICRCHeader) (int, error) {
 		Length:  uint16(len(l3) - ipl),
 	})
 
+	return buildTransport(b, l3, f, info, ipl, pad, n, ver, h), nil
+}
+
+// buildTransport writes the BTH, the extension headers, the pad and the
+// ICRC of the frame b (n bytes, IP header at l3, outer headers written).
+func buildTransport(b, l3 []byte, f *Frame, info *OpInfo, ipl, pad, n, ver int, h *ICRCHeader) int {
 	// BTH and extension headers.
 	t := l3[ipl+UDPLen:]
 	bf := f.BTH
@@ -216,5 +272,5 @@ func build(buf []byte, f *Frame, payloadLen int, h *ICRCHeader) (int, error) {
 	} else {
 		PutICRC(b[end:], ICRC(body))
 	}
-	return n, nil
+	return n
 }
