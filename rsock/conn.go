@@ -181,6 +181,9 @@ type Conn struct {
 	remoteSGE        uint32
 	remoteIOMap      sge
 	targetIOMap      []iomapEntry
+	sendMax          int    // how far the send ring may grow (0: it keeps its size)
+	peerHalf         uint32 // the largest region the peer granted
+	growSend         bool   // the ring is to grow once every send completed
 
 	// Receive side.
 	spare            int      // receives posted beyond rqSize (spareRecvs)
@@ -192,6 +195,9 @@ type Conn struct {
 	rbufFree         int   // offset of the half to grant next
 	rbufOff          int   // where the next unread byte is
 	peerRoom         int64 // bytes granted to the peer and not yet reported written
+	recvMax          int   // how far the receive buffer may grow (0: it keeps its size)
+	exhausted        int   // times the peer used up its room since the buffer last changed
+	growRecv         int   // the size the receive buffer grows to once all was read (0: none)
 
 	iomaps []*iomapMR // riomap'ed buffers, by peer slot
 }
@@ -208,7 +214,7 @@ func start(e *endpoint, cc *cm.Conn, peer connData, o Options) *Conn {
 		closed: make(chan struct{}), wcs: make([]qp.WC, 64),
 		state:  stConnected | stReadable | stWritable,
 		sqSize: o.SQSize, rqSize: o.RQSize, spare: spareRecvs(o.RQSize),
-		rmsg: make([]uint32, o.RQSize+1),
+		rmsg: make([]uint32, o.RQSize+1), sendMax: o.sendMax, recvMax: o.recvMax,
 	}
 	// A deadline that passes, or moves into the past (net/http aborts its
 	// background read with SetReadDeadline(aLongTimeAgo)), wakes a Read
@@ -239,6 +245,7 @@ func start(e *endpoint, cc *cm.Conn, peer connData, o Options) *Conn {
 			length: uint32(scaleToValue(peer.iomapSize)), key: peer.targetSGL.key}
 	}
 	c.target[0] = peer.dataBuf
+	c.peerHalf = peer.dataBuf.length
 	c.nextSlot = 1
 	c.sseqComp = peer.credits
 	c.targetIOMap = make([]iomapEntry, e.iomapSize)
@@ -365,6 +372,7 @@ func (c *Conn) received(m, byteLen uint32) {
 			}
 			c.target[s] = t
 			c.nextSlot = (s + 1) % sglSize
+			c.peerHalf = max(c.peerHalf, t.length)
 		default:
 			c.fail(fmt.Errorf("%w: SGL update of %d bytes", ErrProtocol, byteLen))
 		}
@@ -408,36 +416,98 @@ func (c *Conn) received(m, byteLen uint32) {
 		c.peerRoom -= int64(data)
 		c.rmsg[(c.rmsgHead+c.rmsgN)%len(c.rmsg)] = data
 		c.rmsgN++
+		if c.peerRoom < int64(c.e.rbufSize/4) && c.recvMax > c.e.rbufSize && c.growRecv == 0 {
+			if c.exhausted++; c.exhausted >= growAfter {
+				c.growRecv = min(2*c.e.rbufSize, c.recvMax)
+			}
+		}
 	}
 }
 
-// updateCredits is rs_update_credits (c.mu held).
+// growAfter is how many arrivals that leave the peer less than a quarter
+// of the receive buffer to write into make it grow (Options.MaxBuffer).
+const growAfter = 4
+
+// updateCredits is rs_update_credits (c.mu held), which may send more than
+// one message: after the receive buffer grew, both its halves.
 func (c *Conn) updateCredits() {
-	half := c.e.rbufSize / 2
-	if !((c.rbufAvail >= half || int16(c.rseqNo-c.rseqComp) >= 0) &&
-		c.ctrlSeq != c.ctrlMax && c.state&stConnected != 0) {
+	if c.growRecv != 0 && c.peerRoom == 0 && c.rmsgN == 0 && c.state&stConnected != 0 {
+		c.growRecvBuf()
+	}
+	for {
+		half := c.e.rbufSize / 2
+		grant := c.rbufAvail >= half && c.growRecv == 0 // growing: the old buffer is not granted again
+		if !((grant || int16(c.rseqNo-c.rseqComp) >= 0) && c.ctrlSeq != c.ctrlMax && c.state&stConnected != 0) {
+			return
+		}
+		c.ctrlSeq++
+		c.rseqComp = c.rseqNo + uint16(c.rqSize/2)
+		m := msg(opSGL, uint32(c.rseqNo)+uint32(c.rqSize))
+		c.wr = qp.SendWR{WRID: uint64(m), Opcode: qp.WRRDMAWriteWithImm, Flags: qp.SendSignaled, Imm: m}
+		if grant {
+			off := c.e.sbufSize + sgeLen*int(c.ctrlSeq&(ctrlSize-1))
+			sge{addr: c.e.rmr.IOVA() + uint64(c.rbufFree), key: c.e.rmr.RKey(), length: uint32(half)}.
+				put(c.e.sbuf[off:], c.peerOrder)
+			c.sgl[0] = qp.SGE{Addr: c.e.smr.IOVA() + uint64(off), Length: sgeLen, LKey: c.e.smr.LKey()}
+			c.wr.SGL = c.sgl[:1]
+			c.wr.RemoteAddr = c.remoteSGL.addr + uint64(c.remoteSGE)*sgeLen
+			c.wr.RKey = c.remoteSGL.key
+			c.rbufAvail -= half
+			c.peerRoom += int64(half)
+			c.rbufFree = (c.rbufFree + half) % c.e.rbufSize
+			c.remoteSGE = (c.remoteSGE + 1) % c.remoteSGL.length
+		}
+		if err := c.q.PostSend(&c.wr); err != nil {
+			c.fail(fmt.Errorf("rsock: post credits: %w", err))
+			return
+		}
+	}
+}
+
+// growRecvBuf replaces the receive buffer by one of c.growRecv bytes (c.mu
+// held) once everything granted in the old one was written and read: the
+// peer's slots are both empty, and the next two grants are the new
+// buffer's halves, in the order the peer fills its slots.
+func (c *Conn) growRecvBuf() {
+	size := c.growRecv
+	c.growRecv, c.exhausted = 0, 0
+	buf := make([]byte, size)
+	mr, err := c.e.pd.RegMR(buf, qp.LocalWrite|qp.RemoteWrite)
+	if err != nil {
+		c.recvMax = 0 // stay as we are
+		c.log.Debug("rsock: receive buffer not grown", "size", size, "err", err)
 		return
 	}
-	c.ctrlSeq++
-	c.rseqComp = c.rseqNo + uint16(c.rqSize/2)
-	m := msg(opSGL, uint32(c.rseqNo)+uint32(c.rqSize))
-	c.wr = qp.SendWR{WRID: uint64(m), Opcode: qp.WRRDMAWriteWithImm, Flags: qp.SendSignaled, Imm: m}
-	if c.rbufAvail >= half {
-		off := c.e.sbufSize + sgeLen*int(c.ctrlSeq&(ctrlSize-1))
-		sge{addr: c.e.rmr.IOVA() + uint64(c.rbufFree), key: c.e.rmr.RKey(), length: uint32(half)}.
-			put(c.e.sbuf[off:], c.peerOrder)
-		c.sgl[0] = qp.SGE{Addr: c.e.smr.IOVA() + uint64(off), Length: sgeLen, LKey: c.e.smr.LKey()}
-		c.wr.SGL = c.sgl[:1]
-		c.wr.RemoteAddr = c.remoteSGL.addr + uint64(c.remoteSGE)*sgeLen
-		c.wr.RKey = c.remoteSGL.key
-		c.rbufAvail -= half
-		c.peerRoom += int64(half)
-		c.rbufFree = (c.rbufFree + half) % c.e.rbufSize
-		c.remoteSGE = (c.remoteSGE + 1) % c.remoteSGL.length
+	old := c.e.rmr
+	c.e.rbuf, c.e.rmr, c.e.rbufSize = buf, mr, size
+	c.rbufOff, c.rbufFree, c.rbufAvail = 0, 0, size
+	_ = old.Deregister()
+}
+
+// wantSendRing reports whether the send ring is what stops the writer
+// while the peer grants regions larger than half of it (c.mu held).
+func (c *Conn) wantSendRing() bool {
+	return c.sendMax > c.e.sbufSize && 2*int(c.peerHalf) > c.e.sbufSize &&
+		c.sbufAvail < min(sndLowat, c.e.sbufSize)
+}
+
+// growSendBuf replaces the send ring by one twice the peer's largest half
+// (at most sendMax) once every send completed (c.mu held): nothing in
+// flight reads the old ring or its control slots.
+func (c *Conn) growSendBuf() {
+	c.growSend = false
+	size := min(2*int(c.peerHalf), c.sendMax)
+	buf := make([]byte, size+ctrlSize*sgeLen)
+	mr, err := c.e.pd.RegMR(buf, qp.LocalWrite)
+	if err != nil {
+		c.sendMax = 0
+		c.log.Debug("rsock: send buffer not grown", "size", size, "err", err)
+		return
 	}
-	if err := c.q.PostSend(&c.wr); err != nil {
-		c.fail(fmt.Errorf("rsock: post credits: %w", err))
-	}
+	old := c.e.smr
+	c.e.sbuf, c.e.smr, c.e.sbufSize = buf, mr, size
+	c.sbufHead, c.sbufAvail = 0, size
+	_ = old.Deregister()
 }
 
 // canSend is rs_can_send (c.mu held).
@@ -649,9 +719,16 @@ func (c *Conn) write(p []byte, r io.Reader) (int, error) {
 	defer func() { c.olen = olen }()
 	var rerr error
 	for (r != nil && rerr == nil) || (r == nil && n < len(p)) {
-		for c.state&stWritable == 0 || !c.canSend() {
+		for c.state&stWritable == 0 || c.growSend || !c.canSend() {
 			if c.state&stWritable == 0 {
 				return n, c.errLocked("write")
+			}
+			if !c.growSend && c.wantSendRing() {
+				c.growSend = true // post nothing more until what is in flight completed
+			}
+			if c.growSend && c.allSent() {
+				c.growSendBuf()
+				continue
 			}
 			if err := c.wait("write", waitWrite, c.wdl.wait()); err != nil {
 				return n, err
@@ -757,9 +834,10 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		// The bytes queued are ours until consumed: the peer may not
 		// write there before we grant them again.
 		off := c.rbufOff
-		n := min(int(c.rmsg[c.rmsgHead]), c.e.rbufSize-off)
+		b := c.e.rbuf[off : off+min(int(c.rmsg[c.rmsgHead]), c.e.rbufSize-off)]
+		n := len(b)
 		c.mu.Unlock()
-		wn, err := w.Write(c.e.rbuf[off : off+n])
+		wn, err := w.Write(b)
 		c.mu.Lock()
 		c.consume(nil, wn)
 		total += int64(wn)

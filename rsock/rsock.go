@@ -44,6 +44,9 @@ const (
 	DefaultBuffer    = 128 << 10
 	DefaultQueueSize = 384
 	DefaultInline    = 64
+	// DefaultMaxBuffer is how far a connection grows the buffers it was
+	// not given (Options.MaxBuffer): rstream's and riostream's 1 MiB.
+	DefaultMaxBuffer = 1 << 20
 	// DefaultKeepAlive is the keepalive period when Options.KeepAlive is
 	// zero (Go's net.Dialer default).
 	DefaultKeepAlive = 15 * time.Second
@@ -57,8 +60,24 @@ type Options struct {
 	// are allocated and registered at connect. A writer waits for the
 	// reader to grant a half again once it has two halves out: a bulk
 	// stream spends less CPU per byte with larger buffers (rstream's 1 MiB:
-	// docs/performance.md, the rsock section).
+	// docs/performance.md, the rsock section). A buffer left at zero
+	// starts at the default and grows while the connection streams, up to
+	// MaxBuffer; one set here keeps its size (as SO_SNDBUF and SO_RCVBUF
+	// turn Linux's TCP buffer autotuning off).
 	SendBuffer, RecvBuffer int
+	// MaxBuffer bounds the growth of the buffers not set above (zero:
+	// DefaultMaxBuffer; negative: they keep the default size). The
+	// receive buffer doubles once data arrived growAfter times (4) since
+	// the last change that left the peer less than a quarter of the
+	// buffer to write into (the writer is about to wait for our grants,
+	// not for the reader): the reader stops granting the old buffer, and
+	// once everything written into it was read, grants the halves of a
+	// buffer twice as large (the peer, an rsocket too, only ever sees
+	// larger grants elsewhere). The send ring grows to twice the largest
+	// half the peer grants once it is what stops the writer, after the
+	// sends in flight completed. Idle and request/response connections
+	// keep the default; a stream reaches MaxBuffer within a few MiB.
+	MaxBuffer int
 	// SQSize and RQSize are the QP's queue sizes (default 384, 16..65534);
 	// RQSize is also the credits the peer gets.
 	SQSize, RQSize int
@@ -78,6 +97,8 @@ type Options struct {
 	Logger *slog.Logger
 
 	bigEndian bool // tests: declare RS_CONN_FLAG_NET and keep our SGL big-endian
+
+	sendMax, recvMax int // the buffers' growth bounds (withDefaults; 0: no growth)
 }
 
 func (o *Options) withDefaults() Options {
@@ -85,11 +106,22 @@ func (o *Options) withDefaults() Options {
 	if o != nil {
 		r = *o
 	}
+	if r.MaxBuffer == 0 {
+		r.MaxBuffer = DefaultMaxBuffer
+	}
+	maxBuf := min(max(r.MaxBuffer, 0), 2*msgDataMask) &^ 1
+	r.sendMax, r.recvMax = 0, 0
 	if r.SendBuffer == 0 {
 		r.SendBuffer = DefaultBuffer
+		if maxBuf > r.SendBuffer {
+			r.sendMax = maxBuf
+		}
 	}
 	if r.RecvBuffer == 0 {
 		r.RecvBuffer = DefaultBuffer
+		if maxBuf > r.RecvBuffer {
+			r.recvMax = maxBuf
+		}
 	}
 	r.SendBuffer = max(r.SendBuffer, 2*sndLowat)
 	r.RecvBuffer = max(r.RecvBuffer, 2*sndLowat) &^ 1

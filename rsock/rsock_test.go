@@ -300,3 +300,92 @@ func TestDeadlineWakesRead(t *testing.T) {
 		})
 	}
 }
+
+// TestBufferGrowth: a stream grows the buffers left at their default to
+// MaxBuffer (the receive buffer after the writer ran short of room, the
+// send ring once the peer's halves outgrew it), the bytes arrive whole and
+// in order; buffers set explicitly, or MaxBuffer negative, keep their size.
+func TestBufferGrowth(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		lo, do             *Options // listener (reader), dialer (writer)
+		wantRecv, wantSend int
+	}{
+		{"default", nil, nil, DefaultMaxBuffer, DefaultMaxBuffer},
+		{"max 512 KiB", &Options{MaxBuffer: 512 << 10}, &Options{MaxBuffer: 512 << 10}, 512 << 10, 512 << 10},
+		{"off", &Options{MaxBuffer: -1}, &Options{MaxBuffer: -1}, DefaultBuffer, DefaultBuffer},
+		{"explicit", &Options{RecvBuffer: DefaultBuffer}, &Options{SendBuffer: DefaultBuffer}, DefaultBuffer, DefaultBuffer},
+		// rstream's peer: its 512 KiB halves grow the writer's ring at once.
+		{"big peer", &Options{RecvBuffer: 1 << 20}, nil, 1 << 20, 1 << 20},
+		{"big-endian reader", &Options{bigEndian: true}, nil, DefaultMaxBuffer, DefaultMaxBuffer},
+		{"small writer", nil, &Options{SendBuffer: 4096}, DefaultMaxBuffer, 4096},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, tc.lo, tc.do)
+			c, s := p.conns(t, tc.do)
+			data := make([]byte, 12<<20+5)
+			rand.Read(data)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.Write(data)
+				if err == nil {
+					err = c.CloseWrite()
+				}
+				errc <- err
+			}()
+			// The reader reads only once the writer used up the room it
+			// was granted (what arrived taken off s's completion queue as
+			// the keepalive does), as a reader slower than the grants'
+			// round trip would.
+			stalled := func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				s.pollIdle()
+				return s.peerRoom == 0
+			}
+			writing := make(chan struct{})
+			go func() {
+				err := <-errc
+				close(writing)
+				errc <- err
+			}()
+			got := make([]byte, 0, len(data))
+			buf := make([]byte, 2<<20)
+			for {
+			wait:
+				for t0 := time.Now(); !stalled() && time.Since(t0) < 5*time.Second; {
+					select {
+					case <-writing:
+						break wait
+					case <-time.After(50 * time.Microsecond):
+					}
+				}
+				n, err := s.Read(buf)
+				got = append(got, buf[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("%d bytes, want %d (equal prefix %d)", len(got), len(data), prefix(got, data))
+			}
+			s.mu.Lock()
+			recv := s.e.rbufSize
+			s.mu.Unlock()
+			c.mu.Lock()
+			send := c.e.sbufSize
+			c.mu.Unlock()
+			if recv != tc.wantRecv || send != tc.wantSend {
+				t.Errorf("receive buffer %d, send ring %d; want %d, %d", recv, send, tc.wantRecv, tc.wantSend)
+			}
+			c.Close()
+			s.Close()
+		})
+	}
+}
