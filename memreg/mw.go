@@ -3,6 +3,7 @@ package memreg
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 )
 
@@ -81,9 +82,7 @@ const (
 	mwValid                 // RXE_MW_STATE_VALID
 )
 
-// mwBinding is one immutable state of a window. A bind or invalidate
-// publishes a new one, so a lock-free lookup sees a whole binding, never
-// half of an old and half of a new one.
+// mwBinding is one state of a window, a copy read by MW.load.
 type mwBinding struct {
 	rkey   uint32
 	state  uint32
@@ -92,21 +91,125 @@ type mwBinding struct {
 	length uint64
 	access Access
 	qp     any // type 2: the QP that bound it (compared with ==)
-	// freed is the free binding an invalidation of this one publishes
-	// (type 2: allocated with it, so a bind and its invalidation cost
-	// one allocation; nil: the invalidation allocates). An invalidated
-	// window keeps its last MR reachable until it is bound again or
-	// deallocated (the pair is one allocation).
-	freed *mwBinding
 }
 
 // MW is a memory window (struct rxe_mw).
+//
+// Its binding lives in atomic fields under a sequence lock, so that a bind
+// or invalidate (under t.mu) allocates nothing and the responder's access
+// checks read it without a lock. meta holds the key byte, the state, the
+// rights and a generation; a bind stores meta with the generation odd,
+// then the range, MR and QP, then meta with the generation even; an
+// invalidate or deallocation stores meta alone. A reader copies the fields
+// between two loads of the same meta with an even generation and retries
+// otherwise (MW.load).
 type MW struct {
-	t    *Table
-	pd   *PD
-	typ  MWType
-	b    atomic.Pointer[mwBinding]
+	t   *Table
+	pd  *PD
+	typ MWType
+	idx uint32 // the rkey without its key byte
+
+	meta   atomic.Uint64 // key byte | state<<8 | access<<10 | generation<<20
+	mr     atomic.Pointer[MR]
+	addr   atomic.Uint64
+	length atomic.Uint64
+	// qp points to an immutable box holding the binding QP (noQP when
+	// none); lastQP is the last box allocated, reused while the same QP
+	// binds the window again, so a bind allocates only when the QP
+	// changes. Under t.mu.
+	qp     atomic.Pointer[any]
+	lastQP *any
+
 	next uint32 // type 1: the rkey once every posted bind executed; under t.mu
+}
+
+const (
+	metaStateShift  = 8
+	metaAccessShift = 10
+	metaGenShift    = 20
+	metaWriting     = 1 << metaGenShift // odd generation: a bind is storing
+)
+
+// noQP is the box of a binding without a QP.
+var noQP = new(any)
+
+// testHookMWStore, when set by a test before any window exists, runs in
+// the middle of every bind's store.
+var testHookMWStore func()
+
+// state returns the window's state.
+func (mw *MW) state() uint32 { return uint32(mw.meta.Load()>>metaStateShift) & 3 }
+
+// read copies the window's binding into b, which must be zero (only rkey
+// and state when the window is not valid), and returns the meta word it
+// was read at; ok is false when a bind was storing meanwhile and b is to
+// be thrown away. A caller confirms that no bind, invalidate or
+// deallocation completed since with mw.meta.Load() == seq.
+func (mw *MW) read(b *mwBinding) (seq uint64, ok bool) {
+	m := mw.meta.Load()
+	b.rkey, b.state = mw.idx|uint32(m&0xff), uint32(m>>metaStateShift)&3
+	if b.state == mwValid {
+		b.access = Access(m>>metaAccessShift) & 0x3ff
+		b.mr, b.addr, b.length = mw.mr.Load(), mw.addr.Load(), mw.length.Load()
+		b.qp = *mw.qp.Load()
+	}
+	return m, m&metaWriting == 0 && mw.meta.Load() == m
+}
+
+// load is read until it succeeds. Lock-free, no allocation.
+func (mw *MW) load() (b mwBinding, seq uint64) {
+	for i := 0; ; i++ {
+		b = mwBinding{}
+		if m, ok := mw.read(&b); ok {
+			return b, m
+		}
+		backoff(i)
+	}
+}
+
+// backoff is a reader's wait after its i-th try found a bind storing.
+func backoff(i int) {
+	if i >= 4 {
+		runtime.Gosched() // the writer was preempted in the middle of a bind
+	}
+}
+
+// store publishes b as the window's binding. Called with t.mu held (the
+// writers' lock), so one writer at a time; only the words that change are
+// stored.
+func (mw *MW) store(b mwBinding) {
+	m := mw.meta.Load()
+	gen := m &^ (metaWriting - 1)
+	nm := uint64(b.rkey&0xff) | uint64(b.state)<<metaStateShift | uint64(b.access&0x3ff)<<metaAccessShift
+	if b.state != mwValid {
+		mw.meta.Store(gen + 2*metaWriting | nm) // one word: no reader sees half
+		return
+	}
+	box := noQP
+	if b.qp != nil {
+		if mw.lastQP == nil || *mw.lastQP != b.qp {
+			mw.lastQP = new(any)
+			*mw.lastQP = b.qp
+		}
+		box = mw.lastQP
+	}
+	mw.meta.Store(gen + metaWriting | m&(metaWriting-1))
+	if mw.mr.Load() != b.mr {
+		mw.mr.Store(b.mr)
+	}
+	if testHookMWStore != nil {
+		testHookMWStore() // tests: a reader may run in the middle of a bind
+	}
+	if mw.addr.Load() != b.addr {
+		mw.addr.Store(b.addr)
+	}
+	if mw.length.Load() != b.length {
+		mw.length.Store(b.length)
+	}
+	if mw.qp.Load() != box {
+		mw.qp.Store(box)
+	}
+	mw.meta.Store(gen + 2*metaWriting | nm)
 }
 
 type mwChunk [chunkSize]atomic.Pointer[MW]
@@ -120,7 +223,7 @@ type mwSpace struct {
 
 // RKey returns the window's current rkey: its index and the key byte of the
 // last bind that executed.
-func (mw *MW) RKey() uint32 { return mw.b.Load().rkey }
+func (mw *MW) RKey() uint32 { return mw.idx | uint32(mw.meta.Load()&0xff) }
 
 // Type returns the window type.
 func (mw *MW) Type() MWType { return mw.typ }
@@ -131,14 +234,14 @@ func (mw *MW) PD() *PD { return mw.pd }
 // Bound reports whether the window is valid and covers a non-empty range,
 // i.e. whether its rkey can reach memory.
 func (mw *MW) Bound() bool {
-	b := mw.b.Load()
+	b, _ := mw.load()
 	return b.state == mwValid && b.length > 0 && b.mr != nil
 }
 
 // Range returns the bound range in the MR's IOVA space and its rights
 // (zeros when not bound).
 func (mw *MW) Range() (addr, length uint64, access Access) {
-	b := mw.b.Load()
+	b, _ := mw.load()
 	return b.addr, b.length, b.access
 }
 
@@ -163,13 +266,14 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if prev != nil && kb == prev.RKey()&0xff {
 		kb = (kb + 1 + uint32(t.rng.Uint32N(255))) & 0xff
 	}
-	mw := &MW{t: t, pd: pd, typ: typ}
-	b := &mwBinding{rkey: (MinMWIndex+off)<<8 | kb, state: mwValid}
+	mw := &MW{t: t, pd: pd, typ: typ, idx: (MinMWIndex + off) << 8}
+	b := mwBinding{rkey: (MinMWIndex+off)<<8 | kb, state: mwValid}
 	if typ == MWType2 {
 		b.state = mwFree
 	}
 	mw.next = b.rkey
-	mw.b.Store(b)
+	mw.qp.Store(noQP)
+	mw.store(b)
 	slot.Store(mw)
 	pd.nMWs++
 	t.mw.n++
@@ -198,7 +302,7 @@ func (s *mwSpace) freeSlot() (uint32, *atomic.Pointer[MW], *MW) {
 		}
 		p := &dir[ci][off&chunkMask]
 		old := p.Load()
-		if old == nil || old.b.Load().state == mwInvalid {
+		if old == nil || old.state() == mwInvalid {
 			return off, p, old
 		}
 	}
@@ -224,7 +328,7 @@ func (s *mwSpace) lookup(key uint32) *MW {
 		return nil
 	}
 	mw := dir[ci][off&chunkMask].Load()
-	if mw == nil || mw.b.Load().state == mwInvalid {
+	if mw == nil || mw.state() == mwInvalid {
 		return nil
 	}
 	return mw
@@ -237,14 +341,14 @@ func (mw *MW) Dealloc() error {
 	t := mw.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b := mw.b.Load()
+	b, _ := mw.load()
 	if b.state == mwInvalid {
 		return ErrMWDead
 	}
 	if b.mr != nil {
 		b.mr.numMW.Add(-1)
 	}
-	mw.b.Store(&mwBinding{rkey: b.rkey, state: mwInvalid})
+	mw.store(mwBinding{rkey: b.rkey, state: mwInvalid})
 	mw.pd.nMWs--
 	t.mw.n--
 	off := b.rkey>>8 - MinMWIndex
@@ -318,7 +422,7 @@ func (t *Table) BindMW(b Bind, pd *PD, qp any) error {
 	defer t.mu.Unlock()
 	err := t.bindMW(b, pd, qp)
 	if mw := t.mw.lookup(b.MWRKey); mw != nil && err != nil && mw.typ == MWType1 {
-		mw.next = mw.b.Load().rkey
+		mw.next = mw.RKey()
 	}
 	return err
 }
@@ -328,7 +432,7 @@ func (t *Table) bindMW(bd Bind, pd *PD, qp any) error {
 	if mw == nil {
 		return ErrNoKey
 	}
-	cur := mw.b.Load()
+	cur, _ := mw.load()
 	if cur.rkey != bd.MWRKey {
 		return ErrKeyMismatch
 	}
@@ -394,18 +498,7 @@ func (t *Table) bindMW(bd Bind, pd *PD, qp any) error {
 		}
 	}
 	// rxe_do_bind_mw.
-	var nb *mwBinding
-	if mw.typ == MWType2 {
-		pair := new([2]mwBinding)
-		nb = &pair[0]
-		nb.freed = &pair[1]
-	} else {
-		nb = new(mwBinding)
-	}
-	nb.rkey, nb.state, nb.access, nb.addr, nb.length = cur.rkey&^0xff|bd.RKey&0xff, mwValid, bd.Access, bd.Addr, bd.Length
-	if nb.freed != nil {
-		*nb.freed = mwBinding{rkey: nb.rkey, state: mwFree}
-	}
+	nb := mwBinding{rkey: cur.rkey&^0xff | bd.RKey&0xff, state: mwValid, access: bd.Access, addr: bd.Addr, length: bd.Length}
 	if cur.mr != nil {
 		cur.mr.numMW.Add(-1)
 	}
@@ -416,7 +509,7 @@ func (t *Table) bindMW(bd Bind, pd *PD, qp any) error {
 	if mw.typ == MWType2 {
 		nb.qp = qp
 	}
-	mw.b.Store(nb)
+	mw.store(nb)
 	if mw.typ == MWType1 && mw.next == cur.rkey {
 		mw.next = nb.rkey
 	}
@@ -435,7 +528,7 @@ func (t *Table) invalidateMW(key uint32, pd *PD) error {
 	if mw == nil {
 		return ErrNoKey
 	}
-	cur := mw.b.Load()
+	cur, _ := mw.load()
 	if cur.rkey != key {
 		return ErrKeyMismatch
 	}
@@ -451,11 +544,7 @@ func (t *Table) invalidateMW(key uint32, pd *PD) error {
 	if cur.mr != nil {
 		cur.mr.numMW.Add(-1)
 	}
-	if cur.freed != nil {
-		mw.b.Store(cur.freed)
-	} else {
-		mw.b.Store(&mwBinding{rkey: cur.rkey, state: mwFree})
-	}
+	mw.store(mwBinding{rkey: cur.rkey, state: mwFree})
 	return nil
 }
 
@@ -489,22 +578,18 @@ func (t *Table) KeyQP(rkey uint32, pd *PD, qp any, need Access) error {
 		if mw == nil {
 			return ErrNoKey
 		}
-		b := mw.b.Load()
-		switch {
-		case b.rkey != rkey:
-			return ErrKeyMismatch
-		case mw.pd != pd:
-			return ErrPDMismatch
-		case mw.typ == MWType2 && b.qp != qp:
-			return ErrWrongQP
-		case b.length == 0:
-			return ErrInvalid
-		case b.access&need != need:
-			return ErrAccess
-		case b.state != mwValid || b.mr == nil || b.mr.state.Load() != stateValid:
-			return ErrInvalid
+		for {
+			b, seq := mw.load()
+			if err := mw.check(&b, rkey, pd, qp, need); err != nil {
+				return err
+			}
+			if b.mr.state.Load() != stateValid {
+				return ErrInvalid
+			}
+			if mw.meta.Load() == seq { // not rebound or invalidated meanwhile
+				return nil
+			}
 		}
-		return nil
 	}
 	mr := t.slot(rkey >> 8)
 	switch {
@@ -527,37 +612,58 @@ func (t *Table) remoteMW(rkey uint32, pd *PD, qp any, need Access, va uint64, le
 	if mw == nil {
 		return nil, ErrNoKey
 	}
-	b := mw.b.Load()
+	for i := 0; ; i++ {
+		var b mwBinding
+		seq, ok := mw.read(&b)
+		if !ok {
+			backoff(i)
+			continue
+		}
+		if err := mw.check(&b, rkey, pd, qp, need); err != nil {
+			return nil, err
+		}
+		n := uint64(length)
+		var iova uint64
+		if b.access&ZeroBased != 0 {
+			if va > b.length || n > b.length-va {
+				return nil, ErrRange
+			}
+			iova = b.addr + va
+		} else {
+			if va < b.addr || va-b.addr > b.length || n > b.length-(va-b.addr) {
+				return nil, ErrRange
+			}
+			iova = va
+		}
+		mr := b.mr
+		if mr.state.Load() != stateValid {
+			return nil, ErrInvalid
+		}
+		buf, err := mr.sub(iova, length)
+		// A check that passed holds only if no bind or invalidate completed
+		// while it ran: an invalidated window must reject the request.
+		if err != nil || mw.meta.Load() == seq {
+			return buf, err
+		}
+	}
+}
+
+// check is the window part of RemoteQP's and KeyQP's checks on a binding b
+// read from mw.
+func (mw *MW) check(b *mwBinding, rkey uint32, pd *PD, qp any, need Access) error {
 	switch {
 	case b.rkey != rkey:
-		return nil, ErrKeyMismatch
+		return ErrKeyMismatch
 	case mw.pd != pd:
-		return nil, ErrPDMismatch
+		return ErrPDMismatch
 	case mw.typ == MWType2 && b.qp != qp:
-		return nil, ErrWrongQP
+		return ErrWrongQP
 	case b.length == 0:
-		return nil, ErrInvalid
+		return ErrInvalid
 	case b.access&need != need:
-		return nil, ErrAccess
+		return ErrAccess
 	case b.state != mwValid || b.mr == nil:
-		return nil, ErrInvalid
+		return ErrInvalid
 	}
-	n := uint64(length)
-	var iova uint64
-	if b.access&ZeroBased != 0 {
-		if va > b.length || n > b.length-va {
-			return nil, ErrRange
-		}
-		iova = b.addr + va
-	} else {
-		if va < b.addr || va-b.addr > b.length || n > b.length-(va-b.addr) {
-			return nil, ErrRange
-		}
-		iova = va
-	}
-	mr := b.mr
-	if mr.state.Load() != stateValid {
-		return nil, ErrInvalid
-	}
-	return mr.sub(iova, length)
+	return nil
 }

@@ -227,7 +227,8 @@ func (t *Table) WriteDone(rkey uint32) {
 		if mw == nil {
 			return
 		}
-		mr = mw.b.Load().mr
+		b, _ := mw.load()
+		mr = b.mr
 	} else if m := t.slot(rkey >> 8); m != nil && m.lkey == rkey {
 		mr = m
 	}
