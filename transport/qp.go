@@ -90,6 +90,11 @@ type QP struct {
 	cfg  Config
 	attr Attr
 	mtu  uint32
+	// path4 is the IPv4 header's source and destination address bytes
+	// (offsets 12-19) a packet on attr.AV carries, when both of its GIDs
+	// are IPv4 (path4ok): Receive's address check compares them at once.
+	path4   [8]byte
+	path4ok bool
 
 	sq   sendQueue
 	out  emitter
@@ -269,6 +274,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask, now time.Time) error {
 	}
 	if mask&AttrAV != 0 {
 		q.attr.AV = a.AV
+		q.setPath4()
 	}
 	if mask&AttrPathMTU != 0 {
 		q.attr.PathMTU = a.PathMTU
@@ -412,6 +418,18 @@ func (q *QP) resetQueues() {
 	}
 	a := q.attr
 	q.attr = Attr{State: StateReset, AccessFlags: a.AccessFlags}
+	q.setPath4()
+}
+
+// setPath4 derives path4 from attr.AV.
+func (q *QP) setPath4() {
+	src, dst := q.attr.AV.DGID.Unmap(), q.attr.AV.SGID.Unmap()
+	q.path4ok = src.Is4() && dst.Is4()
+	if q.path4ok {
+		s4, d4 := src.As4(), dst.As4()
+		copy(q.path4[:4], s4[:])
+		copy(q.path4[4:], d4[:])
+	}
 }
 
 // toErr moves the QP to ERR after a failure in one of its roles (fail
@@ -590,9 +608,13 @@ func (q *QP) Receive(p *wire.Packet, now time.Time) {
 		q.udReceive(p)
 		return
 	}
-	av := &q.attr.AV
 	// rxe_recv.c check_addr: the IP addresses must match the QP's path.
-	if p.SrcIP() != av.DGID.Unmap() || p.DstIP() != av.SGID.Unmap() {
+	if ip := p.IPv4; q.path4ok && len(ip) >= wire.IPv4Len {
+		if [8]byte(ip[12:20]) != q.path4 {
+			q.inc(CntRcvdBadAddr)
+			return
+		}
+	} else if av := &q.attr.AV; p.SrcIP() != av.DGID.Unmap() || p.DstIP() != av.SGID.Unmap() {
 		q.inc(CntRcvdBadAddr)
 		return
 	}
