@@ -171,12 +171,12 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 }
 
 // Interrupt makes a goroutine waiting in Wait on cq look at its context
-// again now. On a self-driving device (ModeThreaded on a waitable link) that
-// goroutine may be parked on the link itself, where nothing else wakes it
-// for a context that ends, and sees the end only within ctxSlice (20 ms) or
-// at the context's deadline as it stood when the wait began; whoever ends
-// such a context early (a deadline moved into the past) calls Interrupt.
-// Elsewhere it does nothing: a sleeping waiter watches its context.
+// (and whatever else it waits for) again now. A waiter on a self-driving
+// device (ModeThreaded on a waitable link) parked on the link itself is
+// woken by its context's end too (a context.AfterFunc the device keeps for
+// the last context a waiter used); Interrupt wakes it for a reason its
+// context does not carry. Elsewhere it does nothing: a sleeping waiter
+// watches its context.
 func (cq *CQ) Interrupt() {
 	d := cq.dev
 	d.mu.Lock()

@@ -51,7 +51,8 @@ import (
 //     wake-up of an idle one.
 //   - While a waiter drives, the deadline heap's earliest deadline is its
 //     wait deadline, as the driver's is: timers fire. A context that can
-//     end bounds the wait too (ctxSlice, or its deadline).
+//     end kicks the owner when it ends (watch), and bounds the wait too
+//     (ctxSlice, or its deadline), as a second line.
 //   - Something that changes what the owner waits for from another
 //     goroutine (a completion into its CQ from a post or a flush, an MR
 //     deregistered, the device closed) kicks the link: the wait deadline is
@@ -92,7 +93,9 @@ const resumeAfter = 200 * time.Microsecond
 const resumeKeep = 2 * time.Millisecond
 
 // ctxSlice bounds one self-driving look at the link when the waiter's
-// context can be cancelled, so the cancellation is seen within it.
+// context can be cancelled: the watch (watch) kicks the owner when the
+// context ends; should a kick be missed, the cancellation is still seen
+// within ctxSlice.
 const ctxSlice = 20 * time.Millisecond
 
 // kickedArm is d.armed after a kick: a past time no arm call asks for, so
@@ -152,6 +155,12 @@ type selfDriver struct {
 	keeping       bool      // resumeT was re-armed for resumeKeep: releaseLink leaves it
 	resumeFires   uint64    // resumeFire calls (a test counts them)
 
+	// The end of a waiter's context wakes it where it parks on the link
+	// (watch). Under d.mu:
+	watchDone <-chan struct{} // the Done channel watched (nil: none)
+	unwatch   func() bool     // stops the watch's context.AfterFunc
+	ctxEnded  func()          // s.onCtxEnd, made once
+
 	linkWaiters satomic.Int32
 	kickPending satomic.Bool
 	linkFree    chan struct{} // cap 1: the link has no reader
@@ -168,6 +177,7 @@ func newSelfDriver(d *Device, w nic.Waiter) *selfDriver {
 		s.ring = ringLink(d.cfg.Link)
 	}
 	s.spinNext, s.spin = spinBackoffMin, spinBudget
+	s.ctxEnded = s.onCtxEnd
 	// A channel timer the parked driver goroutine selects on (driveLoop),
 	// not an AfterFunc: a firing then readies that goroutine instead of
 	// starting one (and a thread to run it) every resumeAfter of a
@@ -183,7 +193,41 @@ func (s *selfDriver) start() {
 	go s.driveLoop()
 }
 
-func (s *selfDriver) stop() { s.resumeT.Stop() }
+func (s *selfDriver) stop() {
+	s.resumeT.Stop()
+	if s.unwatch != nil {
+		s.unwatch()
+		s.unwatch, s.watchDone = nil, nil
+	}
+}
+
+// watch makes the end of ctx (whose Done channel is done) kick the link's
+// owner out of its park (d.mu held): without it a waiter parked on the
+// link would see a cancelled context only at its wait deadline (ctxBound:
+// ctxSlice at the latest). The watch stays until a wait with another
+// context replaces it or the device closes, so a loop that waits with one
+// context registers it once (context.AfterFunc allocates); a firing that
+// finds another context's waiter parked only makes it look again.
+func (s *selfDriver) watch(ctx context.Context, done <-chan struct{}) {
+	if done == nil || done == s.watchDone {
+		return
+	}
+	if s.unwatch != nil {
+		s.unwatch()
+	}
+	s.watchDone = done
+	s.unwatch = context.AfterFunc(ctx, s.ctxEnded)
+}
+
+// onCtxEnd is the watch's AfterFunc.
+func (s *selfDriver) onCtxEnd() {
+	d := s.d
+	d.mu.Lock()
+	if s.owner == ownerWaiter && !d.closed {
+		s.kickOwner()
+	}
+	d.mu.Unlock()
+}
 
 // kick: a post writes its own frames and callEnded re-arms the link.
 func (s *selfDriver) kick() {}
@@ -471,6 +515,7 @@ func (s *selfDriver) selfDrive(ctx context.Context, w waitFor) error {
 	b := s.rb
 	d.mu.Lock()
 	s.armLazy(d.ctxBound(ctx, d.earliest()))
+	s.watch(ctx, done)
 	budget := s.spin
 	d.mu.Unlock()
 	var spin time.Duration

@@ -426,3 +426,60 @@ func TestSelfDriveLateKick(t *testing.T) {
 		}
 	})
 }
+
+// A waiter parked on the link (the self-driving owner) returns as soon as
+// its context is cancelled, not at ctxSlice; with the fake clock of
+// synctest no time passes between the cancel and the return. The same
+// context a second time reuses the device's watch; a new one replaces it.
+func TestSelfDriveCtxCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newSelfPair(t, ConnectOptions{})
+		p.freeLinkA(t)
+		for round := range 3 {
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				var wc [1]WC
+				_, err := p.cqa.Wait(ctx, wc[:])
+				errc <- err
+			}()
+			synctest.Wait()
+			if o := p.a.linkOwner(); o != ownerWaiter {
+				t.Fatalf("round %d: A's link owner %v while a waiter waits, want the waiter", round, o)
+			}
+			start := time.Now()
+			cancel()
+			err := <-errc
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("round %d: Wait after cancel: %v", round, err)
+			}
+			if waited := time.Since(start); waited != 0 {
+				t.Fatalf("round %d: Wait returned %v (fake clock) after the cancel, want at once (ctxSlice is %v)", round, waited, ctxSlice)
+			}
+			if round == 0 {
+				// A long-lived context: the watch registered once serves
+				// many waits.
+				ctx2, cancel2 := context.WithCancel(context.Background())
+				for range 3 {
+					go func() {
+						var wc [1]WC
+						_, err := p.cqa.Wait(ctx2, wc[:])
+						errc <- err
+					}()
+					synctest.Wait()
+					if err := p.qa.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{{Addr: p.mra.IOVA(), Length: 8, LKey: p.mra.LKey()}}}); err != nil {
+						t.Fatal(err)
+					}
+					if err := p.qb.PostSend(&SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{p.mrb.SGE(0, 8)}}); err != nil {
+						t.Fatal(err)
+					}
+					if err := <-errc; err != nil {
+						t.Fatalf("Wait with a live context: %v", err)
+					}
+					wait1(t, p.cqb)
+				}
+				cancel2()
+			}
+		}
+	})
+}
