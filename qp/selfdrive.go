@@ -677,8 +677,8 @@ func ringLink(l nic.Link) bool {
 // ctxBound is the wait deadline of a self-driving waiter: the engines'
 // next deadline, or earlier the end of ctx: its deadline, and in any case
 // ctxSlice from now, since a context with a deadline can also be
-// cancelled before it (context.WithCancel of a WithTimeout), and nothing
-// wakes a waiter parked on the link when that happens.
+// cancelled before it (context.WithCancel of a WithTimeout): the watch
+// (watch) wakes the parked waiter then, and the slice is its second line.
 func (d *Device) ctxBound(ctx context.Context, next time.Time) time.Time {
 	if ctx.Done() == nil {
 		return next
