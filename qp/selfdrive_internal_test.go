@@ -357,36 +357,6 @@ func TestSelfDriveCancelWithDeadline(t *testing.T) {
 	})
 }
 
-// TestSelfDriveInterrupt: a waiter driving the device whose context is
-// cancelled returns at once when the canceller calls CQ.Interrupt (rsock's
-// deadline moved into the past), not within ctxSlice.
-func TestSelfDriveInterrupt(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := newSelfPair(t, ConnectOptions{})
-		p.freeLinkA(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() {
-			var wc [1]WC
-			_, err := p.cqa.Wait(ctx, wc[:])
-			errc <- err
-		}()
-		synctest.Wait()
-		if o := p.a.linkOwner(); o != ownerWaiter {
-			t.Fatalf("A's link owner %v while a waiter waits, want the waiter", o)
-		}
-		start := time.Now()
-		cancel()
-		p.cqa.Interrupt()
-		if err := <-errc; !errors.Is(err, context.Canceled) {
-			t.Fatalf("Wait after cancel: %v, want context.Canceled", err)
-		}
-		if waited := time.Since(start); waited != 0 {
-			t.Fatalf("Wait returned %v after the cancellation and Interrupt, want at once", waited)
-		}
-	})
-}
-
 // TestSelfDriveLateKick: a kick whose past deadline reaches the link after
 // the owner consumed its kickPending and re-armed (kickOwner stores the
 // flag, then sets the deadline: the owner may run kicked and arm between
@@ -428,7 +398,8 @@ func TestSelfDriveLateKick(t *testing.T) {
 }
 
 // A waiter parked on the link (the self-driving owner) returns as soon as
-// its context is cancelled, not at ctxSlice; with the fake clock of
+// its context is cancelled, not at ctxSlice (this replaced
+// TestSelfDriveInterrupt: CQ.Interrupt is no longer needed for it); with the fake clock of
 // synctest no time passes between the cancel and the return. The same
 // context a second time reuses the device's watch; a new one replaces it.
 func TestSelfDriveCtxCancel(t *testing.T) {
